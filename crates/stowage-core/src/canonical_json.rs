@@ -1,0 +1,1 @@
+//! Python-compatible canonical JSON (filled in by the fingerprints work).

@@ -1,0 +1,131 @@
+//! What a backend can do, as plain data that the conformance suite checks in both directions.
+
+use crate::{DType, Error, FieldKind, Result, Schema, ShapeRule};
+
+/// The features a backend declares. A declared capability must work; an undeclared one must return
+/// [`Error::Unsupported`]. The conformance suite checks both.
+///
+/// ```
+/// use stowage_core::{Capabilities, DType, Schema, ShapeRule};
+/// let caps = Capabilities { variable_shapes: false, ..Capabilities::everything() };
+/// let schema = Schema::new().tensor("x", DType::F32, ShapeRule::Max(vec![4]));
+/// assert!(caps.check_schema(&schema, "demo").is_err());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Capabilities {
+    /// Tensor fields with [`ShapeRule::Max`] (same rank, each dimension up to a maximum).
+    pub variable_shapes: bool,
+    /// Tensor fields with [`ShapeRule::RaggedLeading`] or [`ShapeRule::Any`].
+    pub ragged: bool,
+    /// Nullable fields.
+    pub nullable: bool,
+    /// [`FieldKind::Bytes`] fields.
+    pub bytes_fields: bool,
+    /// [`FieldKind::Json`] fields.
+    pub json_fields: bool,
+    /// `put` of a key that already exists replaces its value (otherwise `Error::Unsupported`).
+    pub overwrite: bool,
+    /// `put` after `finalize` on a cache opened in append mode.
+    pub append_after_finalize: bool,
+    /// An unfinished cache (never finalized) can be reopened in append mode and written further.
+    pub resume: bool,
+    /// Every sample's bytes are checksummed; `get` and `validate` detect corruption.
+    pub checksums: bool,
+    /// `get` can return tensors that share a memory map instead of copying.
+    pub zero_copy_get: bool,
+    /// Several threads (and processes) may read one cache at once.
+    pub concurrent_readers: bool,
+    /// The dtypes tensor fields may have.
+    pub dtypes: Vec<DType>,
+    /// Largest tensor rank, if limited.
+    pub max_rank: Option<usize>,
+    /// Longest key in bytes, if limited.
+    pub max_key_bytes: Option<usize>,
+    /// Most tensor fields per sample, if limited.
+    pub max_fields: Option<usize>,
+}
+
+impl Capabilities {
+    /// A backend that can do everything, as a starting point for `..` struct updates.
+    pub fn everything() -> Capabilities {
+        Capabilities {
+            variable_shapes: true,
+            ragged: true,
+            nullable: true,
+            bytes_fields: true,
+            json_fields: true,
+            overwrite: true,
+            append_after_finalize: true,
+            resume: true,
+            checksums: true,
+            zero_copy_get: true,
+            concurrent_readers: true,
+            dtypes: DType::ALL.to_vec(),
+            max_rank: None,
+            max_key_bytes: None,
+            max_fields: None,
+        }
+    }
+
+    /// Checks that every field of `schema` is within these capabilities; otherwise returns
+    /// [`Error::Unsupported`] naming the field and the missing capability.
+    pub fn check_schema(&self, schema: &Schema, backend: &'static str) -> Result<()> {
+        if let Some(max) = self.max_fields
+            && schema.fields.len() > max
+        {
+            return Err(Error::unsupported(
+                backend,
+                format!("{} fields (at most {max})", schema.fields.len()),
+            ));
+        }
+        for field in &schema.fields {
+            let refuse = |what: String| {
+                Err(Error::unsupported(backend, format!("field {:?}: {what}", field.name)))
+            };
+            if field.nullable && !self.nullable {
+                return refuse("nullable fields".into());
+            }
+            match &field.kind {
+                FieldKind::Bytes if !self.bytes_fields => return refuse("bytes fields".into()),
+                FieldKind::Json { .. } if !self.json_fields => return refuse("JSON fields".into()),
+                FieldKind::Tensor { dtype, shape } => {
+                    if !self.dtypes.contains(dtype) {
+                        return refuse(format!("dtype {dtype}"));
+                    }
+                    match shape {
+                        ShapeRule::Max(_) if !self.variable_shapes => {
+                            return refuse("variable (max) shapes".into());
+                        }
+                        ShapeRule::RaggedLeading(_) | ShapeRule::Any if !self.ragged => {
+                            return refuse("ragged shapes".into());
+                        }
+                        _ => {}
+                    }
+                    if let (Some(max), Some(rank)) = (self.max_rank, shape.rank())
+                        && rank > max
+                    {
+                        return refuse(format!("rank {rank} (at most {max})"));
+                    }
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks a key against [`Capabilities::max_key_bytes`] and rejects the empty key.
+    pub fn check_key(&self, key: &str, backend: &'static str) -> Result<()> {
+        if key.is_empty() {
+            return Err(Error::invalid("the empty string is not a valid key"));
+        }
+        if let Some(max) = self.max_key_bytes
+            && key.len() > max
+        {
+            return Err(Error::unsupported(
+                backend,
+                format!("key of {} bytes (at most {max})", key.len()),
+            ));
+        }
+        Ok(())
+    }
+}

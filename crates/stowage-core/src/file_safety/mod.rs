@@ -1,0 +1,1 @@
+//! Atomic replace, writer lock, checksummed log (filled in by the file-safety work).

@@ -1,0 +1,1 @@
+//! Cache keys and fingerprints (filled in by the fingerprints work).

@@ -1,0 +1,1 @@
+//! NUMPY_10 backend.
