@@ -1,1 +1,136 @@
-fn main() {}
+//! Project tasks for the stowage workspace, run as `cargo xtask <command>`.
+//!
+//! - `cargo xtask test`: checks and installs what the tests need, then runs every check the project
+//!   has (format, clippy, tests, docs), stopping at the first failure.
+//! - `cargo xtask bench`: runs the numpy10 benchmark and the Python peer, prints the comparison
+//!   table and records it in `docs/benchmarks.md`.
+
+mod bench;
+mod prerequisites;
+mod test;
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::{Command, ExitCode};
+
+const HELP: &str = "\
+cargo xtask <command> [flag]
+
+Commands:
+  test            Run every test of the project, stopping at the first failure:
+                    1. prerequisites: python3 with numpy and xxhash (installed with pip when
+                       missing), rustfmt and clippy (rustup component add when missing), the
+                       reference caches (required when CI is set)
+                    2. cargo fmt --all -- --check
+                    3. cargo clippy --workspace --all-targets -- -D warnings
+                    4. cargo test --workspace   (STOWAGE_REQUIRE_PYTHON=1; STOWAGE_REQUIRE_REFERENCE=1
+                       when CI is set or the reference caches exist)
+                    5. cargo doc --workspace --no-deps   (RUSTDOCFLAGS=\"-D warnings\")
+    --quick       only the prerequisites and step 4
+
+  bench           Run the numpy10 benchmark and print the comparison table:
+                    cargo bench -p stowage-npy --bench numpy10 -- --noplot
+                    python3 xtask/py/numpy10_peer.py <bench data dir>
+                  then write the table, the machine and the command to docs/benchmarks.md.
+    --report-only do not run the benchmark; report the last criterion results
+                  (the Python peer still runs when the bench data exists)
+
+  help, --help, -h  Print this text.
+
+Environment:
+  STOWAGE_REFERENCE_DIR  reference caches (default: <workspace>/../shared/reference); passed to
+                         the tests as an absolute path
+  CI                     when set, missing reference caches are a failure
+  CARGO_TARGET_DIR       build directory (default: <workspace>/target); the bench data goes to
+                         <target>/bench-data and criterion's output to <target>/criterion
+                         (or $CRITERION_HOME)
+";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        None | Some("help" | "--help" | "-h") => {
+            print!("{HELP}");
+            return ExitCode::SUCCESS;
+        }
+        Some("test") => parse_flag(&args[1..], "--quick").and_then(test::run),
+        Some("bench") => parse_flag(&args[1..], "--report-only").and_then(bench::run),
+        Some(other) => Err(format!("unknown command `{other}`; run `cargo xtask --help`")),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("xtask: error: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Accepts no argument or exactly `flag`; returns whether `flag` was given.
+fn parse_flag(rest: &[String], flag: &str) -> Result<bool, String> {
+    match rest {
+        [] => Ok(false),
+        [only] if only == flag => Ok(true),
+        _ => Err(format!(
+            "unexpected argument(s) `{}`; the only flag here is `{flag}` (see `cargo xtask --help`)",
+            rest.join(" ")
+        )),
+    }
+}
+
+/// The workspace root: the parent of this crate's directory.
+fn workspace_root() -> PathBuf {
+    let manifest_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    manifest_dir.parent().map(PathBuf::from).unwrap_or(manifest_dir)
+}
+
+/// The cargo directory for build output: `$CARGO_TARGET_DIR` or `<workspace>/target`.
+fn target_dir() -> PathBuf {
+    let root = workspace_root();
+    match std::env::var_os("CARGO_TARGET_DIR").filter(|value| !value.is_empty()) {
+        Some(dir) => root.join(dir),
+        None => root.join("target"),
+    }
+}
+
+/// A `cargo` command run from the workspace root, using the cargo that started xtask.
+fn cargo() -> Command {
+    let program = std::env::var_os("CARGO").unwrap_or_else(|| OsString::from("cargo"));
+    let mut command = Command::new(program);
+    command.current_dir(workspace_root());
+    command
+}
+
+/// Whether this is a CI run: `CI` is set to anything but an empty string, `0` or `false`.
+fn is_ci() -> bool {
+    std::env::var("CI").is_ok_and(|value| !matches!(value.trim(), "" | "0" | "false" | "FALSE"))
+}
+
+/// A command line as the user would type it, for messages.
+fn display_command(command: &Command) -> String {
+    let mut words = vec![command.get_program().to_string_lossy().into_owned()];
+    words.extend(command.get_args().map(|arg| arg.to_string_lossy().into_owned()));
+    if words[0].ends_with("/cargo") {
+        words[0] = "cargo".to_owned();
+    }
+    words.join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parse_flag_accepts_nothing_or_the_flag() {
+        assert_eq!(parse_flag(&[], "--quick"), Ok(false));
+        assert_eq!(parse_flag(&["--quick".to_owned()], "--quick"), Ok(true));
+        assert!(parse_flag(&["--fast".to_owned()], "--quick").is_err());
+        assert!(parse_flag(&["--quick".to_owned(), "x".to_owned()], "--quick").is_err());
+    }
+
+    #[test]
+    fn workspace_root_holds_the_workspace_manifest() {
+        assert!(workspace_root().join("Cargo.toml").is_file());
+        assert!(workspace_root().join("xtask").is_dir());
+    }
+}

@@ -1,1 +1,2 @@
+//! The `stowage` command (being built).
 fn main() {}

@@ -84,6 +84,7 @@ pub enum OpenMode {
 /// `&mut self`; reads through `&self`, and a backend that declares
 /// [`Capabilities::concurrent_readers`] may be shared between threads for reading.
 /// Convenience methods (batches, `is_empty`) live in [`BackendExt`].
+#[allow(clippy::len_without_is_empty)] // `is_empty` is in `BackendExt`: the trait has no default bodies.
 pub trait Backend: Send + Sync {
     /// The backend's short name, as used in errors (`"npy"`).
     ///
@@ -136,7 +137,6 @@ pub trait Backend: Send + Sync {
     ///
     /// # Behavior
     /// - Equals `keys().len()`.
-    #[allow(clippy::len_without_is_empty)] // `is_empty` lives in `BackendExt`: no default bodies here.
     fn len(&self) -> usize;
 
     /// Every stored key, in insertion order of first put.

@@ -245,7 +245,7 @@ impl fmt::Display for DType {
 /// ```
 pub fn swap_to_little_endian(bytes: &mut [u8], dtype: DType) -> Result<()> {
     let size = dtype.item_size();
-    if bytes.len() % size != 0 {
+    if !bytes.len().is_multiple_of(size) {
         return Err(Error::invalid(format!(
             "{} bytes is not a whole number of {dtype} elements ({size} bytes each)",
             bytes.len()

@@ -1,1 +1,19 @@
-//! NUMPY_10 backend.
+#![doc = include_str!("../README.md")]
+#![deny(missing_docs)]
+
+mod backend;
+pub mod collection;
+mod column_writer;
+mod factory;
+pub mod index;
+pub mod layout;
+pub mod npy_header;
+mod options;
+pub mod record;
+mod validate;
+
+pub use backend::{BACKEND_NAME, NpyBackend, capabilities};
+pub use collection::{CollectionFile, read_hangar_record};
+pub use factory::NpyFactory;
+pub use options::NpyOptions;
+pub use record::Numpy10Record;

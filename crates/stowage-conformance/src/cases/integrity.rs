@@ -1,0 +1,182 @@
+//! Integrity: validate on clean caches, and corrupted copies (flipped bytes, truncated and deleted
+//! files) that must be reported and never returned as data; stray files that must be ignored.
+
+use super::{Written, build, check_all, open_read_only};
+use crate::check::ok;
+use crate::corrupt::{copy_tree, data_files, flip_byte, spread_offsets, truncate};
+use crate::generate::{basic_dtype, basic_schema, compare};
+use crate::{CaseContext, CaseResult, Outcome, ensure};
+use std::path::Path;
+use stowage_core::{Schema, ShapeRule, ValidationLevel};
+
+/// The schema the corruption cases use: the basic field plus a variable-shape one when declared.
+fn integrity_schema(ctx: &CaseContext<'_>) -> Schema {
+    let schema = basic_schema(ctx.caps());
+    if ctx.caps().variable_shapes {
+        schema.tensor("v", basic_dtype(ctx.caps()), ShapeRule::Max(vec![6, 5]))
+    } else {
+        schema
+    }
+}
+
+/// `validate` at both levels finds nothing on a clean cache, finalized or only flushed.
+pub fn validate_clean_cache_reports_no_problem(ctx: &CaseContext<'_>) -> CaseResult {
+    let schema = integrity_schema(ctx);
+    for finalize in [false, true] {
+        let (path, written) = build(ctx, &format!("c{finalize}"), &schema, 30, finalize)?;
+        let reader = open_read_only(ctx, &path)?;
+        for level in [ValidationLevel::Structure, ValidationLevel::Full] {
+            let report = ok("validate", reader.validate(level))?;
+            ensure!(
+                report.is_clean(),
+                "validate({level:?}) on a clean cache (finalized: {finalize}) reported: {:?}",
+                report.problems
+            );
+        }
+        check_all(&*reader, &written)?;
+    }
+    Ok(Outcome::Passed)
+}
+
+/// What one corrupted copy showed.
+struct Verdict {
+    /// Open, get or validate noticed something.
+    detected: bool,
+}
+
+/// Opens the corrupted copy at `path` and checks the two rules: `get` returns exactly the written
+/// sample or an error (never other bytes), and whenever `get` noticed something, so does
+/// `validate(Full)`.
+fn examine(
+    ctx: &CaseContext<'_>,
+    path: &Path,
+    written: &Written,
+    what: &str,
+) -> Result<Verdict, String> {
+    let reader = match ctx.factory.open(path, stowage_core::OpenMode::ReadOnly) {
+        Ok(r) => r,
+        Err(_) => return Ok(Verdict { detected: true }),
+    };
+    let mut get_noticed = None;
+    for (key, want) in written {
+        match reader.get(key) {
+            Ok(Some(got)) => compare(key, want, Some(&got))
+                .map_err(|e| format!("{what}: get returned wrong data instead of an error: {e}"))?,
+            Ok(None) => get_noticed = Some(format!("key {key:?} vanished")),
+            Err(e) => get_noticed = Some(e.to_string()),
+        }
+    }
+    let report = reader
+        .validate(ValidationLevel::Full)
+        .map_err(|e| format!("{what}: validate failed instead of reporting: {e}"))?;
+    if let Some(seen) = &get_noticed {
+        ensure!(
+            !report.is_clean(),
+            "{what}: get noticed ({seen}) but validate(Full) reported a clean cache"
+        );
+    }
+    Ok(Verdict { detected: get_noticed.is_some() || !report.is_clean() })
+}
+
+/// Builds the pristine cache for a corruption case, or explains why the case does not apply.
+fn pristine(
+    ctx: &CaseContext<'_>,
+) -> Result<Result<(std::path::PathBuf, Written), Outcome>, String> {
+    if !ctx.caps().checksums {
+        return Ok(Err(Outcome::Skipped(
+            "checksums not declared: corruption cannot be detected".into(),
+        )));
+    }
+    Ok(Ok(build(ctx, "pristine", &integrity_schema(ctx), 40, true)?))
+}
+
+/// Runs `corrupt` on a fresh copy of the pristine cache for each target file, and requires that
+/// every copy is detected when `must_detect_each`, or at least one copy per file otherwise.
+fn corruption_case(
+    ctx: &CaseContext<'_>,
+    label: &str,
+    variants: impl Fn(u64) -> Vec<u64>,
+    corrupt: impl Fn(&Path, u64) -> std::io::Result<()>,
+    must_detect_each: bool,
+) -> CaseResult {
+    let (path, written) = match pristine(ctx)? {
+        Ok(built) => built,
+        Err(skip) => return Ok(skip),
+    };
+    let files = data_files(&path).map_err(|e| format!("listing {}: {e}", path.display()))?;
+    ensure!(!files.is_empty(), "the finalized cache at {} holds no files", path.display());
+    let mut trial = 0;
+    for file in &files {
+        let relative = file.strip_prefix(&path).expect("under the cache");
+        let len = std::fs::metadata(file).map_err(|e| e.to_string())?.len();
+        let mut detected_any = false;
+        for arg in variants(len) {
+            trial += 1;
+            let copy = ctx.cache_path(&format!("trial{trial}"));
+            copy_tree(&path, &copy).map_err(|e| format!("copying the cache: {e}"))?;
+            corrupt(&copy.join(relative), arg)
+                .map_err(|e| format!("corrupting {}: {e}", relative.display()))?;
+            let what = format!("{label} {} at {arg}", relative.display());
+            let verdict = examine(ctx, &copy, &written, &what)?;
+            ensure!(
+                !must_detect_each || verdict.detected,
+                "{what}: not reported by open, get or validate(Full)"
+            );
+            detected_any |= verdict.detected;
+            let _ = std::fs::remove_dir_all(&copy);
+        }
+        ensure!(
+            detected_any,
+            "{label} {}: no corruption of this file was reported (tried {len}-byte file at spread offsets)",
+            relative.display()
+        );
+    }
+    Ok(Outcome::Passed)
+}
+
+/// A flipped byte in any file: `get` never returns other bytes, and for each file at least one of
+/// 16 spread flips is reported (flips in unused preallocated space may be harmless).
+pub fn flipped_byte_is_detected(ctx: &CaseContext<'_>) -> CaseResult {
+    corruption_case(ctx, "byte flipped in", |len| spread_offsets(len, 16), flip_byte, false)
+}
+
+/// A file cut short (to half, and by one byte) is always reported; `get` never returns other bytes.
+pub fn truncated_file_is_detected(ctx: &CaseContext<'_>) -> CaseResult {
+    corruption_case(ctx, "truncated", |len| vec![len / 2, len - 1], truncate, true)
+}
+
+/// A deleted file is always reported; `get` never returns other bytes.
+pub fn deleted_file_is_detected(ctx: &CaseContext<'_>) -> CaseResult {
+    corruption_case(ctx, "deleted", |_| vec![0], |p, _| std::fs::remove_file(p), true)
+}
+
+/// Files the backend did not write (notes, editor droppings, unknown data-like names) in any of the
+/// cache's directories are ignored: same keys, same samples, clean validate.
+pub fn stray_files_are_ignored(ctx: &CaseContext<'_>) -> CaseResult {
+    let schema = integrity_schema(ctx);
+    let (path, written) = build(ctx, "c", &schema, 20, true)?;
+    let mut dirs = vec![path.clone()];
+    let mut i = 0;
+    while i < dirs.len() {
+        let entries = std::fs::read_dir(&dirs[i]).map_err(|e| e.to_string())?;
+        for entry in entries.flatten() {
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                dirs.push(entry.path());
+            }
+        }
+        i += 1;
+    }
+    for dir in &dirs {
+        for (name, content) in
+            [("notes.txt", &b"hello"[..]), (".DS_Store", b"\0\0\x01"), ("zz-stray.bin", b"junk")]
+        {
+            std::fs::write(dir.join(name), content).map_err(|e| e.to_string())?;
+        }
+        std::fs::create_dir_all(dir.join("stray-dir")).map_err(|e| e.to_string())?;
+    }
+    let reader = open_read_only(ctx, &path)?;
+    check_all(&*reader, &written)?;
+    let report = ok("validate", reader.validate(ValidationLevel::Full))?;
+    ensure!(report.is_clean(), "stray files made validate report: {:?}", report.problems);
+    Ok(Outcome::Passed)
+}

@@ -1,0 +1,214 @@
+//! The life of a cache: create, flush, reopen, finalize, resume, read-only handles, bad samples.
+
+use super::{build, check_all, open_read_only, put_generated};
+use crate::check::{expect_err, is_unsupported, ok};
+use crate::generate::{basic_dtype, basic_schema, sample_for};
+use crate::{CaseContext, CaseResult, Outcome, ensure};
+use stowage_core::{Error, OpenMode, Sample, Tensor, Value};
+
+/// Samples flushed but never finalized are read back by a read-only handle, with the same schema.
+pub fn reopen_after_flush_keeps_samples(ctx: &CaseContext<'_>) -> CaseResult {
+    let schema = basic_schema(ctx.caps());
+    let (path, written) = build(ctx, "c", &schema, 50, false)?;
+    let reader = open_read_only(ctx, &path)?;
+    ensure!(
+        reader.schema() == &schema,
+        "schema after reopen differs: {:?} != {schema:?}",
+        reader.schema()
+    );
+    ensure!(!reader.is_finalized(), "a cache that was only flushed reports is_finalized()");
+    check_all(&*reader, &written)?;
+    Ok(Outcome::Passed)
+}
+
+/// A finalized cache reopens complete, with the same schema and samples.
+pub fn reopen_after_finalize_keeps_samples(ctx: &CaseContext<'_>) -> CaseResult {
+    let schema = basic_schema(ctx.caps());
+    let (path, written) = build(ctx, "c", &schema, 50, true)?;
+    let reader = open_read_only(ctx, &path)?;
+    ensure!(
+        reader.schema() == &schema,
+        "schema after reopen differs: {:?} != {schema:?}",
+        reader.schema()
+    );
+    ensure!(reader.is_finalized(), "a finalized cache does not report is_finalized() after reopen");
+    check_all(&*reader, &written)?;
+    Ok(Outcome::Passed)
+}
+
+/// `put` after `finalize` is `Error::Finalized` on the same handle; reopened in append mode it works
+/// iff `append_after_finalize` is declared.
+pub fn put_after_finalize_is_rejected(ctx: &CaseContext<'_>) -> CaseResult {
+    let schema = basic_schema(ctx.caps());
+    let path = ctx.cache_path("c");
+    let mut cache = ok("create", ctx.factory.create(&path, &schema))?;
+    let mut written = put_generated(&mut *cache, &schema, 0..3)?;
+    ok("finalize", cache.finalize())?;
+    ensure!(cache.is_finalized(), "is_finalized() is false right after finalize()");
+    let finalized = |e: &Error| matches!(e, Error::Finalized { .. });
+    expect_err(
+        "put after finalize",
+        "Error::Finalized",
+        cache.put("late", &sample_for(&schema, 9)),
+        finalized,
+    )?;
+    drop(cache);
+
+    let mut appender =
+        ok("open a finalized cache in append mode", ctx.factory.open(&path, OpenMode::Append))?;
+    if ctx.caps().append_after_finalize {
+        written.extend(put_generated(&mut *appender, &schema, 3..6)?);
+        ok("finalize again", appender.finalize())?;
+    } else {
+        expect_err(
+            "put on a finalized cache reopened in append mode (append_after_finalize not declared)",
+            "Error::Finalized",
+            appender.put("late", &sample_for(&schema, 9)),
+            finalized,
+        )?;
+    }
+    drop(appender);
+    check_all(&*open_read_only(ctx, &path)?, &written)?;
+    Ok(Outcome::Passed)
+}
+
+/// Samples that break the schema are refused with `Error::SchemaMismatch` and leave no trace, even
+/// after flush and reopen.
+pub fn schema_violation_writes_nothing(ctx: &CaseContext<'_>) -> CaseResult {
+    let schema = basic_schema(ctx.caps());
+    let d = basic_dtype(ctx.caps());
+    let other = if d == stowage_core::DType::F64 {
+        stowage_core::DType::U8
+    } else {
+        stowage_core::DType::F64
+    };
+    let zeros = |dtype, dims: &[usize]| Value::Tensor(Tensor::zeros(dtype, dims).expect("small"));
+    let bad: Vec<(&str, Sample)> = vec![
+        ("wrong shape", Sample::new().with("x", zeros(d, &[3, 4]))),
+        ("wrong rank", Sample::new().with("x", zeros(d, &[12]))),
+        ("wrong dtype", Sample::new().with("x", zeros(other, &[4, 3]))),
+        ("missing field", Sample::new()),
+        ("unknown field", sample_for(&schema, 0).with("extra", zeros(d, &[1]))),
+        ("bytes instead of tensor", Sample::new().with("x", Value::Bytes(vec![0u8; 48].into()))),
+        ("null in a non-nullable field", Sample::new().with("x", Value::Null)),
+    ];
+    let path = ctx.cache_path("c");
+    let mut cache = ok("create", ctx.factory.create(&path, &schema))?;
+    let good = sample_for(&schema, 1);
+    ok("put good", cache.put("good", &good))?;
+    for (what, sample) in &bad {
+        expect_err(
+            &format!("put of a sample with {what}"),
+            "Error::SchemaMismatch",
+            cache.put(what, sample),
+            |e| matches!(e, Error::SchemaMismatch { .. }),
+        )?;
+        ensure!(ok("get", cache.get(what))?.is_none(), "{what}: the refused sample is readable");
+    }
+    ensure!(
+        cache.len() == 1,
+        "len() is {} after 1 good and {} refused puts",
+        cache.len(),
+        bad.len()
+    );
+    ok("finalize", cache.finalize())?;
+    drop(cache);
+    check_all(&*open_read_only(ctx, &path)?, &vec![("good".to_string(), good)])?;
+    Ok(Outcome::Passed)
+}
+
+/// A read-only handle refuses `put`, `flush` and `finalize` with `Error::Unsupported`.
+pub fn read_only_handle_rejects_writes(ctx: &CaseContext<'_>) -> CaseResult {
+    let schema = basic_schema(ctx.caps());
+    for finalize in [false, true] {
+        let (path, written) = build(ctx, &format!("c{finalize}"), &schema, 3, finalize)?;
+        let mut reader = open_read_only(ctx, &path)?;
+        expect_err(
+            "put on a read-only handle",
+            "Error::Unsupported",
+            reader.put("x", &sample_for(&schema, 5)),
+            is_unsupported,
+        )?;
+        expect_err(
+            "flush on a read-only handle",
+            "Error::Unsupported",
+            reader.flush(),
+            is_unsupported,
+        )?;
+        expect_err(
+            "finalize on a read-only handle",
+            "Error::Unsupported",
+            reader.finalize(),
+            is_unsupported,
+        )?;
+        check_all(&*reader, &written)?;
+    }
+    Ok(Outcome::Passed)
+}
+
+/// `create` where a cache already exists is `Error::AlreadyExists`, and the old cache is untouched.
+pub fn create_over_existing_cache_is_rejected(ctx: &CaseContext<'_>) -> CaseResult {
+    let schema = basic_schema(ctx.caps());
+    for finalize in [false, true] {
+        let (path, written) = build(ctx, &format!("c{finalize}"), &schema, 3, finalize)?;
+        expect_err(
+            "create over an existing cache",
+            "Error::AlreadyExists",
+            ctx.factory.create(&path, &schema).map(|_| ()),
+            |e| matches!(e, Error::AlreadyExists { .. }),
+        )?;
+        check_all(&*open_read_only(ctx, &path)?, &written)?;
+    }
+    Ok(Outcome::Passed)
+}
+
+/// Opening a directory that holds no cache is `Error::NotFound`, in both modes.
+pub fn open_missing_cache_is_not_found(ctx: &CaseContext<'_>) -> CaseResult {
+    let empty = ctx.cache_path("empty");
+    ok("mkdir", std::fs::create_dir_all(&empty).map_err(|e| Error::io(&empty, e)))?;
+    for path in [ctx.cache_path("absent"), empty] {
+        for mode in [OpenMode::ReadOnly, OpenMode::Append] {
+            expect_err(
+                &format!("open {} ({mode:?})", path.display()),
+                "Error::NotFound",
+                ctx.factory.open(&path, mode).map(|_| ()),
+                |e| matches!(e, Error::NotFound { .. }),
+            )?;
+        }
+    }
+    Ok(Outcome::Passed)
+}
+
+/// An unfinished cache (flushed, handle dropped) reopened in append mode keeps its samples and takes
+/// more iff `resume` is declared; otherwise the reopened handle's `put` is `Error::Unsupported`.
+pub fn resume_follows_capability(ctx: &CaseContext<'_>) -> CaseResult {
+    let schema = basic_schema(ctx.caps());
+    let (path, mut written) = build(ctx, "c", &schema, 20, false)?;
+    let opened = ctx.factory.open(&path, OpenMode::Append);
+    if !ctx.caps().resume {
+        match opened {
+            Err(e) if is_unsupported(&e) => return Ok(Outcome::Passed),
+            Err(e) => {
+                return Err(format!(
+                    "append-open of an unfinished cache without resume: expected Error::Unsupported, got {e}"
+                ));
+            }
+            Ok(mut cache) => {
+                expect_err(
+                    "put on a resumed cache (resume not declared)",
+                    "Error::Unsupported",
+                    cache.put("x", &sample_for(&schema, 99)),
+                    is_unsupported,
+                )?;
+                return Ok(Outcome::Passed);
+            }
+        }
+    }
+    let mut cache = ok("append-open an unfinished cache", opened)?;
+    check_all(&*cache, &written)?;
+    written.extend(put_generated(&mut *cache, &schema, 20..40)?);
+    ok("finalize", cache.finalize())?;
+    drop(cache);
+    check_all(&*open_read_only(ctx, &path)?, &written)?;
+    Ok(Outcome::Passed)
+}

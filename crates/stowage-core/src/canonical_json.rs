@@ -1,1 +1,0 @@
-//! Python-compatible canonical JSON (filled in by the fingerprints work).

@@ -1,1 +1,0 @@
-//! Cache keys and fingerprints (filled in by the fingerprints work).

@@ -1,0 +1,510 @@
+//! `NpyBackend`: the [`Backend`] over a NUMPY_10 cache directory.
+
+use crate::collection::CollectionFile;
+use crate::column_writer::ColumnWriter;
+use crate::index::{KeyIndex, encode_entry, encode_finalize};
+use crate::layout::{CacheMetadata, CommitMarker, FORMAT_NAME, FORMAT_VERSION, Layout};
+use crate::npy_header::storage_descr;
+use crate::record::Numpy10Record;
+use crate::{NpyOptions, validate};
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::RwLock;
+use stowage_core::file_safety::{AppendLog, WriterLock, atomic_write, fsync_dir};
+use stowage_core::{
+    Backend, Capabilities, DType, Error, FieldKind, IoResultExt, OpenMode, Result, Sample, Schema,
+    ShapeRule, Tensor, ValidationLevel, ValidationReport, Value,
+};
+
+/// The backend's name in errors and capability reports.
+pub const BACKEND_NAME: &str = "npy";
+
+/// What a NUMPY_10 cache can do.
+///
+/// Fixed and variable (max) shape tensor fields of any dtype (bfloat16 is stored as `<u2` with the
+/// real dtype in `stowage.json`), rank <= 31 as hangar allows; no ragged, nullable, bytes or JSON
+/// fields, which the format has no place for.
+pub fn capabilities() -> Capabilities {
+    Capabilities {
+        variable_shapes: true,
+        ragged: false,
+        nullable: false,
+        bytes_fields: false,
+        json_fields: false,
+        overwrite: true,
+        append_after_finalize: false,
+        resume: true,
+        checksums: true,
+        zero_copy_get: true,
+        concurrent_readers: true,
+        dtypes: DType::ALL.to_vec(),
+        max_rank: Some(31),
+        max_key_bytes: None,
+        max_fields: None,
+    }
+}
+
+/// The writing half of a handle: the lock, the log and one column writer per field.
+struct Writer {
+    _lock: WriterLock,
+    log: AppendLog,
+    columns: Vec<ColumnWriter>,
+    /// Log entries of puts since the last flush; appended only after their data is durable.
+    pending: Vec<Vec<u8>>,
+    /// Set when a write or fsync failed: what reached the disk is unknown, so refuse more writes.
+    poisoned: Option<String>,
+}
+
+/// A NUMPY_10 cache: `.npy` collection files addressed by `10:uid:xxh64:idx:shape` records, with a
+/// crash-safe key -> record log.
+///
+/// ```
+/// use stowage_core::{Backend, DType, Sample, Schema, ShapeRule, Tensor};
+/// use stowage_npy::{NpyBackend, NpyOptions};
+///
+/// let dir = tempfile::tempdir()?;
+/// let schema = Schema::new().tensor("x", DType::F32, ShapeRule::Fixed(vec![3]));
+/// let mut cache = NpyBackend::create(dir.path(), &schema, NpyOptions::default())?;
+/// cache.put("a", &Sample::new().with("x", Tensor::from_slice(&[3], &[1f32, 2., 3.])?))?;
+/// cache.finalize()?;
+/// drop(cache);
+///
+/// let reader = NpyBackend::open_read_only(dir.path(), NpyOptions::default())?;
+/// let got = reader.get("a")?.unwrap();
+/// assert_eq!(got.tensor("x").unwrap().to_vec::<f32>()?, [1., 2., 3.]);
+/// assert!(reader.record("a", "x").unwrap().to_string().starts_with("10:"));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct NpyBackend {
+    layout: Layout,
+    meta: CacheMetadata,
+    options: NpyOptions,
+    capabilities: Capabilities,
+    index: KeyIndex,
+    finalized: bool,
+    writer: Option<Writer>,
+    /// Collection files opened so far, shared by reader threads.
+    files: RwLock<HashMap<String, CollectionFile>>,
+}
+
+impl NpyBackend {
+    /// Creates an empty cache in `dir` (created if missing) and returns a writer.
+    ///
+    /// Errors: `Unsupported` for a schema outside [`capabilities`]; `AlreadyExists` when `dir`
+    /// holds a cache; `Locked` when another writer holds `dir`; `Io` naming the path.
+    pub fn create(
+        dir: impl AsRef<Path>,
+        schema: &Schema,
+        options: NpyOptions,
+    ) -> Result<NpyBackend> {
+        let layout = Layout::new(dir.as_ref());
+        let capabilities = capabilities();
+        capabilities.check_schema(schema, BACKEND_NAME)?;
+        if options.collection_size == 0 {
+            return Err(Error::invalid("NpyOptions::collection_size must be at least 1"));
+        }
+        if layout.metadata().exists() {
+            return Err(Error::AlreadyExists { path: layout.metadata() });
+        }
+        std::fs::create_dir_all(layout.root()).at(layout.root())?;
+        let lock = WriterLock::acquire(layout.root())?;
+        if layout.metadata().exists() {
+            return Err(Error::AlreadyExists { path: layout.metadata() });
+        }
+        for dir in [layout.data_dir(), layout.stage_dir(), layout.store_dir()] {
+            std::fs::create_dir_all(&dir).at(&dir)?;
+        }
+        // A log left by a create that crashed before stowage.json was written belongs to no cache.
+        match std::fs::remove_file(layout.records_log()) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(Error::io(layout.records_log(), e));
+            }
+            _ => {}
+        }
+        let (mut log, _) = AppendLog::open(layout.records_log(), true)?;
+        log.sync()?;
+        let meta = CacheMetadata {
+            format: FORMAT_NAME.into(),
+            format_version: FORMAT_VERSION,
+            schema: schema.clone(),
+            collection_size: options.collection_size,
+        };
+        let text = serde_json::to_vec_pretty(&meta).expect("metadata serializes");
+        // Written last: its presence is what makes the directory a cache.
+        atomic_write(layout.metadata(), &text)?;
+        fsync_dir(layout.root().parent().unwrap_or(Path::new(".")))?;
+        let columns = column_writers(&meta)?;
+        Ok(NpyBackend {
+            layout,
+            meta,
+            options,
+            capabilities,
+            index: KeyIndex::default(),
+            finalized: false,
+            writer: Some(Writer { _lock: lock, log, columns, pending: Vec::new(), poisoned: None }),
+            files: RwLock::new(HashMap::new()),
+        })
+    }
+
+    /// Opens an existing cache read-only: no lock is taken and a writer is never blocked. An
+    /// unfinished cache shows the samples of every completed flush.
+    ///
+    /// Errors: `NotFound` when `dir` holds no cache; `Corrupted` when the record log is damaged
+    /// before its end, or a finalized cache's log does not hold what `_COMPLETE` says.
+    pub fn open_read_only(dir: impl AsRef<Path>, options: NpyOptions) -> Result<NpyBackend> {
+        let layout = Layout::new(dir.as_ref());
+        let meta = CacheMetadata::read(&layout.metadata())?;
+        let recovered = AppendLog::read_all(layout.records_log())?;
+        Self::assemble(layout, meta, options, recovered.records, recovered.damage, None)
+    }
+
+    /// Opens an existing cache for writing: takes the writer lock, cuts off a torn log tail left
+    /// by a crash and resumes an unfinished cache. On a finalized cache `put` returns
+    /// `Error::Finalized`.
+    pub fn open_append(dir: impl AsRef<Path>, options: NpyOptions) -> Result<NpyBackend> {
+        let layout = Layout::new(dir.as_ref());
+        let meta = CacheMetadata::read(&layout.metadata())?;
+        let lock = WriterLock::acquire(layout.root())?;
+        // Inspect before AppendLog::open truncates: mid-log damage must not be silently cut away.
+        let scanned = AppendLog::read_all(layout.records_log())?;
+        if let Some(damage) = scanned.damage.as_ref().filter(|d| d.is_mid_log()) {
+            return Err(Error::corrupted(layout.records_log(), damage.to_string()));
+        }
+        let (log, recovered) = AppendLog::open(layout.records_log(), false)?;
+        let columns = column_writers(&meta)?;
+        let writer = Writer { _lock: lock, log, columns, pending: Vec::new(), poisoned: None };
+        Self::assemble(layout, meta, options, recovered.records, None, Some(writer))
+    }
+
+    fn assemble(
+        layout: Layout,
+        meta: CacheMetadata,
+        options: NpyOptions,
+        records: Vec<Vec<u8>>,
+        damage: Option<stowage_core::file_safety::Damage>,
+        writer: Option<Writer>,
+    ) -> Result<NpyBackend> {
+        if let Some(damage) = damage.filter(|d| d.is_mid_log()) {
+            return Err(Error::corrupted(layout.records_log(), damage.to_string()));
+        }
+        let index = KeyIndex::from_log(&records, meta.schema.fields.len(), &layout.records_log())?;
+        // _COMPLETE must describe exactly the log it was written after (it is written last).
+        if let Some(commit) = CommitMarker::read(&layout.complete_marker())?
+            && (!index.is_finalized() || commit.log_records != records.len() as u64)
+        {
+            return Err(Error::corrupted(
+                layout.records_log(),
+                format!(
+                    "_COMPLETE says the finalized log holds {} records, it holds {} (finalize record present: {})",
+                    commit.log_records,
+                    records.len(),
+                    index.is_finalized()
+                ),
+            ));
+        }
+        let backend = NpyBackend {
+            layout,
+            meta,
+            options,
+            capabilities: capabilities(),
+            finalized: index.is_finalized(),
+            index,
+            writer,
+            files: RwLock::new(HashMap::new()),
+        };
+        if backend.finalized
+            && backend.writer.is_some()
+            && !backend.layout.complete_marker().exists()
+        {
+            // A crash between the finalize record and _COMPLETE: roll the finalize forward.
+            backend.write_markers()?;
+        }
+        Ok(backend)
+    }
+
+    /// The record string of `field` for `key`, exactly as hangar's record database would store it.
+    pub fn record(&self, key: &str, field: &str) -> Option<&Numpy10Record> {
+        let position = self.meta.schema.fields.iter().position(|f| f.name == field)?;
+        self.index.get(key).map(|records| &records[position])
+    }
+
+    /// The cache's directory layout.
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// The options this handle was opened with.
+    pub fn options(&self) -> &NpyOptions {
+        &self.options
+    }
+
+    /// Every `(key, records)`, in first-put order.
+    pub fn records(&self) -> impl Iterator<Item = (&str, &[Numpy10Record])> {
+        self.index.iter()
+    }
+
+    /// The collection file `uid`, opened (and its header checked against `dtype` / `slot_shape`)
+    /// on first use and shared afterwards.
+    pub(crate) fn collection(&self, uid: &str, field: usize) -> Result<CollectionFile> {
+        if let Some(file) = self.files.read().expect("lock poisoned").get(uid) {
+            return Ok(file.clone());
+        }
+        let path = self.layout.data_file(uid);
+        let file = CollectionFile::open(&path)?;
+        let (dtype, slot_shape) = slot_of(&self.meta.schema, field);
+        let header = file.header();
+        if header.descr.trim_start_matches(['<', '|', '='])
+            != storage_descr(dtype).trim_start_matches(['<', '|'])
+            || file.slot_shape() != slot_shape.as_slice()
+            || file.rows() != self.meta.collection_size
+        {
+            return Err(Error::corrupted(
+                &path,
+                format!(
+                    "header says {} {}, field {:?} needs {} ({}) slots {} in {} rows",
+                    header.descr,
+                    stowage_core::shape::display(&header.shape),
+                    self.meta.schema.fields[field].name,
+                    storage_descr(dtype),
+                    dtype,
+                    stowage_core::shape::display(&slot_shape),
+                    self.meta.collection_size
+                ),
+            ));
+        }
+        self.files.write().expect("lock poisoned").insert(uid.to_owned(), file.clone());
+        Ok(file)
+    }
+
+    /// Reads one field of a sample from its record.
+    pub(crate) fn read_field(
+        &self,
+        field: usize,
+        record: &Numpy10Record,
+        verify: bool,
+    ) -> Result<Tensor> {
+        let file = self.collection(&record.uid, field)?;
+        let tensor = file.read_record(record, verify)?;
+        let (dtype, _) = slot_of(&self.meta.schema, field);
+        if dtype == DType::BF16 {
+            // Stored as <u2 (numpy has no bfloat16); same bytes, real dtype from stowage.json.
+            let bytes = tensor.to_shared_bytes();
+            return if tensor.is_zero_copy() {
+                Tensor::shared(DType::BF16, tensor.shape().to_vec(), bytes)
+            } else {
+                Tensor::new(DType::BF16, tensor.shape().to_vec(), bytes)
+            };
+        }
+        Ok(tensor)
+    }
+
+    fn writer(&mut self) -> Result<&mut Writer> {
+        let path = self.layout.root().to_path_buf();
+        let writer = self.writer.as_mut().ok_or_else(|| {
+            Error::unsupported(
+                BACKEND_NAME,
+                format!("writing through a read-only handle of {}", path.display()),
+            )
+        })?;
+        if let Some(why) = &writer.poisoned {
+            return Err(Error::Backend {
+                backend: BACKEND_NAME,
+                source: format!(
+                    "handle of {} refuses writes after an earlier failure: {why}; reopen it",
+                    path.display()
+                )
+                .into(),
+            });
+        }
+        Ok(writer)
+    }
+
+    pub(crate) fn metadata(&self) -> &CacheMetadata {
+        &self.meta
+    }
+
+    fn poison<T>(&mut self, result: Result<T>) -> Result<T> {
+        if let (Err(e), Some(writer)) = (&result, self.writer.as_mut()) {
+            writer.poisoned = Some(e.to_string());
+        }
+        result
+    }
+}
+
+/// The dtype and slot shape of field `field` (a tensor field: the capabilities allow nothing else).
+fn slot_of(schema: &Schema, field: usize) -> (DType, Vec<usize>) {
+    match &schema.fields[field].kind {
+        FieldKind::Tensor { dtype, shape: ShapeRule::Fixed(dims) | ShapeRule::Max(dims) } => {
+            (*dtype, dims.clone())
+        }
+        other => unreachable!("check_schema admits only fixed or max tensor fields, got {other:?}"),
+    }
+}
+
+fn column_writers(meta: &CacheMetadata) -> Result<Vec<ColumnWriter>> {
+    (0..meta.schema.fields.len())
+        .map(|i| {
+            let (dtype, slot) = slot_of(&meta.schema, i);
+            ColumnWriter::new(dtype, slot, meta.collection_size)
+        })
+        .collect()
+}
+
+impl Backend for NpyBackend {
+    fn name(&self) -> &'static str {
+        BACKEND_NAME
+    }
+
+    fn capabilities(&self) -> &Capabilities {
+        &self.capabilities
+    }
+
+    fn schema(&self) -> &Schema {
+        &self.meta.schema
+    }
+
+    fn path(&self) -> &Path {
+        self.layout.root()
+    }
+
+    fn put(&mut self, key: &str, sample: &Sample) -> Result<()> {
+        self.writer()?;
+        if self.finalized {
+            return Err(Error::Finalized { path: self.layout.root().to_path_buf() });
+        }
+        self.capabilities.check_key(key, BACKEND_NAME)?;
+        self.meta.schema.validate(sample)?;
+        let layout = self.layout.clone();
+        let names: Vec<String> = self.meta.schema.fields.iter().map(|f| f.name.clone()).collect();
+        let writer = self.writer.as_mut().expect("checked above");
+        let mut records = Vec::with_capacity(names.len());
+        let mut result = Ok(());
+        for (column, name) in writer.columns.iter_mut().zip(&names) {
+            let Some(Value::Tensor(tensor)) = sample.get(name) else {
+                unreachable!("validated: every field is a non-null tensor");
+            };
+            match column.write(&layout, tensor) {
+                Ok(record) => records.push(record),
+                Err(e) => {
+                    result = Err(e);
+                    break;
+                }
+            }
+        }
+        self.poison(result)?;
+        let writer = self.writer.as_mut().expect("checked above");
+        writer.pending.push(encode_entry(key, &records));
+        self.index.insert(key.to_owned(), records);
+        Ok(())
+    }
+
+    fn get(&self, key: &str) -> Result<Option<Sample>> {
+        let Some(records) = self.index.get(key) else { return Ok(None) };
+        let mut sample = Sample::new();
+        for (i, (field, record)) in self.meta.schema.fields.iter().zip(records).enumerate() {
+            let tensor =
+                self.read_field(i, record, self.options.verify_checksums).map_err(|e| match e {
+                    Error::Corrupted { path, detail } => Error::Corrupted {
+                        path,
+                        detail: format!("key {key:?} field {:?}: {detail}", field.name),
+                    },
+                    other => other,
+                })?;
+            sample.insert(field.name.clone(), Value::Tensor(tensor));
+        }
+        Ok(Some(sample))
+    }
+
+    fn contains(&self, key: &str) -> Result<bool> {
+        Ok(self.index.get(key).is_some())
+    }
+
+    fn len(&self) -> usize {
+        self.index.len()
+    }
+
+    fn keys(&self) -> Result<Vec<String>> {
+        Ok(self.index.keys().to_vec())
+    }
+
+    fn flush(&mut self) -> Result<()> {
+        let layout = self.layout.clone();
+        let writer = self.writer()?;
+        let mut sync = || -> Result<()> {
+            for column in &mut writer.columns {
+                column.sync(&layout)?;
+            }
+            for entry in writer.pending.drain(..) {
+                writer.log.append(&entry)?;
+            }
+            writer.log.sync()
+        };
+        let result = sync();
+        self.poison(result)
+    }
+
+    fn finalize(&mut self) -> Result<()> {
+        self.writer()?;
+        if self.finalized {
+            return Ok(());
+        }
+        self.flush()?;
+        let result = self.commit();
+        self.poison(result)?;
+        self.finalized = true;
+        Ok(())
+    }
+
+    fn is_finalized(&self) -> bool {
+        self.finalized
+    }
+
+    fn validate(&self, level: ValidationLevel) -> Result<ValidationReport> {
+        validate::validate(self, level)
+    }
+}
+
+impl NpyBackend {
+    /// The commit: the finalize record in the log (the commit point), then the markers.
+    fn commit(&mut self) -> Result<()> {
+        let keys = self.index.len() as u64;
+        let writer = self.writer.as_mut().expect("finalize goes through a writer");
+        writer.log.append(&encode_finalize(keys))?;
+        writer.log.sync()?;
+        self.write_markers()
+    }
+
+    /// hangar's commit (a `store_data` marker for every data file, staging markers cleared), then
+    /// `_COMPLETE`, written atomically and last. Idempotent, so an interrupted finalize is rolled
+    /// forward by the next writer.
+    fn write_markers(&self) -> Result<()> {
+        let layout = &self.layout;
+        let mut uids: Vec<&str> =
+            self.index.iter().flat_map(|(_, r)| r.iter().map(|r| r.uid.as_str())).collect();
+        uids.sort_unstable();
+        uids.dedup();
+        for uid in &uids {
+            let marker = layout.store_dir().join(format!("{uid}.npy"));
+            std::fs::File::create(&marker).at(&marker)?;
+        }
+        fsync_dir(layout.store_dir())?;
+        for entry in std::fs::read_dir(layout.stage_dir()).at(layout.stage_dir())? {
+            let path = entry.at(layout.stage_dir())?.path();
+            if path.extension().is_some_and(|e| e == "npy") {
+                std::fs::remove_file(&path).at(&path)?;
+            }
+        }
+        fsync_dir(layout.stage_dir())?;
+        let writer = self.writer.as_ref().expect("markers are written by a writer");
+        let marker = CommitMarker { log_records: writer.log.len(), keys: self.index.len() as u64 };
+        atomic_write(layout.complete_marker(), &serde_json::to_vec(&marker).expect("serializes"))
+    }
+
+    /// Opens with `mode`.
+    pub fn open(dir: impl AsRef<Path>, mode: OpenMode, options: NpyOptions) -> Result<NpyBackend> {
+        match mode {
+            OpenMode::ReadOnly => Self::open_read_only(dir, options),
+            OpenMode::Append => Self::open_append(dir, options),
+        }
+    }
+}

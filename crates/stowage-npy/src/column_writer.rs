@@ -1,0 +1,184 @@
+//! Writing one field's samples into collection files: slot allocation, file rotation, and the
+//! fsync ordering that makes a flush durable.
+
+use crate::layout::Layout;
+use crate::npy_header::write_header;
+use crate::record::{Numpy10Record, new_uid, xxh64};
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::FileExt;
+use stowage_core::file_safety::fsync_dir;
+use stowage_core::{DType, Error, IoResultExt, Result, Tensor, shape};
+
+/// The collection file a column is currently filling.
+struct OpenCollection {
+    uid: String,
+    file: File,
+    data_offset: u64,
+    next_slot: usize,
+    /// Written (header or samples) since the last sync.
+    dirty: bool,
+}
+
+/// Appends one field's samples to its collection files (a new file per writer session, then one
+/// every `collection_size` samples, as hangar does), writing each sample into the leading corner of
+/// its zero-filled slot.
+pub struct ColumnWriter {
+    dtype: DType,
+    slot_shape: Vec<usize>,
+    slot_bytes: usize,
+    collection_size: usize,
+    current: Option<OpenCollection>,
+    /// Filled files retired since the last sync that still have unsynced writes.
+    unsynced: Vec<File>,
+    /// A file was created since the last sync, so its directory entry needs an fsync too.
+    created_files: bool,
+}
+
+impl ColumnWriter {
+    /// A writer for a field of `dtype` whose slots have `slot_shape` (the schema's fixed or max shape).
+    pub fn new(
+        dtype: DType,
+        slot_shape: Vec<usize>,
+        collection_size: usize,
+    ) -> Result<ColumnWriter> {
+        let slot_bytes = shape::byte_count(&slot_shape, dtype.item_size())?;
+        Ok(ColumnWriter {
+            dtype,
+            slot_shape,
+            slot_bytes,
+            collection_size,
+            current: None,
+            unsynced: Vec::new(),
+            created_files: false,
+        })
+    }
+
+    /// Writes `tensor` into the next free slot and returns its record. The bytes reach the OS at
+    /// once (so `get` on this handle sees them) but are durable only after [`ColumnWriter::sync`].
+    pub fn write(&mut self, layout: &Layout, tensor: &Tensor) -> Result<Numpy10Record> {
+        if self.current.as_ref().is_none_or(|c| c.next_slot >= self.collection_size) {
+            self.start_file(layout)?;
+        }
+        let current = self.current.as_mut().expect("just ensured");
+        let slot = current.next_slot;
+        let offset = current.data_offset + (slot as u64) * (self.slot_bytes as u64);
+        let path = || layout.data_file(&current.uid);
+        if tensor.shape() == self.slot_shape.as_slice() {
+            current.file.write_all_at(tensor.bytes(), offset).at(path())?;
+        } else if !tensor.bytes().is_empty() {
+            let slot_image = corner_image(tensor, &self.slot_shape, self.slot_bytes);
+            current.file.write_all_at(&slot_image, offset).at(path())?;
+        }
+        current.next_slot += 1;
+        current.dirty = true;
+        Ok(Numpy10Record {
+            uid: current.uid.clone(),
+            checksum: xxh64(tensor.bytes()),
+            collection_index: slot as u64,
+            shape: tensor.shape().to_vec(),
+        })
+    }
+
+    /// Creates a new preallocated (sparse) collection file with its header and staging marker.
+    fn start_file(&mut self, layout: &Layout) -> Result<()> {
+        let mut rows_shape = vec![self.collection_size];
+        rows_shape.extend_from_slice(&self.slot_shape);
+        let header = write_header(self.dtype, &rows_shape);
+        let data_len = (self.collection_size as u64) * (self.slot_bytes as u64);
+        // uids are random; `create_new` turns the (unlikely) collision hangar ignores into a retry.
+        let (uid, mut file) = loop {
+            let uid = new_uid();
+            let path = layout.data_file(&uid);
+            match OpenOptions::new().read(true).write(true).create_new(true).open(&path) {
+                Ok(file) => break (uid, file),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(Error::io(path, e)),
+            }
+        };
+        let path = layout.data_file(&uid);
+        file.write_all(&header).at(&path)?;
+        file.set_len(header.len() as u64 + data_len).at(&path)?;
+        let marker = layout.stage_dir().join(format!("{uid}.npy"));
+        File::create(&marker).at(&marker)?;
+        self.created_files = true;
+        if let Some(previous) = self.current.take()
+            && previous.dirty
+        {
+            self.unsynced.push(previous.file);
+        }
+        // dirty: the header itself must be durable before any record points into the file.
+        let data_offset = header.len() as u64;
+        self.current = Some(OpenCollection { uid, file, data_offset, next_slot: 0, dirty: true });
+        Ok(())
+    }
+
+    /// fsyncs every file written since the last sync, and the directories of new files. After it
+    /// returns, every record this writer returned refers to durable bytes.
+    pub fn sync(&mut self, layout: &Layout) -> Result<()> {
+        // Data before directory entries before (in the caller) the log records that refer to both.
+        for file in &self.unsynced {
+            file.sync_data().at(layout.data_dir())?;
+        }
+        self.unsynced.clear();
+        if let Some(current) = self.current.as_mut().filter(|c| c.dirty) {
+            current.file.sync_data().at(layout.data_file(&current.uid))?;
+            current.dirty = false;
+        }
+        if std::mem::take(&mut self.created_files) {
+            fsync_dir(layout.data_dir())?;
+            fsync_dir(layout.stage_dir())?;
+        }
+        Ok(())
+    }
+}
+
+/// The full slot image of a sample smaller than its slot: the sample in the leading corner
+/// `[0:s0, 0:s1, ...]`, zeros elsewhere (C order).
+fn corner_image(tensor: &Tensor, slot_shape: &[usize], slot_bytes: usize) -> Vec<u8> {
+    let item = tensor.dtype().item_size();
+    let sample_shape = tensor.shape();
+    let mut image = vec![0u8; slot_bytes];
+    let rank = sample_shape.len();
+    let row_bytes = sample_shape[rank - 1] * item;
+    // Byte strides of each dimension in the slot and in the sample.
+    let strides = |dims: &[usize]| -> Vec<usize> {
+        let mut s = vec![item; dims.len()];
+        for k in (0..dims.len().saturating_sub(1)).rev() {
+            s[k] = s[k + 1] * dims[k + 1];
+        }
+        s
+    };
+    let (slot_strides, sample_strides) = (strides(slot_shape), strides(sample_shape));
+    let rows: usize = sample_shape[..rank - 1].iter().product();
+    let mut index = vec![0usize; rank - 1];
+    for _ in 0..rows {
+        let dst: usize = index.iter().zip(&slot_strides).map(|(i, s)| i * s).sum();
+        let src: usize = index.iter().zip(&sample_strides).map(|(i, s)| i * s).sum();
+        image[dst..dst + row_bytes].copy_from_slice(&tensor.bytes()[src..src + row_bytes]);
+        // Odometer increment over the leading dimensions.
+        for k in (0..rank - 1).rev() {
+            index[k] += 1;
+            if index[k] < sample_shape[k] {
+                break;
+            }
+            index[k] = 0;
+        }
+    }
+    image
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn corner_image_places_rows_at_slot_strides() {
+        let t = Tensor::from_slice(&[2, 2], &[1u8, 2, 3, 4]).unwrap();
+        let image = corner_image(&t, &[3, 3], 9);
+        assert_eq!(image, [1, 2, 0, 3, 4, 0, 0, 0, 0]);
+        let t = Tensor::from_slice(&[1, 2, 1], &[7u16, 8]).unwrap();
+        let image = corner_image(&t, &[2, 2, 2], 16);
+        assert_eq!(image, [7, 0, 0, 0, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+    }
+}

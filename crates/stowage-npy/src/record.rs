@@ -1,0 +1,334 @@
+//! NUMPY_10 record strings: `10:<uid>:<xxh64 hex>:<collection index>:<dims joined by spaces>`.
+//!
+//! A record locates one sample (file uid and slot index), gives its own shape and the xxh64 of its
+//! C-order bytes. The parser follows hangar 0.5.2's format exactly but, unlike hangar, works for
+//! records of any length and treats its input as hostile: every field is validated and an error
+//! names the field and the record.
+
+use std::fmt;
+use std::str::FromStr;
+
+use rand::Rng;
+use stowage_core::{Error, Result};
+
+use crate::npy_header::MAX_RANK;
+
+/// The format code every NUMPY_10 record starts with.
+pub const FORMAT_CODE: &str = "10";
+
+/// Length of a collection file uid.
+pub const UID_LEN: usize = 8;
+
+/// The characters a uid is drawn from.
+const UID_ALPHABET: &[u8; 36] = b"abcdefghijklmnopqrstuvwxyz0123456789";
+
+/// How much of a hostile record an error message quotes.
+const QUOTE_LIMIT: usize = 80;
+
+/// One parsed NUMPY_10 record.
+///
+/// ```
+/// use stowage_npy::record::Numpy10Record;
+/// let r: Numpy10Record = "10:cy8009k6:424af23f1f08dca5:0:2 2 3".parse().unwrap();
+/// assert_eq!(r.uid, "cy8009k6");
+/// assert_eq!(r.checksum, 0x424af23f1f08dca5);
+/// assert_eq!(r.collection_index, 0);
+/// assert_eq!(r.shape, vec![2, 2, 3]);
+/// assert_eq!(r.to_string(), "10:cy8009k6:424af23f1f08dca5:0:2 2 3");
+///
+/// // A 0-d sample leaves the shape field empty.
+/// let scalar = Numpy10Record::parse("10:i1crxqsb:0876cd406afde455:0:").unwrap();
+/// assert!(scalar.shape.is_empty());
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Numpy10Record {
+    /// The collection file's uid: 8 characters of `[a-z0-9]`; the file is `data/10/<uid>.npy`.
+    pub uid: String,
+    /// xxh64 (seed 0) of the sample's C-order bytes.
+    pub checksum: u64,
+    /// The slot (row) of the collection file that holds the sample.
+    pub collection_index: u64,
+    /// The sample's own shape (not the column's maximum); empty for a 0-d sample.
+    pub shape: Vec<usize>,
+}
+
+impl Numpy10Record {
+    /// Parses a record string.
+    ///
+    /// The first four `:`-separated fields are the code (`10`), the uid (8 of `[a-z0-9]`), the
+    /// checksum (exactly 16 lowercase hex digits) and the slot index (decimal); everything after the
+    /// fourth `:` is the shape, decimal dims separated by single spaces, empty for 0-d. Numbers must
+    /// be written as hangar writes them (no sign, no leading zeros) so that [`fmt::Display`]
+    /// reproduces the input exactly. Errors are [`Error::InvalidArgument`] naming the field.
+    ///
+    /// ```
+    /// use stowage_npy::record::Numpy10Record;
+    /// let err = Numpy10Record::parse("10:cy8009k6:424AF23F1F08DCA5:0:2").unwrap_err();
+    /// assert!(err.to_string().contains("checksum"));
+    /// ```
+    pub fn parse(record: &str) -> Result<Numpy10Record> {
+        let fail = |field: &str, why: String| {
+            Error::invalid(format!("NUMPY_10 record {}: {field}: {why}", quote(record)))
+        };
+        let mut fields = record.splitn(5, ':');
+        let mut next = |field: &str| {
+            fields
+                .next()
+                .ok_or_else(|| fail(field, "missing (a record has 5 ':'-separated fields)".into()))
+        };
+        let code = next("format code")?;
+        let uid = next("uid")?;
+        let checksum = next("checksum")?;
+        let index = next("collection index")?;
+        let dims = next("shape")?;
+
+        if code != FORMAT_CODE {
+            return Err(fail("format code", format!("{} is not {FORMAT_CODE:?}", quote(code))));
+        }
+        if !is_valid_uid(uid) {
+            return Err(fail(
+                "uid",
+                format!("{} is not {UID_LEN} characters of [a-z0-9]", quote(uid)),
+            ));
+        }
+        if checksum.len() != 16 || !checksum.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+        {
+            return Err(fail(
+                "checksum",
+                format!("{} is not 16 lowercase hex digits", quote(checksum)),
+            ));
+        }
+        let checksum = u64::from_str_radix(checksum, 16)
+            .map_err(|e| fail("checksum", format!("{}: {e}", quote(checksum))))?;
+        let collection_index =
+            decimal::<u64>(index).map_err(|why| fail("collection index", why))?;
+
+        let mut shape = Vec::new();
+        if !dims.is_empty() {
+            for (axis, dim) in dims.split(' ').enumerate() {
+                if axis == MAX_RANK {
+                    return Err(fail("shape", format!("more than {MAX_RANK} dimensions")));
+                }
+                let dim = decimal::<usize>(dim)
+                    .map_err(|why| fail("shape", format!("dim {axis}: {why}")))?;
+                shape.push(dim);
+            }
+        }
+        Ok(Numpy10Record { uid: uid.to_owned(), checksum, collection_index, shape })
+    }
+
+    /// The checksum as hangar writes it: 16 lowercase hex digits, zero padded.
+    pub fn checksum_hex(&self) -> String {
+        format!("{:016x}", self.checksum)
+    }
+}
+
+impl fmt::Display for Numpy10Record {
+    /// Exactly hangar's form: `10:<uid>:<checksum hex>:<index>:<d0 d1 ...>`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{FORMAT_CODE}:{}:{:016x}:{}:", self.uid, self.checksum, self.collection_index)?;
+        for (axis, dim) in self.shape.iter().enumerate() {
+            if axis > 0 {
+                f.write_str(" ")?;
+            }
+            write!(f, "{dim}")?;
+        }
+        Ok(())
+    }
+}
+
+impl FromStr for Numpy10Record {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        Numpy10Record::parse(s)
+    }
+}
+
+/// xxh64 with seed 0, the NUMPY_10 checksum.
+pub fn xxh64(bytes: &[u8]) -> u64 {
+    xxhash_rust::xxh64::xxh64(bytes, 0)
+}
+
+/// xxh64 (seed 0) of `bytes` as 16 lowercase hex digits, as it appears in a record.
+///
+/// ```
+/// // A sample with a zero-length dimension hashes empty input.
+/// assert_eq!(stowage_npy::record::xxh64_hex(b""), "ef46db3751d8e999");
+/// ```
+pub fn xxh64_hex(bytes: &[u8]) -> String {
+    format!("{:016x}", xxh64(bytes))
+}
+
+/// A fresh collection file uid: 8 characters of `[a-z0-9]` from a cryptographically secure
+/// generator (rand's thread RNG: ChaCha12 seeded and periodically reseeded from the OS).
+///
+/// 36^8 ≈ 2.8e12 values make a collision unlikely but possible; a writer must still check that
+/// `data/10/<uid>.npy` does not exist (hangar does not).
+///
+/// ```
+/// let uid = stowage_npy::record::new_uid();
+/// assert!(stowage_npy::record::is_valid_uid(&uid));
+/// ```
+pub fn new_uid() -> String {
+    let mut rng = rand::rng();
+    (0..UID_LEN)
+        .map(|_| char::from(UID_ALPHABET[rng.random_range(0..UID_ALPHABET.len())]))
+        .collect()
+}
+
+/// Whether `uid` is 8 characters of `[a-z0-9]`, and therefore also safe as a file name.
+pub fn is_valid_uid(uid: &str) -> bool {
+    uid.len() == UID_LEN && uid.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+}
+
+/// A canonical non-negative decimal: digits only, no leading zeros, no overflow.
+fn decimal<T: FromStr>(s: &str) -> std::result::Result<T, String> {
+    if s.is_empty() {
+        return Err("empty number (dims are separated by single spaces)".into());
+    }
+    if !s.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!("{} is not a non-negative decimal integer", quote(s)));
+    }
+    if s.len() > 1 && s.starts_with('0') {
+        return Err(format!("{} has a leading zero", quote(s)));
+    }
+    s.parse::<T>().map_err(|_| format!("{} is too large", quote(s)))
+}
+
+/// A hostile string, shortened and escaped for an error message.
+fn quote(s: &str) -> String {
+    if s.chars().count() > QUOTE_LIMIT {
+        let head: String = s.chars().take(QUOTE_LIMIT).collect();
+        format!("{head:?}...")
+    } else {
+        format!("{s:?}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{SeedableRng, rngs::StdRng};
+
+    #[test]
+    fn hangar_examples_round_trip() {
+        for s in [
+            "10:sgcee9m6:cff6c333cc6a5e44:0:10 10",
+            "10:cy8009k6:424af23f1f08dca5:0:2 2 3",
+            "10:i1crxqsb:0876cd406afde455:0:",
+            "10:4ujrcb35:fd40def8890c87db:3:10 10",
+            "10:bkh47f2d:ef46db3751d8e999:3:0 2 3",
+        ] {
+            let r = Numpy10Record::parse(s).unwrap();
+            assert_eq!(r.to_string(), s);
+        }
+        let r = Numpy10Record::parse("10:i1crxqsb:0876cd406afde455:0:").unwrap();
+        assert_eq!(r.checksum_hex(), "0876cd406afde455");
+    }
+
+    #[test]
+    fn records_longer_than_255_characters_work() {
+        let shape: Vec<usize> = (0..31).map(|i| 1_000_000_000_000 + i).collect();
+        let r = Numpy10Record {
+            uid: "abcd1234".into(),
+            checksum: u64::MAX,
+            collection_index: u64::MAX,
+            shape,
+        };
+        let s = r.to_string();
+        assert!(s.len() > 255, "{}", s.len());
+        assert_eq!(Numpy10Record::parse(&s).unwrap(), r);
+    }
+
+    #[test]
+    fn bad_records_name_the_field() {
+        let cases = [
+            ("", "uid"),
+            ("10", "uid"),
+            ("10:abcd1234:0000000000000000:0", "shape"),
+            ("11:abcd1234:0000000000000000:0:", "format code"),
+            ("10:ABCD1234:0000000000000000:0:", "uid"),
+            ("10:abcd123:0000000000000000:0:", "uid"),
+            ("10:abcd12345:0000000000000000:0:", "uid"),
+            ("10:abcd/234:0000000000000000:0:", "uid"),
+            ("10:abcd1234:000000000000000:0:", "checksum"),
+            ("10:abcd1234:00000000000000000:0:", "checksum"),
+            ("10:abcd1234:000000000000000g:0:", "checksum"),
+            ("10:abcd1234:+00000000000000f:0:", "checksum"),
+            ("10:abcd1234:0000000000000000::", "collection index"),
+            ("10:abcd1234:0000000000000000:-1:", "collection index"),
+            ("10:abcd1234:0000000000000000:01:", "collection index"),
+            ("10:abcd1234:0000000000000000:18446744073709551616:", "collection index"),
+            ("10:abcd1234:0000000000000000:0:10  10", "shape"),
+            ("10:abcd1234:0000000000000000:0: 10", "shape"),
+            ("10:abcd1234:0000000000000000:0:10 ", "shape"),
+            ("10:abcd1234:0000000000000000:0:10,10", "shape"),
+            ("10:abcd1234:0000000000000000:0:10:10", "shape"),
+            ("10:abcd1234:0000000000000000:0:NaN", "shape"),
+            ("10:abcd1234:0000000000000000:0:99999999999999999999999", "shape"),
+            ("10:abcd1234:0000000000000000:0:١٠", "shape"),
+        ];
+        for (record, field) in cases {
+            let err = Numpy10Record::parse(record).expect_err(record).to_string();
+            assert!(err.contains(field), "{record:?} -> {err}");
+        }
+        let many = format!("10:abcd1234:0000000000000000:0:{}", vec!["1"; MAX_RANK + 1].join(" "));
+        assert!(Numpy10Record::parse(&many).unwrap_err().to_string().contains("more than 64"));
+    }
+
+    #[test]
+    fn hostile_records_never_panic() {
+        let mut rng = StdRng::seed_from_u64(7);
+        let valid = "10:4ujrcb35:fd40def8890c87db:3:10 10";
+        let alphabet: Vec<char> = "0123456789abcdefz: \u{e9}\u{1F600}\0-+".chars().collect();
+        for _ in 0..50_000 {
+            let mut chars: Vec<char> = valid.chars().collect();
+            for _ in 0..rng.random_range(1..4) {
+                let c = alphabet[rng.random_range(0..alphabet.len())];
+                match rng.random_range(0..3) {
+                    0 => {
+                        let i = rng.random_range(0..chars.len());
+                        chars[i] = c;
+                    }
+                    1 => chars.insert(rng.random_range(0..=chars.len()), c),
+                    _ => {
+                        if !chars.is_empty() {
+                            chars.remove(rng.random_range(0..chars.len()));
+                        }
+                    }
+                }
+            }
+            let s: String = chars.into_iter().collect();
+            if let Ok(r) = Numpy10Record::parse(&s) {
+                assert_eq!(r.to_string(), s, "accepted records are canonical");
+            }
+        }
+        // Cut before the shape field, a record is incomplete; "...:3:" and "...:3:1" are valid.
+        let shape_at = valid.rfind(':').unwrap() + 1;
+        for len in 0..shape_at {
+            assert!(Numpy10Record::parse(&valid[..len]).is_err(), "{len}");
+        }
+        assert!(Numpy10Record::parse(&valid[..shape_at]).unwrap().shape.is_empty());
+        let huge = format!("10:abcd1234:0000000000000000:0:{}", "9".repeat(1 << 20));
+        assert!(Numpy10Record::parse(&huge).is_err());
+        let err = Numpy10Record::parse(&"x".repeat(10_000)).unwrap_err().to_string();
+        assert!(err.len() < 400, "error messages quote a bounded prefix: {}", err.len());
+    }
+
+    #[test]
+    fn uids_are_valid_and_differ() {
+        let uids: std::collections::HashSet<String> = (0..1000).map(|_| new_uid()).collect();
+        assert_eq!(uids.len(), 1000);
+        assert!(uids.iter().all(|u| is_valid_uid(u)));
+        // Every character of the alphabet turns up over 8000 draws.
+        let seen: std::collections::HashSet<char> = uids.iter().flat_map(|u| u.chars()).collect();
+        assert_eq!(seen.len(), 36);
+    }
+
+    #[test]
+    fn xxh64_matches_the_spec() {
+        assert_eq!(xxh64_hex(&[]), "ef46db3751d8e999");
+        assert_eq!(xxh64(&[]), 0xef46db3751d8e999);
+    }
+}

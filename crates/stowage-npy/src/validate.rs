@@ -1,0 +1,113 @@
+//! `validate` for NUMPY_10 caches: structure (log, files, headers, records) and full checksums.
+
+use crate::NpyBackend;
+use std::collections::BTreeSet;
+use stowage_core::file_safety::AppendLog;
+use stowage_core::{Error, Result, ValidationLevel, ValidationReport, shape};
+
+/// Checks the cache behind `backend` without changing any file.
+///
+/// Structure: the record log is undamaged (a torn tail is normal after a crash of an unfinished
+/// cache, and reported only on a finalized one), every referenced collection file exists with a
+/// header matching its field and its full size, every record's slot index and shape fit the file,
+/// and a finalized cache has a `store_data` marker per file. Full: also every sample's xxh64.
+pub fn validate(backend: &NpyBackend, level: ValidationLevel) -> Result<ValidationReport> {
+    let layout = backend.layout();
+    let mut report = ValidationReport::default();
+    let log_path = layout.records_log();
+    match AppendLog::read_all(&log_path) {
+        Ok(scan) => {
+            report.files_checked += 1;
+            if let Some(damage) = scan.damage
+                && (damage.is_mid_log() || backend.is_finalized_cache())
+            {
+                report.problem(Some(&log_path), None, damage.to_string());
+            }
+        }
+        Err(e) => report.problem(Some(&log_path), None, e.to_string()),
+    }
+
+    let schema = &backend.metadata().schema;
+    let mut uids = BTreeSet::new();
+    for (key, records) in backend.records() {
+        report.samples_checked += 1;
+        for (field, record) in records.iter().enumerate() {
+            let field_name = &schema.fields[field].name;
+            let data_file = layout.data_file(&record.uid);
+            if uids.insert(record.uid.clone()) {
+                report.files_checked += 1;
+            }
+            let file = match backend.collection(&record.uid, field) {
+                Ok(file) => file,
+                Err(e) => {
+                    report.problem(
+                        Some(&data_file),
+                        Some(key),
+                        format!("field {field_name:?}: {}", strip_path(&e)),
+                    );
+                    continue;
+                }
+            };
+            let fits = record.collection_index < file.rows() as u64
+                && record.shape.len() == file.slot_shape().len()
+                && record.shape.iter().zip(file.slot_shape()).all(|(s, m)| s <= m);
+            if !fits {
+                report.problem(
+                    Some(&data_file),
+                    Some(key),
+                    format!(
+                        "field {field_name:?}: record {record} does not fit the file's {} slots of {}",
+                        file.rows(),
+                        shape::display(file.slot_shape())
+                    ),
+                );
+                continue;
+            }
+            if level == ValidationLevel::Full
+                && let Err(e) = backend.read_field(field, record, true)
+            {
+                report.problem(
+                    Some(&data_file),
+                    Some(key),
+                    format!("field {field_name:?}: {}", strip_path(&e)),
+                );
+            }
+        }
+    }
+    if backend.is_finalized_cache() {
+        if !layout.complete_marker().exists() {
+            report.problem(
+                Some(&layout.complete_marker()),
+                None,
+                "missing although the log records a finalize (an interrupted finalize, or a deleted \
+                 file): open the cache in append mode to rewrite it",
+            );
+        }
+        for uid in &uids {
+            let marker = layout.store_dir().join(format!("{uid}.npy"));
+            if !marker.exists() {
+                report.problem(
+                    Some(&marker),
+                    None,
+                    "committed marker missing for a data file the records use",
+                );
+            }
+        }
+    }
+    Ok(report)
+}
+
+/// The detail of an error whose path the report already names.
+fn strip_path(e: &Error) -> String {
+    match e {
+        Error::Corrupted { detail, .. } => detail.clone(),
+        other => other.to_string(),
+    }
+}
+
+impl NpyBackend {
+    /// Whether `_COMPLETE` was present when the handle opened or was written by it.
+    fn is_finalized_cache(&self) -> bool {
+        stowage_core::Backend::is_finalized(self)
+    }
+}
