@@ -34,6 +34,8 @@ pub fn child_main(factory: &dyn BackendFactory, dir: &Path) -> ! {
     };
     let mut cache = factory.create(dir, &schema).unwrap_or_else(|e| fail("create", e));
     let mut out = std::io::stdout().lock();
+    // libtest has printed "test <name> ... " without a newline: start the protocol on a line of its own.
+    let _ = writeln!(out).and_then(|()| out.flush());
     let started = Instant::now();
     let mut next_flush = rng.random_range(1..40);
     for i in 0.. {
@@ -133,63 +135,84 @@ pub fn crash_loses_no_flushed_sample(ctx: &CaseContext<'_>) -> CaseResult {
     Ok(Outcome::Passed)
 }
 
+/// How long the parent waits for the child's next line before declaring it hung.
+const LINE_TIMEOUT: Duration = Duration::from_secs(60);
+
 /// Starts the child, kills it at `point`, and returns how many samples its completed flushes
-/// acknowledged.
+/// acknowledged. Never hangs: a child that stops talking is killed and reported.
 fn run_child(
     launcher: &crate::ChildLauncher,
     dir: &Path,
     seed: u64,
     point: KillPoint,
 ) -> Result<usize, String> {
+    // stderr goes to a file: a pipe nobody drains could fill up and block the child.
+    let stderr_path = dir.with_extension("stderr");
+    let stderr = std::fs::File::create(&stderr_path)
+        .map_err(|e| format!("creating {}: {e}", stderr_path.display()))?;
     let mut child = Command::new(&launcher.exe)
         .args(["--exact", &launcher.test_name, "--nocapture", "--test-threads=1"])
         .env(CHILD_DIR_ENV, dir)
         .env(CHILD_SEED_ENV, seed.to_string())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
+        .stderr(stderr)
         .spawn()
         .map_err(|e| format!("starting the crash child {}: {e}", launcher.exe.display()))?;
     let stdout = child.stdout.take().expect("piped");
-    let mut lines = BufReader::new(stdout).lines();
+    let (sender, lines) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if sender.send(line).is_err() {
+                break;
+            }
+        }
+    });
     let mut acknowledged = 0usize;
     let (mut flushing_seen, mut flushed_seen) = (0, 0);
-    let mut exited_early = true;
-    while let Some(Ok(line)) = lines.next() {
-        if line == "flushing" {
+    let mut outcome = Err("the crash child ended before the kill point".to_string());
+    loop {
+        let line = match lines.recv_timeout(LINE_TIMEOUT) {
+            Ok(line) => line,
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
+                outcome = Err(format!("the crash child printed nothing for {LINE_TIMEOUT:?}"));
+                break;
+            }
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+        };
+        // libtest may print "test <name> ... " on the same line before the child's first word.
+        if line.ends_with("flushing") {
             flushing_seen += 1;
             if let KillPoint::InsideFlush { flush, delay_us } = point
                 && flushing_seen == flush
             {
                 std::thread::sleep(Duration::from_micros(delay_us));
-                exited_early = false;
+                outcome = Ok(());
                 break;
             }
-        } else if let Some(n) = line.strip_prefix("flushed ") {
-            acknowledged = n.parse().map_err(|_| format!("crash child printed {line:?}"))?;
+        } else if let Some(n) = line.split("flushed ").nth(1) {
+            acknowledged = n.trim().parse().map_err(|_| format!("crash child printed {line:?}"))?;
             flushed_seen += 1;
             if let KillPoint::AfterFlush { flush, delay_us } = point
                 && flushed_seen == flush
             {
                 std::thread::sleep(Duration::from_micros(delay_us));
-                exited_early = false;
+                outcome = Ok(());
                 break;
             }
         }
     }
     child.kill().map_err(|e| format!("killing the crash child: {e}"))?;
     let _ = child.wait();
+    let _ = reader.join();
     // A flush that completed before the kill may have been printed after we stopped reading.
-    for line in lines.map_while(Result::ok) {
-        if let Some(n) = line.strip_prefix("flushed ") {
-            acknowledged = n.parse().map_err(|_| format!("crash child printed {line:?}"))?;
+    for line in lines.try_iter() {
+        if let Some(n) = line.split("flushed ").nth(1) {
+            acknowledged = n.trim().parse().map_err(|_| format!("crash child printed {line:?}"))?;
         }
     }
-    if exited_early {
-        let mut err = String::new();
-        if let Some(mut e) = child.stderr.take() {
-            let _ = std::io::Read::read_to_string(&mut e, &mut err);
-        }
-        return Err(format!("the crash child ended before the kill point {point:?}: {err}"));
-    }
+    outcome.map_err(|why| {
+        let err = std::fs::read_to_string(&stderr_path).unwrap_or_default();
+        format!("{why} {point:?}; its stderr: {err}")
+    })?;
     Ok(acknowledged)
 }

@@ -36,6 +36,21 @@ pub fn run_all(factory: &dyn BackendFactory) -> Report {
     Report { results }
 }
 
+/// Runs the cases of [`CASES`] named in `names`, in `CASES` order. An unknown name is a failure.
+pub fn run_subset(factory: &dyn BackendFactory, names: &[&str]) -> Report {
+    let mut results: Vec<(&'static str, Outcome)> = CASES
+        .iter()
+        .filter(|case| names.contains(&case.name))
+        .map(|case| (case.name, run_case(factory, *case, None)))
+        .collect();
+    for name in names {
+        if !CASES.iter().any(|case| case.name == *name) {
+            results.push(("run_subset", Outcome::Failed(format!("no case named {name:?}"))));
+        }
+    }
+    Report { results }
+}
+
 /// The body of every `#[test]` that [`crate::backend_conformance!`] generates: runs the case (or,
 /// in a crash child process, the child's writer loop), prints SKIPPED past the capture, and panics
 /// with the failure text on failure.

@@ -131,6 +131,15 @@ fn benches(c: &mut Criterion) {
             picks.iter().for_each(|&i| drop(black_box(unverified.get(&keys[i]).expect("get"))))
         })
     });
+    let records: Vec<_> =
+        verified.records().map(|(_, r)| r.into_iter().next().expect("one field")).collect();
+    group.bench_function("get_record_checksum", |b| {
+        b.iter(|| {
+            picks.iter().for_each(|&i| {
+                drop(black_box(verified.read_record("x", &records[i], true).expect("read")))
+            })
+        })
+    });
     let mut buffer = vec![0u8; ROW_BYTES];
     group.bench_function("reference_raw_copy", |b| {
         b.iter(|| {

@@ -2,14 +2,13 @@
 
 use crate::collection::CollectionFile;
 use crate::column_writer::ColumnWriter;
-use crate::index::{KeyIndex, encode_entry, encode_finalize};
+use crate::index::{FieldShape, KeyIndex, Slot, encode_entry, encode_finalize};
 use crate::layout::{CacheMetadata, CommitMarker, FORMAT_NAME, FORMAT_VERSION, Layout};
 use crate::npy_header::storage_descr;
 use crate::record::Numpy10Record;
 use crate::{NpyOptions, validate};
-use std::collections::HashMap;
 use std::path::Path;
-use std::sync::RwLock;
+use std::sync::OnceLock;
 use stowage_core::file_safety::{AppendLog, WriterLock, atomic_write, fsync_dir};
 use stowage_core::{
     Backend, Capabilities, DType, Error, FieldKind, IoResultExt, OpenMode, Result, Sample, Schema,
@@ -83,8 +82,10 @@ pub struct NpyBackend {
     index: KeyIndex,
     finalized: bool,
     writer: Option<Writer>,
-    /// Collection files opened so far, shared by reader threads.
-    files: RwLock<HashMap<String, CollectionFile>>,
+    /// Each field's dtype, for the hot path.
+    field_dtypes: Vec<DType>,
+    /// Collection files by the index's file id, opened on first use and shared by reader threads.
+    files: Vec<OnceLock<CollectionFile>>,
 }
 
 impl NpyBackend {
@@ -135,14 +136,16 @@ impl NpyBackend {
         fsync_dir(layout.root().parent().unwrap_or(Path::new(".")))?;
         let columns = column_writers(&meta)?;
         Ok(NpyBackend {
+            field_dtypes: field_dtypes(&meta),
+            index: KeyIndex::new(field_shapes(&meta)),
             layout,
             meta,
             options,
             capabilities,
-            index: KeyIndex::default(),
+
             finalized: false,
             writer: Some(Writer { _lock: lock, log, columns, pending: Vec::new(), poisoned: None }),
-            files: RwLock::new(HashMap::new()),
+            files: Vec::new(),
         })
     }
 
@@ -187,7 +190,7 @@ impl NpyBackend {
         if let Some(damage) = damage.filter(|d| d.is_mid_log()) {
             return Err(Error::corrupted(layout.records_log(), damage.to_string()));
         }
-        let index = KeyIndex::from_log(&records, meta.schema.fields.len(), &layout.records_log())?;
+        let index = KeyIndex::from_log(&records, field_shapes(&meta), &layout.records_log())?;
         // _COMPLETE must describe exactly the log it was written after (it is written last).
         if let Some(commit) = CommitMarker::read(&layout.complete_marker())?
             && (!index.is_finalized() || commit.log_records != records.len() as u64)
@@ -202,7 +205,9 @@ impl NpyBackend {
                 ),
             ));
         }
+        let index_files = index.file_uids().len();
         let backend = NpyBackend {
+            field_dtypes: field_dtypes(&meta),
             layout,
             meta,
             options,
@@ -210,7 +215,7 @@ impl NpyBackend {
             finalized: index.is_finalized(),
             index,
             writer,
-            files: RwLock::new(HashMap::new()),
+            files: (0..index_files).map(|_| OnceLock::new()).collect(),
         };
         if backend.finalized
             && backend.writer.is_some()
@@ -223,9 +228,9 @@ impl NpyBackend {
     }
 
     /// The record string of `field` for `key`, exactly as hangar's record database would store it.
-    pub fn record(&self, key: &str, field: &str) -> Option<&Numpy10Record> {
+    pub fn record(&self, key: &str, field: &str) -> Option<Numpy10Record> {
         let position = self.meta.schema.fields.iter().position(|f| f.name == field)?;
-        self.index.get(key).map(|records| &records[position])
+        self.index.get(key).map(|slots| self.index.record(position, &slots[position]))
     }
 
     /// The cache's directory layout.
@@ -238,25 +243,73 @@ impl NpyBackend {
         &self.options
     }
 
-    /// Every `(key, records)`, in first-put order.
-    pub fn records(&self) -> impl Iterator<Item = (&str, &[Numpy10Record])> {
-        self.index.iter()
+    /// Every `(key, records)`, in first-put order, one record per field.
+    pub fn records(&self) -> impl Iterator<Item = (&str, Vec<Numpy10Record>)> {
+        self.index.iter().map(|(key, slots)| {
+            (key, slots.iter().enumerate().map(|(f, slot)| self.index.record(f, slot)).collect())
+        })
     }
 
-    /// The collection file `uid`, opened (and its header checked against `dtype` / `slot_shape`)
-    /// on first use and shared afterwards.
-    pub(crate) fn collection(&self, uid: &str, field: usize) -> Result<CollectionFile> {
-        if let Some(file) = self.files.read().expect("lock poisoned").get(uid) {
-            return Ok(file.clone());
+    /// Reads the sample of `field` that `record` addresses, the way hangar reads a record handed over
+    /// by its record database: no key lookup. The record must point into this cache's files.
+    ///
+    /// ```
+    /// # use stowage_core::{Backend, DType, Sample, Schema, ShapeRule, Tensor};
+    /// # use stowage_npy::{NpyBackend, NpyOptions};
+    /// # let dir = tempfile::tempdir()?;
+    /// # let schema = Schema::new().tensor("x", DType::U8, ShapeRule::Fixed(vec![2]));
+    /// # let mut cache = NpyBackend::create(dir.path(), &schema, NpyOptions::default())?;
+    /// # cache.put("a", &Sample::new().with("x", Tensor::from_slice(&[2], &[1u8, 2])?))?;
+    /// let record = cache.record("a", "x").unwrap();
+    /// assert_eq!(cache.read_record("x", &record, true)?.bytes(), &[1, 2]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn read_record(&self, field: &str, record: &Numpy10Record, verify: bool) -> Result<Tensor> {
+        let position =
+            self.meta.schema.fields.iter().position(|f| f.name == field).ok_or_else(|| {
+                Error::NotFound {
+                    what: format!(
+                        "field {field:?} in the schema of {}",
+                        self.layout.root().display()
+                    ),
+                }
+            })?;
+        let file = self.index.file_id(&record.uid).ok_or_else(|| Error::NotFound {
+            what: format!("collection file of record {record} in {}", self.layout.root().display()),
+        })?;
+        let index = u32::try_from(record.collection_index)
+            .map_err(|_| Error::invalid(format!("record {record}: slot index out of range")))?;
+        let slot = Slot::new(record.checksum, file, index);
+        if let FieldShape::Fixed(dims) = &self.index.field_shapes()[position]
+            && *dims != record.shape
+        {
+            return Err(Error::invalid(format!(
+                "record {record}: shape differs from the field's fixed shape {}",
+                stowage_core::shape::display(dims)
+            )));
         }
-        let path = self.layout.data_file(uid);
-        let file = CollectionFile::open(&path)?;
+        self.read_slot_with_shape(position, &slot, &record.shape, verify)
+    }
+
+    pub(crate) fn index(&self) -> &KeyIndex {
+        &self.index
+    }
+
+    /// The collection file with id `file`, opened (and its header checked against field `field`)
+    /// on first use and shared afterwards.
+    pub(crate) fn collection(&self, file: u32, field: usize) -> Result<&CollectionFile> {
+        let cell = &self.files[file as usize];
+        if let Some(open) = cell.get() {
+            return Ok(open);
+        }
+        let path = self.layout.data_file(self.index.file_uid(file));
+        let opened = CollectionFile::open(&path)?;
         let (dtype, slot_shape) = slot_of(&self.meta.schema, field);
-        let header = file.header();
+        let header = opened.header();
         if header.descr.trim_start_matches(['<', '|', '='])
             != storage_descr(dtype).trim_start_matches(['<', '|'])
-            || file.slot_shape() != slot_shape.as_slice()
-            || file.rows() != self.meta.collection_size
+            || opened.slot_shape() != slot_shape.as_slice()
+            || opened.rows() != self.meta.collection_size
         {
             return Err(Error::corrupted(
                 &path,
@@ -272,21 +325,33 @@ impl NpyBackend {
                 ),
             ));
         }
-        self.files.write().expect("lock poisoned").insert(uid.to_owned(), file.clone());
-        Ok(file)
+        // Another reader thread may have won the race; either copy maps the same file.
+        let _ = cell.set(opened);
+        Ok(cell.get().expect("set just now or by the winner"))
     }
 
-    /// Reads one field of a sample from its record.
-    pub(crate) fn read_field(
+    /// Reads field `field` of a sample from its slot, verifying its checksum when `verify`.
+    pub(crate) fn read_slot(&self, field: usize, slot: &Slot, verify: bool) -> Result<Tensor> {
+        self.read_slot_with_shape(field, slot, self.index.shape(field, slot), verify)
+    }
+
+    fn read_slot_with_shape(
         &self,
         field: usize,
-        record: &Numpy10Record,
+        slot: &Slot,
+        shape: &[usize],
         verify: bool,
     ) -> Result<Tensor> {
-        let file = self.collection(&record.uid, field)?;
-        let tensor = file.read_record(record, verify)?;
-        let (dtype, _) = slot_of(&self.meta.schema, field);
-        if dtype == DType::BF16 {
+        let uid = self.index.file_uid(slot.file);
+        if let Some(writer) = &self.writer {
+            // A slot put through this handle may still be in the column's write batch.
+            writer.columns[field].write_out_slot(&self.layout, uid, u64::from(slot.index))?;
+        }
+        let what = RecordText { uid, slot, shape };
+        let file = self.collection(slot.file, field)?;
+        let tensor =
+            file.read(u64::from(slot.index), shape, verify.then_some(slot.checksum), &what)?;
+        if self.field_dtypes[field] == DType::BF16 {
             // Stored as <u2 (numpy has no bfloat16); same bytes, real dtype from stowage.json.
             let bytes = tensor.to_shared_bytes();
             return if tensor.is_zero_copy() {
@@ -341,6 +406,49 @@ fn slot_of(schema: &Schema, field: usize) -> (DType, Vec<usize>) {
     }
 }
 
+fn field_shapes(meta: &CacheMetadata) -> Vec<FieldShape> {
+    meta.schema
+        .fields
+        .iter()
+        .map(|f| match &f.kind {
+            FieldKind::Tensor { shape: ShapeRule::Fixed(dims), .. } => {
+                FieldShape::Fixed(dims.clone())
+            }
+            FieldKind::Tensor { shape: ShapeRule::Max(dims), .. } => {
+                FieldShape::Varying(dims.len())
+            }
+            other => {
+                unreachable!("check_schema admits only fixed or max tensor fields, got {other:?}")
+            }
+        })
+        .collect()
+}
+
+/// Formats a slot as its hangar record string, only when an error message needs it.
+struct RecordText<'a> {
+    uid: &'a str,
+    slot: &'a Slot,
+    shape: &'a [usize],
+}
+
+impl std::fmt::Display for RecordText<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let dims: Vec<String> = self.shape.iter().map(usize::to_string).collect();
+        write!(
+            f,
+            "record 10:{}:{:016x}:{}:{}",
+            self.uid,
+            self.slot.checksum,
+            self.slot.index,
+            dims.join(" ")
+        )
+    }
+}
+
+fn field_dtypes(meta: &CacheMetadata) -> Vec<DType> {
+    (0..meta.schema.fields.len()).map(|i| slot_of(&meta.schema, i).0).collect()
+}
+
 fn column_writers(meta: &CacheMetadata) -> Result<Vec<ColumnWriter>> {
     (0..meta.schema.fields.len())
         .map(|i| {
@@ -374,36 +482,33 @@ impl Backend for NpyBackend {
         }
         self.capabilities.check_key(key, BACKEND_NAME)?;
         self.meta.schema.validate(sample)?;
-        let layout = self.layout.clone();
-        let names: Vec<String> = self.meta.schema.fields.iter().map(|f| f.name.clone()).collect();
-        let writer = self.writer.as_mut().expect("checked above");
-        let mut records = Vec::with_capacity(names.len());
-        let mut result = Ok(());
-        for (column, name) in writer.columns.iter_mut().zip(&names) {
-            let Some(Value::Tensor(tensor)) = sample.get(name) else {
+        let NpyBackend { layout, meta, writer, index, files, .. } = self;
+        let writer = writer.as_mut().expect("checked by self.writer()");
+        let mut records = Vec::with_capacity(meta.schema.fields.len());
+        for (column, field) in writer.columns.iter_mut().zip(&meta.schema.fields) {
+            let Some(Value::Tensor(tensor)) = sample.get(&field.name) else {
                 unreachable!("validated: every field is a non-null tensor");
             };
-            match column.write(&layout, tensor) {
+            match column.write(layout, tensor) {
                 Ok(record) => records.push(record),
                 Err(e) => {
-                    result = Err(e);
-                    break;
+                    writer.poisoned = Some(e.to_string());
+                    return Err(e);
                 }
             }
         }
-        self.poison(result)?;
-        let writer = self.writer.as_mut().expect("checked above");
         writer.pending.push(encode_entry(key, &records));
-        self.index.insert(key.to_owned(), records);
+        index.insert(key, &records)?;
+        files.resize_with(index.file_uids().len(), OnceLock::new);
         Ok(())
     }
 
     fn get(&self, key: &str) -> Result<Option<Sample>> {
-        let Some(records) = self.index.get(key) else { return Ok(None) };
+        let Some(slots) = self.index.get(key) else { return Ok(None) };
         let mut sample = Sample::new();
-        for (i, (field, record)) in self.meta.schema.fields.iter().zip(records).enumerate() {
+        for (i, (field, slot)) in self.meta.schema.fields.iter().zip(slots).enumerate() {
             let tensor =
-                self.read_field(i, record, self.options.verify_checksums).map_err(|e| match e {
+                self.read_slot(i, slot, self.options.verify_checksums).map_err(|e| match e {
                     Error::Corrupted { path, detail } => Error::Corrupted {
                         path,
                         detail: format!("key {key:?} field {:?}: {detail}", field.name),
@@ -424,7 +529,7 @@ impl Backend for NpyBackend {
     }
 
     fn keys(&self) -> Result<Vec<String>> {
-        Ok(self.index.keys().to_vec())
+        Ok(self.index.keys().map(str::to_owned).collect())
     }
 
     fn flush(&mut self) -> Result<()> {
@@ -479,11 +584,8 @@ impl NpyBackend {
     /// forward by the next writer.
     fn write_markers(&self) -> Result<()> {
         let layout = &self.layout;
-        let mut uids: Vec<&str> =
-            self.index.iter().flat_map(|(_, r)| r.iter().map(|r| r.uid.as_str())).collect();
-        uids.sort_unstable();
-        uids.dedup();
-        for uid in &uids {
+        let uids = self.index.file_uids();
+        for uid in uids {
             let marker = layout.store_dir().join(format!("{uid}.npy"));
             std::fs::File::create(&marker).at(&marker)?;
         }

@@ -1,5 +1,5 @@
-//! Writing one field's samples into collection files: slot allocation, file rotation, and the
-//! fsync ordering that makes a flush durable.
+//! Writing one field's samples into collection files: slot allocation, file rotation, write
+//! batching, and the fsync ordering that makes a flush durable.
 
 use crate::layout::Layout;
 use crate::npy_header::write_header;
@@ -7,8 +7,12 @@ use crate::record::{Numpy10Record, new_uid, xxh64};
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::FileExt;
+use std::sync::Mutex;
 use stowage_core::file_safety::fsync_dir;
 use stowage_core::{DType, Error, IoResultExt, Result, Tensor, shape};
+
+/// Slot bytes gathered before they are handed to the OS in one write.
+const BATCH_BYTES: usize = 1 << 20;
 
 /// The collection file a column is currently filling.
 struct OpenCollection {
@@ -20,15 +24,27 @@ struct OpenCollection {
     dirty: bool,
 }
 
+/// Slot images not yet written to the current file: slots `first_slot..first_slot + n`.
+#[derive(Default)]
+struct Batch {
+    first_slot: usize,
+    bytes: Vec<u8>,
+}
+
 /// Appends one field's samples to its collection files (a new file per writer session, then one
 /// every `collection_size` samples, as hangar does), writing each sample into the leading corner of
 /// its zero-filled slot.
+///
+/// Consecutive slots are batched and written with one `pwrite` per [`BATCH_BYTES`]; a read of a
+/// slot still in the batch first writes the batch out ([`ColumnWriter::write_out_slot`]).
 pub struct ColumnWriter {
     dtype: DType,
     slot_shape: Vec<usize>,
     slot_bytes: usize,
     collection_size: usize,
     current: Option<OpenCollection>,
+    /// Behind a mutex only so that `&self` readers can force a write-out.
+    batch: Mutex<Batch>,
     /// Filled files retired since the last sync that still have unsynced writes.
     unsynced: Vec<File>,
     /// A file was created since the last sync, so its directory entry needs an fsync too.
@@ -49,29 +65,34 @@ impl ColumnWriter {
             slot_bytes,
             collection_size,
             current: None,
+            batch: Mutex::new(Batch::default()),
             unsynced: Vec::new(),
             created_files: false,
         })
     }
 
-    /// Writes `tensor` into the next free slot and returns its record. The bytes reach the OS at
-    /// once (so `get` on this handle sees them) but are durable only after [`ColumnWriter::sync`].
+    /// Puts `tensor` into the next free slot and returns its record. The bytes are durable only
+    /// after [`ColumnWriter::sync`].
     pub fn write(&mut self, layout: &Layout, tensor: &Tensor) -> Result<Numpy10Record> {
         if self.current.as_ref().is_none_or(|c| c.next_slot >= self.collection_size) {
             self.start_file(layout)?;
         }
         let current = self.current.as_mut().expect("just ensured");
         let slot = current.next_slot;
-        let offset = current.data_offset + (slot as u64) * (self.slot_bytes as u64);
-        let path = || layout.data_file(&current.uid);
+        let batch = self.batch.get_mut().expect("batch lock poisoned");
+        if batch.bytes.is_empty() {
+            batch.first_slot = slot;
+        }
         if tensor.shape() == self.slot_shape.as_slice() {
-            current.file.write_all_at(tensor.bytes(), offset).at(path())?;
-        } else if !tensor.bytes().is_empty() {
-            let slot_image = corner_image(tensor, &self.slot_shape, self.slot_bytes);
-            current.file.write_all_at(&slot_image, offset).at(path())?;
+            batch.bytes.extend_from_slice(tensor.bytes());
+        } else {
+            append_corner_image(&mut batch.bytes, tensor, &self.slot_shape, self.slot_bytes);
         }
         current.next_slot += 1;
         current.dirty = true;
+        if batch.bytes.len() >= BATCH_BYTES {
+            write_batch(layout, current, batch, self.slot_bytes)?;
+        }
         Ok(Numpy10Record {
             uid: current.uid.clone(),
             checksum: xxh64(tensor.bytes()),
@@ -80,8 +101,27 @@ impl ColumnWriter {
         })
     }
 
+    /// Writes the batch out if it holds slot `slot` of file `uid`, so that a read through the
+    /// file's memory map sees it. Reads of older slots cost one comparison.
+    pub fn write_out_slot(&self, layout: &Layout, uid: &str, slot: u64) -> Result<()> {
+        let Some(current) = self.current.as_ref().filter(|c| c.uid == uid) else { return Ok(()) };
+        let mut batch = self.batch.lock().expect("batch lock poisoned");
+        if !batch.bytes.is_empty() && slot >= batch.first_slot as u64 {
+            write_batch(layout, current, &mut batch, self.slot_bytes)?;
+        }
+        Ok(())
+    }
+
     /// Creates a new preallocated (sparse) collection file with its header and staging marker.
     fn start_file(&mut self, layout: &Layout) -> Result<()> {
+        if let Some(previous) = self.current.as_ref() {
+            write_batch(
+                layout,
+                previous,
+                self.batch.get_mut().expect("poisoned"),
+                self.slot_bytes,
+            )?;
+        }
         let mut rows_shape = vec![self.collection_size];
         rows_shape.extend_from_slice(&self.slot_shape);
         let header = write_header(self.dtype, &rows_shape);
@@ -113,10 +153,14 @@ impl ColumnWriter {
         Ok(())
     }
 
-    /// fsyncs every file written since the last sync, and the directories of new files. After it
-    /// returns, every record this writer returned refers to durable bytes.
+    /// Writes out the batch and fsyncs every file written since the last sync, then the
+    /// directories of new files. After it returns, every record this writer returned refers to
+    /// durable bytes.
     pub fn sync(&mut self, layout: &Layout) -> Result<()> {
         // Data before directory entries before (in the caller) the log records that refer to both.
+        if let Some(current) = self.current.as_ref() {
+            write_batch(layout, current, self.batch.get_mut().expect("poisoned"), self.slot_bytes)?;
+        }
         for file in &self.unsynced {
             file.sync_data().at(layout.data_dir())?;
         }
@@ -133,12 +177,42 @@ impl ColumnWriter {
     }
 }
 
-/// The full slot image of a sample smaller than its slot: the sample in the leading corner
+/// Hands the batched slots of `current` to the OS with one positioned write.
+fn write_batch(
+    layout: &Layout,
+    current: &OpenCollection,
+    batch: &mut Batch,
+    slot_bytes: usize,
+) -> Result<()> {
+    if batch.bytes.is_empty() {
+        return Ok(());
+    }
+    let offset = current.data_offset + (batch.first_slot as u64) * (slot_bytes as u64);
+    current
+        .file
+        .write_all_at(&batch.bytes, offset)
+        .map_err(|e| Error::io(layout.data_file(&current.uid), e))?;
+    batch.first_slot += batch.bytes.len() / slot_bytes.max(1);
+    batch.bytes.clear();
+    Ok(())
+}
+
+/// Appends the full slot image of a sample smaller than its slot: the sample in the leading corner
 /// `[0:s0, 0:s1, ...]`, zeros elsewhere (C order).
-fn corner_image(tensor: &Tensor, slot_shape: &[usize], slot_bytes: usize) -> Vec<u8> {
+fn append_corner_image(
+    out: &mut Vec<u8>,
+    tensor: &Tensor,
+    slot_shape: &[usize],
+    slot_bytes: usize,
+) {
+    let start = out.len();
+    out.resize(start + slot_bytes, 0);
+    let image = &mut out[start..];
     let item = tensor.dtype().item_size();
     let sample_shape = tensor.shape();
-    let mut image = vec![0u8; slot_bytes];
+    if tensor.bytes().is_empty() {
+        return;
+    }
     let rank = sample_shape.len();
     let row_bytes = sample_shape[rank - 1] * item;
     // Byte strides of each dimension in the slot and in the sample.
@@ -165,20 +239,26 @@ fn corner_image(tensor: &Tensor, slot_shape: &[usize], slot_bytes: usize) -> Vec
             index[k] = 0;
         }
     }
-    image
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn image(t: &Tensor, slot: &[usize], bytes: usize) -> Vec<u8> {
+        let mut out = vec![9u8];
+        append_corner_image(&mut out, t, slot, bytes);
+        assert_eq!(out.remove(0), 9, "earlier bytes are kept");
+        out
+    }
+
     #[test]
     fn corner_image_places_rows_at_slot_strides() {
         let t = Tensor::from_slice(&[2, 2], &[1u8, 2, 3, 4]).unwrap();
-        let image = corner_image(&t, &[3, 3], 9);
-        assert_eq!(image, [1, 2, 0, 3, 4, 0, 0, 0, 0]);
+        assert_eq!(image(&t, &[3, 3], 9), [1, 2, 0, 3, 4, 0, 0, 0, 0]);
         let t = Tensor::from_slice(&[1, 2, 1], &[7u16, 8]).unwrap();
-        let image = corner_image(&t, &[2, 2, 2], 16);
-        assert_eq!(image, [7, 0, 0, 0, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(image(&t, &[2, 2, 2], 16), [7, 0, 0, 0, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+        let empty = Tensor::zeros(DType::U8, &[0, 3]).unwrap();
+        assert_eq!(image(&empty, &[2, 3], 6), [0; 6]);
     }
 }

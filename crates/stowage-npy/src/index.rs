@@ -1,30 +1,106 @@
-//! The key index: which record strings each key resolves to, rebuilt from `records.log` at open.
+//! The key index: which slot of which collection file holds each field of each key, rebuilt from
+//! `records.log` at open.
 //!
 //! Each log record is the JSON array `[key, record of field 0, record of field 1, ...]` in schema
 //! order, so a key's entry is exactly what hangar's record database would hand over per column. A
 //! later entry for the same key supersedes an earlier one (overwrite). `finalize` appends one last
 //! record, the JSON object `{"finalized": {"keys": N}}`: the commit point of the cache, after which
 //! no entry may follow.
+//!
+//! In memory the records are kept compact and contiguous, because a `get` of a random key in a large
+//! cache is dominated by cache misses, not by hashing: all key bytes in one arena, a hash table
+//! whose entries locate the key bytes directly, per key one [`Slot`] per field with file ids
+//! instead of uid strings, and sample shapes stored only for fields whose shape varies.
 
 use crate::record::Numpy10Record;
-use std::collections::HashMap;
+use foldhash::HashMap;
+use hashbrown::HashTable;
+use std::hash::BuildHasher;
 use std::path::Path;
 use stowage_core::{Error, Result};
 
-/// In-memory key -> records map, in first-put order.
-#[derive(Debug, Default)]
+/// Where one field of one sample lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Slot {
+    /// xxh64 of the sample's bytes.
+    pub checksum: u64,
+    /// Index into [`KeyIndex::file_uid`].
+    pub file: u32,
+    /// Slot (row) in the collection file.
+    pub index: u32,
+    /// Start of the sample's shape in the shape arena (fields of varying shape only); its length is
+    /// the field's rank.
+    shape_at: u32,
+}
+
+/// A hash-table entry: the key's bytes in the arena, and its ordinal.
+#[derive(Debug, Clone, Copy)]
+struct KeyEntry {
+    start: u64,
+    len: u32,
+    ordinal: u32,
+}
+
+/// How a field's sample shapes are known.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FieldShape {
+    /// Every sample has this shape: nothing stored per sample.
+    Fixed(Vec<usize>),
+    /// Samples vary, at this rank: each shape is stored.
+    Varying(usize),
+}
+
+impl Slot {
+    /// A slot of a fixed-shape field, or one whose shape the caller supplies.
+    pub fn new(checksum: u64, file: u32, index: u32) -> Slot {
+        Slot { checksum, file, index, shape_at: 0 }
+    }
+}
+
+/// In-memory key -> slots map, in first-put order.
+#[derive(Debug)]
 pub struct KeyIndex {
-    keys: Vec<String>,
-    records: Vec<Vec<Numpy10Record>>,
-    position: HashMap<String, usize>,
+    fields: Vec<FieldShape>,
+    /// Every key's UTF-8 bytes, concatenated in first-put order.
+    key_bytes: String,
+    /// `(start, len)` of each key in `key_bytes`, by ordinal.
+    key_spans: Vec<(u64, u32)>,
+    table: HashTable<KeyEntry>,
+    hasher: foldhash::fast::RandomState,
+    /// `keys.len() * fields` slots: key `k`'s fields at `k * fields ..`.
+    slots: Vec<Slot>,
+    /// Every sample shape, concatenated.
+    shapes: Vec<usize>,
+    uids: Vec<String>,
+    file_of_uid: HashMap<String, u32>,
     /// The log ends with a finalize record.
     finalized: bool,
 }
 
 impl KeyIndex {
-    /// Rebuilds the index from the log's payloads; `fields` is the schema's field count.
-    pub fn from_log(payloads: &[Vec<u8>], fields: usize, log_path: &Path) -> Result<KeyIndex> {
-        let mut index = KeyIndex::default();
+    /// An empty index for the given fields.
+    pub fn new(fields: Vec<FieldShape>) -> KeyIndex {
+        KeyIndex {
+            fields,
+            key_bytes: String::new(),
+            key_spans: Vec::new(),
+            table: HashTable::new(),
+            hasher: foldhash::fast::RandomState::default(),
+            slots: Vec::new(),
+            shapes: Vec::new(),
+            uids: Vec::new(),
+            file_of_uid: HashMap::default(),
+            finalized: false,
+        }
+    }
+
+    /// Rebuilds the index from the log's payloads.
+    pub fn from_log(
+        payloads: &[Vec<u8>],
+        fields: Vec<FieldShape>,
+        log_path: &Path,
+    ) -> Result<KeyIndex> {
+        let mut index = KeyIndex::new(fields);
         for (i, payload) in payloads.iter().enumerate() {
             let corrupted =
                 |detail: String| Error::corrupted(log_path, format!("record {i}: {detail}"));
@@ -42,61 +118,173 @@ impl KeyIndex {
                 index.finalized = true;
                 continue;
             }
-            let (key, records) = decode_entry(payload, fields).map_err(corrupted)?;
-            index.insert(key, records);
+            let (key, records) = decode_entry(payload, index.fields.len()).map_err(corrupted)?;
+            index.insert(&key, &records).map_err(|e| corrupted(e.to_string()))?;
         }
         Ok(index)
+    }
+
+    /// Sets the records of `key` (replacing earlier ones). Fails when a record's rank differs from
+    /// its field's or the index outgrows its 32-bit slot numbers.
+    pub fn insert(&mut self, key: &str, records: &[Numpy10Record]) -> Result<()> {
+        if records.len() != self.fields.len() {
+            return Err(Error::invalid(format!(
+                "{} records for {} fields",
+                records.len(),
+                self.fields.len()
+            )));
+        }
+        let mut new_slots = Vec::with_capacity(records.len());
+        for (record, field) in records.iter().zip(&self.fields) {
+            match field {
+                FieldShape::Fixed(dims) if record.shape != *dims => {
+                    return Err(Error::invalid(format!(
+                        "record {record} has shape {}, its field's fixed shape is {}",
+                        stowage_core::shape::display(&record.shape),
+                        stowage_core::shape::display(dims)
+                    )));
+                }
+                FieldShape::Varying(rank) if record.shape.len() != *rank => {
+                    return Err(Error::invalid(format!(
+                        "record {record} has rank {}, its field {rank}",
+                        record.shape.len()
+                    )));
+                }
+                _ => {}
+            }
+            let too_big = || Error::invalid(format!("record {record}: index beyond 2^32 entries"));
+            let index = u32::try_from(record.collection_index).map_err(|_| too_big())?;
+            let shape_at = u32::try_from(self.shapes.len()).map_err(|_| too_big())?;
+            let file = match self.file_of_uid.get(&record.uid) {
+                Some(&file) => file,
+                None => {
+                    let file = u32::try_from(self.uids.len()).map_err(|_| too_big())?;
+                    self.file_of_uid.insert(record.uid.clone(), file);
+                    self.uids.push(record.uid.clone());
+                    file
+                }
+            };
+            if let FieldShape::Varying(_) = field {
+                self.shapes.extend_from_slice(&record.shape);
+            }
+            new_slots.push(Slot { checksum: record.checksum, file, index, shape_at });
+        }
+        let fields = self.fields.len();
+        match self.find(key) {
+            Some(k) => self.slots[k * fields..(k + 1) * fields].copy_from_slice(&new_slots),
+            None => {
+                let too_many = || Error::invalid("more than 2^32 keys or 4 GiB per key");
+                let ordinal = u32::try_from(self.key_spans.len()).map_err(|_| too_many())?;
+                let len = u32::try_from(key.len()).map_err(|_| too_many())?;
+                let entry = KeyEntry { start: self.key_bytes.len() as u64, len, ordinal };
+                self.key_bytes.push_str(key);
+                self.key_spans.push((entry.start, len));
+                let (bytes, hasher) = (&self.key_bytes, &self.hasher);
+                let hash = hasher.hash_one(key);
+                self.table.insert_unique(hash, entry, |e| hasher.hash_one(key_text(bytes, e)));
+                self.slots.extend_from_slice(&new_slots);
+            }
+        }
+        Ok(())
+    }
+
+    fn find(&self, key: &str) -> Option<usize> {
+        let hash = self.hasher.hash_one(key);
+        let entry = self.table.find(hash, |e| key_text(&self.key_bytes, e) == key)?;
+        Some(entry.ordinal as usize)
+    }
+
+    /// The slots of `key`, one per field.
+    pub fn get(&self, key: &str) -> Option<&[Slot]> {
+        let fields = self.fields.len();
+        self.find(key).map(|k| &self.slots[k * fields..(k + 1) * fields])
+    }
+
+    /// The sample shape of a slot of field `field`.
+    pub fn shape(&self, field: usize, slot: &Slot) -> &[usize] {
+        match &self.fields[field] {
+            FieldShape::Fixed(dims) => dims,
+            FieldShape::Varying(rank) => {
+                let at = slot.shape_at as usize;
+                &self.shapes[at..at + rank]
+            }
+        }
+    }
+
+    /// The uid of a file id.
+    pub fn file_uid(&self, file: u32) -> &str {
+        &self.uids[file as usize]
+    }
+
+    /// How each field's shapes are known.
+    pub fn field_shapes(&self) -> &[FieldShape] {
+        &self.fields
+    }
+
+    /// The file id of a collection file uid.
+    pub fn file_id(&self, uid: &str) -> Option<u32> {
+        self.file_of_uid.get(uid).copied()
+    }
+
+    /// Every collection file uid the index has seen, by file id.
+    pub fn file_uids(&self) -> &[String] {
+        &self.uids
+    }
+
+    /// The hangar record string of a slot of field `field`.
+    pub fn record(&self, field: usize, slot: &Slot) -> Numpy10Record {
+        Numpy10Record {
+            uid: self.file_uid(slot.file).to_owned(),
+            checksum: slot.checksum,
+            collection_index: u64::from(slot.index),
+            shape: self.shape(field, slot).to_vec(),
+        }
+    }
+
+    /// Number of distinct keys.
+    pub fn len(&self) -> usize {
+        self.key_spans.len()
+    }
+
+    /// Whether no key is stored.
+    pub fn is_empty(&self) -> bool {
+        self.key_spans.is_empty()
+    }
+
+    /// Keys in first-put order.
+    pub fn keys(&self) -> impl ExactSizeIterator<Item = &str> {
+        self.key_spans
+            .iter()
+            .map(|&(start, len)| &self.key_bytes[start as usize..start as usize + len as usize])
+    }
+
+    /// Every `(key, slots)` in first-put order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &[Slot])> {
+        let fields = self.fields.len().max(1);
+        self.keys().zip(self.slots.chunks(fields))
     }
 
     /// Whether the log ends with a finalize record (the cache was committed as complete).
     pub fn is_finalized(&self) -> bool {
         self.finalized
     }
-
-    /// Sets the records of `key` (replacing earlier ones).
-    pub fn insert(&mut self, key: String, records: Vec<Numpy10Record>) {
-        match self.position.get(&key) {
-            Some(&i) => self.records[i] = records,
-            None => {
-                self.position.insert(key.clone(), self.keys.len());
-                self.keys.push(key);
-                self.records.push(records);
-            }
-        }
-    }
-
-    /// The records of `key`, one per schema field.
-    pub fn get(&self, key: &str) -> Option<&[Numpy10Record]> {
-        self.position.get(key).map(|&i| self.records[i].as_slice())
-    }
-
-    /// Number of distinct keys.
-    pub fn len(&self) -> usize {
-        self.keys.len()
-    }
-
-    /// Whether no key is stored.
-    pub fn is_empty(&self) -> bool {
-        self.keys.is_empty()
-    }
-
-    /// Keys in first-put order.
-    pub fn keys(&self) -> &[String] {
-        &self.keys
-    }
-
-    /// Every `(key, records)` in first-put order.
-    pub fn iter(&self) -> impl Iterator<Item = (&str, &[Numpy10Record])> {
-        self.keys.iter().map(String::as_str).zip(self.records.iter().map(Vec::as_slice))
-    }
 }
 
-/// Encodes one log entry.
+fn key_text<'a>(bytes: &'a str, entry: &KeyEntry) -> &'a str {
+    &bytes[entry.start as usize..entry.start as usize + entry.len as usize]
+}
+
+/// Encodes one log entry: `["<key>","<record>",...]` (records are plain ASCII).
 pub fn encode_entry(key: &str, records: &[Numpy10Record]) -> Vec<u8> {
-    let mut fields: Vec<String> = Vec::with_capacity(records.len() + 1);
-    fields.push(key.to_owned());
-    fields.extend(records.iter().map(Numpy10Record::to_string));
-    serde_json::to_vec(&fields).expect("a list of strings always serializes")
+    use std::io::Write;
+    let mut out = Vec::with_capacity(key.len() + 48 * records.len() + 8);
+    out.push(b'[');
+    serde_json::to_writer(&mut out, key).expect("writing a string to a Vec cannot fail");
+    for record in records {
+        write!(out, ",\"{record}\"").expect("writing to a Vec cannot fail");
+    }
+    out.push(b']');
+    out
 }
 
 /// Encodes the finalize record for an index of `keys` keys.
@@ -138,36 +326,56 @@ fn decode_entry(
 mod tests {
     use super::*;
 
+    fn rec(text: &str) -> Numpy10Record {
+        Numpy10Record::parse(text).unwrap()
+    }
+
     #[test]
     fn entries_round_trip_and_later_wins() {
-        let a = Numpy10Record::parse("10:abcdefgh:0123456789abcdef:0:2 3").unwrap();
-        let b = Numpy10Record::parse("10:abcdefgh:0123456789abcdef:1:2 3").unwrap();
+        let a = rec("10:abcdefgh:0123456789abcdef:0:2 3");
+        let b = rec("10:zzzzzzzz:0123456789abcdef:1:2 1");
         let log = vec![
-            encode_entry("k", &[a]),
+            encode_entry("k", std::slice::from_ref(&a)),
             encode_entry("j", std::slice::from_ref(&b)),
             encode_entry("k", std::slice::from_ref(&b)),
         ];
-        let index = KeyIndex::from_log(&log, 1, Path::new("records.log")).unwrap();
-        assert_eq!(index.keys(), ["k", "j"]);
-        assert_eq!(index.get("k").unwrap(), [b]);
+        let index =
+            KeyIndex::from_log(&log, vec![FieldShape::Varying(2)], Path::new("records.log"))
+                .unwrap();
+        assert_eq!(index.keys().collect::<Vec<_>>(), ["k", "j"]);
+        let slots = index.get("k").unwrap();
+        assert_eq!(index.record(0, &slots[0]), b);
+        assert_eq!(index.record(0, &index.get("j").unwrap()[0]), b);
+        assert!(index.get("absent").is_none());
     }
 
     #[test]
     fn finalize_record_must_be_last_and_count_the_keys() {
-        let a = Numpy10Record::parse("10:abcdefgh:0123456789abcdef:0:2 3").unwrap();
+        let a = rec("10:abcdefgh:0123456789abcdef:0:2 3");
         let p = Path::new("records.log");
         let ok = vec![encode_entry("k", std::slice::from_ref(&a)), encode_finalize(1)];
-        assert!(KeyIndex::from_log(&ok, 1, p).unwrap().is_finalized());
+        assert!(KeyIndex::from_log(&ok, vec![FieldShape::Varying(2)], p).unwrap().is_finalized());
         let after = vec![encode_finalize(0), encode_entry("k", std::slice::from_ref(&a))];
-        assert!(KeyIndex::from_log(&after, 1, p).unwrap_err().to_string().contains("follows"));
+        assert!(
+            KeyIndex::from_log(&after, vec![FieldShape::Varying(2)], p)
+                .unwrap_err()
+                .to_string()
+                .contains("follows")
+        );
         let miscounted = vec![encode_entry("k", &[a]), encode_finalize(2)];
-        assert!(KeyIndex::from_log(&miscounted, 1, p).is_err());
+        assert!(KeyIndex::from_log(&miscounted, vec![FieldShape::Varying(2)], p).is_err());
     }
 
     #[test]
     fn bad_entries_are_corruption_naming_the_record() {
-        for bad in [&b"[1]"[..], b"[\"k\"]", b"[\"k\", \"10:zz\"]", b"\xff"] {
-            let err = KeyIndex::from_log(&[bad.to_vec()], 1, Path::new("records.log")).unwrap_err();
+        let wrong_rank = encode_entry("k", &[rec("10:abcdefgh:0123456789abcdef:0:2")]);
+        for bad in [&b"[1]"[..], b"[\"k\"]", b"[\"k\", \"10:zz\"]", b"\xff", &wrong_rank] {
+            let err = KeyIndex::from_log(
+                &[bad.to_vec()],
+                vec![FieldShape::Varying(2)],
+                Path::new("records.log"),
+            )
+            .unwrap_err();
             assert!(matches!(err, Error::Corrupted { .. }), "{err}");
             assert!(err.to_string().contains("record 0"), "{err}");
         }

@@ -28,49 +28,42 @@ pub fn validate(backend: &NpyBackend, level: ValidationLevel) -> Result<Validati
     }
 
     let schema = &backend.metadata().schema;
-    let mut uids = BTreeSet::new();
-    for (key, records) in backend.records() {
+    let index = backend.index();
+    let mut files_seen = BTreeSet::new();
+    for (key, slots) in index.iter() {
         report.samples_checked += 1;
-        for (field, record) in records.iter().enumerate() {
+        for (field, slot) in slots.iter().enumerate() {
             let field_name = &schema.fields[field].name;
-            let data_file = layout.data_file(&record.uid);
-            if uids.insert(record.uid.clone()) {
+            let data_file = layout.data_file(index.file_uid(slot.file));
+            if files_seen.insert(slot.file) {
                 report.files_checked += 1;
             }
-            let file = match backend.collection(&record.uid, field) {
+            let file = match backend.collection(slot.file, field) {
                 Ok(file) => file,
                 Err(e) => {
-                    report.problem(
-                        Some(&data_file),
-                        Some(key),
-                        format!("field {field_name:?}: {}", strip_path(&e)),
-                    );
+                    let detail = format!("field {field_name:?}: {}", strip_path(&e));
+                    report.problem(Some(&data_file), Some(key), detail);
                     continue;
                 }
             };
-            let fits = record.collection_index < file.rows() as u64
-                && record.shape.len() == file.slot_shape().len()
-                && record.shape.iter().zip(file.slot_shape()).all(|(s, m)| s <= m);
+            let shape = index.shape(field, slot);
+            let fits = (slot.index as usize) < file.rows()
+                && shape.iter().zip(file.slot_shape()).all(|(s, m)| s <= m);
             if !fits {
-                report.problem(
-                    Some(&data_file),
-                    Some(key),
-                    format!(
-                        "field {field_name:?}: record {record} does not fit the file's {} slots of {}",
-                        file.rows(),
-                        shape::display(file.slot_shape())
-                    ),
+                let detail = format!(
+                    "field {field_name:?}: record {} does not fit the file's {} slots of {}",
+                    index.record(field, slot),
+                    file.rows(),
+                    shape::display(file.slot_shape())
                 );
+                report.problem(Some(&data_file), Some(key), detail);
                 continue;
             }
             if level == ValidationLevel::Full
-                && let Err(e) = backend.read_field(field, record, true)
+                && let Err(e) = backend.read_slot(field, slot, true)
             {
-                report.problem(
-                    Some(&data_file),
-                    Some(key),
-                    format!("field {field_name:?}: {}", strip_path(&e)),
-                );
+                let detail = format!("field {field_name:?}: {}", strip_path(&e));
+                report.problem(Some(&data_file), Some(key), detail);
             }
         }
     }
@@ -83,7 +76,7 @@ pub fn validate(backend: &NpyBackend, level: ValidationLevel) -> Result<Validati
                  file): open the cache in append mode to rewrite it",
             );
         }
-        for uid in &uids {
+        for uid in files_seen.iter().map(|&f| index.file_uid(f)) {
             let marker = layout.store_dir().join(format!("{uid}.npy"));
             if !marker.exists() {
                 report.problem(

@@ -1,0 +1,98 @@
+//! The command's error type and its exit status.
+
+use std::fmt;
+use std::process::ExitCode;
+
+/// How a command that ran to the end went. Errors are [`CliError`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    /// Everything worked; exit status 0.
+    Success,
+    /// `verify` found problems; exit status 1.
+    ProblemsFound,
+}
+
+impl Status {
+    /// The process exit code of this status.
+    pub fn exit_code(self) -> ExitCode {
+        match self {
+            Status::Success => ExitCode::SUCCESS,
+            Status::ProblemsFound => ExitCode::from(EXIT_PROBLEMS),
+        }
+    }
+}
+
+/// Exit status when `verify` found problems.
+pub const EXIT_PROBLEMS: u8 = 1;
+/// Exit status of every error: bad arguments, an unreadable path, a path that is not a cache, a
+/// missing key, corrupted data that `get` refuses to return.
+pub const EXIT_ERROR: u8 = 2;
+
+/// Why a command could not do its job. Printed as one line, `stowage: error: <message>`, and the
+/// process exits with [`EXIT_ERROR`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CliError {
+    message: String,
+}
+
+impl CliError {
+    /// An error with this message (which should name the path, key or field involved).
+    pub fn new(message: impl Into<String>) -> CliError {
+        CliError { message: message.into() }
+    }
+
+    /// An error writing to standard output.
+    pub fn stdout(e: std::io::Error) -> CliError {
+        CliError::new(format!("writing to standard output: {e}"))
+    }
+
+    /// The message, guaranteed to be one line: control characters (newlines in a key or a path)
+    /// are escaped as in Rust's `{:?}`.
+    pub fn one_line(&self) -> String {
+        escape_control(&self.message)
+    }
+}
+
+impl fmt::Display for CliError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for CliError {}
+
+impl From<stowage_core::Error> for CliError {
+    fn from(e: stowage_core::Error) -> CliError {
+        CliError::new(e.to_string())
+    }
+}
+
+/// `text` with every control character replaced by its Rust escape (`\n`, `\u{1b}`); other
+/// characters, quotes and backslashes included, are kept as they are.
+///
+/// ```ignore
+/// assert_eq!(escape_control("a\nb\"c"), "a\\nb\"c");
+/// ```
+pub fn escape_control(text: &str) -> String {
+    if !text.chars().any(char::is_control) {
+        return text.to_owned();
+    }
+    text.chars()
+        .map(|c| if c.is_control() { c.escape_debug().to_string() } else { c.to_string() })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_become_one_line() {
+        let e = CliError::new("key \"a\nb\" not found in /x\ty");
+        assert_eq!(e.one_line(), "key \"a\\nb\" not found in /x\\ty");
+        assert_eq!(
+            CliError::new("plain \"quoted\" \\ text").one_line(),
+            "plain \"quoted\" \\ text"
+        );
+    }
+}

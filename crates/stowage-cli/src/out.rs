@@ -1,0 +1,173 @@
+//! Standard output that survives a closed pipe, notes on standard error, and the small text
+//! helpers every command shares (key escaping, byte sizes).
+
+use std::io::{self, BufWriter, Stdout, Write};
+
+/// Buffered standard output that stops writing quietly when the reader goes away.
+///
+/// `stowage keys CACHE | head` closes the pipe early; writing then fails with `BrokenPipe`. That is
+/// not an error of the command: the rest of the output is dropped and the command still finishes
+/// and reports its exit status (`verify` still exits 1 when it found problems).
+pub struct Output {
+    inner: BufWriter<Stdout>,
+    closed: bool,
+}
+
+impl Output {
+    /// Standard output, buffered.
+    pub fn stdout() -> Output {
+        Output { inner: BufWriter::new(io::stdout()), closed: false }
+    }
+
+    fn absorb(&mut self, result: io::Result<()>) -> io::Result<()> {
+        match result {
+            Err(e) if e.kind() == io::ErrorKind::BrokenPipe => {
+                self.closed = true;
+                Ok(())
+            }
+            other => other,
+        }
+    }
+}
+
+impl Write for Output {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        if self.closed {
+            return Ok(buf.len());
+        }
+        let result = self.inner.write_all(buf);
+        self.absorb(result).map(|()| buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        if self.closed {
+            return Ok(());
+        }
+        let result = self.inner.flush();
+        self.absorb(result)
+    }
+}
+
+/// Prints `stowage: note: <text>` on standard error (one line; a failure to write it is ignored).
+pub fn note(text: &str) {
+    let line = format!("stowage: note: {}\n", crate::error::escape_control(text));
+    let _ = io::stderr().lock().write_all(line.as_bytes());
+}
+
+/// A key (or field name) as one printable line.
+///
+/// Printed as it is, unless it contains a control character (a newline, a tab, an escape...) or
+/// starts with `"`: then it is printed Rust-`{:?}`-escaped, in double quotes (`"a\nb"`). So every
+/// key is exactly one line, and a line that starts with `"` is always an escaped key; the leading
+/// quote rule keeps a key that really starts with a quote from being mistaken for one.
+///
+/// ```ignore
+/// assert_eq!(display_key("sample-1"), "sample-1");
+/// assert_eq!(display_key("a\nb"), "\"a\\nb\"");
+/// assert_eq!(display_key("\"q\""), "\"\\\"q\\\"\"");
+/// ```
+pub fn display_key(key: &str) -> String {
+    if key.starts_with('"') || key.chars().any(char::is_control) {
+        format!("{key:?}")
+    } else {
+        key.to_owned()
+    }
+}
+
+/// A byte count for people: `248 B`, `4128 B (4.0 KiB)`, `1073741824 B (1.0 GiB)`.
+pub fn size(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["KiB", "MiB", "GiB", "TiB", "PiB"];
+    if bytes < 1024 {
+        return format!("{bytes} B");
+    }
+    let mut value = bytes as f64 / 1024.0;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    format!("{bytes} B ({value:.1} {})", UNITS[unit])
+}
+
+/// A byte count, short: `248 B`, `4.0 KiB`.
+pub fn human(bytes: u64) -> String {
+    match size(bytes).split_once(" (") {
+        Some((_, short)) => short.trim_end_matches(')').to_owned(),
+        None => format!("{bytes} B"),
+    }
+}
+
+/// A file size with its on-disk allocation when the platform reports it:
+/// `4128 B (4.0 KiB), 8.0 KiB on disk`.
+pub fn size_on_disk(bytes: u64, allocated: Option<u64>) -> String {
+    match allocated {
+        Some(allocated) => format!("{}, {} on disk", size(bytes), human(allocated)),
+        None => size(bytes),
+    }
+}
+
+/// Lines of a table: every column but the last padded to its widest cell, columns separated by
+/// two spaces, each line indented by two spaces.
+pub fn table(rows: &[Vec<String>]) -> Vec<String> {
+    let columns = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..columns)
+        .map(|c| rows.iter().filter_map(|r| r.get(c)).map(|s| s.chars().count()).max().unwrap_or(0))
+        .collect();
+    rows.iter()
+        .map(|row| {
+            let mut line = String::from(" ");
+            for (c, cell) in row.iter().enumerate() {
+                line.push(' ');
+                line.push_str(cell);
+                if c + 1 < row.len() {
+                    let pad = widths[c] - cell.chars().count() + 1;
+                    line.extend(std::iter::repeat_n(' ', pad));
+                }
+            }
+            line.trim_end().to_owned()
+        })
+        .collect()
+}
+
+/// `1 problem`, `2 problems`: a count and a noun, plural when the count is not 1.
+pub fn count(n: u64, noun: &str) -> String {
+    if n == 1 { format!("1 {noun}") } else { format!("{n} {noun}s") }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tables_align_columns() {
+        let rows = vec![
+            vec!["a".to_owned(), "float32".to_owned(), "x".to_owned()],
+            vec!["long".to_owned(), "u8".to_owned(), "y".to_owned()],
+        ];
+        assert_eq!(table(&rows), ["  a     float32  x", "  long  u8       y"]);
+    }
+
+    #[test]
+    fn keys_are_escaped_only_when_needed() {
+        assert_eq!(display_key("sample-1"), "sample-1");
+        assert_eq!(display_key("with space/ünïcode\\"), "with space/ünïcode\\");
+        assert_eq!(display_key("a\nb"), "\"a\\nb\"");
+        assert_eq!(display_key("tab\there"), "\"tab\\there\"");
+        assert_eq!(display_key("\u{1b}[31m"), "\"\\u{1b}[31m\"");
+        assert_eq!(display_key("\"quoted\""), "\"\\\"quoted\\\"\"");
+        assert_eq!(display_key(""), "");
+    }
+
+    #[test]
+    fn sizes_and_counts() {
+        assert_eq!(size(0), "0 B");
+        assert_eq!(size(1023), "1023 B");
+        assert_eq!(size(4128), "4128 B (4.0 KiB)");
+        assert_eq!(size(3 << 30), "3221225472 B (3.0 GiB)");
+        assert_eq!(human(248), "248 B");
+        assert_eq!(human(4128), "4.0 KiB");
+        assert_eq!(size_on_disk(4128, Some(8192)), "4128 B (4.0 KiB), 8.0 KiB on disk");
+        assert_eq!(count(1, "problem"), "1 problem");
+        assert_eq!(count(0, "problem"), "0 problems");
+    }
+}

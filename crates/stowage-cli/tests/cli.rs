@@ -1,0 +1,801 @@
+//! Runs the real `stowage` binary against caches built with `stowage_npy::NpyBackend`, damaged
+//! copies of them, garbage paths and the `hangar-numpy10` reference set, and checks its output and
+//! exit status.
+//!
+//! The reference tests print SKIPPED when the set is absent (they fail instead under
+//! `STOWAGE_REQUIRE_REFERENCE=1`); the Python interop test prints SKIPPED without `python3` and
+//! numpy (it fails instead under `STOWAGE_REQUIRE_PYTHON=1`).
+
+use std::ffi::{OsStr, OsString};
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use stowage_core::half::{bf16, f16};
+use stowage_core::{Backend, DType, Sample, Schema, ShapeRule, Tensor};
+use stowage_npy::npy_header;
+use stowage_npy::{NpyBackend, NpyOptions};
+
+const BIN: &str = env!("CARGO_BIN_EXE_stowage");
+
+/// What one run of the binary did.
+struct Run {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl std::fmt::Debug for Run {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "exit {}\n--- stdout\n{}--- stderr\n{}", self.code, self.stdout, self.stderr)
+    }
+}
+
+/// How long one run may take before it counts as hung (and is killed).
+const RUN_TIMEOUT: Duration = Duration::from_secs(120);
+
+fn stowage<I, S>(args: I) -> Run
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<OsStr>,
+{
+    let args: Vec<OsString> = args.into_iter().map(|a| a.as_ref().to_os_string()).collect();
+    let mut child = Command::new(BIN)
+        .args(&args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the stowage binary runs");
+    let drain = |mut pipe: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            pipe.read_to_end(&mut bytes).map(|_| bytes)
+        })
+    };
+    let stdout = drain(Box::new(child.stdout.take().unwrap()));
+    let stderr = drain(Box::new(child.stderr.take().unwrap()));
+    let deadline = Instant::now() + RUN_TIMEOUT;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("stowage {args:?} did not finish within {RUN_TIMEOUT:?}");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let run = Run {
+        code: status.code().expect("stowage exited normally, not by a signal"),
+        stdout: String::from_utf8(stdout.join().unwrap().unwrap()).expect("stdout is UTF-8"),
+        stderr: String::from_utf8(stderr.join().unwrap().unwrap()).expect("stderr is UTF-8"),
+    };
+    assert!(!run.stderr.contains("panicked"), "the binary panicked: {run:?}");
+    run
+}
+
+/// Arguments mixing literal words and paths.
+fn args(parts: &[&dyn AsRef<OsStr>]) -> Vec<OsString> {
+    parts.iter().map(|p| p.as_ref().to_os_string()).collect()
+}
+
+/// Asserts exit status 2 with exactly one line on stderr, `stowage: error: ...` containing every
+/// one of `needles`.
+fn assert_error_line(run: &Run, needles: &[&str]) {
+    assert_eq!(run.code, 2, "{run:?}");
+    assert_eq!(run.stderr.lines().count(), 1, "one error line: {run:?}");
+    assert!(run.stderr.starts_with("stowage: error: "), "{run:?}");
+    for needle in needles {
+        assert!(run.stderr.contains(needle), "stderr lacks {needle:?}: {run:?}");
+    }
+}
+
+fn schema() -> Schema {
+    Schema::new()
+        .tensor("x", DType::F32, ShapeRule::Fixed(vec![2, 3]))
+        .tensor("label", DType::I64, ShapeRule::Fixed(vec![]))
+        .tensor("mask", DType::Bool, ShapeRule::Fixed(vec![4]))
+        .tensor("tokens", DType::U8, ShapeRule::Max(vec![5, 2]))
+        .tensor("half", DType::F16, ShapeRule::Fixed(vec![3]))
+        .tensor("brain", DType::BF16, ShapeRule::Fixed(vec![2]))
+}
+
+/// Sample number `i`: every value depends on `i`, so a mix-up shows.
+fn sample(i: usize) -> Sample {
+    let f = i as f32;
+    let rows = i % 6;
+    Sample::new()
+        .with("x", Tensor::from_slice(&[2, 3], &[f, f + 0.5, -f, 1e-3 * f, f * f, -0.25]).unwrap())
+        .with("label", Tensor::scalar(i as i64 * 1_000_000_007 - 3))
+        .with(
+            "mask",
+            Tensor::from_bools(&[4], &[i.is_multiple_of(2), true, false, i.is_multiple_of(3)])
+                .unwrap(),
+        )
+        .with(
+            "tokens",
+            Tensor::from_slice(
+                &[rows, 2],
+                &(0..rows * 2).map(|v| (v + i) as u8).collect::<Vec<_>>(),
+            )
+            .unwrap(),
+        )
+        .with(
+            "half",
+            Tensor::from_slice(&[3], &[f16::from_f32(f), f16::from_f32(-1.5), f16::MAX]).unwrap(),
+        )
+        .with(
+            "brain",
+            Tensor::from_slice(&[2], &[bf16::from_f32(f + 0.25), bf16::from_f32(-3.0)]).unwrap(),
+        )
+}
+
+const KEYS: [&str; 3] = ["a", "b", "c"];
+
+/// A cache of [`KEYS`] (sample 0, 1, 2) with 2 slots per data file, finalized or not.
+fn build_cache(dir: &Path, finalize: bool) -> PathBuf {
+    let path = dir.join("cache");
+    let options = NpyOptions { collection_size: 2, ..NpyOptions::default() };
+    let mut cache = NpyBackend::create(&path, &schema(), options).unwrap();
+    for (i, key) in KEYS.iter().enumerate() {
+        cache.put(key, &sample(i)).unwrap();
+    }
+    cache.flush().unwrap();
+    if finalize {
+        cache.finalize().unwrap();
+    }
+    path
+}
+
+/// dtype, shape and data bytes of a `.npy` file, read with the workspace's own header parser.
+fn read_npy(path: &Path) -> (DType, Vec<usize>, String, Vec<u8>) {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let h = npy_header::parse(&bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    assert!(!h.fortran_order, "{}", path.display());
+    assert_eq!(bytes.len(), h.data_offset + h.data_len().unwrap(), "{}", path.display());
+    (h.dtype, h.shape, h.descr, bytes[h.data_offset..].to_vec())
+}
+
+#[test]
+fn help_lists_every_command_with_examples_and_exit_codes() {
+    let run = stowage(["--help"]);
+    assert_eq!(run.code, 0, "{run:?}");
+    for needle in ["inspect", "verify", "keys", "get", "Examples:", "Exit status:", "2  error"] {
+        assert!(run.stdout.contains(needle), "--help lacks {needle:?}: {run:?}");
+    }
+    for command in ["inspect", "verify", "keys", "get"] {
+        let run = stowage([command, "--help"]);
+        assert_eq!(run.code, 0, "{run:?}");
+        assert!(run.stdout.contains("Example"), "{command} --help has no example: {run:?}");
+        assert!(run.stdout.contains("1  verify found problems"), "{command}: {run:?}");
+    }
+    assert!(stowage(["keys", "--help"]).stdout.contains("control character"));
+    assert_eq!(stowage(["--version"]).code, 0);
+}
+
+#[test]
+fn bad_arguments_are_one_line_errors() {
+    assert_error_line(&stowage::<[&str; 0], &str>([]), &["no command given"]);
+    assert_error_line(&stowage(["frobnicate"]), &["frobnicate"]);
+    assert_error_line(&stowage(["inspect"]), &["<PATH>", "usage"]);
+    assert_error_line(&stowage(["inspect", "a", "b"]), &["unexpected argument"]);
+    assert_error_line(&stowage(["get", "cache", "key"]), &["--out"]);
+    assert_error_line(&stowage(["get", "cache", "--out", "o"]), &["<KEY|--record <RECORD>>"]);
+    assert_error_line(
+        &stowage([
+            "get",
+            "cache",
+            "key",
+            "--record",
+            "10:abcd1234:0000000000000000:0:",
+            "--out",
+            "o",
+        ]),
+        &["cannot be used with"],
+    );
+}
+
+#[test]
+fn inspect_describes_a_finalized_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = build_cache(dir.path(), true);
+    let run = stowage(args(&[&"inspect", &cache]));
+    assert_eq!(run.code, 0, "{run:?}");
+    let expected = [
+        "stowage NUMPY_10 cache",
+        "format:      stowage-npy version 1",
+        "state:       finalized",
+        "keys:        3",
+        "collection:  2 slots per data file",
+        "schema:      6 fields",
+        "records.log",
+        "stowage.json",
+        "_COMPLETE",
+        "field \"x\", committed",
+        "total",
+        "integrity:   clean",
+    ];
+    for needle in expected {
+        assert!(run.stdout.contains(needle), "inspect lacks {needle:?}: {run:?}");
+    }
+    let schema_lines = [
+        "x float32 fixed (2, 3) stored as <f4",
+        "label int64 fixed () stored as <i8",
+        "mask bool fixed (4,) stored as |b1",
+        "tokens uint8 max (5, 2) stored as |u1",
+        "half float16 fixed (3,) stored as <f2",
+        "brain bfloat16 fixed (2,) stored as <u2",
+    ];
+    let words: Vec<String> =
+        run.stdout.lines().map(|l| l.split_whitespace().collect::<Vec<_>>().join(" ")).collect();
+    for line in schema_lines {
+        assert!(words.iter().any(|w| w == line), "inspect lacks the field line {line:?}: {run:?}");
+    }
+    // 6 fields x 2 files each (3 samples, 2 slots per file).
+    assert_eq!(run.stdout.matches("data/10/").count(), 12, "{run:?}");
+    assert!(run.stderr.is_empty(), "{run:?}");
+}
+
+#[test]
+fn inspect_shows_an_unfinished_cache_and_structure_problems() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = build_cache(dir.path(), false);
+    let run = stowage(args(&[&"inspect", &cache]));
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(run.stdout.contains("state:       not finalized"), "{run:?}");
+    assert!(run.stdout.contains("staged"), "{run:?}");
+
+    let reader = NpyBackend::open_read_only(&cache, NpyOptions::default()).unwrap();
+    let uid = reader.record("c", "x").unwrap().uid.clone();
+    drop(reader);
+    let data = cache.join("data/10").join(format!("{uid}.npy"));
+    std::fs::remove_file(&data).unwrap();
+    let run = stowage(args(&[&"inspect", &cache]));
+    assert_eq!(run.code, 0, "inspect reports, verify judges: {run:?}");
+    assert!(run.stdout.contains("integrity:   1 problem "), "{run:?}");
+}
+
+#[test]
+fn verify_of_a_clean_cache_exits_0() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = build_cache(dir.path(), true);
+    let run = stowage(args(&[&"verify", &cache]));
+    assert_eq!(run.code, 0, "{run:?}");
+    assert_eq!(run.stdout.lines().count(), 1, "{run:?}");
+    assert!(run.stdout.starts_with("3 samples, "), "{run:?}");
+    assert!(run.stdout.trim_end().ends_with("files checked: clean"), "{run:?}");
+}
+
+/// Flips one byte inside the stored bytes of `key`'s field `field`; returns the data file.
+fn flip_sample_byte(cache: &Path, key: &str, field: &str) -> PathBuf {
+    let reader = NpyBackend::open_read_only(cache, NpyOptions::default()).unwrap();
+    let record = reader.record(key, field).unwrap().clone();
+    drop(reader);
+    let path = cache.join("data/10").join(format!("{}.npy", record.uid));
+    let mut bytes = std::fs::read(&path).unwrap();
+    let header = npy_header::parse(&bytes).unwrap();
+    let slot_len = header.shape[1..].iter().product::<usize>() * header.dtype.item_size();
+    let at = header.data_offset + record.collection_index as usize * slot_len + 1;
+    bytes[at] ^= 0x40;
+    std::fs::write(&path, bytes).unwrap();
+    path
+}
+
+#[test]
+fn verify_names_the_key_and_file_of_a_flipped_byte_and_exits_1() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = build_cache(dir.path(), true);
+    let data_file = flip_sample_byte(&cache, "b", "x");
+    let run = stowage(args(&[&"verify", &cache]));
+    assert_eq!(run.code, 1, "{run:?}");
+    let lines: Vec<&str> = run.stdout.lines().collect();
+    assert_eq!(lines.len(), 2, "one problem and the summary: {run:?}");
+    for needle in
+        [data_file.to_str().unwrap(), "key \"b\"", "field \"x\"", "checksum", "!= recorded"]
+    {
+        assert!(lines[0].contains(needle), "problem line lacks {needle:?}: {run:?}");
+    }
+    assert!(lines[1].starts_with("3 samples, ") && lines[1].ends_with(": 1 problem"), "{run:?}");
+
+    // get refuses the corrupted sample, naming the file and key, and serves the others.
+    let out = dir.path().join("out");
+    let run = stowage(args(&[&"get", &cache, &"b", &"--out", &out]));
+    assert_error_line(&run, &["corrupted", data_file.to_str().unwrap(), "key \"b\""]);
+    assert!(!out.join("x.npy").exists());
+    let run = stowage(args(&[&"get", &cache, &"a", &"--out", &out]));
+    assert_eq!(run.code, 0, "{run:?}");
+}
+
+#[test]
+fn keys_are_one_per_line_escaped_only_when_needed() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cache");
+    let schema = Schema::new().tensor("v", DType::U8, ShapeRule::Fixed(vec![]));
+    let mut cache = NpyBackend::create(&path, &schema, NpyOptions::default()).unwrap();
+    let keys =
+        ["plain", "with space/and ünïcode", "new\nline", "tab\tx", "\"quoted\"", "back\\slash"];
+    for (i, key) in keys.iter().enumerate() {
+        cache.put(key, &Sample::new().with("v", Tensor::scalar(i as u8))).unwrap();
+    }
+    cache.finalize().unwrap();
+    drop(cache);
+    let run = stowage(args(&[&"keys", &path]));
+    assert_eq!(run.code, 0, "{run:?}");
+    let expected = [
+        "plain",
+        "with space/and ünïcode",
+        "\"new\\nline\"",
+        "\"tab\\tx\"",
+        "\"\\\"quoted\\\"\"",
+        "back\\slash",
+    ];
+    assert_eq!(run.stdout.lines().collect::<Vec<_>>(), expected, "{run:?}");
+}
+
+#[test]
+fn get_writes_each_field_as_npy_with_its_own_shape() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = build_cache(dir.path(), true);
+    let out = dir.path().join("made/by/get");
+    let run = stowage(args(&[&"get", &cache, &"c", &"--out", &out]));
+    assert_eq!(run.code, 0, "{run:?}");
+    assert_eq!(run.stdout.lines().count(), 6, "one line per file: {run:?}");
+    let want = sample(2);
+    for (name, value) in want.fields() {
+        let tensor = value.as_tensor().unwrap();
+        let file = out.join(format!("{name}.npy"));
+        assert!(run.stdout.contains(file.to_str().unwrap()), "{run:?}");
+        let (dtype, shape, descr, bytes) = read_npy(&file);
+        let stored = if tensor.dtype() == DType::BF16 { DType::U16 } else { tensor.dtype() };
+        assert_eq!((dtype, shape.as_slice()), (stored, tensor.shape()), "{name}");
+        assert_eq!(bytes, tensor.bytes(), "{name}");
+        if name == "brain" {
+            assert_eq!(descr, "<u2");
+        }
+    }
+    // tokens of sample 2 has shape (2, 2), not the slot's (5, 2).
+    assert_eq!(read_npy(&out.join("tokens.npy")).1, [2, 2]);
+    assert_eq!(run.stderr.lines().count(), 1, "{run:?}");
+    assert!(run.stderr.starts_with("stowage: note: field \"brain\" is bfloat16"), "{run:?}");
+    assert!(run.stderr.contains("<u2"), "{run:?}");
+
+    // Again into the same directory: files are replaced.
+    let run = stowage(args(&[&"get", &cache, &"a", &"--out", &out]));
+    assert_eq!(run.code, 0, "{run:?}");
+    assert_eq!(read_npy(&out.join("label.npy")).3, (-3i64).to_le_bytes());
+}
+
+#[test]
+fn get_of_a_missing_key_or_on_a_keyless_directory_exits_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = build_cache(dir.path(), true);
+    let out = dir.path().join("out");
+    let run = stowage(args(&[&"get", &cache, &"nope", &"--out", &out]));
+    assert_error_line(&run, &[&format!("key \"nope\" not found in {}", cache.display())]);
+    assert!(!out.exists(), "nothing is created for a missing key");
+    let run = stowage(args(&[&"get", &cache, &"line\nbreak", &"--out", &out]));
+    assert_error_line(&run, &["key \"line\\nbreak\" not found"]);
+
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, b"x").unwrap();
+    let run = stowage(args(&[&"get", &cache, &"a", &"--out", &file]));
+    assert_error_line(&run, &[file.to_str().unwrap()]);
+
+    let hangar = dir.path().join("hangar");
+    std::fs::create_dir_all(hangar.join("data/10")).unwrap();
+    let mut npy = npy_header::write_header(DType::U8, &[2, 3]);
+    npy.extend_from_slice(&[0; 6]);
+    std::fs::write(hangar.join("data/10/abcd1234.npy"), &npy).unwrap();
+    for command in [&["keys"][..], &["get", "KEY", "--out", "o"][..]] {
+        let mut argv = vec![OsString::from(command[0]), hangar.clone().into_os_string()];
+        argv.extend(command[1..].iter().map(OsString::from));
+        let run = stowage(argv);
+        assert_error_line(&run, &["hangar NUMPY_10 data directory", "holds no keys", "--record"]);
+    }
+}
+
+/// Writes a file of `len` deterministic pseudo-random bytes.
+fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
+    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 24) as u8
+        })
+        .collect()
+}
+
+/// Runs every command on `path` and checks each is an exit-2 one-line error naming `needle`.
+fn assert_every_command_fails(path: &Path, needle: &str) {
+    let out = path.with_extension("get-out");
+    let runs = [
+        stowage(args(&[&"inspect", &path])),
+        stowage(args(&[&"verify", &path])),
+        stowage(args(&[&"keys", &path])),
+        stowage(args(&[&"get", &path, &"a", &"--out", &out])),
+    ];
+    for run in &runs {
+        assert_error_line(run, &[needle]);
+    }
+}
+
+#[test]
+fn garbage_paths_are_one_line_errors_never_panics() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+
+    let missing = root.join("does-not-exist");
+    assert_every_command_fails(&missing, "no such file or directory");
+
+    let empty = root.join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    assert_every_command_fails(&empty, "is not a cache: found neither stowage.json");
+    assert_every_command_fails(&empty, "data/10/*.npy");
+
+    let file = root.join("regular-file");
+    std::fs::write(&file, b"hello").unwrap();
+    assert_every_command_fails(&file, "is a file, not a cache directory");
+
+    let random = root.join("random-json");
+    std::fs::create_dir(&random).unwrap();
+    std::fs::write(random.join("stowage.json"), random_bytes(4096, 1)).unwrap();
+    assert_every_command_fails(&random, "stowage.json: does not parse as JSON");
+
+    let other = root.join("other-format");
+    std::fs::create_dir(&other).unwrap();
+    std::fs::write(other.join("stowage.json"), br#"{"format": "stowage-arrow"}"#).unwrap();
+    assert_every_command_fails(&other, "format \"stowage-arrow\" is not one this command reads");
+
+    let no_format = root.join("no-format");
+    std::fs::create_dir(&no_format).unwrap();
+    std::fs::write(no_format.join("stowage.json"), b"[1, 2]").unwrap();
+    assert_every_command_fails(&no_format, "has no \"format\" string");
+
+    let right_format_bad_body = root.join("bad-body");
+    std::fs::create_dir(&right_format_bad_body).unwrap();
+    std::fs::write(right_format_bad_body.join("stowage.json"), br#"{"format": "stowage-npy"}"#)
+        .unwrap();
+    assert_every_command_fails(&right_format_bad_body, "stowage.json");
+}
+
+#[test]
+fn truncated_files_are_errors_or_problems_never_panics() {
+    let dir = tempfile::tempdir().unwrap();
+
+    // A truncated stowage.json.
+    let cache = build_cache(&dir.path().join("meta"), true);
+    let meta = cache.join("stowage.json");
+    let text = std::fs::read(&meta).unwrap();
+    std::fs::write(&meta, &text[..text.len() / 2]).unwrap();
+    assert_every_command_fails(&cache, "stowage.json");
+
+    // A truncated record log of a finalized cache: _COMPLETE no longer matches it.
+    let cache = build_cache(&dir.path().join("log"), true);
+    let log = cache.join("records.log");
+    let bytes = std::fs::read(&log).unwrap();
+    std::fs::write(&log, &bytes[..bytes.len() - 7]).unwrap();
+    assert_every_command_fails(&cache, "records.log");
+
+    // A record log cut to nothing.
+    let cache = build_cache(&dir.path().join("empty-log"), true);
+    std::fs::write(cache.join("records.log"), b"").unwrap();
+    assert_every_command_fails(&cache, "records.log");
+
+    // A truncated data file: the cache opens; verify reports it, get refuses it.
+    let cache = build_cache(&dir.path().join("data"), true);
+    let reader = NpyBackend::open_read_only(&cache, NpyOptions::default()).unwrap();
+    let uid = reader.record("a", "x").unwrap().uid.clone();
+    drop(reader);
+    let data = cache.join("data/10").join(format!("{uid}.npy"));
+    let bytes = std::fs::read(&data).unwrap();
+    for len in [bytes.len() - 1, 100, 9, 0] {
+        std::fs::write(&data, &bytes[..len]).unwrap();
+        let run = stowage(args(&[&"verify", &cache]));
+        assert_eq!(run.code, 1, "len {len}: {run:?}");
+        assert!(run.stdout.contains(data.to_str().unwrap()), "len {len}: {run:?}");
+        assert!(run.stdout.contains("key \"a\""), "len {len}: {run:?}");
+        let run = stowage(args(&[&"inspect", &cache]));
+        assert_eq!(run.code, 0, "len {len}: {run:?}");
+        assert!(run.stdout.contains("integrity:   2 problems"), "x of a and b, len {len}: {run:?}");
+        let out = dir.path().join("out");
+        let run = stowage(args(&[&"get", &cache, &"a", &"--out", &out]));
+        assert_error_line(&run, &[data.to_str().unwrap()]);
+        assert_eq!(stowage(args(&[&"keys", &cache])).stdout, "a\nb\nc\n");
+    }
+
+    // A truncated collection file in a bare hangar directory.
+    let hangar = dir.path().join("hangar");
+    std::fs::create_dir_all(hangar.join("data/10")).unwrap();
+    std::fs::create_dir_all(hangar.join("store_data/10")).unwrap();
+    let mut npy = npy_header::write_header(DType::F32, &[10, 4]);
+    npy.extend_from_slice(&[0; 160]);
+    std::fs::write(hangar.join("data/10/good0000.npy"), &npy).unwrap();
+    std::fs::write(hangar.join("data/10/short000.npy"), &npy[..npy.len() - 3]).unwrap();
+    std::fs::write(hangar.join("data/10/garbage0.npy"), random_bytes(300, 2)).unwrap();
+    std::fs::write(hangar.join("store_data/10/good0000.npy"), b"").unwrap();
+    std::fs::write(hangar.join("store_data/10/gone0000.npy"), b"").unwrap();
+    let run = stowage(args(&[&"inspect", &hangar]));
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(run.stdout.contains("integrity:   3 problems"), "{run:?}");
+    let run = stowage(args(&[&"verify", &hangar]));
+    assert_eq!(run.code, 1, "{run:?}");
+    for needle in [
+        "short000.npy: file is 285 bytes, 3 bytes too short",
+        "garbage0.npy: invalid .npy header",
+        "gone0000.npy: marker without a data file",
+    ] {
+        assert!(run.stdout.contains(needle), "verify lacks {needle:?}: {run:?}");
+    }
+    assert!(run.stdout.ends_with("0 samples, 3 files checked: 3 problems (a bare hangar data directory has no records: headers and sizes only)\n"), "{run:?}");
+}
+
+#[test]
+fn a_closed_output_pipe_is_not_an_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cache");
+    let schema = Schema::new().tensor("v", DType::U8, ShapeRule::Fixed(vec![]));
+    let mut cache = NpyBackend::create(&path, &schema, NpyOptions::default()).unwrap();
+    for i in 0..3000u32 {
+        let key = format!("{i:06}-{}", "k".repeat(100));
+        cache.put(&key, &Sample::new().with("v", Tensor::scalar(i as u8))).unwrap();
+    }
+    cache.finalize().unwrap();
+    drop(cache);
+    let mut child = Command::new(BIN)
+        .arg("keys")
+        .arg(&path)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = [0u8; 16];
+    child.stdout.take().unwrap().read_exact(&mut first).unwrap();
+    // The read end is dropped here: the rest of ~300 KB of keys cannot be written.
+    let mut stderr = String::new();
+    child.stderr.take().unwrap().read_to_string(&mut stderr).unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(&first[..7], b"000000-");
+    assert!(stderr.is_empty(), "{stderr}");
+    assert_eq!(status.code(), Some(0));
+}
+
+/// One entry of the reference set's records.json.
+struct ReferenceRecord {
+    key: String,
+    record: String,
+    values_file: PathBuf,
+}
+
+fn reference_records(set: &Path) -> Vec<ReferenceRecord> {
+    let text = std::fs::read_to_string(set.join("records.json")).unwrap();
+    let json: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let field = |r: &serde_json::Value, name: &str| r[name].as_str().unwrap().to_owned();
+    json.as_array()
+        .unwrap()
+        .iter()
+        .map(|r| ReferenceRecord {
+            key: format!("{}/{}", field(r, "column"), field(r, "sample_key")),
+            record: field(r, "record"),
+            values_file: set.join(field(r, "values_file")),
+        })
+        .collect()
+}
+
+#[test]
+fn get_record_reproduces_every_reference_sample() {
+    let Some(set) = stowage_conformance::reference::reference_set("hangar-numpy10") else {
+        return;
+    };
+    let records = reference_records(&set);
+    assert_eq!(records.len(), 45);
+    let dir = tempfile::tempdir().unwrap();
+    for (i, r) in records.iter().enumerate() {
+        let out = dir.path().join(format!("{i}.npy"));
+        let run =
+            stowage(args(&[&"get", &set.join("repo"), &"--record", &r.record, &"--out", &out]));
+        assert_eq!(run.code, 0, "{}: {run:?}", r.key);
+        let (dtype, shape, descr, bytes) = read_npy(&out);
+        let (want_dtype, want_shape, want_descr, want_bytes) = read_npy(&r.values_file);
+        assert_eq!((dtype, &shape, &descr), (want_dtype, &want_shape, &want_descr), "{}", r.key);
+        assert_eq!(bytes, want_bytes, "{}", r.key);
+    }
+}
+
+/// Copies the directory tree `from` into `to` (files become writable copies).
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_tree(&entry.path(), &target);
+        } else {
+            std::fs::write(&target, std::fs::read(entry.path()).unwrap()).unwrap();
+        }
+    }
+}
+
+#[test]
+fn get_record_of_the_corrupted_reference_sample_names_both_digests() {
+    let Some(set) = stowage_conformance::reference::reference_set("hangar-numpy10") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let repo = dir.path().join("repo");
+    copy_tree(&set.join("repo"), &repo);
+    let data_file = repo.join("data/10/4ujrcb35.npy");
+    std::fs::write(
+        &data_file,
+        std::fs::read(set.join("corrupted/data_byte/4ujrcb35.npy")).unwrap(),
+    )
+    .unwrap();
+    let fx013 = reference_records(&set).into_iter().find(|r| r.key == "fx/fx013").unwrap();
+    let out = dir.path().join("fx013.npy");
+    let run = stowage(args(&[&"get", &repo, &"--record", &fx013.record, &"--out", &out]));
+    assert_error_line(
+        &run,
+        &[data_file.to_str().unwrap(), &fx013.record, "cac95c71f42d7232", "fd40def8890c87db"],
+    );
+    assert!(!out.exists(), "nothing is written for a corrupted sample");
+
+    // Its neighbours in the same file are intact.
+    let fx012 = reference_records(&set).into_iter().find(|r| r.key == "fx/fx012").unwrap();
+    let run = stowage(args(&[&"get", &repo, &"--record", &fx012.record, &"--out", &out]));
+    assert_eq!(run.code, 0, "{run:?}");
+
+    // A record that does not parse, and one whose file has no marker.
+    let run = stowage(args(&[
+        &"get",
+        &repo,
+        &"--record",
+        &"10:../../etc:0000000000000000:0:",
+        &"--out",
+        &out,
+    ]));
+    assert_error_line(&run, &["uid"]);
+    std::fs::remove_file(repo.join("store_data/10/4ujrcb35.npy")).unwrap();
+    let run = stowage(args(&[&"get", &repo, &"--record", &fx012.record, &"--out", &out]));
+    assert_error_line(&run, &["4ujrcb35.npy", "marker"]);
+}
+
+#[test]
+fn inspect_and_verify_describe_the_reference_directory() {
+    let Some(set) = stowage_conformance::reference::reference_set("hangar-numpy10") else {
+        return;
+    };
+    let repo = set.join("repo");
+    let run = stowage(args(&[&"inspect", &repo]));
+    assert_eq!(run.code, 0, "{run:?}");
+    for needle in [
+        "hangar NUMPY_10 data directory",
+        "10 collection files",
+        "4ujrcb35.npy  <f4  (10, 10, 10): 10 slots of (10, 10)",
+        "bkh47f2d.npy  |u1  (10, 20, 2, 3)",
+        "359uiv6k.npy  <i8  (10,): 10 slots of ()",
+        "jmd8tjt8.npy  <f2  (10, 6): 10 slots of (6,)               staged",
+        "4128 B",
+        "integrity:   clean",
+    ] {
+        assert!(run.stdout.contains(needle), "inspect lacks {needle:?}: {run:?}");
+    }
+    let run = stowage(args(&[&"verify", &repo]));
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(run.stdout.starts_with("0 samples, 10 files checked: clean"), "{run:?}");
+}
+
+/// `python3 -c script args...`; `None` when python3 or numpy is unavailable.
+fn python_with_numpy() -> bool {
+    Command::new("python3")
+        .args(["-c", "import numpy"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+#[test]
+fn numpy_loads_every_file_get_wrote() {
+    if !python_with_numpy() {
+        if std::env::var("STOWAGE_REQUIRE_PYTHON").as_deref() == Ok("1") {
+            panic!("python3 with numpy is required (STOWAGE_REQUIRE_PYTHON=1) but unavailable");
+        }
+        let _ = std::io::stderr().write_all(
+            b"SKIPPED: numpy_loads_every_file_get_wrote: python3 with numpy not available \
+              (set STOWAGE_REQUIRE_PYTHON=1 to fail)\n",
+        );
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let cache = build_cache(dir.path(), true);
+    // Expected values as numpy would print them: (file, dtype name, shape, flat values).
+    let mut cases: Vec<serde_json::Value> = Vec::new();
+    for (i, key) in KEYS.iter().enumerate() {
+        let out = dir.path().join(format!("out-{key}"));
+        let run = stowage(args(&[&"get", &cache, key, &"--out", &out]));
+        assert_eq!(run.code, 0, "{run:?}");
+        for (name, value) in sample(i).fields() {
+            let t = value.as_tensor().unwrap();
+            let values: Vec<serde_json::Value> = match t.dtype() {
+                DType::F32 => {
+                    t.to_vec::<f32>().unwrap().into_iter().map(|v| f64::from(v).into()).collect()
+                }
+                DType::I64 => t.to_vec::<i64>().unwrap().into_iter().map(Into::into).collect(),
+                DType::Bool => t.to_bools().unwrap().into_iter().map(Into::into).collect(),
+                DType::U8 => t.to_vec::<u8>().unwrap().into_iter().map(Into::into).collect(),
+                DType::F16 => t
+                    .to_vec::<f16>()
+                    .unwrap()
+                    .into_iter()
+                    .map(|v| f64::from(v.to_f32()).into())
+                    .collect(),
+                // numpy sees bfloat16 as its raw uint16 patterns.
+                DType::BF16 => {
+                    t.to_vec::<bf16>().unwrap().into_iter().map(|v| v.to_bits().into()).collect()
+                }
+                other => panic!("no case for {other}"),
+            };
+            let dtype = if t.dtype() == DType::BF16 { "uint16" } else { t.dtype().name() };
+            cases.push(serde_json::json!({
+                "file": out.join(format!("{name}.npy")),
+                "dtype": dtype,
+                "shape": t.shape(),
+                "values": values,
+            }));
+        }
+    }
+    if let Some(set) = stowage_conformance::reference::reference_set("hangar-numpy10") {
+        for r in reference_records(&set) {
+            let out = dir.path().join(format!("{}.npy", r.key.replace('/', "-")));
+            let run =
+                stowage(args(&[&"get", &set.join("repo"), &"--record", &r.record, &"--out", &out]));
+            assert_eq!(run.code, 0, "{run:?}");
+            cases.push(serde_json::json!({"file": out, "expected_file": r.values_file}));
+        }
+    }
+    const SCRIPT: &str = r#"
+import json, sys
+import numpy as np
+checked = 0
+for case in json.load(sys.stdin):
+    a = np.load(case["file"])
+    if "expected_file" in case:
+        want = np.load(case["expected_file"])
+        assert a.dtype == want.dtype, (case, a.dtype, want.dtype)
+        assert a.shape == want.shape, (case, a.shape, want.shape)
+        assert np.array_equal(a, want, equal_nan=a.dtype.kind == "f"), case
+    else:
+        assert a.dtype == np.dtype(case["dtype"]), (case["file"], a.dtype)
+        assert a.shape == tuple(case["shape"]), (case["file"], a.shape)
+        assert a.flags["C_CONTIGUOUS"], case["file"]
+        want = np.array(case["values"], dtype=a.dtype).reshape(a.shape)
+        assert np.array_equal(a, want), (case["file"], a.tolist(), want.tolist())
+    checked += 1
+print(checked)
+"#;
+    let mut child = Command::new("python3")
+        .args(["-c", SCRIPT])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(serde_json::to_string(&cases).unwrap().as_bytes())
+        .unwrap();
+    let output = child.wait_with_output().unwrap();
+    assert!(
+        output.status.success(),
+        "numpy disagrees: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let checked: usize = String::from_utf8(output.stdout).unwrap().trim().parse().unwrap();
+    assert_eq!(checked, cases.len());
+}
