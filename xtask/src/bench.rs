@@ -27,8 +27,15 @@ pub const BENCHMARK_IDS: &[&str] = &[
     "reference_write_fsync",
     "get_checksum",
     "get_no_checksum",
+    "get_record_checksum",
     "put_flush",
     "open",
+    "reference_raw_copy_64x64",
+    "reference_copy_xxh64_64x64",
+    "reference_xxh64_in_place_64x64",
+    "get_checksum_64x64",
+    "get_no_checksum_64x64",
+    "get_record_checksum_64x64",
 ];
 
 /// The name of the Python peer's rate in the table.
@@ -53,6 +60,16 @@ const TARGETS: &[Target] = &[
     Target { numerator: "get_checksum", denominator: PYTHON_PEER, minimum: 3.0 },
     Target { numerator: "get_no_checksum", denominator: "reference_raw_copy", minimum: 0.50 },
     Target { numerator: "put_flush", denominator: "reference_write_fsync", minimum: 0.50 },
+    Target {
+        numerator: "get_checksum_64x64",
+        denominator: "reference_copy_xxh64_64x64",
+        minimum: 0.70,
+    },
+    Target {
+        numerator: "get_no_checksum_64x64",
+        denominator: "reference_raw_copy_64x64",
+        minimum: 0.50,
+    },
 ];
 
 const BEGIN_MARKER: &str = "<!-- xtask-bench:begin -->";

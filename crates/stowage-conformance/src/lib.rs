@@ -8,6 +8,7 @@ pub mod corrupt;
 pub mod crash;
 pub mod generate;
 pub mod outcome;
+pub mod python;
 pub mod reference;
 mod runner;
 

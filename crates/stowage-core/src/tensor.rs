@@ -39,7 +39,7 @@ element!(u8 => U8, u16 => U16, u32 => U32, u64 => U64, i8 => I8, i16 => I16, i32
 /// assert_eq!(t.to_vec::<f32>().unwrap(), vec![1.0, 2.0, 3.0, 4.0]);
 /// assert!(Tensor::from_slice(&[3], &[1.0f32, 2.0]).is_err()); // 2 elements do not fill shape (3,)
 /// ```
-#[derive(Clone, PartialEq, Eq)]
+#[derive(Clone)]
 pub struct Tensor {
     dtype: DType,
     shape: Vec<usize>,
@@ -202,6 +202,16 @@ impl Tensor {
     }
 }
 
+/// Tensors are equal when dtype, shape and bytes are; where the bytes live (copied or shared with a
+/// memory map) does not matter.
+impl PartialEq for Tensor {
+    fn eq(&self, other: &Tensor) -> bool {
+        self.dtype == other.dtype && self.shape == other.shape && self.data == other.data
+    }
+}
+
+impl Eq for Tensor {}
+
 impl fmt::Debug for Tensor {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
@@ -251,6 +261,14 @@ mod tests {
         let t = Tensor::shared(DType::F32, vec![2], raw.slice(1..9)).unwrap();
         // Whether slice(1..) is misaligned depends on the allocation; to_vec must work either way.
         assert_eq!(t.to_vec::<f32>().unwrap(), vec![0.0, 0.0]);
+    }
+
+    #[test]
+    fn equality_ignores_where_the_bytes_live() {
+        let owned = Tensor::from_slice(&[2], &[1u8, 2]).unwrap();
+        let shared = Tensor::shared(DType::U8, vec![2], Bytes::from_static(&[1, 2])).unwrap();
+        assert_eq!(owned, shared);
+        assert_ne!(owned, Tensor::from_slice(&[1, 2], &[1u8, 2]).unwrap());
     }
 
     #[test]

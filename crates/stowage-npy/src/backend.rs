@@ -168,6 +168,10 @@ impl NpyBackend {
         let layout = Layout::new(dir.as_ref());
         let meta = CacheMetadata::read(&layout.metadata())?;
         let lock = WriterLock::acquire(layout.root())?;
+        // Empty marker directories may be missing (a copy that dropped empty folders, e.g. git).
+        for dir in [layout.data_dir(), layout.stage_dir(), layout.store_dir()] {
+            std::fs::create_dir_all(&dir).at(&dir)?;
+        }
         // Inspect before AppendLog::open truncates: mid-log damage must not be silently cut away.
         let scanned = AppendLog::read_all(layout.records_log())?;
         if let Some(damage) = scanned.damage.as_ref().filter(|d| d.is_mid_log()) {
@@ -504,17 +508,24 @@ impl Backend for NpyBackend {
     }
 
     fn get(&self, key: &str) -> Result<Option<Sample>> {
-        let Some(slots) = self.index.get(key) else { return Ok(None) };
+        let verify = self.options.verify_checksums;
+        let prefetch = |slot: &Slot| {
+            if verify && let Some(file) = self.files.get(slot.file as usize).and_then(OnceLock::get)
+            {
+                file.prefetch_slot(u64::from(slot.index));
+            }
+        };
+        let Some(found) = self.index.find_with(key, prefetch) else { return Ok(None) };
         let mut sample = Sample::new();
-        for (i, (field, slot)) in self.meta.schema.fields.iter().zip(slots).enumerate() {
-            let tensor =
-                self.read_slot(i, slot, self.options.verify_checksums).map_err(|e| match e {
-                    Error::Corrupted { path, detail } => Error::Corrupted {
-                        path,
-                        detail: format!("key {key:?} field {:?}: {detail}", field.name),
-                    },
-                    other => other,
-                })?;
+        for (i, field) in self.meta.schema.fields.iter().enumerate() {
+            let slot = self.index.slot(&found, i);
+            let tensor = self.read_slot(i, &slot, verify).map_err(|e| match e {
+                Error::Corrupted { path, detail } => Error::Corrupted {
+                    path,
+                    detail: format!("key {key:?} field {:?}: {detail}", field.name),
+                },
+                other => other,
+            })?;
             sample.insert(field.name.clone(), Value::Tensor(tensor));
         }
         Ok(Some(sample))

@@ -142,6 +142,23 @@ impl CollectionFile {
         )
     }
 
+    /// Starts loading the bytes of slot `index` into the CPU cache (a hint; no effect when out of
+    /// range). Used while the key lookup that found the slot finishes, so the two overlap.
+    pub(crate) fn prefetch_slot(&self, index: u64) {
+        let Ok(slot_len) = shape::byte_count(self.slot_shape(), self.header.dtype.item_size())
+        else {
+            return;
+        };
+        let Some(start) = usize::try_from(index)
+            .ok()
+            .filter(|&i| i < self.rows())
+            .map(|i| self.header.data_offset + i * slot_len)
+        else {
+            return;
+        };
+        prefetch(&self.map[start..start + slot_len.min(PREFETCH_LIMIT)]);
+    }
+
     /// Like [`CollectionFile::read_slot`], naming the sample as `what` in errors (formatted only
     /// on error).
     pub(crate) fn read(
@@ -193,7 +210,6 @@ impl CollectionFile {
         if let Some(want) = verify {
             // Hash the bytes as stored, before any byte-order conversion: that is what the writer
             // hashed.
-            prefetch(&stored);
             let got = xxh64(&stored);
             if got != want {
                 return Err(Error::corrupted(
@@ -224,6 +240,10 @@ impl fmt::Debug for CollectionFile {
             .finish_non_exhaustive()
     }
 }
+
+/// The most bytes of a slot [`CollectionFile::prefetch_slot`] asks for; hardware prefetching
+/// continues a sequential read beyond it.
+const PREFETCH_LIMIT: usize = 4096;
 
 /// Asks the CPU to start loading every cache line of `bytes` at once. xxh64 walks a row strictly in
 /// order, so on a cold mapped row it would wait for each line in turn; a memcpy overlaps those

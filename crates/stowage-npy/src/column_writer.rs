@@ -5,14 +5,16 @@ use crate::layout::Layout;
 use crate::npy_header::write_header;
 use crate::record::{Numpy10Record, new_uid, xxh64};
 use std::fs::{File, OpenOptions};
-use std::io::Write;
-use std::os::unix::fs::FileExt;
+use std::io::{IoSlice, Seek, SeekFrom, Write};
 use std::sync::Mutex;
+use stowage_core::bytes::Bytes;
 use stowage_core::file_safety::fsync_dir;
 use stowage_core::{DType, Error, IoResultExt, Result, Tensor, shape};
 
 /// Slot bytes gathered before they are handed to the OS in one write.
 const BATCH_BYTES: usize = 1 << 20;
+/// Slots gathered before a write, at most (the kernel takes at most 1024 buffers per `writev`).
+const BATCH_SLOTS: usize = 1024;
 
 /// The collection file a column is currently filling.
 struct OpenCollection {
@@ -24,18 +26,21 @@ struct OpenCollection {
     dirty: bool,
 }
 
-/// Slot images not yet written to the current file: slots `first_slot..first_slot + n`.
+/// Slot images not yet written to the current file: slots `first_slot..first_slot + parts.len()`.
+/// A part shares the caller's tensor bytes when the sample fills its slot (no copy before the
+/// kernel's), or holds the zero-padded image of a smaller sample.
 #[derive(Default)]
 struct Batch {
     first_slot: usize,
-    bytes: Vec<u8>,
+    parts: Vec<Bytes>,
+    bytes: usize,
 }
 
 /// Appends one field's samples to its collection files (a new file per writer session, then one
 /// every `collection_size` samples, as hangar does), writing each sample into the leading corner of
 /// its zero-filled slot.
 ///
-/// Consecutive slots are batched and written with one `pwrite` per [`BATCH_BYTES`]; a read of a
+/// Consecutive slots are batched and written with one `writev` per [`BATCH_BYTES`]; a read of a
 /// slot still in the batch first writes the batch out ([`ColumnWriter::write_out_slot`]).
 pub struct ColumnWriter {
     dtype: DType,
@@ -80,17 +85,20 @@ impl ColumnWriter {
         let current = self.current.as_mut().expect("just ensured");
         let slot = current.next_slot;
         let batch = self.batch.get_mut().expect("batch lock poisoned");
-        if batch.bytes.is_empty() {
+        if batch.parts.is_empty() {
             batch.first_slot = slot;
         }
         if tensor.shape() == self.slot_shape.as_slice() {
-            batch.bytes.extend_from_slice(tensor.bytes());
+            batch.parts.push(tensor.to_shared_bytes());
         } else {
-            append_corner_image(&mut batch.bytes, tensor, &self.slot_shape, self.slot_bytes);
+            let mut image = Vec::with_capacity(self.slot_bytes);
+            append_corner_image(&mut image, tensor, &self.slot_shape, self.slot_bytes);
+            batch.parts.push(image.into());
         }
+        batch.bytes += self.slot_bytes;
         current.next_slot += 1;
         current.dirty = true;
-        if batch.bytes.len() >= BATCH_BYTES {
+        if batch.bytes >= BATCH_BYTES || batch.parts.len() >= BATCH_SLOTS {
             write_batch(layout, current, batch, self.slot_bytes)?;
         }
         Ok(Numpy10Record {
@@ -106,7 +114,7 @@ impl ColumnWriter {
     pub fn write_out_slot(&self, layout: &Layout, uid: &str, slot: u64) -> Result<()> {
         let Some(current) = self.current.as_ref().filter(|c| c.uid == uid) else { return Ok(()) };
         let mut batch = self.batch.lock().expect("batch lock poisoned");
-        if !batch.bytes.is_empty() && slot >= batch.first_slot as u64 {
+        if !batch.parts.is_empty() && slot >= batch.first_slot as u64 {
             write_batch(layout, current, &mut batch, self.slot_bytes)?;
         }
         Ok(())
@@ -177,23 +185,36 @@ impl ColumnWriter {
     }
 }
 
-/// Hands the batched slots of `current` to the OS with one positioned write.
+/// Hands the batched slots of `current` to the OS with one gathering write at their offset.
 fn write_batch(
     layout: &Layout,
     current: &OpenCollection,
     batch: &mut Batch,
     slot_bytes: usize,
 ) -> Result<()> {
-    if batch.bytes.is_empty() {
+    if batch.parts.is_empty() {
         return Ok(());
     }
     let offset = current.data_offset + (batch.first_slot as u64) * (slot_bytes as u64);
-    current
-        .file
-        .write_all_at(&batch.bytes, offset)
-        .map_err(|e| Error::io(layout.data_file(&current.uid), e))?;
-    batch.first_slot += batch.bytes.len() / slot_bytes.max(1);
-    batch.bytes.clear();
+    let mut file = &current.file;
+    let mut slices: Vec<IoSlice<'_>> =
+        batch.parts.iter().filter(|p| !p.is_empty()).map(|p| IoSlice::new(p)).collect();
+    let mut remaining: &mut [IoSlice<'_>] = &mut slices;
+    let written = file.seek(SeekFrom::Start(offset)).and_then(|_| {
+        while !remaining.is_empty() {
+            match file.write_vectored(remaining) {
+                Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+                Ok(n) => IoSlice::advance_slices(&mut remaining, n),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    });
+    written.map_err(|e| Error::io(layout.data_file(&current.uid), e))?;
+    batch.first_slot += batch.parts.len();
+    batch.parts.clear();
+    batch.bytes = 0;
     Ok(())
 }
 

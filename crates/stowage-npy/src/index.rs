@@ -33,12 +33,21 @@ pub struct Slot {
     shape_at: u32,
 }
 
-/// A hash-table entry: the key's bytes in the arena, and its ordinal.
+/// A hash-table entry: the key's bytes in the arena, its ordinal, and a copy of its first field's
+/// slot, so that the common one-field lookup needs no further memory access before the data.
 #[derive(Debug, Clone, Copy)]
 struct KeyEntry {
     start: u64,
     len: u32,
     ordinal: u32,
+    first: Slot,
+}
+
+/// A key found by [`KeyIndex::find_with`].
+#[derive(Debug, Clone, Copy)]
+pub struct Found {
+    ordinal: usize,
+    first: Slot,
 }
 
 /// How a field's sample shapes are known.
@@ -170,17 +179,23 @@ impl KeyIndex {
             new_slots.push(Slot { checksum: record.checksum, file, index, shape_at });
         }
         let fields = self.fields.len();
-        match self.find(key) {
-            Some(k) => self.slots[k * fields..(k + 1) * fields].copy_from_slice(&new_slots),
+        let first = new_slots.first().copied().unwrap_or(Slot::new(0, 0, 0));
+        let hash = self.hasher.hash_one(key);
+        let bytes = &self.key_bytes;
+        match self.table.find_mut(hash, |e| key_text(bytes, e) == key) {
+            Some(entry) => {
+                entry.first = first;
+                let k = entry.ordinal as usize;
+                self.slots[k * fields..(k + 1) * fields].copy_from_slice(&new_slots);
+            }
             None => {
                 let too_many = || Error::invalid("more than 2^32 keys or 4 GiB per key");
                 let ordinal = u32::try_from(self.key_spans.len()).map_err(|_| too_many())?;
                 let len = u32::try_from(key.len()).map_err(|_| too_many())?;
-                let entry = KeyEntry { start: self.key_bytes.len() as u64, len, ordinal };
+                let entry = KeyEntry { start: self.key_bytes.len() as u64, len, ordinal, first };
                 self.key_bytes.push_str(key);
                 self.key_spans.push((entry.start, len));
                 let (bytes, hasher) = (&self.key_bytes, &self.hasher);
-                let hash = hasher.hash_one(key);
                 self.table.insert_unique(hash, entry, |e| hasher.hash_one(key_text(bytes, e)));
                 self.slots.extend_from_slice(&new_slots);
             }
@@ -188,16 +203,28 @@ impl KeyIndex {
         Ok(())
     }
 
-    fn find(&self, key: &str) -> Option<usize> {
+    /// Finds `key`. `candidate` sees the first field's slot of each entry whose hash matches,
+    /// before the key bytes are compared: a caller can start loading the sample's bytes so that
+    /// the two memory accesses overlap.
+    pub fn find_with(&self, key: &str, candidate: impl Fn(&Slot)) -> Option<Found> {
         let hash = self.hasher.hash_one(key);
-        let entry = self.table.find(hash, |e| key_text(&self.key_bytes, e) == key)?;
-        Some(entry.ordinal as usize)
+        let entry = self.table.find(hash, |e| {
+            candidate(&e.first);
+            key_text(&self.key_bytes, e) == key
+        })?;
+        Some(Found { ordinal: entry.ordinal as usize, first: entry.first })
+    }
+
+    /// The slot of field `field` of a found key.
+    pub fn slot(&self, found: &Found, field: usize) -> Slot {
+        if field == 0 { found.first } else { self.slots[found.ordinal * self.fields.len() + field] }
     }
 
     /// The slots of `key`, one per field.
     pub fn get(&self, key: &str) -> Option<&[Slot]> {
         let fields = self.fields.len();
-        self.find(key).map(|k| &self.slots[k * fields..(k + 1) * fields])
+        self.find_with(key, |_| {})
+            .map(|f| &self.slots[f.ordinal * fields..(f.ordinal + 1) * fields])
     }
 
     /// The sample shape of a slot of field `field`.
