@@ -606,18 +606,9 @@ fn get_record_reproduces_every_reference_sample() {
     }
 }
 
-/// Copies the directory tree `from` into `to` (files become writable copies).
+/// Copies a directory tree into writable files.
 fn copy_tree(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_tree(&entry.path(), &target);
-        } else {
-            std::fs::write(&target, std::fs::read(entry.path()).unwrap()).unwrap();
-        }
-    }
+    stowage_conformance::corrupt::copy_tree(from, to).unwrap();
 }
 
 #[test]

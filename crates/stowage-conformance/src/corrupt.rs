@@ -27,7 +27,8 @@ fn collect(dir: &Path, out: &mut Vec<PathBuf>) -> io::Result<()> {
     Ok(())
 }
 
-/// Copies the directory tree `from` to `to` (which must not exist).
+/// Copies the directory tree `from` into `to` (created if missing). Copied files are writable even
+/// when the originals are read-only, so that a test can corrupt or substitute them.
 pub fn copy_tree(from: &Path, to: &Path) -> io::Result<()> {
     fs::create_dir_all(to)?;
     for entry in fs::read_dir(from)? {
@@ -37,6 +38,10 @@ pub fn copy_tree(from: &Path, to: &Path) -> io::Result<()> {
             copy_tree(&entry.path(), &target)?;
         } else {
             fs::copy(entry.path(), &target)?;
+            let mut permissions = fs::metadata(&target)?.permissions();
+            #[allow(clippy::permissions_set_readonly_false)] // the copy is the test's own file
+            permissions.set_readonly(false);
+            fs::set_permissions(&target, permissions)?;
         }
     }
     Ok(())

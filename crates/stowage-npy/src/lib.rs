@@ -9,6 +9,7 @@ pub mod index;
 pub mod layout;
 pub mod npy_header;
 mod options;
+mod quote;
 pub mod record;
 mod validate;
 

@@ -650,12 +650,7 @@ fn check_memory_order(fortran_order: bool, shape: &[usize]) -> Result<(), Header
 
 /// A hostile string, shortened and escaped for an error message.
 fn quote(s: &str) -> String {
-    if s.chars().count() > QUOTE_LIMIT {
-        let head: String = s.chars().take(QUOTE_LIMIT).collect();
-        format!("{head:?}...")
-    } else {
-        format!("{s:?}")
-    }
+    crate::quote::quote(s, QUOTE_LIMIT)
 }
 
 /// A byte for an error message: `'x'` when printable, else `0x93`.

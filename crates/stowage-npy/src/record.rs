@@ -198,12 +198,7 @@ fn decimal<T: FromStr>(s: &str) -> std::result::Result<T, String> {
 
 /// A hostile string, shortened and escaped for an error message.
 fn quote(s: &str) -> String {
-    if s.chars().count() > QUOTE_LIMIT {
-        let head: String = s.chars().take(QUOTE_LIMIT).collect();
-        format!("{head:?}...")
-    } else {
-        format!("{s:?}")
-    }
+    crate::quote::quote(s, QUOTE_LIMIT)
 }
 
 #[cfg(test)]

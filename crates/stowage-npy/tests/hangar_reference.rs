@@ -80,18 +80,9 @@ fn assert_same(got: &Tensor, want: &Expected, what: &str) {
     assert_eq!(got.bytes(), want.bytes.as_slice(), "{what}: bytes");
 }
 
-/// Copies a directory tree (files keep the read-only mode of the set; directories are writable).
+/// Copies a directory tree into writable files.
 fn copy_tree(from: &Path, to: &Path) {
-    std::fs::create_dir_all(to).unwrap();
-    for entry in std::fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_tree(&entry.path(), &target);
-        } else {
-            std::fs::copy(entry.path(), &target).unwrap();
-        }
-    }
+    stowage_conformance::corrupt::copy_tree(from, to).unwrap();
 }
 
 /// A copy of the set's `repo/` with `replacement` substituted for the data file it replaces.

@@ -36,7 +36,11 @@ pub fn sample(i: usize) -> Sample {
         .with("image", Tensor::from_slice(&[2, 3], &image).expect("6 values"))
         .with("signal", Tensor::from_slice(&[len], &signal).expect("len values"))
         .with("label", Tensor::scalar(i as i64 - 5))
-        .with("mask", Tensor::from_bools(&[4], &[i.is_multiple_of(2), i.is_multiple_of(3), true, false]).expect("4"))
+        .with(
+            "mask",
+            Tensor::from_bools(&[4], &[i.is_multiple_of(2), i.is_multiple_of(3), true, false])
+                .expect("4"),
+        )
         .with(
             "half",
             Tensor::from_slice(&[2], &[f16::from_f32(i as f32 * 0.25), f16::NEG_ZERO]).expect("2"),
