@@ -116,9 +116,10 @@ macro_rules! __case_tests {
 }
 
 /// Generates one `#[test]` per conformance case for the factory expression `$factory` (evaluated
-/// afresh in each test), plus one test that runs the whole suite through a boxed backend.
+/// afresh in each test), plus one test that re-runs the [`BOXED_SUBSET`] through a doubly boxed
+/// backend.
 ///
-/// ```ignore
+/// ```text
 /// stowage_conformance::backend_conformance!(stowage_npy::NpyFactory::default());
 /// ```
 #[macro_export]

@@ -2,6 +2,7 @@
 
 use crate::Tensor;
 use bytes::Bytes;
+use std::sync::Arc;
 
 /// The value of one field of a [`Sample`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -44,6 +45,9 @@ impl From<Tensor> for Value {
 
 /// One cached item: named fields in insertion order.
 ///
+/// Field names are `Arc<str>`, so a backend hands out samples whose names share its schema's
+/// strings instead of allocating them per `get`.
+///
 /// ```
 /// use stowage_core::{Sample, Tensor, Value};
 /// let s = Sample::new()
@@ -55,7 +59,7 @@ impl From<Tensor> for Value {
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Sample {
-    fields: Vec<(String, Value)>,
+    fields: Vec<(Arc<str>, Value)>,
 }
 
 impl Sample {
@@ -65,13 +69,13 @@ impl Sample {
     }
 
     /// Builder form of [`Sample::insert`].
-    pub fn with(mut self, name: impl Into<String>, value: impl Into<Value>) -> Sample {
+    pub fn with(mut self, name: impl Into<Arc<str>>, value: impl Into<Value>) -> Sample {
         self.insert(name, value);
         self
     }
 
     /// Sets field `name`, replacing an existing value in place (order kept) or appending a new field.
-    pub fn insert(&mut self, name: impl Into<String>, value: impl Into<Value>) {
+    pub fn insert(&mut self, name: impl Into<Arc<str>>, value: impl Into<Value>) {
         let name = name.into();
         let value = value.into();
         match self.fields.iter_mut().find(|(n, _)| *n == name) {
@@ -82,7 +86,7 @@ impl Sample {
 
     /// The value of field `name`.
     pub fn get(&self, name: &str) -> Option<&Value> {
-        self.fields.iter().find(|(n, _)| n == name).map(|(_, v)| v)
+        self.fields.iter().find(|(n, _)| &**n == name).map(|(_, v)| v)
     }
 
     /// The tensor of field `name`, when that field is a tensor.
@@ -102,22 +106,22 @@ impl Sample {
 
     /// The fields in order.
     pub fn fields(&self) -> impl Iterator<Item = (&str, &Value)> {
-        self.fields.iter().map(|(n, v)| (n.as_str(), v))
+        self.fields.iter().map(|(n, v)| (&**n, v))
     }
 
     /// The field names in order.
     pub fn field_names(&self) -> impl Iterator<Item = &str> {
-        self.fields.iter().map(|(n, _)| n.as_str())
+        self.fields.iter().map(|(n, _)| &**n)
     }
 
     /// Consumes the sample, returning its fields.
-    pub fn into_fields(self) -> Vec<(String, Value)> {
+    pub fn into_fields(self) -> Vec<(Arc<str>, Value)> {
         self.fields
     }
 }
 
-impl FromIterator<(String, Value)> for Sample {
-    fn from_iter<I: IntoIterator<Item = (String, Value)>>(iter: I) -> Sample {
+impl<N: Into<Arc<str>>> FromIterator<(N, Value)> for Sample {
+    fn from_iter<I: IntoIterator<Item = (N, Value)>>(iter: I) -> Sample {
         let mut s = Sample::new();
         for (n, v) in iter {
             s.insert(n, v);

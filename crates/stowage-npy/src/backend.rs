@@ -2,10 +2,10 @@
 
 use crate::collection::CollectionFile;
 use crate::column_writer::ColumnWriter;
-use crate::index::{FieldShape, KeyIndex, Slot, encode_entry, encode_finalize};
+use crate::index::{FieldShape, KeyIndex, Slot, encode_entry_into, encode_finalize};
 use crate::layout::{CacheMetadata, CommitMarker, FORMAT_NAME, FORMAT_VERSION, Layout};
 use crate::npy_header::storage_descr;
-use crate::record::Numpy10Record;
+use crate::record::{Numpy10Record, RecordRef};
 use crate::{NpyOptions, validate};
 use std::path::Path;
 use std::sync::OnceLock;
@@ -48,8 +48,11 @@ struct Writer {
     _lock: WriterLock,
     log: AppendLog,
     columns: Vec<ColumnWriter>,
-    /// Log entries of puts since the last flush; appended only after their data is durable.
-    pending: Vec<Vec<u8>>,
+    /// Log entries of puts since the last flush, concatenated; appended to the log only after
+    /// their data is durable.
+    pending: Vec<u8>,
+    /// End offset in `pending` of each entry.
+    pending_ends: Vec<usize>,
     /// Set when a write or fsync failed: what reached the disk is unknown, so refuse more writes.
     poisoned: Option<String>,
 }
@@ -84,6 +87,8 @@ pub struct NpyBackend {
     writer: Option<Writer>,
     /// Each field's dtype, for the hot path.
     field_dtypes: Vec<DType>,
+    /// Each field's name, shared by every sample `get` returns.
+    field_names: Vec<std::sync::Arc<str>>,
     /// Collection files by the index's file id, opened on first use and shared by reader threads.
     files: Vec<OnceLock<CollectionFile>>,
 }
@@ -137,6 +142,7 @@ impl NpyBackend {
         let columns = column_writers(&meta)?;
         Ok(NpyBackend {
             field_dtypes: field_dtypes(&meta),
+            field_names: meta.schema.fields.iter().map(|f| f.name.as_str().into()).collect(),
             index: KeyIndex::new(field_shapes(&meta)),
             layout,
             meta,
@@ -144,7 +150,14 @@ impl NpyBackend {
             capabilities,
 
             finalized: false,
-            writer: Some(Writer { _lock: lock, log, columns, pending: Vec::new(), poisoned: None }),
+            writer: Some(Writer {
+                _lock: lock,
+                log,
+                columns,
+                pending: Vec::new(),
+                pending_ends: Vec::new(),
+                poisoned: None,
+            }),
             files: Vec::new(),
         })
     }
@@ -179,7 +192,14 @@ impl NpyBackend {
         }
         let (log, recovered) = AppendLog::open(layout.records_log(), false)?;
         let columns = column_writers(&meta)?;
-        let writer = Writer { _lock: lock, log, columns, pending: Vec::new(), poisoned: None };
+        let writer = Writer {
+            _lock: lock,
+            log,
+            columns,
+            pending: Vec::new(),
+            pending_ends: Vec::new(),
+            poisoned: None,
+        };
         Self::assemble(layout, meta, options, recovered.records, None, Some(writer))
     }
 
@@ -212,6 +232,7 @@ impl NpyBackend {
         let index_files = index.file_uids().len();
         let backend = NpyBackend {
             field_dtypes: field_dtypes(&meta),
+            field_names: meta.schema.fields.iter().map(|f| f.name.as_str().into()).collect(),
             layout,
             meta,
             options,
@@ -488,21 +509,32 @@ impl Backend for NpyBackend {
         self.meta.schema.validate(sample)?;
         let NpyBackend { layout, meta, writer, index, files, .. } = self;
         let writer = writer.as_mut().expect("checked by self.writer()");
-        let mut records = Vec::with_capacity(meta.schema.fields.len());
+        let mut written = Vec::with_capacity(meta.schema.fields.len());
         for (column, field) in writer.columns.iter_mut().zip(&meta.schema.fields) {
             let Some(Value::Tensor(tensor)) = sample.get(&field.name) else {
                 unreachable!("validated: every field is a non-null tensor");
             };
             match column.write(layout, tensor) {
-                Ok(record) => records.push(record),
+                Ok((checksum, slot)) => written.push((checksum, slot, tensor.shape())),
                 Err(e) => {
                     writer.poisoned = Some(e.to_string());
                     return Err(e);
                 }
             }
         }
-        writer.pending.push(encode_entry(key, &records));
+        let records: Vec<RecordRef<'_>> = written
+            .iter()
+            .zip(&writer.columns)
+            .map(|(&(checksum, collection_index, shape), column)| RecordRef {
+                uid: column.current_uid(),
+                checksum,
+                collection_index,
+                shape,
+            })
+            .collect();
         index.insert(key, &records)?;
+        encode_entry_into(&mut writer.pending, key, &records);
+        writer.pending_ends.push(writer.pending.len());
         files.resize_with(index.file_uids().len(), OnceLock::new);
         Ok(())
     }
@@ -526,7 +558,7 @@ impl Backend for NpyBackend {
                 },
                 other => other,
             })?;
-            sample.insert(field.name.clone(), Value::Tensor(tensor));
+            sample.insert(self.field_names[i].clone(), Value::Tensor(tensor));
         }
         Ok(Some(sample))
     }
@@ -550,9 +582,13 @@ impl Backend for NpyBackend {
             for column in &mut writer.columns {
                 column.sync(&layout)?;
             }
-            for entry in writer.pending.drain(..) {
-                writer.log.append(&entry)?;
+            let mut start = 0;
+            for &end in &writer.pending_ends {
+                writer.log.append(&writer.pending[start..end])?;
+                start = end;
             }
+            writer.pending.clear();
+            writer.pending_ends.clear();
             writer.log.sync()
         };
         let result = sync();

@@ -3,7 +3,7 @@
 
 use crate::layout::Layout;
 use crate::npy_header::write_header;
-use crate::record::{Numpy10Record, new_uid, xxh64};
+use crate::record::{new_uid, xxh64};
 use std::fs::{File, OpenOptions};
 use std::io::{IoSlice, Seek, SeekFrom, Write};
 use std::sync::Mutex;
@@ -76,9 +76,9 @@ impl ColumnWriter {
         })
     }
 
-    /// Puts `tensor` into the next free slot and returns its record. The bytes are durable only
-    /// after [`ColumnWriter::sync`].
-    pub fn write(&mut self, layout: &Layout, tensor: &Tensor) -> Result<Numpy10Record> {
+    /// Puts `tensor` into the next free slot and returns its `(checksum, slot)` in the current file
+    /// ([`ColumnWriter::current_uid`]). The bytes are durable only after [`ColumnWriter::sync`].
+    pub fn write(&mut self, layout: &Layout, tensor: &Tensor) -> Result<(u64, u64)> {
         if self.current.as_ref().is_none_or(|c| c.next_slot >= self.collection_size) {
             self.start_file(layout)?;
         }
@@ -101,12 +101,12 @@ impl ColumnWriter {
         if batch.bytes >= BATCH_BYTES || batch.parts.len() >= BATCH_SLOTS {
             write_batch(layout, current, batch, self.slot_bytes)?;
         }
-        Ok(Numpy10Record {
-            uid: current.uid.clone(),
-            checksum: xxh64(tensor.bytes()),
-            collection_index: slot as u64,
-            shape: tensor.shape().to_vec(),
-        })
+        Ok((xxh64(tensor.bytes()), slot as u64))
+    }
+
+    /// The uid of the file the last [`ColumnWriter::write`] went to.
+    pub fn current_uid(&self) -> &str {
+        self.current.as_ref().map_or("", |c| c.uid.as_str())
     }
 
     /// Writes the batch out if it holds slot `slot` of file `uid`, so that a read through the

@@ -12,7 +12,7 @@
 //! whose entries locate the key bytes directly, per key one [`Slot`] per field with file ids
 //! instead of uid strings, and sample shapes stored only for fields whose shape varies.
 
-use crate::record::Numpy10Record;
+use crate::record::{Numpy10Record, RecordRef};
 use foldhash::HashMap;
 use hashbrown::HashTable;
 use std::hash::BuildHasher;
@@ -84,6 +84,8 @@ pub struct KeyIndex {
     file_of_uid: HashMap<String, u32>,
     /// The log ends with a finalize record.
     finalized: bool,
+    /// Reused by `insert`.
+    scratch: Vec<Slot>,
 }
 
 impl KeyIndex {
@@ -100,6 +102,7 @@ impl KeyIndex {
             uids: Vec::new(),
             file_of_uid: HashMap::default(),
             finalized: false,
+            scratch: Vec::new(),
         }
     }
 
@@ -128,14 +131,15 @@ impl KeyIndex {
                 continue;
             }
             let (key, records) = decode_entry(payload, index.fields.len()).map_err(corrupted)?;
-            index.insert(&key, &records).map_err(|e| corrupted(e.to_string()))?;
+            let refs: Vec<RecordRef<'_>> = records.iter().map(Numpy10Record::as_ref).collect();
+            index.insert(&key, &refs).map_err(|e| corrupted(e.to_string()))?;
         }
         Ok(index)
     }
 
     /// Sets the records of `key` (replacing earlier ones). Fails when a record's rank differs from
     /// its field's or the index outgrows its 32-bit slot numbers.
-    pub fn insert(&mut self, key: &str, records: &[Numpy10Record]) -> Result<()> {
+    pub fn insert(&mut self, key: &str, records: &[RecordRef<'_>]) -> Result<()> {
         if records.len() != self.fields.len() {
             return Err(Error::invalid(format!(
                 "{} records for {} fields",
@@ -143,13 +147,15 @@ impl KeyIndex {
                 self.fields.len()
             )));
         }
-        let mut new_slots = Vec::with_capacity(records.len());
+        // A scratch vector kept across calls: no allocation per put.
+        let mut new_slots = std::mem::take(&mut self.scratch);
+        new_slots.clear();
         for (record, field) in records.iter().zip(&self.fields) {
             match field {
-                FieldShape::Fixed(dims) if record.shape != *dims => {
+                FieldShape::Fixed(dims) if record.shape != dims.as_slice() => {
                     return Err(Error::invalid(format!(
                         "record {record} has shape {}, its field's fixed shape is {}",
-                        stowage_core::shape::display(&record.shape),
+                        stowage_core::shape::display(record.shape),
                         stowage_core::shape::display(dims)
                     )));
                 }
@@ -164,17 +170,17 @@ impl KeyIndex {
             let too_big = || Error::invalid(format!("record {record}: index beyond 2^32 entries"));
             let index = u32::try_from(record.collection_index).map_err(|_| too_big())?;
             let shape_at = u32::try_from(self.shapes.len()).map_err(|_| too_big())?;
-            let file = match self.file_of_uid.get(&record.uid) {
+            let file = match self.file_of_uid.get(record.uid) {
                 Some(&file) => file,
                 None => {
                     let file = u32::try_from(self.uids.len()).map_err(|_| too_big())?;
-                    self.file_of_uid.insert(record.uid.clone(), file);
-                    self.uids.push(record.uid.clone());
+                    self.file_of_uid.insert(record.uid.to_owned(), file);
+                    self.uids.push(record.uid.to_owned());
                     file
                 }
             };
             if let FieldShape::Varying(_) = field {
-                self.shapes.extend_from_slice(&record.shape);
+                self.shapes.extend_from_slice(record.shape);
             }
             new_slots.push(Slot { checksum: record.checksum, file, index, shape_at });
         }
@@ -200,6 +206,7 @@ impl KeyIndex {
                 self.slots.extend_from_slice(&new_slots);
             }
         }
+        self.scratch = new_slots;
         Ok(())
     }
 
@@ -302,16 +309,21 @@ fn key_text<'a>(bytes: &'a str, entry: &KeyEntry) -> &'a str {
 }
 
 /// Encodes one log entry: `["<key>","<record>",...]` (records are plain ASCII).
-pub fn encode_entry(key: &str, records: &[Numpy10Record]) -> Vec<u8> {
-    use std::io::Write;
+pub fn encode_entry(key: &str, records: &[RecordRef<'_>]) -> Vec<u8> {
     let mut out = Vec::with_capacity(key.len() + 48 * records.len() + 8);
+    encode_entry_into(&mut out, key, records);
+    out
+}
+
+/// Appends the encoding of one log entry to `out`.
+pub fn encode_entry_into(out: &mut Vec<u8>, key: &str, records: &[RecordRef<'_>]) {
+    use std::io::Write;
     out.push(b'[');
-    serde_json::to_writer(&mut out, key).expect("writing a string to a Vec cannot fail");
+    serde_json::to_writer(&mut *out, key).expect("writing a string to a Vec cannot fail");
     for record in records {
         write!(out, ",\"{record}\"").expect("writing to a Vec cannot fail");
     }
     out.push(b']');
-    out
 }
 
 /// Encodes the finalize record for an index of `keys` keys.
@@ -362,9 +374,9 @@ mod tests {
         let a = rec("10:abcdefgh:0123456789abcdef:0:2 3");
         let b = rec("10:zzzzzzzz:0123456789abcdef:1:2 1");
         let log = vec![
-            encode_entry("k", std::slice::from_ref(&a)),
-            encode_entry("j", std::slice::from_ref(&b)),
-            encode_entry("k", std::slice::from_ref(&b)),
+            encode_entry("k", &[a.as_ref()]),
+            encode_entry("j", &[b.as_ref()]),
+            encode_entry("k", &[b.as_ref()]),
         ];
         let index =
             KeyIndex::from_log(&log, vec![FieldShape::Varying(2)], Path::new("records.log"))
@@ -380,22 +392,22 @@ mod tests {
     fn finalize_record_must_be_last_and_count_the_keys() {
         let a = rec("10:abcdefgh:0123456789abcdef:0:2 3");
         let p = Path::new("records.log");
-        let ok = vec![encode_entry("k", std::slice::from_ref(&a)), encode_finalize(1)];
+        let ok = vec![encode_entry("k", &[a.as_ref()]), encode_finalize(1)];
         assert!(KeyIndex::from_log(&ok, vec![FieldShape::Varying(2)], p).unwrap().is_finalized());
-        let after = vec![encode_finalize(0), encode_entry("k", std::slice::from_ref(&a))];
+        let after = vec![encode_finalize(0), encode_entry("k", &[a.as_ref()])];
         assert!(
             KeyIndex::from_log(&after, vec![FieldShape::Varying(2)], p)
                 .unwrap_err()
                 .to_string()
                 .contains("follows")
         );
-        let miscounted = vec![encode_entry("k", &[a]), encode_finalize(2)];
+        let miscounted = vec![encode_entry("k", &[a.as_ref()]), encode_finalize(2)];
         assert!(KeyIndex::from_log(&miscounted, vec![FieldShape::Varying(2)], p).is_err());
     }
 
     #[test]
     fn bad_entries_are_corruption_naming_the_record() {
-        let wrong_rank = encode_entry("k", &[rec("10:abcdefgh:0123456789abcdef:0:2")]);
+        let wrong_rank = encode_entry("k", &[rec("10:abcdefgh:0123456789abcdef:0:2").as_ref()]);
         for bad in [&b"[1]"[..], b"[\"k\"]", b"[\"k\", \"10:zz\"]", b"\xff", &wrong_rank] {
             let err = KeyIndex::from_log(
                 &[bad.to_vec()],

@@ -123,7 +123,46 @@ impl Numpy10Record {
     }
 }
 
+impl Numpy10Record {
+    /// A borrowed view of this record.
+    pub fn as_ref(&self) -> RecordRef<'_> {
+        RecordRef {
+            uid: &self.uid,
+            checksum: self.checksum,
+            collection_index: self.collection_index,
+            shape: &self.shape,
+        }
+    }
+}
+
+/// A record whose uid and shape are borrowed: what a writer produces per put without allocating.
+/// Displays exactly as [`Numpy10Record`] does.
+///
+/// ```
+/// use stowage_npy::record::RecordRef;
+/// let r = RecordRef { uid: "sgcee9m6", checksum: 0xcff6c333cc6a5e44, collection_index: 0, shape: &[10, 10] };
+/// assert_eq!(r.to_string(), "10:sgcee9m6:cff6c333cc6a5e44:0:10 10");
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordRef<'a> {
+    /// The collection file's uid.
+    pub uid: &'a str,
+    /// xxh64 (seed 0) of the sample's C-order bytes.
+    pub checksum: u64,
+    /// The slot (row) of the collection file.
+    pub collection_index: u64,
+    /// The sample's own shape.
+    pub shape: &'a [usize],
+}
+
 impl fmt::Display for Numpy10Record {
+    /// Exactly hangar's form: `10:<uid>:<checksum hex>:<index>:<d0 d1 ...>`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.as_ref().fmt(f)
+    }
+}
+
+impl fmt::Display for RecordRef<'_> {
     /// Exactly hangar's form: `10:<uid>:<checksum hex>:<index>:<d0 d1 ...>`.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{FORMAT_CODE}:{}:{:016x}:{}:", self.uid, self.checksum, self.collection_index)?;
