@@ -1,5 +1,6 @@
 //! `NpyBackend`: the [`Backend`] over a NUMPY_10 cache directory.
 
+use crate::background_writer::BackgroundWriter;
 use crate::collection::CollectionFile;
 use crate::column_writer::ColumnWriter;
 use crate::index::{FieldShape, KeyIndex, Slot, encode_entry_into, encode_finalize};
@@ -475,10 +476,11 @@ fn field_dtypes(meta: &CacheMetadata) -> Vec<DType> {
 }
 
 fn column_writers(meta: &CacheMetadata) -> Result<Vec<ColumnWriter>> {
+    let worker = std::sync::Arc::new(BackgroundWriter::start()?);
     (0..meta.schema.fields.len())
         .map(|i| {
             let (dtype, slot) = slot_of(&meta.schema, i);
-            ColumnWriter::new(dtype, slot, meta.collection_size)
+            ColumnWriter::new(dtype, slot, meta.collection_size, std::sync::Arc::clone(&worker))
         })
         .collect()
 }

@@ -1,12 +1,14 @@
 //! Writing one field's samples into collection files: slot allocation, file rotation, write
 //! batching, and the fsync ordering that makes a flush durable.
 
+use crate::background_writer::{BackgroundWriter, Job};
 use crate::layout::Layout;
 use crate::npy_header::write_header;
 use crate::record::{new_uid, xxh64};
 use std::fs::{File, OpenOptions};
-use std::io::{IoSlice, Seek, SeekFrom, Write};
-use std::sync::Mutex;
+use std::io::Write;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use stowage_core::bytes::Bytes;
 use stowage_core::file_safety::fsync_dir;
 use stowage_core::{DType, Error, IoResultExt, Result, Tensor, shape};
@@ -19,7 +21,7 @@ const BATCH_SLOTS: usize = 1024;
 /// The collection file a column is currently filling.
 struct OpenCollection {
     uid: String,
-    file: File,
+    file: Arc<File>,
     data_offset: u64,
     next_slot: usize,
     /// Written (header or samples) since the last sync.
@@ -40,8 +42,9 @@ struct Batch {
 /// every `collection_size` samples, as hangar does), writing each sample into the leading corner of
 /// its zero-filled slot.
 ///
-/// Consecutive slots are batched and written with one `writev` per [`BATCH_BYTES`]; a read of a
-/// slot still in the batch first writes the batch out ([`ColumnWriter::write_out_slot`]).
+/// Consecutive slots are batched and written with one `writev` per [`BATCH_BYTES`] by the shared
+/// [`BackgroundWriter`]; a read of a slot not yet known to be written first writes the batch out and
+/// waits ([`ColumnWriter::write_out_slot`]).
 pub struct ColumnWriter {
     dtype: DType,
     slot_shape: Vec<usize>,
@@ -50,8 +53,12 @@ pub struct ColumnWriter {
     current: Option<OpenCollection>,
     /// Behind a mutex only so that `&self` readers can force a write-out.
     batch: Mutex<Batch>,
+    /// Performs the batch writes.
+    worker: Arc<BackgroundWriter>,
+    /// Slots of the current file below this are known to be in the page cache.
+    written_through: AtomicUsize,
     /// Filled files retired since the last sync that still have unsynced writes.
-    unsynced: Vec<File>,
+    unsynced: Vec<Arc<File>>,
     /// A file was created since the last sync, so its directory entry needs an fsync too.
     created_files: bool,
 }
@@ -62,6 +69,7 @@ impl ColumnWriter {
         dtype: DType,
         slot_shape: Vec<usize>,
         collection_size: usize,
+        worker: Arc<BackgroundWriter>,
     ) -> Result<ColumnWriter> {
         let slot_bytes = shape::byte_count(&slot_shape, dtype.item_size())?;
         Ok(ColumnWriter {
@@ -71,6 +79,8 @@ impl ColumnWriter {
             collection_size,
             current: None,
             batch: Mutex::new(Batch::default()),
+            worker,
+            written_through: AtomicUsize::new(0),
             unsynced: Vec::new(),
             created_files: false,
         })
@@ -99,7 +109,7 @@ impl ColumnWriter {
         current.next_slot += 1;
         current.dirty = true;
         if batch.bytes >= BATCH_BYTES || batch.parts.len() >= BATCH_SLOTS {
-            write_batch(layout, current, batch, self.slot_bytes)?;
+            send_batch(layout, &self.worker, current, batch, self.slot_bytes)?;
         }
         Ok((xxh64(tensor.bytes()), slot as u64))
     }
@@ -113,22 +123,23 @@ impl ColumnWriter {
     /// file's memory map sees it. Reads of older slots cost one comparison.
     pub fn write_out_slot(&self, layout: &Layout, uid: &str, slot: u64) -> Result<()> {
         let Some(current) = self.current.as_ref().filter(|c| c.uid == uid) else { return Ok(()) };
-        let mut batch = self.batch.lock().expect("batch lock poisoned");
-        if !batch.parts.is_empty() && slot >= batch.first_slot as u64 {
-            write_batch(layout, current, &mut batch, self.slot_bytes)?;
+        if slot < self.written_through.load(Ordering::Acquire) as u64 {
+            return Ok(());
         }
+        let mut batch = self.batch.lock().expect("batch lock poisoned");
+        send_batch(layout, &self.worker, current, &mut batch, self.slot_bytes)?;
+        self.worker.wait_idle()?;
+        self.written_through.store(current.next_slot, Ordering::Release);
         Ok(())
     }
 
     /// Creates a new preallocated (sparse) collection file with its header and staging marker.
     fn start_file(&mut self, layout: &Layout) -> Result<()> {
         if let Some(previous) = self.current.as_ref() {
-            write_batch(
-                layout,
-                previous,
-                self.batch.get_mut().expect("poisoned"),
-                self.slot_bytes,
-            )?;
+            let batch = self.batch.get_mut().expect("poisoned");
+            send_batch(layout, &self.worker, previous, batch, self.slot_bytes)?;
+            // Reads of the previous file's slots no longer wait, so its writes must be done.
+            self.worker.wait_idle()?;
         }
         let mut rows_shape = vec![self.collection_size];
         rows_shape.extend_from_slice(&self.slot_shape);
@@ -157,7 +168,9 @@ impl ColumnWriter {
         }
         // dirty: the header itself must be durable before any record points into the file.
         let data_offset = header.len() as u64;
+        let file = Arc::new(file);
         self.current = Some(OpenCollection { uid, file, data_offset, next_slot: 0, dirty: true });
+        self.written_through.store(0, Ordering::Release);
         Ok(())
     }
 
@@ -167,7 +180,12 @@ impl ColumnWriter {
     pub fn sync(&mut self, layout: &Layout) -> Result<()> {
         // Data before directory entries before (in the caller) the log records that refer to both.
         if let Some(current) = self.current.as_ref() {
-            write_batch(layout, current, self.batch.get_mut().expect("poisoned"), self.slot_bytes)?;
+            let batch = self.batch.get_mut().expect("poisoned");
+            send_batch(layout, &self.worker, current, batch, self.slot_bytes)?;
+        }
+        self.worker.wait_idle()?;
+        if let Some(current) = self.current.as_ref() {
+            self.written_through.store(current.next_slot, Ordering::Release);
         }
         for file in &self.unsynced {
             file.sync_data().at(layout.data_dir())?;
@@ -185,9 +203,10 @@ impl ColumnWriter {
     }
 }
 
-/// Hands the batched slots of `current` to the OS with one gathering write at their offset.
-fn write_batch(
+/// Queues the batched slots of `current` for one gathering write at their offset.
+fn send_batch(
     layout: &Layout,
+    worker: &BackgroundWriter,
     current: &OpenCollection,
     batch: &mut Batch,
     slot_bytes: usize,
@@ -196,26 +215,15 @@ fn write_batch(
         return Ok(());
     }
     let offset = current.data_offset + (batch.first_slot as u64) * (slot_bytes as u64);
-    let mut file = &current.file;
-    let mut slices: Vec<IoSlice<'_>> =
-        batch.parts.iter().filter(|p| !p.is_empty()).map(|p| IoSlice::new(p)).collect();
-    let mut remaining: &mut [IoSlice<'_>] = &mut slices;
-    let written = file.seek(SeekFrom::Start(offset)).and_then(|_| {
-        while !remaining.is_empty() {
-            match file.write_vectored(remaining) {
-                Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
-                Ok(n) => IoSlice::advance_slices(&mut remaining, n),
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(())
-    });
-    written.map_err(|e| Error::io(layout.data_file(&current.uid), e))?;
-    batch.first_slot += batch.parts.len();
-    batch.parts.clear();
+    let parts = std::mem::take(&mut batch.parts);
+    batch.first_slot += parts.len();
     batch.bytes = 0;
-    Ok(())
+    worker.send(Job {
+        file: Arc::clone(&current.file),
+        path: layout.data_file(&current.uid),
+        offset,
+        parts,
+    })
 }
 
 /// Appends the full slot image of a sample smaller than its slot: the sample in the leading corner

@@ -2,6 +2,7 @@
 #![deny(missing_docs)]
 
 mod backend;
+mod background_writer;
 pub mod collection;
 mod column_writer;
 mod factory;

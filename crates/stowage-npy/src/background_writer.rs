@@ -1,0 +1,127 @@
+//! A thread that performs the writes of collection-file batches, so that the kernel's copy into the
+//! page cache overlaps with the caller hashing and indexing the next samples.
+//!
+//! The writer is only an overlap: `wait_idle` returns once every batch sent so far is in the page
+//! cache (or reports the first failure), and durability still comes from the caller's fsyncs after
+//! it. A failed write is reported by every later `wait_idle`; the handle must then be reopened.
+
+use std::fs::File;
+use std::io::{IoSlice, Seek, SeekFrom, Write};
+use std::path::PathBuf;
+use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use stowage_core::bytes::Bytes;
+use stowage_core::{Error, Result};
+
+/// Batches queued before `send` blocks: bounds the memory held by pending writes.
+const QUEUE: usize = 4;
+
+/// One gathering write: `parts` back to back at `offset` of `file`.
+pub struct Job {
+    /// The collection file (shared with its column writer).
+    pub file: Arc<File>,
+    /// Its path, for errors.
+    pub path: PathBuf,
+    /// Byte offset of the first part.
+    pub offset: u64,
+    /// The slot images, in slot order.
+    pub parts: Vec<Bytes>,
+}
+
+#[derive(Default)]
+struct Progress {
+    sent: u64,
+    done: u64,
+    /// The first failure: path and the OS error's kind and text (io::Error is not Clone).
+    failure: Option<(PathBuf, std::io::ErrorKind, String)>,
+}
+
+/// The background thread and its progress counters.
+pub struct BackgroundWriter {
+    jobs: Option<SyncSender<Job>>,
+    thread: Option<JoinHandle<()>>,
+    progress: Arc<(Mutex<Progress>, Condvar)>,
+}
+
+impl BackgroundWriter {
+    /// Starts the thread.
+    pub fn start() -> Result<BackgroundWriter> {
+        let (jobs, queue) = sync_channel(QUEUE);
+        let progress = Arc::new((Mutex::new(Progress::default()), Condvar::new()));
+        let shared = Arc::clone(&progress);
+        let thread = std::thread::Builder::new()
+            .name("stowage-npy-writer".into())
+            .spawn(move || run(queue, &shared))
+            .map_err(|e| Error::Backend { backend: crate::BACKEND_NAME, source: Box::new(e) })?;
+        Ok(BackgroundWriter { jobs: Some(jobs), thread: Some(thread), progress })
+    }
+
+    /// Queues a write (blocks while [`QUEUE`] writes are pending).
+    pub fn send(&self, job: Job) -> Result<()> {
+        let path = job.path.clone();
+        self.progress.0.lock().expect("progress lock poisoned").sent += 1;
+        let sender = self.jobs.as_ref().expect("the sender lives until drop");
+        sender.send(job).map_err(|_| {
+            Error::io(path, std::io::Error::other("the background writer thread has stopped"))
+        })
+    }
+
+    /// Waits until every queued write is done; the first failure, if any.
+    pub fn wait_idle(&self) -> Result<()> {
+        let (lock, done) = &*self.progress;
+        let mut progress = lock.lock().expect("progress lock poisoned");
+        while progress.done < progress.sent {
+            progress = done.wait(progress).expect("progress lock poisoned");
+        }
+        match &progress.failure {
+            Some((path, kind, text)) => {
+                Err(Error::io(path, std::io::Error::new(*kind, text.clone())))
+            }
+            None => Ok(()),
+        }
+    }
+}
+
+impl Drop for BackgroundWriter {
+    fn drop(&mut self) {
+        // Closing the queue ends the thread after the writes already queued.
+        drop(self.jobs.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+fn run(queue: Receiver<Job>, progress: &(Mutex<Progress>, Condvar)) {
+    for job in queue {
+        let result = write_parts(&job);
+        let (lock, done) = progress;
+        let mut state = lock.lock().expect("progress lock poisoned");
+        if let Err(e) = result
+            && state.failure.is_none()
+        {
+            state.failure = Some((job.path.clone(), e.kind(), e.to_string()));
+        }
+        state.done += 1;
+        done.notify_all();
+    }
+}
+
+/// Seeks to the offset and writes every part with `writev`, resuming after partial writes.
+fn write_parts(job: &Job) -> std::io::Result<()> {
+    let mut file = &*job.file;
+    let mut slices: Vec<IoSlice<'_>> =
+        job.parts.iter().filter(|p| !p.is_empty()).map(|p| IoSlice::new(p)).collect();
+    let mut remaining: &mut [IoSlice<'_>] = &mut slices;
+    file.seek(SeekFrom::Start(job.offset))?;
+    while !remaining.is_empty() {
+        match file.write_vectored(remaining) {
+            Ok(0) => return Err(std::io::ErrorKind::WriteZero.into()),
+            Ok(n) => IoSlice::advance_slices(&mut remaining, n),
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
