@@ -139,7 +139,9 @@ impl NpyBackend {
         let text = serde_json::to_vec_pretty(&meta).expect("metadata serializes");
         // Written last: its presence is what makes the directory a cache.
         atomic_write(layout.metadata(), &text)?;
-        fsync_dir(layout.root().parent().unwrap_or(Path::new(".")))?;
+        // The cache directory's own entry, in case create_dir_all just made it.
+        let parent = layout.root().parent().filter(|p| !p.as_os_str().is_empty());
+        fsync_dir(parent.unwrap_or(Path::new(".")))?;
         let columns = column_writers(&meta)?;
         Ok(NpyBackend {
             field_dtypes: field_dtypes(&meta),
@@ -149,7 +151,6 @@ impl NpyBackend {
             meta,
             options,
             capabilities,
-
             finalized: false,
             writer: Some(Writer {
                 _lock: lock,
