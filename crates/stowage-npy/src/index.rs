@@ -12,10 +12,9 @@
 //! whose entries locate the key bytes directly, per key one [`Slot`] per field with file ids
 //! instead of uid strings, and sample shapes stored only for fields whose shape varies.
 
+use crate::key_table::KeyTable;
 use crate::record::{Numpy10Record, RecordRef};
 use foldhash::HashMap;
-use hashbrown::HashTable;
-use std::hash::BuildHasher;
 use std::path::Path;
 use stowage_core::{Error, Result};
 
@@ -31,16 +30,6 @@ pub struct Slot {
     /// Start of the sample's shape in the shape arena (fields of varying shape only); its length is
     /// the field's rank.
     shape_at: u32,
-}
-
-/// A hash-table entry: the key's bytes in the arena, its ordinal, and a copy of its first field's
-/// slot, so that the common one-field lookup needs no further memory access before the data.
-#[derive(Debug, Clone, Copy)]
-struct KeyEntry {
-    start: u64,
-    len: u32,
-    ordinal: u32,
-    first: Slot,
 }
 
 /// A key found by [`KeyIndex::find_with`].
@@ -61,7 +50,7 @@ pub enum FieldShape {
 
 impl Slot {
     /// A slot of a fixed-shape field, or one whose shape the caller supplies.
-    pub fn new(checksum: u64, file: u32, index: u32) -> Slot {
+    pub const fn new(checksum: u64, file: u32, index: u32) -> Slot {
         Slot { checksum, file, index, shape_at: 0 }
     }
 }
@@ -74,8 +63,7 @@ pub struct KeyIndex {
     key_bytes: String,
     /// `(start, len)` of each key in `key_bytes`, by ordinal.
     key_spans: Vec<(u64, u32)>,
-    table: HashTable<KeyEntry>,
-    hasher: foldhash::fast::RandomState,
+    table: KeyTable,
     /// `keys.len() * fields` slots: key `k`'s fields at `k * fields ..`.
     slots: Vec<Slot>,
     /// Every sample shape, concatenated.
@@ -95,8 +83,7 @@ impl KeyIndex {
             fields,
             key_bytes: String::new(),
             key_spans: Vec::new(),
-            table: HashTable::new(),
-            hasher: foldhash::fast::RandomState::default(),
+            table: KeyTable::default(),
             slots: Vec::new(),
             shapes: Vec::new(),
             uids: Vec::new(),
@@ -186,9 +173,8 @@ impl KeyIndex {
         }
         let fields = self.fields.len();
         let first = new_slots.first().copied().unwrap_or(Slot::new(0, 0, 0));
-        let hash = self.hasher.hash_one(key);
-        let bytes = &self.key_bytes;
-        match self.table.find_mut(hash, |e| key_text(bytes, e) == key) {
+        let hash = self.table.hash(key);
+        match self.table.find_mut(hash, key, &self.key_bytes) {
             Some(entry) => {
                 entry.first = first;
                 let k = entry.ordinal as usize;
@@ -198,11 +184,10 @@ impl KeyIndex {
                 let too_many = || Error::invalid("more than 2^32 keys or 4 GiB per key");
                 let ordinal = u32::try_from(self.key_spans.len()).map_err(|_| too_many())?;
                 let len = u32::try_from(key.len()).map_err(|_| too_many())?;
-                let entry = KeyEntry { start: self.key_bytes.len() as u64, len, ordinal, first };
+                let start = self.key_bytes.len() as u64;
                 self.key_bytes.push_str(key);
-                self.key_spans.push((entry.start, len));
-                let (bytes, hasher) = (&self.key_bytes, &self.hasher);
-                self.table.insert_unique(hash, entry, |e| hasher.hash_one(key_text(bytes, e)));
+                self.key_spans.push((start, len));
+                self.table.insert_new(hash, key, start, ordinal, first);
                 self.slots.extend_from_slice(&new_slots);
             }
         }
@@ -214,11 +199,8 @@ impl KeyIndex {
     /// before the key bytes are compared: a caller can start loading the sample's bytes so that
     /// the two memory accesses overlap.
     pub fn find_with(&self, key: &str, candidate: impl Fn(&Slot)) -> Option<Found> {
-        let hash = self.hasher.hash_one(key);
-        let entry = self.table.find(hash, |e| {
-            candidate(&e.first);
-            key_text(&self.key_bytes, e) == key
-        })?;
+        let hash = self.table.hash(key);
+        let entry = self.table.find(hash, key, &self.key_bytes, candidate)?;
         Some(Found { ordinal: entry.ordinal as usize, first: entry.first })
     }
 
@@ -302,10 +284,6 @@ impl KeyIndex {
     pub fn is_finalized(&self) -> bool {
         self.finalized
     }
-}
-
-fn key_text<'a>(bytes: &'a str, entry: &KeyEntry) -> &'a str {
-    &bytes[entry.start as usize..entry.start as usize + entry.len as usize]
 }
 
 /// Encodes one log entry: `["<key>","<record>",...]` (records are plain ASCII).

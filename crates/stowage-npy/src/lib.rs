@@ -7,6 +7,7 @@ pub mod collection;
 mod column_writer;
 mod factory;
 pub mod index;
+mod key_table;
 pub mod layout;
 pub mod npy_header;
 mod options;
