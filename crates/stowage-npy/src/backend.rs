@@ -58,6 +58,19 @@ struct Writer {
     poisoned: Option<String>,
 }
 
+impl Writer {
+    fn new(lock: WriterLock, log: AppendLog, columns: Vec<ColumnWriter>) -> Writer {
+        Writer {
+            _lock: lock,
+            log,
+            columns,
+            pending: Vec::new(),
+            pending_ends: Vec::new(),
+            poisoned: None,
+        }
+    }
+}
+
 /// A NUMPY_10 cache: `.npy` collection files addressed by `10:uid:xxh64:idx:shape` records, with a
 /// crash-safe key -> record log.
 ///
@@ -152,14 +165,7 @@ impl NpyBackend {
             options,
             capabilities,
             finalized: false,
-            writer: Some(Writer {
-                _lock: lock,
-                log,
-                columns,
-                pending: Vec::new(),
-                pending_ends: Vec::new(),
-                poisoned: None,
-            }),
+            writer: Some(Writer::new(lock, log, columns)),
             files: Vec::new(),
         })
     }
@@ -193,15 +199,7 @@ impl NpyBackend {
             return Err(Error::corrupted(layout.records_log(), damage.to_string()));
         }
         let (log, recovered) = AppendLog::open(layout.records_log(), false)?;
-        let columns = column_writers(&meta)?;
-        let writer = Writer {
-            _lock: lock,
-            log,
-            columns,
-            pending: Vec::new(),
-            pending_ends: Vec::new(),
-            poisoned: None,
-        };
+        let writer = Writer::new(lock, log, column_writers(&meta)?);
         Self::assemble(layout, meta, options, recovered.records, None, Some(writer))
     }
 
