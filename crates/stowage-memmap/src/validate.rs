@@ -1,0 +1,115 @@
+//! `validate` for memmap row caches, as far as the read side allows (no checksums yet).
+
+use std::path::{Path, PathBuf};
+
+use stowage_core::{Error, ValidationLevel, ValidationReport, Value};
+
+use crate::MemmapBackend;
+use crate::backend::{State, trailing_error};
+use crate::field_file::SizeCheck;
+use crate::index::JsonRef;
+use crate::layout::CACHE_VERSION;
+
+/// Checks the cache behind `backend` without changing any file.
+///
+/// Structure: every `.bin` file exists with exactly `n * row_bytes` bytes (a finalized cache) or at
+/// least the committed rows' bytes (an unfinished one, whose tail is a torn append); both sidecars
+/// of a finalized cache load and hold every key the index references; `fingerprint.json` parses
+/// with `cache_version` 5. Index rows (`row` = position, distinct paths, `n` rows) are checked when
+/// the cache is opened. Full: also every row is read (bool bytes checked) and every JSON text
+/// parses. Stored checksums do not exist in this format; they come with stowage's writer.
+pub fn validate(backend: &MemmapBackend, level: ValidationLevel) -> ValidationReport {
+    let mut report = ValidationReport::default();
+    let finalized_files = !matches!(backend.state(), State::Unfinished { .. });
+    for file in backend.files() {
+        report.files_checked += 1;
+        match file.check_size() {
+            Ok(SizeCheck::Exact) => {}
+            Ok(SizeCheck::Trailing(extra)) if finalized_files => {
+                problem(&mut report, None, trailing_error(file, extra));
+            }
+            Ok(SizeCheck::Trailing(_)) => {}
+            Err(e) => problem(&mut report, None, e),
+        }
+    }
+    if finalized_files {
+        check_fingerprint(&mut report, &backend.layout().fingerprint());
+    }
+    let rows = backend.index().rows();
+    for (sidecar, reference) in backend.sidecars() {
+        let referenced = rows.iter().any(|r| matches!(reference(r), JsonRef::Key(_)));
+        if !(finalized_files || referenced) {
+            continue;
+        }
+        report.files_checked += 1;
+        let entries = match sidecar.entries() {
+            Ok(entries) => entries,
+            Err(e) => {
+                problem(&mut report, None, e);
+                continue;
+            }
+        };
+        for row in rows {
+            if let JsonRef::Key(key) = reference(row)
+                && !entries.contains_key(key)
+            {
+                let detail = format!("has no key \"{key}\" referenced by the index");
+                report.problem(Some(sidecar.path()), Some(&row.path), detail);
+            }
+        }
+    }
+    if level == ValidationLevel::Full {
+        for (i, row) in rows.iter().enumerate() {
+            report.samples_checked += 1;
+            match backend.read_row(i) {
+                Ok(sample) => check_json(&mut report, &row.path, &sample),
+                Err(e) => problem(&mut report, Some(&row.path), e),
+            }
+        }
+    }
+    report
+}
+
+fn check_json(report: &mut ValidationReport, key: &str, sample: &stowage_core::Sample) {
+    for (name, value) in sample.fields() {
+        if let Value::Json(text) = value
+            && let Err(e) = serde_json::from_str::<serde::de::IgnoredAny>(text)
+        {
+            report.problem(
+                None,
+                Some(key),
+                format!("field {name:?}: JSON text does not parse: {e}"),
+            );
+        }
+    }
+}
+
+fn check_fingerprint(report: &mut ValidationReport, path: &Path) {
+    report.files_checked += 1;
+    let text = match std::fs::read(path) {
+        Ok(text) => text,
+        Err(e) => {
+            report.problem(Some(path), None, format!("cannot read: {e}"));
+            return;
+        }
+    };
+    match serde_json::from_slice::<serde_json::Value>(&text) {
+        Ok(value) => {
+            let version = value.get("cache_version").and_then(serde_json::Value::as_u64);
+            if version != Some(CACHE_VERSION) {
+                let detail = format!("cache_version is {version:?}, expected {CACHE_VERSION}");
+                report.problem(Some(path), None, detail);
+            }
+        }
+        Err(e) => report.problem(Some(path), None, format!("does not parse as JSON: {e}")),
+    }
+}
+
+/// Records `error`, moving a file path it names into the problem's path.
+fn problem(report: &mut ValidationReport, key: Option<&str>, error: Error) {
+    let (path, detail): (Option<PathBuf>, String) = match error {
+        Error::Corrupted { path, detail } => (Some(path), detail),
+        other => (None, other.to_string()),
+    };
+    report.problem(path.as_deref(), key, detail);
+}
