@@ -7,6 +7,7 @@ use crate::npy_header::write_header;
 use crate::record::{new_uid, xxh64};
 use std::fs::{File, OpenOptions};
 use std::io::Write;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use stowage_core::bytes::Bytes;
@@ -58,7 +59,7 @@ pub struct ColumnWriter {
     /// Slots of the current file below this are known to be in the page cache.
     written_through: AtomicUsize,
     /// Filled files retired since the last sync that still have unsynced writes.
-    unsynced: Vec<Arc<File>>,
+    unsynced: Vec<(PathBuf, Arc<File>)>,
     /// A file was created since the last sync, so its directory entry needs an fsync too.
     created_files: bool,
 }
@@ -164,7 +165,7 @@ impl ColumnWriter {
         if let Some(previous) = self.current.take()
             && previous.dirty
         {
-            self.unsynced.push(previous.file);
+            self.unsynced.push((layout.data_file(&previous.uid), previous.file));
         }
         // dirty: the header itself must be durable before any record points into the file.
         let data_offset = header.len() as u64;
@@ -187,20 +188,34 @@ impl ColumnWriter {
         if let Some(current) = self.current.as_ref() {
             self.written_through.store(current.next_slot, Ordering::Release);
         }
-        for file in &self.unsynced {
-            file.sync_data().at(layout.data_dir())?;
-        }
-        self.unsynced.clear();
+        let mut files = std::mem::take(&mut self.unsynced);
         if let Some(current) = self.current.as_mut().filter(|c| c.dirty) {
-            current.file.sync_data().at(layout.data_file(&current.uid))?;
+            files.push((layout.data_file(&current.uid), Arc::clone(&current.file)));
             current.dirty = false;
         }
+        let mut dirs = Vec::new();
         if std::mem::take(&mut self.created_files) {
-            fsync_dir(layout.data_dir())?;
-            fsync_dir(layout.stage_dir())?;
+            dirs.extend([layout.data_dir(), layout.stage_dir()]);
         }
-        Ok(())
+        sync_all_at_once(&files, &dirs)
     }
+}
+
+/// fdatasyncs `files` and fsyncs `dirs`, concurrently when there are several: the filesystem then
+/// commits them in one journal transaction instead of one after another. Returns the first error.
+fn sync_all_at_once(files: &[(PathBuf, Arc<File>)], dirs: &[PathBuf]) -> Result<()> {
+    let sync_file = |(path, file): &(PathBuf, Arc<File>)| file.sync_data().at(path);
+    if files.len() + dirs.len() <= 1 {
+        files.iter().try_for_each(sync_file)?;
+        return dirs.iter().try_for_each(fsync_dir);
+    }
+    std::thread::scope(|scope| {
+        let file_syncs: Vec<_> = files.iter().map(|f| scope.spawn(move || sync_file(f))).collect();
+        let dir_syncs: Vec<_> = dirs.iter().map(|d| scope.spawn(move || fsync_dir(d))).collect();
+        file_syncs.into_iter().chain(dir_syncs).try_for_each(|handle| {
+            handle.join().unwrap_or_else(|_| Err(Error::invalid("an fsync thread panicked")))
+        })
+    })
 }
 
 /// Queues the batched slots of `current` for one gathering write at their offset.
