@@ -1,31 +1,36 @@
-//! `MemmapBackend`: the read side of the [`Backend`] over a DNANet memmap row cache.
+//! `MemmapBackend`: the [`Backend`] over a DNANet memmap row cache, reading and writing.
 
 use std::path::Path;
 use std::sync::Arc;
 
+use stowage_core::file_safety::{WriterLock, atomic_write, fsync_dir};
+use stowage_core::fingerprint::{FingerprintFile, SourceStamp};
 use stowage_core::{
-    Backend, Capabilities, DType, Error, Result, Sample, Schema, ValidationLevel, ValidationReport,
-    Value,
+    Backend, Capabilities, DType, Error, IoResultExt, OpenMode, Result, Sample, Schema, Tensor,
+    ValidationLevel, ValidationReport, Value,
 };
 
 use crate::MemmapOptions;
+use crate::checksum;
 use crate::field_file::{FieldFile, SizeCheck};
-use crate::index::{JsonRef, RowIndex};
-use crate::layout::{Layout, Shapes};
-use crate::manifest::{Manifest, TornLine};
-use crate::preset::{self, ALLELE_FIELD, ANNOTATION_FIELD, META_FIELD, PANEL_FIELD};
+use crate::index::{JsonRef, RowEntry, RowIndex};
+use crate::layout::{CACHE_VERSION, Layout, Shapes};
+use crate::manifest::{Manifest, TornLine, encode_line};
+use crate::preset;
+use crate::row_format::{FieldSlot, JsonStorage, RowFormat, StowageMeta};
 use crate::sidecar::Sidecar;
+use crate::writer::{Session, Writer, poisoned_error};
 
 /// The backend's name in errors and capability reports.
 pub const BACKEND_NAME: &str = "memmap";
 
-/// What the read side of a memmap row cache can do.
+/// What a memmap row cache can do.
 ///
-/// Fixed-shape tensor fields of every numpy-expressible dtype, a nullable `annotation`, JSON fields
-/// (`panel` and `allele` deduplicated, `meta_json` plain), zero-copy reads and concurrent readers.
-/// Not yet: writing (`put`, `flush`, `finalize` return `Error::Unsupported`; the writer comes with
-/// the rest of issue 3), resume, and checksums (the original format has none; stowage's checksum
-/// sidecar arrives with the writer).
+/// Fixed-shape tensor fields of every numpy-expressible dtype (not bfloat16), nullable fields (a
+/// zero placeholder plus a `has_<field>` flag), JSON fields (deduplicated into sidecars, or
+/// plain), resume of an unfinished cache, per-row xxh64 checksums (in caches stowage writes;
+/// DNANet's own caches have none), zero-copy reads and concurrent readers. Not: bytes fields,
+/// variable or ragged shapes (rows are fixed-size), overwriting a key, appending after finalize.
 pub fn capabilities() -> Capabilities {
     Capabilities {
         variable_shapes: false,
@@ -35,8 +40,8 @@ pub fn capabilities() -> Capabilities {
         json_fields: true,
         overwrite: false,
         append_after_finalize: false,
-        resume: false,
-        checksums: false,
+        resume: true,
+        checksums: true,
         zero_copy_get: true,
         concurrent_readers: true,
         dtypes: DType::ALL.into_iter().filter(|d| *d != DType::BF16).collect(),
@@ -46,9 +51,6 @@ pub fn capabilities() -> Capabilities {
     }
 }
 
-/// Picks a row's reference into one sidecar.
-pub(crate) type SidecarRef = fn(&crate::index::RowEntry) -> &JsonRef;
-
 /// How the cache was found on disk.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum State {
@@ -57,155 +59,367 @@ pub(crate) enum State {
     /// No `_COMPLETE`, but finalize's files are there and the manifest is gone: finalize crashed
     /// just before its last step. Read like a finalized cache, reported as unfinished.
     FinalizeInterrupted,
-    /// No `_COMPLETE`, `manifest.jsonl` present: the committed rows of an unfinished write.
+    /// No `_COMPLETE`, `manifest.jsonl` present (or a cache stowage created that has no manifest
+    /// yet): the committed rows of an unfinished write.
     Unfinished {
         /// The dropped torn last line of the manifest.
         torn_tail: Option<TornLine>,
+        /// Bytes of the manifest's committed lines.
+        committed_len: u64,
+        /// The last committed line lost its newline.
+        missing_newline: bool,
     },
 }
 
-/// A DNANet memmap row cache (cache version 5), opened read-only.
+impl State {
+    fn unfinished_empty() -> State {
+        State::Unfinished { torn_tail: None, committed_len: 0, missing_newline: false }
+    }
+}
+
+/// A DNANet memmap row cache (cache version 5): read-only, or a writer holding the cache's lock.
 ///
-/// ```no_run
-/// use stowage_core::Backend;
-/// use stowage_memmap::{MemmapBackend, MemmapOptions};
+/// ```
+/// use stowage_core::{Backend, Sample, Tensor, Value};
+/// use stowage_memmap::{MemmapBackend, MemmapOptions, dnanet};
 ///
-/// let cache = MemmapBackend::open_read_only("cache_root/aed9b48500e9acfd", MemmapOptions::default())?;
-/// let last = cache.get_row(-1)?;
-/// let by_key = cache.get(&cache.keys()?[cache.len() - 1])?.unwrap();
-/// assert_eq!(last, by_key);
-/// # Ok::<(), stowage_core::Error>(())
+/// let dir = tempfile::tempdir()?;
+/// let mut cache = MemmapBackend::create(dir.path(), &dnanet(2, 3), MemmapOptions::default())?;
+/// let row = Sample::new()
+///     .with("data", Tensor::from_slice(&[2, 3], &[1i16, 2, 3, 4, 5, 6])?)
+///     .with("scaler", Tensor::from_slice(&[3], &[0.5f32, 1.0, 2.0])?)
+///     .with("panel", Value::Json("[\"p\"]".into()));
+/// cache.put("/data/a.hid", &row)?;
+/// cache.finalize()?;
+/// drop(cache);
+///
+/// let reader = MemmapBackend::open_read_only(dir.path(), MemmapOptions::default())?;
+/// let got = reader.get_row(-1)?;
+/// assert_eq!(got.get("annotation"), Some(&Value::Null)); // absent nullable field: null
+/// assert_eq!(got.tensor("data"), row.tensor("data"));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct MemmapBackend {
     layout: Layout,
     options: MemmapOptions,
     capabilities: Capabilities,
-    schema: Schema,
+    format: RowFormat,
     state: State,
     index: RowIndex,
+    /// Read-only maps of the tensor fields, sized to the rows found at open.
     files: Vec<FieldFile>,
-    /// Position in `files` of the field `has_annotation` nulls.
-    annotation: Option<usize>,
-    /// Field names shared by every returned sample: tensor fields, then panel, allele, meta_json.
+    /// The map of `stowage_checksums.bin`, when the cache has checksums.
+    checksums: Option<FieldFile>,
+    /// Field names shared by every returned sample, in schema order.
     names: Vec<Arc<str>>,
-    panels: Sidecar,
-    alleles: Sidecar,
+    /// Per JSON field: its sidecar, when deduplicated.
+    sidecars: Vec<Option<Sidecar>>,
+    writer: Option<Writer>,
 }
 
 impl MemmapBackend {
+    /// Creates an empty cache of `schema` in `dir` (created if missing) and returns its writer.
+    ///
+    /// Writes `stowage.json` (the schema; DNANet ignores it), empty `.bin` files, an empty
+    /// `stowage_checksums.bin` and an empty `manifest.jsonl`. Stale `.bin` files of an earlier
+    /// cache in `dir` are truncated, never appended to.
+    ///
+    /// Errors: `Unsupported` for a schema outside [`capabilities`]; `InvalidArgument` when two
+    /// fields would share a file or column; `AlreadyExists` when `dir` holds a cache (finished,
+    /// unfinished or DNANet's); `Locked` when another writer holds `dir`; `Io` naming the path.
+    pub fn create(
+        dir: impl AsRef<Path>,
+        schema: &Schema,
+        options: MemmapOptions,
+    ) -> Result<MemmapBackend> {
+        let layout = Layout::new(dir.as_ref());
+        let capabilities = capabilities();
+        capabilities.check_schema(schema, BACKEND_NAME)?;
+        let format = RowFormat::new(schema, true)?;
+        if holds_cache(&layout) {
+            return Err(Error::AlreadyExists { path: layout.root().to_path_buf() });
+        }
+        std::fs::create_dir_all(layout.root()).at(layout.root())?;
+        let lock = WriterLock::acquire(layout.root())?;
+        if holds_cache(&layout) {
+            return Err(Error::AlreadyExists { path: layout.root().to_path_buf() });
+        }
+        // stowage.json first: from here on the directory is a cache, and a crash before the
+        // manifest exists leaves one that the next writer restarts from empty files.
+        atomic_write(layout.stowage_meta(), &StowageMeta::new(schema).to_json())?;
+        let session = Session::create(&layout, &format)?;
+        fsync_dir(layout.root())?;
+        // The cache directory's own entry, in case create_dir_all just made it.
+        let parent = layout.root().parent().filter(|p| !p.as_os_str().is_empty());
+        fsync_dir(parent.unwrap_or(Path::new(".")))?;
+        let mut backend = Self::assemble(
+            layout,
+            options,
+            format,
+            State::unfinished_empty(),
+            RowIndex::from_entries(Vec::new(), Path::new(""))?,
+            0,
+        );
+        backend.writer = Some(Writer::new(lock, Some(session)));
+        Ok(backend)
+    }
+
+    /// Opens with `mode`: [`MemmapBackend::open_read_only`] or [`MemmapBackend::open_append`].
+    pub fn open(dir: impl AsRef<Path>, mode: OpenMode, options: MemmapOptions) -> Result<Self> {
+        match mode {
+            OpenMode::ReadOnly => Self::open_read_only(dir, options),
+            OpenMode::Append => Self::open_append(dir, options),
+        }
+    }
+
     /// Opens the cache in `dir` read-only. No lock is taken; memory maps open on the first row read.
+    ///
+    /// The schema is `stowage.json`'s when stowage wrote the cache, else DNANet's field set
+    /// ([`preset::schema_for`]) over the fields of `shapes.json`.
     ///
     /// - With `_COMPLETE`: reads `shapes.json` and `index.parquet`, and checks each `.bin` file's
     ///   size against `n * row_bytes` (shorter: `Error::Corrupted` naming the file and both sizes;
     ///   longer: the same unless [`MemmapOptions::allow_trailing_bytes`]). The index must hold `n`
     ///   rows.
-    /// - Without `_COMPLETE` but with `manifest.jsonl`: serves the manifest's committed rows; the
-    ///   shapes come from the manifest and the dtypes are DNANet's (`<i2`, `|i1`, `<f4`), as there is
-    ///   no `shapes.json` yet, so this fallback only knows DNANet's three fields. Bytes beyond the
-    ///   committed rows are a torn append and are ignored. [`Backend::is_finalized`] is false.
+    /// - Without `_COMPLETE` but with `manifest.jsonl`: serves the manifest's committed rows. For a
+    ///   cache DNANet wrote, the shapes come from the manifest and the dtypes are DNANet's (`<i2`,
+    ///   `|i1`, `<f4`), as there is no `shapes.json` yet. Bytes beyond the committed rows are a
+    ///   torn append and are ignored. [`Backend::is_finalized`] is false.
     /// - Without both, but with `shapes.json` and `index.parquet`: finalize was interrupted just
     ///   before writing `_COMPLETE`; read like a complete cache, reported as unfinished.
-    /// - Anything else: `Error::NotFound`.
+    /// - Only `stowage.json`: a cache stowage created with no manifest yet; no rows.
+    /// - Anything else: `Error::NotFound`. `stowage_checksums.bin` without `stowage.json` is
+    ///   `Error::Corrupted` (a stowage cache that lost its schema).
     pub fn open_read_only(dir: impl AsRef<Path>, options: MemmapOptions) -> Result<MemmapBackend> {
         let layout = Layout::new(dir.as_ref());
-        if !layout.root().is_dir() {
-            return Err(Error::NotFound {
-                what: format!("memmap row cache directory {}", layout.root().display()),
-            });
+        if !holds_cache(&layout) {
+            return Err(not_a_cache(&layout));
+        }
+        Self::open_existing(layout, options)
+    }
+
+    /// Opens an existing cache for writing: takes the writer lock (`Error::Locked` when another
+    /// writer holds it) and recovers an unfinished cache to exactly its committed rows: a torn
+    /// last manifest line is cut off, each `.bin` file is cut back to `committed * row_bytes`
+    /// (a shorter one is `Error::Corrupted`, never padded). [`Backend::contains`] and
+    /// [`Backend::keys`] then list the committed keys, so the caller can skip them.
+    ///
+    /// `_COMPLETE` is never removed: on a finalized cache `put` returns `Error::Finalized`. A cache
+    /// whose finalize stopped just before `_COMPLETE` gets it now (its files are complete).
+    /// Resuming a DNANet-written manifest with no committed row is `Error::Unsupported` (its
+    /// shapes are unknown).
+    pub fn open_append(dir: impl AsRef<Path>, options: MemmapOptions) -> Result<MemmapBackend> {
+        let layout = Layout::new(dir.as_ref());
+        if !holds_cache(&layout) {
+            return Err(not_a_cache(&layout));
+        }
+        let lock = WriterLock::acquire(layout.root())?;
+        let mut backend = Self::open_existing(layout, options)?;
+        let session = match backend.state.clone() {
+            State::Finalized => None,
+            State::FinalizeInterrupted => {
+                atomic_write(backend.layout.complete_marker(), b"")?;
+                backend.state = State::Finalized;
+                None
+            }
+            State::Unfinished { .. } if !backend.layout.manifest().exists() => {
+                // No manifest: no committed row, and whatever the .bin files hold is stale.
+                let session = Session::create(&backend.layout, &backend.format)?;
+                fsync_dir(backend.layout.root())?;
+                Some(session)
+            }
+            State::Unfinished { committed_len, missing_newline, .. } => {
+                backend.check_resumable()?;
+                let rows = backend.index.len();
+                let session = Session::recover(
+                    &backend.layout,
+                    &backend.format,
+                    rows,
+                    committed_len,
+                    missing_newline,
+                )?;
+                fsync_dir(backend.layout.root())?;
+                Some(session)
+            }
+        };
+        backend.writer = Some(Writer::new(lock, session));
+        Ok(backend)
+    }
+
+    fn check_resumable(&self) -> Result<()> {
+        let unsupported = |why: String| {
+            Err(Error::unsupported(
+                BACKEND_NAME,
+                format!("resuming {}: {why}", self.layout.root().display()),
+            ))
+        };
+        if !self.format.checksums && self.index.is_empty() {
+            return unsupported(
+                "a DNANet manifest with no committed row does not tell the row shapes; rebuild it"
+                    .into(),
+            );
+        }
+        if let Some(t) =
+            self.format.tensors.iter().find(|t| t.layout.byte_order == stowage_core::ByteOrder::Big)
+        {
+            return unsupported(format!("field {:?} is stored big-endian", t.layout.name));
+        }
+        Ok(())
+    }
+
+    fn open_existing(layout: Layout, options: MemmapOptions) -> Result<MemmapBackend> {
+        let meta = StowageMeta::read(&layout.stowage_meta())?;
+        if meta.is_none() && layout.checksums().exists() {
+            return Err(Error::corrupted(
+                layout.stowage_meta(),
+                format!(
+                    "file is missing, but {} exists: a cache stowage wrote lost its schema",
+                    layout.checksums().display()
+                ),
+            ));
         }
         let complete = layout.complete_marker().exists();
         if !complete && layout.manifest().exists() {
-            return Self::open_unfinished(layout, options);
+            return Self::open_unfinished(layout, options, meta);
         }
-        let state = if complete { State::Finalized } else { State::FinalizeInterrupted };
         let finalize_files = layout.shapes().exists() && layout.index().exists();
         if !(complete || finalize_files) {
-            return Err(Error::NotFound {
-                what: format!(
-                    "memmap row cache in {} (no _COMPLETE, manifest.jsonl or shapes.json + \
-                     index.parquet)",
-                    layout.root().display()
-                ),
-            });
+            // Only stowage.json: created, crashed before any manifest existed.
+            let meta = meta.ok_or_else(|| not_a_cache(&layout))?;
+            let format = RowFormat::new(&meta.schema, true)
+                .map_err(|e| Error::corrupted(layout.stowage_meta(), e.to_string()))?;
+            let index = RowIndex::from_entries(Vec::new(), &layout.manifest())?;
+            return Ok(Self::assemble(
+                layout,
+                options,
+                format,
+                State::unfinished_empty(),
+                index,
+                0,
+            ));
         }
-        let shapes = Shapes::read(&layout.shapes()).map_err(|e| match e {
+        let state = if complete { State::Finalized } else { State::FinalizeInterrupted };
+        let shapes = match meta {
+            Some(_) => Shapes::read_allowing_no_field(&layout.shapes()),
+            None => Shapes::read(&layout.shapes()),
+        };
+        let shapes = shapes.map_err(|e| match e {
             Error::NotFound { .. } => {
                 Error::corrupted(layout.shapes(), "file is missing from a finalized cache")
             }
             other => other,
         })?;
-        let files: Vec<FieldFile> = shapes
-            .fields
-            .iter()
-            .map(|f| FieldFile::new(layout.field_file(&f.name), f.clone(), shapes.rows))
-            .collect();
-        for file in &files {
+        let format = match &meta {
+            Some(meta) => {
+                let format = RowFormat::new(&meta.schema, true)
+                    .map_err(|e| Error::corrupted(layout.stowage_meta(), e.to_string()))?;
+                let written: Vec<_> = format.tensors.iter().map(|t| &t.layout).collect();
+                let described: Vec<_> = shapes.fields.iter().collect();
+                if written != described {
+                    return Err(Error::corrupted(
+                        layout.shapes(),
+                        format!(
+                            "describes fields {described:?}, stowage.json's schema has {written:?}"
+                        ),
+                    ));
+                }
+                format
+            }
+            None => RowFormat::with_layouts(
+                preset::schema_for(&shapes.fields),
+                shapes.fields.clone(),
+                false,
+            )
+            .map_err(|e| Error::corrupted(layout.shapes(), e.to_string()))?,
+        };
+        let backend_files = field_files(&layout, &format, shapes.rows);
+        for file in backend_files.0.iter().chain(&backend_files.1) {
             if let SizeCheck::Trailing(extra) = file.check_size()?
                 && !options.allow_trailing_bytes
             {
                 return Err(trailing_error(file, extra));
             }
         }
-        let index = RowIndex::read_parquet(&layout.index())?;
+        let index = RowIndex::read_parquet(&layout.index(), &format)?;
         if index.len() != shapes.rows {
             return Err(Error::corrupted(
                 layout.index(),
                 format!("holds {} rows, shapes.json says n = {}", index.len(), shapes.rows),
             ));
         }
-        Ok(Self::assemble(layout, options, state, index, files))
+        Ok(Self::assemble(layout, options, format, state, index, shapes.rows))
     }
 
-    fn open_unfinished(layout: Layout, options: MemmapOptions) -> Result<MemmapBackend> {
-        let manifest = Manifest::read(&layout.manifest())?;
-        let (data, annotation, scaler) = match manifest.rows.first() {
-            Some(row) => (&row.data_shape[..], &row.ann_shape[..], &row.scaler_shape[..]),
-            None => (&[][..], &[][..], &[][..]),
+    fn open_unfinished(
+        layout: Layout,
+        options: MemmapOptions,
+        meta: Option<StowageMeta>,
+    ) -> Result<MemmapBackend> {
+        let path = layout.manifest();
+        let text = std::fs::read(&path).at(&path)?;
+        let format = match meta {
+            Some(meta) => RowFormat::new(&meta.schema, true)
+                .map_err(|e| Error::corrupted(layout.stowage_meta(), e.to_string()))?,
+            None => {
+                let [data, annotation, scaler] = Manifest::dnanet_shapes(&text, &path)?;
+                for (name, shape) in
+                    [("data", &data), ("annotation", &annotation), ("scaler", &scaler)]
+                {
+                    // Checked here so that dnanet_fields never meets an overflowing shape.
+                    stowage_core::shape::byte_count(shape, 8)
+                        .map_err(|e| Error::corrupted(&path, format!("{name} shape: {e}")))?;
+                }
+                let fields = preset::dnanet_fields(&data, &annotation, &scaler);
+                RowFormat::with_layouts(preset::schema_for(&fields), fields, false)?
+            }
         };
-        for (name, shape) in [("data", data), (ANNOTATION_FIELD, annotation), ("scaler", scaler)] {
-            // Checked here so that dnanet_fields never meets an overflowing shape.
-            stowage_core::shape::byte_count(shape, 8)
-                .map_err(|e| Error::corrupted(layout.manifest(), format!("{name} shape: {e}")))?;
-        }
+        let manifest = Manifest::parse(&text, &path, &format)?;
         let rows = manifest.rows.len();
-        let files: Vec<FieldFile> = preset::dnanet_fields(data, annotation, scaler)
-            .into_iter()
-            .map(|f| FieldFile::new(layout.field_file(&f.name), f, rows))
-            .collect();
-        for file in &files {
+        let (files, checksums) = field_files(&layout, &format, rows);
+        for file in files.iter().chain(&checksums) {
             file.check_size()?;
         }
-        let index = RowIndex::from_entries(manifest.entries(), &layout.manifest())?;
-        let state = State::Unfinished { torn_tail: manifest.torn_tail };
-        Ok(Self::assemble(layout, options, state, index, files))
+        let index = RowIndex::from_entries(manifest.rows, &path)?;
+        let state = State::Unfinished {
+            torn_tail: manifest.torn_tail,
+            committed_len: manifest.committed_len,
+            missing_newline: manifest.missing_newline,
+        };
+        Ok(Self::assemble(layout, options, format, state, index, rows))
     }
 
     fn assemble(
         layout: Layout,
         options: MemmapOptions,
+        format: RowFormat,
         state: State,
         index: RowIndex,
-        files: Vec<FieldFile>,
+        rows: usize,
     ) -> MemmapBackend {
-        let fields: Vec<_> = files.iter().map(|f| f.field().clone()).collect();
-        let schema = preset::schema_for(&fields);
-        let names = files
+        let (files, checksums) = field_files(&layout, &format, rows);
+        let names = format.schema.fields.iter().map(|f| Arc::from(f.name.as_str())).collect();
+        let sidecars = format
+            .json
             .iter()
-            .map(|f| Arc::from(f.field().name.as_str()))
-            .chain([PANEL_FIELD, ALLELE_FIELD, META_FIELD].map(Arc::from))
+            .map(|field| match &field.storage {
+                JsonStorage::Deduplicated { sidecar, .. } => {
+                    Some(Sidecar::new(layout.file(sidecar)))
+                }
+                JsonStorage::Plain { .. } => None,
+            })
             .collect();
         MemmapBackend {
-            annotation: files.iter().position(|f| f.field().name == ANNOTATION_FIELD),
-            panels: Sidecar::new(layout.panels()),
-            alleles: Sidecar::new(layout.alleles()),
             capabilities: capabilities(),
             layout,
             options,
-            schema,
+            format,
             state,
             index,
             files,
+            checksums,
             names,
+            sidecars,
+            writer: None,
         }
     }
 
@@ -219,15 +433,20 @@ impl MemmapBackend {
         &self.options
     }
 
-    /// The row index (paths, annotation flags, sidecar keys, meta JSON).
+    /// The row index (paths, presence flags, sidecar keys or texts).
     pub fn index(&self) -> &RowIndex {
         &self.index
+    }
+
+    /// How the schema maps onto files and columns.
+    pub fn format(&self) -> &RowFormat {
+        &self.format
     }
 
     /// The torn last line of an unfinished cache's manifest that was dropped, if any.
     pub fn dropped_manifest_tail(&self) -> Option<&TornLine> {
         match &self.state {
-            State::Unfinished { torn_tail } => torn_tail.as_ref(),
+            State::Unfinished { torn_tail, .. } => torn_tail.as_ref(),
             _ => None,
         }
     }
@@ -236,12 +455,23 @@ impl MemmapBackend {
         &self.state
     }
 
-    pub(crate) fn files(&self) -> &[FieldFile] {
-        &self.files
+    /// The read-only maps of the tensor fields and of the checksum file.
+    pub(crate) fn files(&self) -> impl Iterator<Item = &FieldFile> {
+        self.files.iter().chain(&self.checksums)
     }
 
-    pub(crate) fn sidecars(&self) -> [(&Sidecar, SidecarRef); 2] {
-        [(&self.panels, |r| &r.panel), (&self.alleles, |r| &r.allele)]
+    /// Whether reads go through a writer's open files instead of the maps.
+    pub(crate) fn is_writing(&self) -> bool {
+        self.session().is_some()
+    }
+
+    /// Every deduplicated JSON field: its position and sidecar.
+    pub(crate) fn sidecars(&self) -> impl Iterator<Item = (usize, &Sidecar)> {
+        self.sidecars.iter().enumerate().filter_map(|(j, s)| s.as_ref().map(|s| (j, s)))
+    }
+
+    fn session(&self) -> Option<&Session> {
+        self.writer.as_ref().and_then(|w| w.session.as_ref())
     }
 
     /// Row `i` of the cache; negative `i` counts from the end (`-1` is the last row).
@@ -258,48 +488,234 @@ impl MemmapBackend {
                     self.layout.root().display()
                 ))
             })?;
-        self.read_row(row)
+        self.read_row(row, self.options.verify_checksums)
     }
 
-    /// Reads row `row` (in range).
-    pub(crate) fn read_row(&self, row: usize) -> Result<Sample> {
+    /// Reads row `row` (in range), checking its stored checksums when `verify` and the cache has
+    /// them.
+    pub(crate) fn read_row(&self, row: usize, verify: bool) -> Result<Sample> {
         let entry = self.index.row(row).expect("the caller checked the range");
-        let mut sample = Sample::new();
-        for (i, file) in self.files.iter().enumerate() {
-            let value = if self.annotation == Some(i) && !entry.has_annotation {
-                Value::Null
-            } else {
-                Value::Tensor(file.read_row(row)?)
-            };
-            sample.insert(self.names[i].clone(), value);
+        let verify = verify && self.format.checksums;
+        let stored = if verify { Some(self.stored_checksums(row)?) } else { None };
+        if let Some(stored) = &stored
+            && stored[0] != checksum::of_key(&entry.path)
+        {
+            return Err(self.mismatch(
+                row,
+                &entry.path,
+                "key",
+                stored[0],
+                checksum::of_key(&entry.path),
+            ));
         }
-        let tensors = self.files.len();
-        let panel = json_value(&self.panels, &entry.panel)?;
-        let allele = json_value(&self.alleles, &entry.allele)?;
-        let meta = entry.meta_json.as_deref().map_or(Value::Null, |t| Value::Json(t.to_owned()));
-        sample.insert(self.names[tensors].clone(), panel);
-        sample.insert(self.names[tensors + 1].clone(), allele);
-        sample.insert(self.names[tensors + 2].clone(), meta);
+        let mut sample = Sample::new();
+        for (position, slot) in self.format.slots.iter().enumerate() {
+            let value = match *slot {
+                FieldSlot::Tensor(t) if !entry.present[t] => Value::Null,
+                FieldSlot::Tensor(t) => Value::Tensor(self.read_tensor(t, row)?),
+                FieldSlot::Json(j) => json_value(self.sidecars[j].as_ref(), &entry.json[j])?,
+            };
+            if let Some(stored) = &stored {
+                let actual = checksum::of_value(match &value {
+                    Value::Tensor(t) => Some(t.bytes()),
+                    Value::Json(text) => Some(text.as_bytes()),
+                    _ => None,
+                });
+                if actual != stored[position + 1] {
+                    let name = &self.format.schema.fields[position].name;
+                    let what = format!("field {name:?}");
+                    return Err(self
+                        .mismatch(row, &entry.path, &what, stored[position + 1], actual)
+                        .with_path(self.field_path(*slot)));
+                }
+            }
+            sample.insert(self.names[position].clone(), value);
+        }
         Ok(sample)
+    }
+
+    fn read_tensor(&self, t: usize, row: usize) -> Result<Tensor> {
+        let Some(session) = self.session() else { return self.files[t].read_row(row) };
+        let layout = &self.format.tensors[t].layout;
+        let bytes = session.bins[t].read_row(row)?;
+        Tensor::new(layout.dtype, layout.shape.clone(), bytes).map_err(|e| {
+            Error::corrupted(
+                session.bins[t].path(),
+                format!("row {row} of field {:?}: {e}", layout.name),
+            )
+        })
+    }
+
+    fn stored_checksums(&self, row: usize) -> Result<Vec<u64>> {
+        let bytes = match (self.session(), &self.checksums) {
+            (Some(session), _) => {
+                session.checksums.as_ref().expect("checksummed format").read_row(row)?
+            }
+            (None, Some(file)) => file.read_row(row)?.bytes().to_vec(),
+            (None, None) => unreachable!("checksummed format has the file"),
+        };
+        Ok(checksum::decode(&bytes))
+    }
+
+    /// The file a field's value comes from, for error messages.
+    fn field_path(&self, slot: FieldSlot) -> std::path::PathBuf {
+        match slot {
+            FieldSlot::Tensor(t) => self.layout.field_file(&self.format.tensors[t].layout.name),
+            FieldSlot::Json(j) => match (&self.sidecars[j], &self.state) {
+                (Some(sidecar), State::Finalized | State::FinalizeInterrupted) => {
+                    sidecar.path().to_path_buf()
+                }
+                (_, State::Unfinished { .. }) => self.layout.manifest(),
+                (None, _) => self.layout.index(),
+            },
+        }
+    }
+
+    fn mismatch(&self, row: usize, key: &str, what: &str, stored: u64, actual: u64) -> Error {
+        Error::corrupted(
+            self.layout.checksums(),
+            format!(
+                "row {row} (key {key:?}): {what} has xxh64 {actual:016x}, the stored checksum is \
+                 {stored:016x}"
+            ),
+        )
     }
 
     fn read_only(&self, operation: &str) -> Error {
         Error::unsupported(
             BACKEND_NAME,
             format!(
-                "{operation} through a read-only handle of {} (the memmap writer is not built yet)",
+                "{operation} through a read-only handle of {} (open it with open_append)",
                 self.layout.root().display()
             ),
         )
     }
+
+    /// The writer, refusing when this handle is read-only or poisoned.
+    fn writer(&mut self, operation: &str) -> Result<&mut Writer> {
+        if self.writer.is_none() {
+            return Err(self.read_only(operation));
+        }
+        let root = self.layout.root().to_path_buf();
+        let writer = self.writer.as_mut().expect("checked");
+        if let Some(why) = &writer.poisoned {
+            return Err(poisoned_error(&root, why));
+        }
+        Ok(writer)
+    }
+
+    fn poison<T>(&mut self, result: Result<T>) -> Result<T> {
+        if let (Err(e), Some(writer)) = (&result, self.writer.as_mut()) {
+            writer.poisoned = Some(e.to_string());
+        }
+        result
+    }
+
+    /// Finalizes with `config` and `sources` recorded in `fingerprint.json` (DNANet's
+    /// `{"cache_version": 5, "hash", "config", "sources"}`). [`Backend::finalize`] records an
+    /// empty config (`{}`) and no sources: callers that validate fingerprints use this method.
+    ///
+    /// Order, each file written atomically: flush; the deduplicated sidecars (keys in first-seen
+    /// order); `index.parquet`; `shapes.json`; `fingerprint.json`; remove `manifest.jsonl`;
+    /// `_COMPLETE` last. A crash before the manifest is removed leaves a resumable cache; after
+    /// it, a complete one (the next writer adds a missing `_COMPLETE`). Finalizing an empty cache
+    /// is `Error::InvalidArgument`.
+    pub fn finalize_with_fingerprint(
+        &mut self,
+        config: serde_json::Value,
+        sources: Vec<SourceStamp>,
+    ) -> Result<()> {
+        let open = self.writer("finalize")?.session.is_some();
+        if !open || self.state == State::Finalized {
+            return Ok(());
+        }
+        self.flush()?;
+        if self.index.is_empty() {
+            return Err(Error::invalid(format!(
+                "finalizing the empty cache {}: put at least one row first",
+                self.layout.root().display()
+            )));
+        }
+        let fingerprint = FingerprintFile::new(CACHE_VERSION as i64, config, sources);
+        let result = self.commit(&fingerprint);
+        self.poison(result)?;
+        self.state = State::Finalized;
+        Ok(())
+    }
+
+    fn commit(&self, fingerprint: &FingerprintFile) -> Result<()> {
+        let layout = &self.layout;
+        crate::finish::write_finished_files(layout, &self.format, &self.index, fingerprint)?;
+        std::fs::remove_file(layout.manifest()).at(layout.manifest())?;
+        fsync_dir(layout.root())?;
+        atomic_write(layout.complete_marker(), b"")
+    }
 }
 
-fn json_value(sidecar: &Sidecar, reference: &JsonRef) -> Result<Value> {
-    Ok(match reference {
-        JsonRef::Null => Value::Null,
-        JsonRef::Key(key) => Value::Json(sidecar.lookup(*key)?.to_string()),
-        JsonRef::Inline(text) => Value::Json(text.to_string()),
+/// Whether `layout` holds a cache of any kind, finished or not, stowage's or DNANet's.
+fn holds_cache(layout: &Layout) -> bool {
+    [
+        layout.stowage_meta(),
+        layout.manifest(),
+        layout.complete_marker(),
+        layout.shapes(),
+        layout.index(),
+    ]
+    .iter()
+    .any(|p| p.exists())
+}
+
+fn not_a_cache(layout: &Layout) -> Error {
+    Error::NotFound {
+        what: format!(
+            "memmap row cache in {} (no _COMPLETE, manifest.jsonl, stowage.json or shapes.json + \
+             index.parquet)",
+            layout.root().display()
+        ),
+    }
+}
+
+/// The read-only field files of `format` holding `rows` rows, and the checksum file.
+fn field_files(
+    layout: &Layout,
+    format: &RowFormat,
+    rows: usize,
+) -> (Vec<FieldFile>, Option<FieldFile>) {
+    let files = format
+        .tensors
+        .iter()
+        .map(|t| FieldFile::new(layout.field_file(&t.layout.name), t.layout.clone(), rows))
+        .collect();
+    let checksums = format
+        .checksums
+        .then(|| FieldFile::new(layout.checksums(), format.checksum_layout(), rows));
+    (files, checksums)
+}
+
+fn json_value(sidecar: Option<&Sidecar>, reference: &JsonRef) -> Result<Value> {
+    Ok(match (reference, sidecar) {
+        (JsonRef::Null, _) => Value::Null,
+        (JsonRef::Key(key), Some(sidecar)) => Value::Json(sidecar.lookup(*key)?.to_string()),
+        (JsonRef::Key(_), None) => unreachable!("keys are only read for deduplicated fields"),
+        (JsonRef::Inline(text), _) => Value::Json(text.to_string()),
     })
+}
+
+trait WithPath {
+    /// Moves a corruption error onto `path` (the file holding the bad bytes), keeping its detail.
+    fn with_path(self, path: std::path::PathBuf) -> Error;
+}
+
+impl WithPath for Error {
+    fn with_path(self, path: std::path::PathBuf) -> Error {
+        match self {
+            Error::Corrupted { path: checksums, detail } => Error::Corrupted {
+                path,
+                detail: format!("{detail} (checksums in {})", checksums.display()),
+            },
+            other => other,
+        }
+    }
 }
 
 pub(crate) fn trailing_error(file: &FieldFile, extra: u64) -> Error {
@@ -327,20 +743,83 @@ impl Backend for MemmapBackend {
     }
 
     fn schema(&self) -> &Schema {
-        &self.schema
+        &self.format.schema
     }
 
     fn path(&self) -> &Path {
         self.layout.root()
     }
 
-    fn put(&mut self, _key: &str, _sample: &Sample) -> Result<()> {
-        Err(self.read_only("put"))
+    fn put(&mut self, key: &str, sample: &Sample) -> Result<()> {
+        let open = self.writer("put")?.session.is_some();
+        if !open || self.state == State::Finalized {
+            return Err(Error::Finalized { path: self.layout.root().to_path_buf() });
+        }
+        self.capabilities.check_key(key, BACKEND_NAME)?;
+        self.format.schema.validate(sample)?;
+        if let Some(row) = self.index.find(key) {
+            return Err(Error::unsupported(
+                BACKEND_NAME,
+                format!(
+                    "overwrite of an existing key ({key:?} is row {row}; rows are append-only)"
+                ),
+            ));
+        }
+        let MemmapBackend { format, writer, index, .. } = self;
+        let session = writer.as_mut().and_then(|w| w.session.as_mut()).expect("checked above");
+        let mut present = vec![true; format.tensors.len()];
+        let mut json = vec![JsonRef::Null; format.json.len()];
+        let mut sums = Vec::with_capacity(format.checksums_per_row());
+        sums.push(checksum::of_key(key));
+        let mut rows: Vec<std::borrow::Cow<'_, [u8]>> = Vec::with_capacity(format.tensors.len());
+        for (field, slot) in format.schema.fields.iter().zip(&format.slots) {
+            let value = sample.get(&field.name).unwrap_or(&Value::Null);
+            match (*slot, value) {
+                (FieldSlot::Tensor(_), Value::Tensor(tensor)) => {
+                    sums.push(checksum::of_value(Some(tensor.bytes())));
+                    rows.push(tensor.bytes().into());
+                }
+                (FieldSlot::Tensor(t), _) => {
+                    // Null: a zero placeholder row, flagged absent.
+                    present[t] = false;
+                    sums.push(checksum::of_value(None));
+                    rows.push(vec![0u8; format.tensors[t].layout.row_bytes].into());
+                }
+                (FieldSlot::Json(j), Value::Json(text)) => {
+                    sums.push(checksum::of_value(Some(text.as_bytes())));
+                    let text = match format.json[j].storage {
+                        JsonStorage::Deduplicated { .. } => session.intern(j, text),
+                        JsonStorage::Plain { .. } => Arc::from(text.as_str()),
+                    };
+                    json[j] = JsonRef::Inline(text);
+                }
+                (FieldSlot::Json(_), _) => sums.push(checksum::of_value(None)),
+            }
+        }
+        let entry = RowEntry { path: key.into(), present: present.into(), json: json.into() };
+        let line = encode_line(format, index.len(), &entry);
+        let appended = (|| -> Result<()> {
+            for (bin, bytes) in session.bins.iter_mut().zip(&rows) {
+                bin.append(bytes)?;
+            }
+            if let Some(file) = session.checksums.as_mut() {
+                file.append(&checksum::encode(&sums))?;
+            }
+            Ok(())
+        })();
+        if let Err(e) = appended {
+            let writer = writer.as_mut().expect("writing");
+            writer.poisoned = Some(e.to_string());
+            return Err(e);
+        }
+        session.manifest.push(&line);
+        index.push(entry)?;
+        Ok(())
     }
 
     fn get(&self, key: &str) -> Result<Option<Sample>> {
         let Some(row) = self.index.find(key) else { return Ok(None) };
-        self.read_row(row).map(Some).map_err(|e| match e {
+        self.read_row(row, self.options.verify_checksums).map(Some).map_err(|e| match e {
             Error::Corrupted { path, detail } => {
                 Error::Corrupted { path, detail: format!("key {key:?} (row {row}): {detail}") }
             }
@@ -361,11 +840,14 @@ impl Backend for MemmapBackend {
     }
 
     fn flush(&mut self) -> Result<()> {
-        Err(self.read_only("flush"))
+        let writer = self.writer("flush")?;
+        let Some(session) = writer.session.as_mut() else { return Ok(()) };
+        let result = session.flush();
+        self.poison(result)
     }
 
     fn finalize(&mut self) -> Result<()> {
-        Err(self.read_only("finalize"))
+        self.finalize_with_fingerprint(serde_json::Value::Object(Default::default()), Vec::new())
     }
 
     fn is_finalized(&self) -> bool {
@@ -474,7 +956,7 @@ mod tests {
         std::fs::write(dir.path().join("scaler.bin"), scaler).unwrap();
         let err = open(dir.path()).err().unwrap().to_string();
         assert!(err.contains("scaler.bin") && err.contains("3 trailing bytes"), "{err}");
-        let allowed = MemmapOptions { allow_trailing_bytes: true };
+        let allowed = MemmapOptions { allow_trailing_bytes: true, ..MemmapOptions::default() };
         let cache = MemmapBackend::open_read_only(dir.path(), allowed).unwrap();
         assert_eq!(cache.get_row(-1).unwrap().tensor("scaler").unwrap().shape(), &[4]);
         let report = cache.validate(ValidationLevel::Structure).unwrap();

@@ -1,6 +1,7 @@
-//! The row index: for every cache row its `path` (the sample key), whether it has an annotation,
-//! its sidecar keys and its `meta_json`, read from `index.parquet` (or built from the manifest of
-//! an unfinished cache), with a path -> row hash table built once.
+//! The row index: for every cache row its `path` (the sample key), which nullable tensor fields it
+//! has (`has_<field>`), and where each JSON field's text comes from (a sidecar key, or the text),
+//! read from `index.parquet` (or built from the manifest of an unfinished cache, or by the writer
+//! as rows are put), with a path -> row hash table.
 
 use std::fs::File;
 use std::path::Path;
@@ -12,6 +13,8 @@ use hashbrown::HashTable;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use std::hash::BuildHasher;
 use stowage_core::{Error, IoResultExt, Result};
+
+use crate::row_format::{JsonStorage, RowFormat};
 
 /// Where a row's JSON text of a deduplicated field comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,14 +32,11 @@ pub enum JsonRef {
 pub struct RowEntry {
     /// The sample's source identity: its key.
     pub path: Box<str>,
-    /// False when the annotation row is a zero placeholder (the field reads as null).
-    pub has_annotation: bool,
-    /// The row's panel JSON.
-    pub panel: JsonRef,
-    /// The row's allele-annotation JSON.
-    pub allele: JsonRef,
-    /// The row's `meta_json` text; `None` when null or when the index has no such column.
-    pub meta_json: Option<Box<str>>,
+    /// Per tensor field of the [`RowFormat`]: false when the row is a zero placeholder (the field
+    /// reads as null). Always true for a field that is not nullable.
+    pub present: Box<[bool]>,
+    /// Per JSON field of the [`RowFormat`]: where the row's text comes from.
+    pub json: Box<[JsonRef]>,
 }
 
 /// Every row's entry, in row order, with an O(1) lookup by path.
@@ -67,17 +67,36 @@ impl RowIndex {
         Ok(RowIndex { rows, table, hasher })
     }
 
+    /// Appends the entry of the next row; a path already stored is [`Error::InvalidArgument`]
+    /// naming it and its row.
+    pub fn push(&mut self, entry: RowEntry) -> Result<usize> {
+        let hash = self.hasher.hash_one(&*entry.path);
+        let rows = &self.rows;
+        if let Some(&row) = self.table.find(hash, |&j: &usize| rows[j].path == entry.path) {
+            return Err(Error::invalid(format!(
+                "key {:?} is already stored in row {row}",
+                entry.path
+            )));
+        }
+        let row = self.rows.len();
+        let (rows, hasher) = (&self.rows, &self.hasher);
+        self.table.insert_unique(hash, row, |&j| hasher.hash_one(&*rows[j].path));
+        self.rows.push(entry);
+        Ok(row)
+    }
+
     /// Reads `index.parquet`.
     ///
     /// Columns are found by name in any order. `row` (int64) and `path` (utf8 or large utf8) are
-    /// required and must not be null; `row` must equal the position. `has_annotation` (bool, absent
-    /// means true), `panel_key` / `allele_key` (int32, null means none) and `meta_json` (utf8, absent
-    /// means null) are optional. A column of another type is [`Error::Corrupted`] naming the column,
+    /// required and must not be null; `row` must equal the position. The columns `format` names
+    /// are optional: `has_<field>` (bool, absent means true), `<field>_key` (int32, null or absent
+    /// means none) and plain JSON columns (utf8, absent means null). A column of another type is [`Error::Corrupted`] naming the column,
     /// its type and the type wanted. A file the parquet reader cannot read is `Corrupted` naming it.
-    pub fn read_parquet(path: &Path) -> Result<RowIndex> {
+    pub fn read_parquet(path: &Path, format: &RowFormat) -> Result<RowIndex> {
         // The parquet crate is not hardened against every malformed file; a panic inside it must
         // not take down the caller, so it is turned into a corruption error naming the file.
-        match std::panic::catch_unwind(|| read_parquet_entries(path)) {
+        let read = std::panic::AssertUnwindSafe(|| read_parquet_entries(path, format));
+        match std::panic::catch_unwind(read) {
             Ok(rows) => Self::from_entries(rows?, path),
             Err(_) => Err(Error::corrupted(path, "the parquet reader failed on this file")),
         }
@@ -110,7 +129,7 @@ impl RowIndex {
     }
 }
 
-fn read_parquet_entries(path: &Path) -> Result<Vec<RowEntry>> {
+fn read_parquet_entries(path: &Path, format: &RowFormat) -> Result<Vec<RowEntry>> {
     let unreadable = |e: &dyn std::fmt::Display| {
         Error::corrupted(path, format!("not a readable parquet index: {e}"))
     };
@@ -123,7 +142,7 @@ fn read_parquet_entries(path: &Path) -> Result<Vec<RowEntry>> {
     };
     let builder = ParquetRecordBatchReaderBuilder::try_new(file).map_err(|e| unreadable(&e))?;
     let schema = builder.schema().clone();
-    let columns = Columns::locate(&schema, path)?;
+    let columns = Columns::locate(&schema, path, format)?;
     let reader = builder.with_batch_size(8192).build().map_err(|e| unreadable(&e))?;
     let mut rows = Vec::new();
     for batch in reader {
@@ -131,16 +150,18 @@ fn read_parquet_entries(path: &Path) -> Result<Vec<RowEntry>> {
         let column = |i: usize| batch.column(i).as_ref();
         let row = downcast::<Int64Array>(column(columns.row), "row", path)?;
         let paths = Strings::of(column(columns.path), path)?;
-        let has_annotation = columns
-            .has_annotation
-            .map(|i| downcast::<BooleanArray>(column(i), "has_annotation", path))
-            .transpose()?;
-        let panel = columns.panel_key.map(|i| downcast::<Int32Array>(column(i), "panel_key", path));
-        let panel = panel.transpose()?;
-        let allele =
-            columns.allele_key.map(|i| downcast::<Int32Array>(column(i), "allele_key", path));
-        let allele = allele.transpose()?;
-        let meta = columns.meta_json.map(|i| Strings::of(column(i), path)).transpose()?;
+        let mut has = Vec::new();
+        for (i, name) in &columns.has {
+            has.push(i.map(|i| downcast::<BooleanArray>(column(i), name, path)).transpose()?);
+        }
+        let mut json = Vec::new();
+        for (i, name, deduplicated) in &columns.json {
+            json.push(match (i, deduplicated) {
+                (None, _) => JsonColumnData::Absent,
+                (Some(i), true) => JsonColumnData::Keys(downcast(column(*i), name, path)?),
+                (Some(i), false) => JsonColumnData::Texts(Strings::of(column(*i), path)?),
+            });
+        }
         for i in 0..batch.num_rows() {
             let position = rows.len();
             let null = |name: &str| {
@@ -156,39 +177,49 @@ fn read_parquet_entries(path: &Path) -> Result<Vec<RowEntry>> {
                 ));
             }
             let key = paths.get(i).ok_or_else(|| null("path"))?;
-            let has_annotation = match has_annotation {
-                None => true,
-                Some(column) if column.is_null(i) => return Err(null("has_annotation")),
-                Some(column) => column.value(i),
-            };
-            let key_of = |column: Option<&Int32Array>| match column {
-                Some(c) if c.is_valid(i) => JsonRef::Key(c.value(i)),
-                _ => JsonRef::Null,
-            };
-            rows.push(RowEntry {
-                path: key.into(),
-                has_annotation,
-                panel: key_of(panel),
-                allele: key_of(allele),
-                meta_json: meta.as_ref().and_then(|m| m.get(i)).map(Into::into),
-            });
+            let mut present = Vec::with_capacity(has.len());
+            for (column, (_, name)) in has.iter().zip(&columns.has) {
+                present.push(match column {
+                    None => true,
+                    Some(column) if column.is_null(i) => return Err(null(name)),
+                    Some(column) => column.value(i),
+                });
+            }
+            let json_refs = json
+                .iter()
+                .map(|column| match column {
+                    JsonColumnData::Keys(c) if c.is_valid(i) => JsonRef::Key(c.value(i)),
+                    JsonColumnData::Texts(c) => {
+                        c.get(i).map_or(JsonRef::Null, |t| JsonRef::Inline(t.into()))
+                    }
+                    _ => JsonRef::Null,
+                })
+                .collect();
+            rows.push(RowEntry { path: key.into(), present: present.into(), json: json_refs });
         }
     }
     Ok(rows)
+}
+
+/// One JSON field's column in a batch.
+enum JsonColumnData<'a> {
+    Absent,
+    Keys(&'a Int32Array),
+    Texts(Strings<'a>),
 }
 
 /// Column positions of the index, checked against the types they must have.
 struct Columns {
     row: usize,
     path: usize,
-    has_annotation: Option<usize>,
-    panel_key: Option<usize>,
-    allele_key: Option<usize>,
-    meta_json: Option<usize>,
+    /// Per tensor field: its `has_<field>` column, if the field is nullable and the column exists.
+    has: Vec<(Option<usize>, String)>,
+    /// Per JSON field: its column, name, and whether it holds sidecar keys.
+    json: Vec<(Option<usize>, String, bool)>,
 }
 
 impl Columns {
-    fn locate(schema: &ArrowSchema, path: &Path) -> Result<Columns> {
+    fn locate(schema: &ArrowSchema, path: &Path, format: &RowFormat) -> Result<Columns> {
         let find = |name: &str, wanted: &[DataType]| -> Result<Option<usize>> {
             let Ok(i) = schema.index_of(name) else { return Ok(None) };
             let got = schema.field(i).data_type();
@@ -210,13 +241,27 @@ impl Columns {
             })
         };
         let text = [DataType::Utf8, DataType::LargeUtf8];
+        let mut has = Vec::new();
+        for tensor in &format.tensors {
+            match &tensor.has_column {
+                Some(name) => has.push((find(name, &[DataType::Boolean])?, name.clone())),
+                None => has.push((None, String::new())),
+            }
+        }
+        let mut json = Vec::new();
+        for field in &format.json {
+            json.push(match &field.storage {
+                JsonStorage::Deduplicated { key_column, .. } => {
+                    (find(key_column, &[DataType::Int32])?, key_column.clone(), true)
+                }
+                JsonStorage::Plain { column } => (find(column, &text)?, column.clone(), false),
+            });
+        }
         Ok(Columns {
             row: required("row", &[DataType::Int64])?,
             path: required("path", &text)?,
-            has_annotation: find("has_annotation", &[DataType::Boolean])?,
-            panel_key: find("panel_key", &[DataType::Int32])?,
-            allele_key: find("allele_key", &[DataType::Int32])?,
-            meta_json: find("meta_json", &text)?,
+            has,
+            json,
         })
     }
 }
@@ -260,6 +305,10 @@ mod tests {
     use arrow_array::{ArrayRef, RecordBatch};
     use std::sync::Arc;
 
+    fn dnanet_format() -> RowFormat {
+        RowFormat::new(&crate::dnanet(2, 4), false).unwrap()
+    }
+
     fn rows() -> Vec<IndexRow> {
         vec![
             IndexRow::new("/a.hid", true, Some(0), Some(0), "{}"),
@@ -273,15 +322,15 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("index.parquet");
         write_index(&path, &rows());
-        let index = RowIndex::read_parquet(&path).unwrap();
+        let index = RowIndex::read_parquet(&path, &dnanet_format()).unwrap();
         assert_eq!(index.len(), 3);
         assert_eq!(index.find("/b.hid"), Some(1));
         assert_eq!(index.find("/zzz"), None);
         let b = index.row(1).unwrap();
-        assert!(!b.has_annotation);
-        assert_eq!((&b.panel, &b.allele), (&JsonRef::Key(0), &JsonRef::Null));
-        assert_eq!(b.meta_json.as_deref(), Some(r#"{"x": 1}"#));
-        assert_eq!(index.row(2).unwrap().panel, JsonRef::Null);
+        assert_eq!(&*b.present, [true, false, true]);
+        assert_eq!(&b.json[..2], [JsonRef::Key(0), JsonRef::Null]);
+        assert_eq!(b.json[2], JsonRef::Inline(r#"{"x": 1}"#.into()));
+        assert_eq!(index.row(2).unwrap().json[0], JsonRef::Null);
     }
 
     #[test]
@@ -293,8 +342,10 @@ mod tests {
             ("row", Arc::new(Int64Array::from(vec![0i64, 1]))),
         ];
         write_parquet(&path, RecordBatch::try_from_iter(columns).unwrap());
-        let index = RowIndex::read_parquet(&path).unwrap();
-        assert!(index.rows().iter().all(|r| r.has_annotation && r.meta_json.is_none()));
+        let index = RowIndex::read_parquet(&path, &dnanet_format()).unwrap();
+        assert!(
+            index.rows().iter().all(|r| r.present.iter().all(|p| *p) && r.json[2] == JsonRef::Null)
+        );
         assert_eq!(index.find("/y"), Some(1));
     }
 
@@ -335,7 +386,7 @@ mod tests {
         ];
         for (columns, needle) in cases {
             write_parquet(&path, RecordBatch::try_from_iter(columns).unwrap());
-            let err = RowIndex::read_parquet(&path).unwrap_err();
+            let err = RowIndex::read_parquet(&path, &dnanet_format()).unwrap_err();
             let message = err.to_string();
             assert!(matches!(err, Error::Corrupted { .. }), "{message}");
             assert!(message.contains("index.parquet") && message.contains(needle), "{message}");
@@ -346,9 +397,14 @@ mod tests {
     fn garbage_and_missing_files_are_corruption() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("index.parquet");
-        assert!(RowIndex::read_parquet(&path).unwrap_err().to_string().contains("missing"));
+        assert!(
+            RowIndex::read_parquet(&path, &dnanet_format())
+                .unwrap_err()
+                .to_string()
+                .contains("missing")
+        );
         std::fs::write(&path, b"PAR1 this is not parquet at all PAR1").unwrap();
-        let err = RowIndex::read_parquet(&path).unwrap_err();
+        let err = RowIndex::read_parquet(&path, &dnanet_format()).unwrap_err();
         assert!(matches!(err, Error::Corrupted { .. }), "{err}");
     }
 }

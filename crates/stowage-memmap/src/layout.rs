@@ -73,6 +73,21 @@ impl Layout {
     pub fn complete_marker(&self) -> PathBuf {
         self.root.join("_COMPLETE")
     }
+
+    /// `stowage.json`, the schema of a cache stowage wrote.
+    pub fn stowage_meta(&self) -> PathBuf {
+        self.root.join(crate::row_format::STOWAGE_META_FILE)
+    }
+
+    /// `stowage_checksums.bin`, the per-row checksums of a cache stowage wrote.
+    pub fn checksums(&self) -> PathBuf {
+        self.root.join(crate::row_format::CHECKSUMS_FILE)
+    }
+
+    /// A file of the cache by name (a sidecar).
+    pub fn file(&self, name: &str) -> PathBuf {
+        self.root.join(name)
+    }
 }
 
 /// One fixed-shape tensor field: its name, per-row shape and stored element type.
@@ -130,6 +145,16 @@ impl Shapes {
     /// Reads `shapes.json`. Errors: [`Error::NotFound`] when absent, [`Error::Corrupted`] naming the
     /// file (and the field) when it does not parse or a field is malformed.
     pub fn read(path: &Path) -> Result<Shapes> {
+        Self::read_fields(path, true)
+    }
+
+    /// Like [`Shapes::read`], but a file listing no tensor field is accepted: a cache stowage
+    /// wrote for a schema of JSON fields only.
+    pub fn read_allowing_no_field(path: &Path) -> Result<Shapes> {
+        Self::read_fields(path, false)
+    }
+
+    fn read_fields(path: &Path, require_field: bool) -> Result<Shapes> {
         let text = match std::fs::read(path) {
             Ok(text) => text,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -137,7 +162,7 @@ impl Shapes {
             }
             Err(e) => return Err(Error::io(path, e)),
         };
-        Self::parse(&text, path)
+        Self::parse_fields(&text, path, require_field)
     }
 
     /// Parses the text of a `shapes.json`; `path` is named in errors.
@@ -151,6 +176,10 @@ impl Shapes {
     /// assert!(err.unwrap_err().to_string().contains("field \"x\""));
     /// ```
     pub fn parse(text: &[u8], path: &Path) -> Result<Shapes> {
+        Self::parse_fields(text, path, true)
+    }
+
+    fn parse_fields(text: &[u8], path: &Path, require_field: bool) -> Result<Shapes> {
         let bad = |detail: String| Error::corrupted(path, detail);
         let value: serde_json::Value = serde_json::from_slice(text)
             .map_err(|e| bad(format!("does not parse as JSON: {e}")))?;
@@ -182,7 +211,7 @@ impl Shapes {
             let field = FieldLayout::new(name, shape, descr).map_err(|e| bad(e.to_string()))?;
             fields.push(field);
         }
-        if fields.is_empty() {
+        if fields.is_empty() && require_field {
             return Err(bad("describes no field".into()));
         }
         Ok(Shapes { rows, fields })
@@ -190,7 +219,7 @@ impl Shapes {
 }
 
 /// A field name becomes a file name: refuse anything that could leave the cache directory.
-fn check_field_name(name: &str) -> std::result::Result<(), String> {
+pub(crate) fn check_field_name(name: &str) -> std::result::Result<(), String> {
     let fine = !name.is_empty()
         && !name.starts_with('.')
         && !name.contains(['/', '\\', '\0'])

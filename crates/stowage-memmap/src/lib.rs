@@ -2,17 +2,24 @@
 #![deny(missing_docs)]
 
 mod backend;
+mod bin_appender;
+pub mod checksum;
+mod factory;
 pub mod field_file;
+mod finish;
 pub mod index;
 pub mod layout;
 pub mod manifest;
 mod options;
 pub mod preset;
+pub mod row_format;
 pub mod sidecar;
 #[cfg(test)]
 mod test_support;
 mod validate;
+mod writer;
 
 pub use backend::{BACKEND_NAME, MemmapBackend, capabilities};
+pub use factory::MemmapFactory;
 pub use options::MemmapOptions;
 pub use preset::dnanet;

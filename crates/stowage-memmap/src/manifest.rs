@@ -1,36 +1,24 @@
 //! `manifest.jsonl`, the writer's commit record of an unfinished cache: one JSON object per
-//! committed row, written after the row's bytes.
+//! committed row, written only after the row's bytes are durable.
+//!
+//! A line holds `row`, `path`, each tensor field's shape (`<field>_shape`), `has_<field>` for
+//! nullable tensors and each JSON field's text (or null). For the [`crate::dnanet`] schema these
+//! are exactly DNANet's keys (`data_shape`, `ann_shape`, `scaler_shape`, `has_annotation`,
+//! `adjusted_panel_json`, `allele_annotation_json`, `meta_json`), so DNANet's recovery reads the
+//! manifests stowage writes.
 
-use std::path::Path;
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use serde::Deserialize;
+use foldhash::HashSet;
+use serde_json::{Map, Value as Json};
+use stowage_core::canonical_json::{PyJsonOptions, to_python_json};
 use stowage_core::{Error, IoResultExt, Result};
 
 use crate::index::{JsonRef, RowEntry};
-
-/// One committed row as the manifest records it.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-pub struct ManifestRow {
-    /// The row number; equals the line's position.
-    pub row: u64,
-    /// The sample's source identity (its key).
-    pub path: String,
-    /// Shape of the row's `data`.
-    pub data_shape: Vec<usize>,
-    /// Shape of the row's `annotation`.
-    pub ann_shape: Vec<usize>,
-    /// Shape of the row's `scaler`.
-    pub scaler_shape: Vec<usize>,
-    /// False when the annotation row is a zero placeholder.
-    pub has_annotation: bool,
-    /// The allele-annotation JSON text, or null.
-    pub allele_annotation_json: Option<String>,
-    /// The adjusted panel JSON text, or null.
-    pub adjusted_panel_json: Option<String>,
-    /// The row's meta JSON text.
-    pub meta_json: String,
-}
+use crate::row_format::{JsonStorage, RowFormat};
 
 /// A final line without its newline that did not parse: the torn write of a crashed append.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -45,42 +33,70 @@ pub struct TornLine {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Manifest {
     /// Every committed row, in row order.
-    pub rows: Vec<ManifestRow>,
+    pub rows: Vec<RowEntry>,
     /// The dropped torn last line, if there was one.
     pub torn_tail: Option<TornLine>,
+    /// Bytes of the file holding the committed lines (where the next line goes once the torn
+    /// tail is cut off).
+    pub committed_len: u64,
+    /// The last committed line has no newline (written completely, newline lost): the next
+    /// writer adds it before appending.
+    pub missing_newline: bool,
 }
 
 impl Manifest {
-    /// Reads and checks `manifest.jsonl`.
-    pub fn read(path: &Path) -> Result<Manifest> {
+    /// Reads and checks `manifest.jsonl` against `format`.
+    pub fn read(path: &Path, format: &RowFormat) -> Result<Manifest> {
         let text = std::fs::read(path).at(path)?;
-        Self::parse(&text, path)
+        Self::parse(&text, path, format)
+    }
+
+    /// The shapes DNANet's first manifest line records for `data`, `annotation` and `scaler`
+    /// (empty shapes when the manifest has no row), for caches without `stowage.json`.
+    pub fn dnanet_shapes(text: &[u8], path: &Path) -> Result<[Vec<usize>; 3]> {
+        let first = text.split(|&b| b == b'\n').next().unwrap_or_default();
+        let Ok(line) = serde_json::from_slice::<Map<String, Json>>(first) else {
+            return Ok([vec![], vec![], vec![]]);
+        };
+        let shape = |key: &str| {
+            shape_of(line.get(key)).ok_or_else(|| {
+                Error::corrupted(path, format!("line 1: {key:?} is not a list of dimensions"))
+            })
+        };
+        Ok([shape("data_shape")?, shape("ann_shape")?, shape("scaler_shape")?])
     }
 
     /// Parses a manifest. Every newline-terminated line must be a row object whose `row` equals its
-    /// position and whose shapes equal the first row's; otherwise [`Error::Corrupted`] names the
-    /// file and the line. A last line without a newline that does not parse is a torn write and is
+    /// position and whose shapes equal `format`'s; otherwise [`Error::Corrupted`] names the file
+    /// and the line. A last line without a newline that does not parse is a torn write and is
     /// dropped (reported in [`Manifest::torn_tail`]); one that parses is a committed row.
     ///
     /// ```
-    /// use stowage_memmap::manifest::Manifest;
-    /// let line = r#"{"row": 0, "path": "/a", "data_shape": [1], "ann_shape": [1], "scaler_shape": [1], "has_annotation": true, "allele_annotation_json": null, "adjusted_panel_json": null, "meta_json": "{}"}"#;
+    /// use stowage_memmap::{manifest::Manifest, row_format::RowFormat};
+    /// let format = RowFormat::new(&stowage_memmap::dnanet(1, 1), false)?;
+    /// let line = r#"{"row": 0, "path": "/a", "data_shape": [1, 1], "ann_shape": [1, 1], "scaler_shape": [1], "has_annotation": true, "allele_annotation_json": null, "adjusted_panel_json": null, "meta_json": "{}"}"#;
     /// let text = format!("{line}\n{{\"row\": 1, \"pa");
-    /// let manifest = Manifest::parse(text.as_bytes(), "manifest.jsonl".as_ref()).unwrap();
+    /// let manifest = Manifest::parse(text.as_bytes(), "manifest.jsonl".as_ref(), &format)?;
     /// assert_eq!(manifest.rows.len(), 1);
     /// assert_eq!(manifest.torn_tail.unwrap().line, 2);
+    /// # Ok::<(), stowage_core::Error>(())
     /// ```
-    pub fn parse(text: &[u8], path: &Path) -> Result<Manifest> {
-        let mut rows: Vec<ManifestRow> = Vec::new();
+    pub fn parse(text: &[u8], path: &Path, format: &RowFormat) -> Result<Manifest> {
+        let mut rows: Vec<RowEntry> = Vec::new();
         let mut torn_tail = None;
+        let mut committed_len = 0u64;
+        let mut missing_newline = false;
+        // Identical deduplicated texts share one allocation, as in the finished cache's sidecar.
+        let mut interned: Vec<HashSet<Arc<str>>> = vec![HashSet::default(); format.json.len()];
         let mut lines = text.split(|&b| b == b'\n').enumerate().peekable();
+        let mut offset = 0u64;
         while let Some((i, line)) = lines.next() {
             let last = lines.peek().is_none();
             if last && line.is_empty() {
                 break;
             }
-            let row = match serde_json::from_slice::<ManifestRow>(line) {
-                Ok(row) => row,
+            let object = match serde_json::from_slice::<Map<String, Json>>(line) {
+                Ok(object) => object,
                 Err(_) if last => {
                     torn_tail = Some(TornLine { line: i + 1, bytes: line.len() });
                     break;
@@ -92,52 +108,150 @@ impl Manifest {
                     ));
                 }
             };
-            if row.row != rows.len() as u64 {
-                return Err(Error::corrupted(
-                    path,
-                    format!("line {} has row {}, expected {}", i + 1, row.row, rows.len()),
-                ));
-            }
-            if let Some(first) = rows.first()
-                && (&first.data_shape, &first.ann_shape, &first.scaler_shape)
-                    != (&row.data_shape, &row.ann_shape, &row.scaler_shape)
-            {
-                return Err(Error::corrupted(
-                    path,
-                    format!(
-                        "line {}: shapes data {:?} annotation {:?} scaler {:?} differ from row 0's \
-                         {:?} {:?} {:?}",
-                        i + 1,
-                        row.data_shape,
-                        row.ann_shape,
-                        row.scaler_shape,
-                        first.data_shape,
-                        first.ann_shape,
-                        first.scaler_shape
-                    ),
-                ));
-            }
-            rows.push(row);
+            let entry = parse_row(&object, rows.len(), format, &mut interned)
+                .map_err(|detail| Error::corrupted(path, format!("line {}: {detail}", i + 1)))?;
+            rows.push(entry);
+            offset += line.len() as u64 + u64::from(!last);
+            committed_len = offset;
+            missing_newline = last;
         }
-        Ok(Manifest { rows, torn_tail })
+        Ok(Manifest { rows, torn_tail, committed_len, missing_newline })
+    }
+}
+
+fn shape_of(value: Option<&Json>) -> Option<Vec<usize>> {
+    value?.as_array()?.iter().map(|d| d.as_u64().and_then(|d| usize::try_from(d).ok())).collect()
+}
+
+fn parse_row(
+    object: &Map<String, Json>,
+    position: usize,
+    format: &RowFormat,
+    interned: &mut [HashSet<Arc<str>>],
+) -> std::result::Result<RowEntry, String> {
+    let row = object.get("row").and_then(Json::as_u64);
+    if row != Some(position as u64) {
+        let got = object.get("row").map_or("nothing".into(), ToString::to_string);
+        return Err(format!("has row {got}, expected {position}"));
+    }
+    let path = object.get("path").and_then(Json::as_str).ok_or("has no \"path\" string")?;
+    let mut present = Vec::with_capacity(format.tensors.len());
+    for tensor in &format.tensors {
+        let shape = shape_of(object.get(&tensor.shape_key));
+        if shape.as_deref() != Some(&tensor.layout.shape[..]) {
+            return Err(format!(
+                "{:?} is {}, the cache's rows of field {:?} have shape {:?} (the shapes differ)",
+                tensor.shape_key,
+                object.get(&tensor.shape_key).map_or("missing".into(), ToString::to_string),
+                tensor.layout.name,
+                tensor.layout.shape
+            ));
+        }
+        present.push(match &tensor.has_column {
+            None => true,
+            Some(key) => match object.get(key) {
+                None => true,
+                Some(Json::Bool(flag)) => *flag,
+                Some(other) => return Err(format!("{key:?} is {other}, not a bool")),
+            },
+        });
+    }
+    let mut json = Vec::with_capacity(format.json.len());
+    for (field, interned) in format.json.iter().zip(interned) {
+        json.push(match object.get(&field.manifest_key) {
+            None | Some(Json::Null) => JsonRef::Null,
+            Some(Json::String(text)) => {
+                let text = match &field.storage {
+                    JsonStorage::Deduplicated { .. } => match interned.get(text.as_str()) {
+                        Some(shared) => shared.clone(),
+                        None => {
+                            let shared: Arc<str> = Arc::from(text.as_str());
+                            interned.insert(shared.clone());
+                            shared
+                        }
+                    },
+                    JsonStorage::Plain { .. } => Arc::from(text.as_str()),
+                };
+                JsonRef::Inline(text)
+            }
+            Some(other) => {
+                return Err(format!("{:?} is {other}, not a string", field.manifest_key));
+            }
+        });
+    }
+    Ok(RowEntry { path: path.into(), present: present.into(), json: json.into() })
+}
+
+/// The manifest line of one row (with its newline), in Python's `json.dumps` form.
+pub fn encode_line(format: &RowFormat, row: usize, entry: &RowEntry) -> Vec<u8> {
+    let mut object = Map::new();
+    object.insert("row".into(), Json::from(row as u64));
+    object.insert("path".into(), Json::from(&*entry.path));
+    for tensor in &format.tensors {
+        object.insert(tensor.shape_key.clone(), Json::from(tensor.layout.shape.clone()));
+    }
+    for (tensor, present) in format.tensors.iter().zip(&entry.present) {
+        if let Some(key) = &tensor.has_column {
+            object.insert(key.clone(), Json::Bool(*present));
+        }
+    }
+    for (field, reference) in format.json.iter().zip(&entry.json) {
+        let value = match reference {
+            JsonRef::Inline(text) => Json::String(text.to_string()),
+            // The writer keeps texts inline until finalize assigns sidecar keys.
+            JsonRef::Null | JsonRef::Key(_) => Json::Null,
+        };
+        object.insert(field.manifest_key.clone(), value);
+    }
+    let mut line = to_python_json(&Json::Object(object), &PyJsonOptions::default()).into_bytes();
+    line.push(b'\n');
+    line
+}
+
+/// The open manifest of a writer: lines are gathered in memory and reach the file only in
+/// [`ManifestWriter::commit`], which the writer calls after the rows' bytes are durable.
+#[derive(Debug)]
+pub struct ManifestWriter {
+    path: PathBuf,
+    file: File,
+    pending: Vec<u8>,
+}
+
+impl ManifestWriter {
+    /// Opens `path` for appending after `committed_len` bytes: a torn tail beyond them is cut off
+    /// (and the cut made durable), and a lost final newline is restored.
+    pub fn open(path: &Path, committed_len: u64, missing_newline: bool) -> Result<ManifestWriter> {
+        let mut file = OpenOptions::new().append(true).create(true).open(path).at(path)?;
+        if file.metadata().at(path)?.len() != committed_len {
+            file.set_len(committed_len).at(path)?;
+            file.sync_data().at(path)?;
+        }
+        if missing_newline {
+            file.write_all(b"\n").at(path)?;
+            file.sync_data().at(path)?;
+        }
+        Ok(ManifestWriter { path: path.to_path_buf(), file, pending: Vec::new() })
     }
 
-    /// The rows as index entries; panel and allele texts are carried inline.
-    pub fn entries(&self) -> Vec<RowEntry> {
-        let inline = |text: &Option<String>| match text {
-            Some(text) => JsonRef::Inline(Arc::from(text.as_str())),
-            None => JsonRef::Null,
-        };
-        self.rows
-            .iter()
-            .map(|row| RowEntry {
-                path: row.path.as_str().into(),
-                has_annotation: row.has_annotation,
-                panel: inline(&row.adjusted_panel_json),
-                allele: inline(&row.allele_annotation_json),
-                meta_json: Some(row.meta_json.as_str().into()),
-            })
-            .collect()
+    /// Adds a line to be written by the next commit.
+    pub fn push(&mut self, line: &[u8]) {
+        self.pending.extend_from_slice(line);
+    }
+
+    /// Writes the pending lines and fdatasyncs the file: the commit point of their rows.
+    pub fn commit(&mut self) -> Result<()> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        self.file.write_all(&self.pending).at(&self.path)?;
+        self.file.sync_data().at(&self.path)?;
+        self.pending.clear();
+        Ok(())
+    }
+
+    /// Whether lines are waiting for a commit.
+    pub fn has_pending(&self) -> bool {
+        !self.pending.is_empty()
     }
 }
 
@@ -153,7 +267,8 @@ mod tests {
     }
 
     fn parse(text: &str) -> Result<Manifest> {
-        Manifest::parse(text.as_bytes(), Path::new("/c/manifest.jsonl"))
+        let format = RowFormat::new(&crate::dnanet(1, 2), false).unwrap();
+        Manifest::parse(text.as_bytes(), Path::new("/c/manifest.jsonl"), &format)
     }
 
     #[test]
@@ -163,33 +278,55 @@ mod tests {
         let manifest = parse(&text).unwrap();
         assert_eq!(manifest.rows.len(), 2);
         assert_eq!(manifest.torn_tail, Some(TornLine { line: 3, bytes: 14 }));
-        let entries = manifest.entries();
+        assert_eq!(manifest.committed_len as usize, text.len() - 14);
+        let entries = &manifest.rows;
         assert_eq!(&*entries[1].path, "/b");
-        assert!(!entries[1].has_annotation);
-        assert_eq!(entries[0].panel, JsonRef::Inline("[1]".into()));
-        assert_eq!(entries[0].allele, JsonRef::Null);
+        assert_eq!(&*entries[1].present, [true, false, true]);
+        assert_eq!(entries[0].json[0], JsonRef::Inline("[1]".into()));
+        assert_eq!(entries[0].json[1], JsonRef::Null);
     }
 
     #[test]
     fn complete_last_line_without_newline_is_committed() {
-        let text = format!("{}\n{}", line(0, "/a", "[1]"), line(1, "/b", "[1]"));
+        let text = format!("{}\n{}", line(0, "/a", "[1, 2]"), line(1, "/b", "[1, 2]"));
         let manifest = parse(&text).unwrap();
         assert_eq!((manifest.rows.len(), manifest.torn_tail), (2, None));
+        assert!(manifest.missing_newline);
+        assert_eq!(manifest.committed_len as usize, text.len());
         assert_eq!(parse("").unwrap().rows.len(), 0);
     }
 
     #[test]
     fn damage_before_the_end_is_corruption() {
         for (text, needle) in [
-            (format!("garbage\n{}\n", line(0, "/a", "[1]")), "line 1"),
-            (format!("{}\ngarbage\n", line(0, "/a", "[1]")), "line 2"),
-            (format!("{}\n", line(1, "/a", "[1]")), "has row 1, expected 0"),
-            (format!("{}\n{}\n", line(0, "/a", "[1]"), line(1, "/b", "[2]")), "differ"),
+            (format!("garbage\n{}\n", line(0, "/a", "[1, 2]")), "line 1"),
+            (format!("{}\ngarbage\n", line(0, "/a", "[1, 2]")), "line 2"),
+            (format!("{}\n", line(1, "/a", "[1, 2]")), "has row 1, expected 0"),
+            (format!("{}\n{}\n", line(0, "/a", "[1, 2]"), line(1, "/b", "[2]")), "differ"),
         ] {
             let err = parse(&text).unwrap_err();
             let message = err.to_string();
             assert!(matches!(err, Error::Corrupted { .. }), "{message}");
             assert!(message.contains("manifest.jsonl") && message.contains(needle), "{message}");
         }
+    }
+
+    #[test]
+    fn encoded_lines_parse_back() {
+        let format = RowFormat::new(&crate::dnanet(1, 2), false).unwrap();
+        let entry = RowEntry {
+            path: "/a\u{e9}".into(),
+            present: vec![true, false, true].into(),
+            json: vec![JsonRef::Inline("[1]".into()), JsonRef::Null, JsonRef::Inline("{}".into())]
+                .into(),
+        };
+        let line = encode_line(&format, 0, &entry);
+        let text = String::from_utf8(line.clone()).unwrap();
+        assert!(
+            text.starts_with(r#"{"row": 0, "path": "/a\u00e9", "data_shape": [1, 2]"#),
+            "{text}"
+        );
+        let manifest = Manifest::parse(&line, Path::new("m"), &format).unwrap();
+        assert_eq!(manifest.rows, [entry]);
     }
 }

@@ -1,12 +1,13 @@
-//! Options of a memmap row cache reader.
+//! Options of a memmap row cache handle.
 
-/// How a [`crate::MemmapBackend`] opens a cache.
+/// How a [`crate::MemmapBackend`] opens, reads and writes a cache.
 ///
 /// ```
 /// let opts = stowage_memmap::MemmapOptions::default();
 /// assert!(!opts.allow_trailing_bytes);
+/// assert!(opts.verify_checksums);
 /// ```
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MemmapOptions {
     /// Open a finalized cache whose `.bin` files are longer than `n * row_bytes`.
     ///
@@ -17,4 +18,14 @@ pub struct MemmapOptions {
     /// bytes as a problem. (An unfinished cache's bytes beyond its committed rows are a torn append
     /// and are always ignored.)
     pub allow_trailing_bytes: bool,
+    /// Check every row `get` returns against `stowage_checksums.bin` (xxh64 of the key and of
+    /// every field) and return `Error::Corrupted` on a mismatch; on by default. Caches DNANet
+    /// wrote have no checksums and are read unchecked. `validate(Full)` always checks.
+    pub verify_checksums: bool,
+}
+
+impl Default for MemmapOptions {
+    fn default() -> Self {
+        MemmapOptions { allow_trailing_bytes: false, verify_checksums: true }
+    }
 }

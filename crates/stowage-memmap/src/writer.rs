@@ -1,0 +1,130 @@
+//! The writing half of a [`crate::MemmapBackend`]: the writer lock, one appender per `.bin` file
+//! (and the checksum file), and the manifest whose lines commit the rows.
+//!
+//! Durability order (see `docs/architecture.md`): a row's bytes reach each `.bin` file first; in
+//! `flush` every `.bin` is fdatasynced, and only then are the rows' manifest lines written and the
+//! manifest fdatasynced. A manifest line therefore never points at bytes that are not durable.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use foldhash::HashSet;
+use stowage_core::file_safety::WriterLock;
+use stowage_core::{Error, Result};
+
+use crate::bin_appender::BinAppender;
+use crate::layout::Layout;
+use crate::manifest::ManifestWriter;
+use crate::row_format::RowFormat;
+
+/// The writer of one cache: present on handles opened by `create` or `open_append`.
+#[derive(Debug)]
+pub(crate) struct Writer {
+    _lock: WriterLock,
+    /// The open files; `None` when the cache was already finalized when opened.
+    pub(crate) session: Option<Session>,
+    /// Set when a write or fsync failed: what reached the disk is unknown, so refuse more writes.
+    pub(crate) poisoned: Option<String>,
+}
+
+impl Writer {
+    /// A writer holding `lock`, with `session` open (or none for a finalized cache).
+    pub(crate) fn new(lock: WriterLock, session: Option<Session>) -> Writer {
+        Writer { _lock: lock, session, poisoned: None }
+    }
+}
+
+/// The files a writer appends to.
+#[derive(Debug)]
+pub(crate) struct Session {
+    /// One per tensor field, in [`RowFormat::tensors`] order.
+    pub(crate) bins: Vec<BinAppender>,
+    /// `stowage_checksums.bin`, when the cache has checksums.
+    pub(crate) checksums: Option<BinAppender>,
+    pub(crate) manifest: ManifestWriter,
+    /// Per JSON field: its distinct texts, so repeated texts share one allocation.
+    pub(crate) interned: Vec<HashSet<Arc<str>>>,
+}
+
+impl Session {
+    /// Fresh, empty files for a new cache (stale bytes of an earlier cache are cut away).
+    pub(crate) fn create(layout: &Layout, format: &RowFormat) -> Result<Session> {
+        let bins = format
+            .tensors
+            .iter()
+            .map(|t| BinAppender::create(&layout.field_file(&t.layout.name), t.layout.row_bytes))
+            .collect::<Result<Vec<_>>>()?;
+        let checksums = format
+            .checksums
+            .then(|| BinAppender::create(&layout.checksums(), format.checksum_layout().row_bytes))
+            .transpose()?;
+        let manifest = ManifestWriter::open(&layout.manifest(), 0, false)?;
+        Ok(Session::over(format, bins, checksums, manifest))
+    }
+
+    /// The files of an unfinished cache with `rows` committed rows: each `.bin` cut back to them
+    /// (a shorter one is `Error::Corrupted`), the manifest cut back to `committed_len` bytes.
+    pub(crate) fn recover(
+        layout: &Layout,
+        format: &RowFormat,
+        rows: usize,
+        committed_len: u64,
+        missing_newline: bool,
+    ) -> Result<Session> {
+        let recover = |path: &Path, row_bytes: usize| BinAppender::recover(path, row_bytes, rows);
+        let bins = format
+            .tensors
+            .iter()
+            .map(|t| recover(&layout.field_file(&t.layout.name), t.layout.row_bytes))
+            .collect::<Result<Vec<_>>>()?;
+        let checksums = format
+            .checksums
+            .then(|| recover(&layout.checksums(), format.checksum_layout().row_bytes))
+            .transpose()?;
+        let manifest = ManifestWriter::open(&layout.manifest(), committed_len, missing_newline)?;
+        Ok(Session::over(format, bins, checksums, manifest))
+    }
+
+    fn over(
+        format: &RowFormat,
+        bins: Vec<BinAppender>,
+        checksums: Option<BinAppender>,
+        manifest: ManifestWriter,
+    ) -> Session {
+        let interned = vec![HashSet::default(); format.json.len()];
+        Session { bins, checksums, manifest, interned }
+    }
+
+    /// A shared copy of `text` for JSON field `j`.
+    pub(crate) fn intern(&mut self, j: usize, text: &str) -> Arc<str> {
+        if let Some(shared) = self.interned[j].get(text) {
+            return shared.clone();
+        }
+        let shared: Arc<str> = Arc::from(text);
+        self.interned[j].insert(shared.clone());
+        shared
+    }
+
+    /// The commit: every `.bin` and the checksum file durable, then the manifest lines.
+    pub(crate) fn flush(&mut self) -> Result<()> {
+        if !self.manifest.has_pending() {
+            return Ok(());
+        }
+        for bin in self.bins.iter_mut().chain(self.checksums.as_mut()) {
+            bin.sync()?;
+        }
+        self.manifest.commit()
+    }
+}
+
+/// The error of a write through a handle that refuses writes.
+pub(crate) fn poisoned_error(root: &Path, why: &str) -> Error {
+    Error::Backend {
+        backend: crate::BACKEND_NAME,
+        source: format!(
+            "handle of {} refuses writes after an earlier failure: {why}; reopen it",
+            root.display()
+        )
+        .into(),
+    }
+}
