@@ -58,11 +58,13 @@ const fn apt(package: &'static str, needed_for: &'static str) -> Prerequisite {
 /// ```text
 /// pip("tables", "tables", PYTHON_INTEROP),
 /// pip("h5py", "h5py", PYTHON_INTEROP),
-/// pip("pyarrow", "pyarrow", PYTHON_INTEROP),
 /// apt("libhdf5-dev", "the HDF5 backend"),
 /// ```
-pub const PREREQUISITES: &[Prerequisite] =
-    &[pip("numpy", "numpy", PYTHON_INTEROP), pip("xxhash", "xxhash", PYTHON_INTEROP)];
+pub const PREREQUISITES: &[Prerequisite] = &[
+    pip("numpy", "numpy", PYTHON_INTEROP),
+    pip("xxhash", "xxhash", PYTHON_INTEROP),
+    pip("pyarrow", "pyarrow", PYTHON_INTEROP),
+];
 
 /// Checks every prerequisite in `wanted` and installs the missing ones, saying so.
 pub fn ensure(wanted: &[Prerequisite]) -> Result<(), String> {
@@ -262,7 +264,7 @@ mod tests {
             package_names(PREREQUISITES),
             purposes(PREREQUISITES)
         );
-        assert_eq!(line, "xtask: installing numpy xxhash for the Python interop tests");
+        assert_eq!(line, "xtask: installing numpy xxhash pyarrow for the Python interop tests");
     }
 
     #[test]

@@ -10,8 +10,10 @@ mod finish;
 pub mod index;
 pub mod layout;
 pub mod manifest;
+mod materialize;
 mod options;
 pub mod preset;
+pub mod ram_guard;
 pub mod row_format;
 pub mod sidecar;
 #[cfg(test)]
@@ -21,5 +23,6 @@ mod writer;
 
 pub use backend::{BACKEND_NAME, MemmapBackend, capabilities};
 pub use factory::MemmapFactory;
+pub use materialize::MaterializedMemmap;
 pub use options::MemmapOptions;
 pub use preset::dnanet;
