@@ -1,7 +1,7 @@
 //! `MemmapBackend`: the [`Backend`] over a DNANet memmap row cache, reading and writing.
 
-use std::path::Path;
-use std::sync::Arc;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
 
 use stowage_core::file_safety::{WriterLock, atomic_write, fsync_dir};
 use stowage_core::fingerprint::{FingerprintFile, SourceStamp};
@@ -77,6 +77,10 @@ impl State {
     }
 }
 
+/// The outcome of loading the row index; a failure keeps the file and detail of its
+/// [`Error::Corrupted`], returned again by every call that needs the index.
+type IndexLoad = std::result::Result<RowIndex, (PathBuf, String)>;
+
 /// A DNANet memmap row cache (cache version 5): read-only, or a writer holding the cache's lock.
 ///
 /// ```
@@ -88,7 +92,8 @@ impl State {
 /// let row = Sample::new()
 ///     .with("data", Tensor::from_slice(&[2, 3], &[1i16, 2, 3, 4, 5, 6])?)
 ///     .with("scaler", Tensor::from_slice(&[3], &[0.5f32, 1.0, 2.0])?)
-///     .with("panel", Value::Json("[\"p\"]".into()));
+///     .with("panel", Value::Json("[\"p\"]".into()))
+///     .with("meta_json", Value::Json("{}".into()));
 /// cache.put("/data/a.hid", &row)?;
 /// cache.finalize()?;
 /// drop(cache);
@@ -105,7 +110,13 @@ pub struct MemmapBackend {
     capabilities: Capabilities,
     format: RowFormat,
     state: State,
-    index: RowIndex,
+    /// The row index. Filled at open for writers and for unfinished caches (their index is the
+    /// manifest, read anyway); for a finished cache opened read-only, filled from `index.parquet`
+    /// on the first call that needs it ([`MemmapBackend::try_index`]), keeping a load failure.
+    index: OnceLock<IndexLoad>,
+    /// Rows of the cache: `n` of `shapes.json` for a finished cache (the index must hold as many),
+    /// else the committed rows found at open. [`Backend::len`] of a read-only handle.
+    rows: usize,
     /// Read-only maps of the tensor fields, sized to the rows found at open.
     files: Vec<FieldFile>,
     /// The map of `stowage_checksums.bin`, when the cache has checksums.
@@ -157,7 +168,7 @@ impl MemmapBackend {
             options,
             format,
             State::unfinished_empty(),
-            RowIndex::from_entries(Vec::new(), Path::new(""))?,
+            Some(RowIndex::from_entries(Vec::new(), Path::new(""))?),
             0,
         );
         backend.writer = Some(Writer::new(lock, Some(session)));
@@ -177,16 +188,22 @@ impl MemmapBackend {
     /// The schema is `stowage.json`'s when stowage wrote the cache, else DNANet's field set
     /// ([`preset::schema_for`]) over the fields of `shapes.json`.
     ///
-    /// - With `_COMPLETE`: reads `shapes.json` and `index.parquet`, and checks each `.bin` file's
-    ///   size against `n * row_bytes` (shorter: `Error::Corrupted` naming the file and both sizes;
-    ///   longer: the same unless [`MemmapOptions::allow_trailing_bytes`]). The index must hold `n`
-    ///   rows.
+    /// - With `_COMPLETE`: reads `shapes.json` and checks each `.bin` file's size against
+    ///   `n * row_bytes` (shorter: `Error::Corrupted` naming the file and both sizes; longer: the
+    ///   same unless [`MemmapOptions::allow_trailing_bytes`]), and that `index.parquet` exists.
+    ///   The index is not read at open (open time does not grow with the row count):
+    ///   `index.parquet` is loaded on the first call that needs it (`get`, `contains`, `keys`,
+    ///   [`MemmapBackend::get_row`], `validate`, [`MemmapBackend::try_index`]) and kept. It must
+    ///   hold `n` rows with distinct paths, `row` equal to the position; a damaged index is
+    ///   `Error::Corrupted` naming `index.parquet`, returned by every such call (and listed by
+    ///   `validate`). [`Backend::len`] is `n` without loading it.
     /// - Without `_COMPLETE` but with `manifest.jsonl`: serves the manifest's committed rows. For a
     ///   cache DNANet wrote, the shapes come from the manifest and the dtypes are DNANet's (`<i2`,
     ///   `|i1`, `<f4`), as there is no `shapes.json` yet. Bytes beyond the committed rows are a
     ///   torn append and are ignored. [`Backend::is_finalized`] is false.
     /// - Without both, but with `shapes.json` and `index.parquet`: finalize was interrupted just
-    ///   before writing `_COMPLETE`; read like a complete cache, reported as unfinished.
+    ///   before writing `_COMPLETE`; read like a complete cache (index loaded lazily), reported as
+    ///   unfinished.
     /// - Only `stowage.json`: a cache stowage created with no manifest yet; no rows.
     /// - Anything else: `Error::NotFound`. `stowage_checksums.bin` without `stowage.json` is
     ///   `Error::Corrupted` (a stowage cache that lost its schema).
@@ -208,6 +225,9 @@ impl MemmapBackend {
     /// whose finalize stopped just before `_COMPLETE` gets it now (its files are complete).
     /// Resuming a DNANet-written manifest with no committed row is `Error::Unsupported` (its
     /// shapes are unknown).
+    ///
+    /// Unlike a read-only open, a writer loads (and checks) `index.parquet` of a finished cache at
+    /// open: a damaged index is `Error::Corrupted` here, before `_COMPLETE` could be added.
     pub fn open_append(dir: impl AsRef<Path>, options: MemmapOptions) -> Result<MemmapBackend> {
         let layout = Layout::new(dir.as_ref());
         if !holds_cache(&layout) {
@@ -215,6 +235,7 @@ impl MemmapBackend {
         }
         let lock = WriterLock::acquire(layout.root())?;
         let mut backend = Self::open_existing(layout, options)?;
+        backend.try_index()?;
         let session = match backend.state.clone() {
             State::Finalized => None,
             State::FinalizeInterrupted => {
@@ -230,7 +251,7 @@ impl MemmapBackend {
             }
             State::Unfinished { committed_len, missing_newline, .. } => {
                 backend.check_resumable()?;
-                let rows = backend.index.len();
+                let rows = backend.rows;
                 let session = Session::recover(
                     &backend.layout,
                     &backend.format,
@@ -253,7 +274,7 @@ impl MemmapBackend {
                 format!("resuming {}: {why}", self.layout.root().display()),
             ))
         };
-        if !self.format.checksums && self.index.is_empty() {
+        if !self.format.checksums && self.rows == 0 {
             return unsupported(
                 "a DNANet manifest with no committed row does not tell the row shapes; rebuild it"
                     .into(),
@@ -294,7 +315,7 @@ impl MemmapBackend {
                 options,
                 format,
                 State::unfinished_empty(),
-                index,
+                Some(index),
                 0,
             ));
         }
@@ -340,14 +361,11 @@ impl MemmapBackend {
                 return Err(trailing_error(file, extra));
             }
         }
-        let index = RowIndex::read_parquet(&layout.index(), &format)?;
-        if index.len() != shapes.rows {
-            return Err(Error::corrupted(
-                layout.index(),
-                format!("holds {} rows, shapes.json says n = {}", index.len(), shapes.rows),
-            ));
+        // Only its presence: the index is read on first need (MemmapBackend::try_index).
+        if !layout.index().exists() {
+            return Err(Error::corrupted(layout.index(), "index file is missing"));
         }
-        Ok(Self::assemble(layout, options, format, state, index, shapes.rows))
+        Ok(Self::assemble(layout, options, format, state, None, shapes.rows))
     }
 
     fn open_unfinished(
@@ -385,15 +403,17 @@ impl MemmapBackend {
             committed_len: manifest.committed_len,
             missing_newline: manifest.missing_newline,
         };
-        Ok(Self::assemble(layout, options, format, state, index, rows))
+        Ok(Self::assemble(layout, options, format, state, Some(index), rows))
     }
 
+    /// A handle over `rows` rows; `index` is `None` when it is to be read from `index.parquet` on
+    /// first need.
     fn assemble(
         layout: Layout,
         options: MemmapOptions,
         format: RowFormat,
         state: State,
-        index: RowIndex,
+        index: Option<RowIndex>,
         rows: usize,
     ) -> MemmapBackend {
         let (files, checksums) = field_files(&layout, &format, rows);
@@ -414,7 +434,8 @@ impl MemmapBackend {
             options,
             format,
             state,
-            index,
+            index: index.map_or_else(OnceLock::new, |index| OnceLock::from(Ok(index))),
+            rows,
             files,
             checksums,
             names,
@@ -433,9 +454,66 @@ impl MemmapBackend {
         &self.options
     }
 
-    /// The row index (paths, presence flags, sidecar keys or texts).
-    pub fn index(&self) -> &RowIndex {
-        &self.index
+    /// The row index (paths, presence flags, sidecar keys or texts), loading `index.parquet` of a
+    /// finished cache opened read-only on first need.
+    ///
+    /// Only for callers that have already seen the index load (crate-private for that reason):
+    /// when `index.parquet` cannot be loaded this is an empty index; [`MemmapBackend::try_index`]
+    /// (and every `Backend` call that needs the index) returns the error.
+    pub(crate) fn index(&self) -> &RowIndex {
+        static EMPTY: OnceLock<RowIndex> = OnceLock::new();
+        self.try_index().unwrap_or_else(|_| {
+            EMPTY.get_or_init(|| {
+                RowIndex::from_entries(Vec::new(), Path::new("")).expect("no rows, no duplicate")
+            })
+        })
+    }
+
+    /// The row index, loading `index.parquet` on the first call when this is a finished cache
+    /// opened read-only (writers and unfinished caches load it at open). The loaded index is kept
+    /// for the life of the handle; concurrent first calls load it once.
+    ///
+    /// Errors: [`Error::Corrupted`] naming `index.parquet` when it is missing, unreadable, has a
+    /// column of a wrong type, a `row` that is not its position, a path stored twice, or not
+    /// `shapes.json`'s `n` rows. A failed load is kept: every later call returns the same error
+    /// (the file is not read again).
+    pub fn try_index(&self) -> Result<&RowIndex> {
+        match self.index.get_or_init(|| self.load_index()) {
+            Ok(index) => Ok(index),
+            Err((path, detail)) => Err(Error::corrupted(path.clone(), detail.clone())),
+        }
+    }
+
+    /// Whether the row index is in memory: loaded at open (writers, unfinished caches) or by a
+    /// call that needed it (including a load that failed). For tests of lazy opening.
+    #[doc(hidden)]
+    pub fn index_loaded(&self) -> bool {
+        self.index.get().is_some()
+    }
+
+    fn load_index(&self) -> IndexLoad {
+        let path = self.layout.index();
+        let index = RowIndex::read_parquet(&path, &self.format).and_then(|index| {
+            if index.len() == self.rows {
+                return Ok(index);
+            }
+            Err(Error::corrupted(
+                &path,
+                format!("holds {} rows, shapes.json says n = {}", index.len(), self.rows),
+            ))
+        });
+        index.map_err(|e| match e {
+            Error::Corrupted { path, detail } => (path, detail),
+            other => (path, format!("cannot load the index: {other}")),
+        })
+    }
+
+    /// The index of a writer (loaded when it opened).
+    fn writer_index(index: &mut OnceLock<IndexLoad>) -> &mut RowIndex {
+        match index.get_mut() {
+            Some(Ok(index)) => index,
+            _ => unreachable!("a writer loads its index when it opens"),
+        }
     }
 
     /// How the schema maps onto files and columns.
@@ -479,7 +557,7 @@ impl MemmapBackend {
     /// Errors: [`Error::InvalidArgument`] naming `i` and the row count when out of range;
     /// [`Error::Corrupted`] naming the file when a `.bin` file or a sidecar is damaged.
     pub fn get_row(&self, i: i64) -> Result<Sample> {
-        let n = self.index.len();
+        let n = self.len();
         let position = if i < 0 { i.checked_add(n as i64) } else { Some(i) };
         let row =
             position.and_then(|p| usize::try_from(p).ok()).filter(|&p| p < n).ok_or_else(|| {
@@ -494,7 +572,7 @@ impl MemmapBackend {
     /// Reads row `row` (in range), checking its stored checksums when `verify` and the cache has
     /// them.
     pub(crate) fn read_row(&self, row: usize, verify: bool) -> Result<Sample> {
-        let entry = self.index.row(row).expect("the caller checked the range");
+        let entry = self.try_index()?.row(row).expect("the caller checked the range");
         let verify = verify && self.format.checksums;
         let stored = if verify { Some(self.stored_checksums(row)?) } else { None };
         if let Some(stored) = &stored
@@ -630,7 +708,7 @@ impl MemmapBackend {
             return Ok(());
         }
         self.flush()?;
-        if self.index.is_empty() {
+        if self.try_index()?.is_empty() {
             return Err(Error::invalid(format!(
                 "finalizing the empty cache {}: put at least one row first",
                 self.layout.root().display()
@@ -645,7 +723,7 @@ impl MemmapBackend {
 
     fn commit(&self, fingerprint: &FingerprintFile) -> Result<()> {
         let layout = &self.layout;
-        crate::finish::write_finished_files(layout, &self.format, &self.index, fingerprint)?;
+        crate::finish::write_finished_files(layout, &self.format, self.try_index()?, fingerprint)?;
         std::fs::remove_file(layout.manifest()).at(layout.manifest())?;
         fsync_dir(layout.root())?;
         atomic_write(layout.complete_marker(), b"")
@@ -757,7 +835,7 @@ impl Backend for MemmapBackend {
         }
         self.capabilities.check_key(key, BACKEND_NAME)?;
         self.format.schema.validate(sample)?;
-        if let Some(row) = self.index.find(key) {
+        if let Some(row) = self.try_index()?.find(key) {
             return Err(Error::unsupported(
                 BACKEND_NAME,
                 format!(
@@ -766,6 +844,7 @@ impl Backend for MemmapBackend {
             ));
         }
         let MemmapBackend { format, writer, index, .. } = self;
+        let index = Self::writer_index(index);
         let session = writer.as_mut().and_then(|w| w.session.as_mut()).expect("checked above");
         let mut present = vec![true; format.tensors.len()];
         let mut json = vec![JsonRef::Null; format.json.len()];
@@ -814,11 +893,12 @@ impl Backend for MemmapBackend {
         }
         session.manifest.push(&line);
         index.push(entry)?;
+        self.rows += 1;
         Ok(())
     }
 
     fn get(&self, key: &str) -> Result<Option<Sample>> {
-        let Some(row) = self.index.find(key) else { return Ok(None) };
+        let Some(row) = self.try_index()?.find(key) else { return Ok(None) };
         self.read_row(row, self.options.verify_checksums).map(Some).map_err(|e| match e {
             Error::Corrupted { path, detail } => {
                 Error::Corrupted { path, detail: format!("key {key:?} (row {row}): {detail}") }
@@ -828,15 +908,18 @@ impl Backend for MemmapBackend {
     }
 
     fn contains(&self, key: &str) -> Result<bool> {
-        Ok(self.index.find(key).is_some())
+        Ok(self.try_index()?.find(key).is_some())
     }
 
+    /// The row count, without loading the index: `n` of `shapes.json` for a finished cache (a
+    /// loaded index always holds `n` rows; one that does not fails to load), else the committed
+    /// rows.
     fn len(&self) -> usize {
-        self.index.len()
+        self.rows
     }
 
     fn keys(&self) -> Result<Vec<String>> {
-        Ok(self.index.rows().iter().map(|r| r.path.to_string()).collect())
+        Ok(self.try_index()?.rows().iter().map(|r| r.path.to_string()).collect())
     }
 
     fn flush(&mut self) -> Result<()> {

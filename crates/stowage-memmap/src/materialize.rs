@@ -24,8 +24,8 @@ impl MemmapBackend {
     /// finished cache. Allocator and hash-table overheads are not counted; the checksum file is
     /// not realized. Saturates at `u64::MAX`.
     ///
-    /// Loads the sidecars when not loaded yet. Errors: [`Error::Corrupted`] naming a sidecar that
-    /// is missing or damaged.
+    /// Loads the index and the sidecars when not loaded yet. Errors: [`Error::Corrupted`] naming
+    /// `index.parquet` or a sidecar that is missing or damaged.
     ///
     /// ```
     /// use stowage_core::{Backend, Sample, Tensor, Value};
@@ -34,14 +34,17 @@ impl MemmapBackend {
     /// let mut cache = MemmapBackend::create(dir.path(), &dnanet(2, 3), MemmapOptions::default())?;
     /// let row = Sample::new()
     ///     .with("data", Tensor::from_slice(&[2, 3], &[1i16; 6])?)
-    ///     .with("scaler", Tensor::from_slice(&[3], &[1f32; 3])?);
+    ///     .with("scaler", Tensor::from_slice(&[3], &[1f32; 3])?)
+    ///     .with("meta_json", Value::Json("{}".into()));
     /// cache.put("k", &row)?;
     /// // data 12 + annotation 6 + scaler 12 bytes, the key "k", meta_json "{}" (DNANet's default)
     /// assert!(cache.projected_realization_bytes()? >= 12 + 6 + 12 + 1);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn projected_realization_bytes(&self) -> Result<u64> {
-        let rows = self.index().len() as u64;
+        // Loads the index of a reader opened lazily; a damaged one is refused here, so that
+        // `index()` below (and in MaterializedMemmap) is never the empty stand-in.
+        let rows = self.try_index()?.len() as u64;
         let mut total: u64 = 0;
         for tensor in &self.format().tensors {
             total = total.saturating_add(rows.saturating_mul(tensor.layout.row_bytes as u64));
@@ -76,13 +79,14 @@ impl MemmapBackend {
     /// `Box<dyn Backend>`), and [`MaterializedMemmap::new`] for the details.
     ///
     /// ```
-    /// use stowage_core::{Backend, Sample, Tensor};
+    /// use stowage_core::{Backend, Sample, Tensor, Value};
     /// use stowage_memmap::{MemmapBackend, MemmapOptions, dnanet, ram_guard::MemoryBudget};
     /// let dir = tempfile::tempdir()?;
     /// let mut cache = MemmapBackend::create(dir.path(), &dnanet(2, 3), MemmapOptions::default())?;
     /// let row = Sample::new()
     ///     .with("data", Tensor::from_slice(&[2, 3], &[7i16; 6])?)
-    ///     .with("scaler", Tensor::from_slice(&[3], &[1f32; 3])?);
+    ///     .with("scaler", Tensor::from_slice(&[3], &[1f32; 3])?)
+    ///     .with("meta_json", Value::Json("{}".into()));
     /// cache.put("k", &row)?;
     /// cache.finalize()?;
     /// let reader = MemmapBackend::open_read_only(dir.path(), MemmapOptions::default())?;

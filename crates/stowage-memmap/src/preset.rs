@@ -32,8 +32,9 @@ pub fn dnanet_fields(data: &[usize], annotation: &[usize], scaler: &[usize]) -> 
 }
 
 /// The schema stowage exposes for a cache with these tensor fields: each a `Fixed` tensor
-/// (`annotation` nullable), then `panel` and `allele` (deduplicated JSON) and `meta_json` (plain
-/// JSON), all three nullable.
+/// (`annotation` nullable), then `panel` and `allele` (deduplicated JSON, nullable) and
+/// `meta_json` (plain JSON, not nullable: DNANet always writes a JSON string, `"{}"` when empty,
+/// and its reader breaks on a null there).
 pub fn schema_for(fields: &[FieldLayout]) -> Schema {
     let mut schema = Schema::new();
     for field in fields {
@@ -46,12 +47,14 @@ pub fn schema_for(fields: &[FieldLayout]) -> Schema {
             nullable: field.name == ANNOTATION_FIELD,
         });
     }
-    for (name, deduplicate) in [(PANEL_FIELD, true), (ALLELE_FIELD, true), (META_FIELD, false)] {
+    for (name, deduplicate, nullable) in
+        [(PANEL_FIELD, true, true), (ALLELE_FIELD, true, true), (META_FIELD, false, false)]
+    {
         if schema.get(name).is_none() {
             schema = schema.field(FieldSpec {
                 name: name.into(),
                 kind: FieldKind::Json { deduplicate },
-                nullable: true,
+                nullable,
             });
         }
     }
@@ -66,6 +69,7 @@ pub fn schema_for(fields: &[FieldLayout]) -> Schema {
 /// let names: Vec<&str> = schema.fields.iter().map(|f| f.name.as_str()).collect();
 /// assert_eq!(names, ["data", "annotation", "scaler", "panel", "allele", "meta_json"]);
 /// assert!(schema.get("annotation").unwrap().nullable);
+/// assert!(!schema.get("meta_json").unwrap().nullable);
 /// assert_eq!(
 ///     schema.get("data").unwrap().kind,
 ///     FieldKind::Tensor { dtype: DType::I16, shape: ShapeRule::Fixed(vec![3, 32]) }

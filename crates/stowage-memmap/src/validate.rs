@@ -16,7 +16,9 @@ use crate::layout::CACHE_VERSION;
 /// bytes (a finalized cache) or at least the committed rows' bytes (an unfinished one, whose tail
 /// is a torn append); every sidecar of a finalized cache loads and holds every key the index
 /// references; `fingerprint.json` parses with `cache_version` 5. Index rows (`row` = position,
-/// distinct paths, `n` rows) are checked when the cache is opened. Full: also every row is read
+/// distinct paths, `n` rows) are checked when the index is loaded (by this call, for a finished
+/// cache opened read-only that has not loaded it yet); an index that fails to load is listed as a
+/// problem of `index.parquet`, and then no row is checked. Full: also every row is read
 /// (bool bytes checked), its key and values checked against `stowage_checksums.bin` (caches
 /// stowage wrote), and every JSON text parsed.
 pub fn validate(backend: &MemmapBackend, level: ValidationLevel) -> ValidationReport {
@@ -39,7 +41,14 @@ pub fn validate(backend: &MemmapBackend, level: ValidationLevel) -> ValidationRe
     if finalized_files {
         check_fingerprint(&mut report, &backend.layout().fingerprint());
     }
-    let rows = backend.index().rows();
+    let rows = match backend.try_index() {
+        Ok(index) => index.rows(),
+        Err(e) => {
+            report.files_checked += 1;
+            problem(&mut report, None, e);
+            &[]
+        }
+    };
     for (j, sidecar) in backend.sidecars() {
         let referenced = rows.iter().any(|r| matches!(r.json[j], JsonRef::Key(_)));
         if !(finalized_files || referenced) {

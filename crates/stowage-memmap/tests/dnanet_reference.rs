@@ -200,14 +200,38 @@ fn garbage_index_parquet_is_corruption_naming_the_file() {
     flipped[middle..middle + 16].fill(0xff);
     for garbage in [b"garbage".to_vec(), original[..original.len() / 2].to_vec(), flipped] {
         std::fs::write(dir.join("index.parquet"), &garbage).unwrap();
-        match open(&dir) {
+        // Open reads only shapes.json: the index is loaded, and refused, on first need.
+        let cache = open(&dir).unwrap();
+        assert!(!cache.index_loaded());
+        match cache.keys() {
             Err(err) => {
                 assert!(matches!(err, Error::Corrupted { .. }), "{err}");
                 assert_names(&err, "index.parquet");
+                // Every later call that needs the index gives the same error.
+                let again = [
+                    cache.get("/x").err(),
+                    cache.contains("/x").err(),
+                    cache.get_row(0).err(),
+                    cache.keys().err(),
+                ];
+                for e in again {
+                    let e = e.expect("the failed load is kept");
+                    assert!(matches!(e, Error::Corrupted { .. }), "{e}");
+                    assert_names(&e, "index.parquet");
+                }
+                let report = cache.validate(ValidationLevel::Structure).unwrap();
+                assert!(
+                    report
+                        .problems
+                        .iter()
+                        .any(|p| p.path.as_deref() == Some(&dir.join("index.parquet"))),
+                    "{:?}",
+                    report.problems
+                );
             }
             // A flip the parquet reader cannot see (no page checksums) must still give the
             // stored rows or an error, never a panic.
-            Ok(cache) => {
+            Ok(_) => {
                 for i in 0..cache.len() as i64 {
                     let _ = cache.get_row(i);
                 }
