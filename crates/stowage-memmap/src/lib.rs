@@ -6,6 +6,7 @@ mod bin_appender;
 pub mod checksum;
 mod factory;
 pub mod field_file;
+mod fingerprint_check;
 mod finish;
 pub mod index;
 pub mod layout;
