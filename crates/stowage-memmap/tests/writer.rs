@@ -42,6 +42,13 @@ fn create(dir: &Path) -> MemmapBackend {
     MemmapBackend::create(dir, &dnanet(D, L), MemmapOptions::default()).unwrap()
 }
 
+/// Puts DNANet rows `range` into `cache`.
+fn put_rows(cache: &mut MemmapBackend, range: std::ops::Range<usize>) {
+    for i in range {
+        cache.put(&key(i), &dnanet_row(i)).unwrap();
+    }
+}
+
 fn read_only(dir: &Path) -> stowage_core::Result<MemmapBackend> {
     MemmapBackend::open_read_only(dir, MemmapOptions::default())
 }
@@ -115,13 +122,9 @@ fn dnanet_preset_round_trips_through_the_read_side() {
 fn flushed_rows_are_readable_before_finalize_and_unflushed_ones_are_not() {
     let tmp = tempfile::tempdir().unwrap();
     let mut cache = create(tmp.path());
-    for i in 0..5 {
-        cache.put(&key(i), &dnanet_row(i)).unwrap();
-    }
+    put_rows(&mut cache, 0..5);
     cache.flush().unwrap();
-    for i in 5..7 {
-        cache.put(&key(i), &dnanet_row(i)).unwrap();
-    }
+    put_rows(&mut cache, 5..7);
     let reader = read_only(tmp.path()).unwrap();
     assert!(!reader.is_finalized());
     check_rows(&reader, 0..5);
@@ -136,9 +139,7 @@ fn resume_after_a_crash_recovers_exactly_the_committed_rows() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let mut cache = create(dir);
-    for i in 0..4 {
-        cache.put(&key(i), &dnanet_row(i)).unwrap();
-    }
+    put_rows(&mut cache, 0..4);
     cache.flush().unwrap();
     drop(cache);
     // What a crash in the middle of the next flush leaves: part of a fifth row in each .bin file
@@ -167,9 +168,7 @@ fn resume_after_a_crash_recovers_exactly_the_committed_rows() {
         assert_eq!(std::fs::metadata(dir.join(file)).unwrap().len(), 4 * bytes as u64, "{file}");
     }
     assert_eq!(std::fs::metadata(dir.join("manifest.jsonl")).unwrap().len(), committed as u64);
-    for i in 4..8 {
-        cache.put(&key(i), &dnanet_row(i)).unwrap();
-    }
+    put_rows(&mut cache, 4..8);
     cache.finalize().unwrap();
     drop(cache);
     let reader = read_only(dir).unwrap();
@@ -182,9 +181,7 @@ fn a_short_bin_file_is_corruption_and_is_never_padded() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let mut cache = create(dir);
-    for i in 0..3 {
-        cache.put(&key(i), &dnanet_row(i)).unwrap();
-    }
+    put_rows(&mut cache, 0..3);
     cache.flush().unwrap();
     drop(cache);
     let scaler = dir.join("scaler.bin");
@@ -258,9 +255,7 @@ fn damaged_rows_are_refused_by_get_and_reported_by_validate() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let mut cache = create(dir);
-    for i in 0..3 {
-        cache.put(&key(i), &dnanet_row(i)).unwrap();
-    }
+    put_rows(&mut cache, 0..3);
     cache.finalize().unwrap();
     drop(cache);
     let data = dir.join("data.bin");
@@ -412,9 +407,7 @@ fn a_writer_without_a_manifest_restarts_from_empty_files() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let mut cache = create(dir);
-    for i in 0..3 {
-        cache.put(&key(i), &dnanet_row(i)).unwrap();
-    }
+    put_rows(&mut cache, 0..3);
     cache.flush().unwrap();
     drop(cache);
     // The manifest is gone (a crash of create, or a lost file): nothing is committed, and the
