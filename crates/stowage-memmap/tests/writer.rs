@@ -49,6 +49,13 @@ fn put_rows(cache: &mut MemmapBackend, range: std::ops::Range<usize>) {
     }
 }
 
+/// Creates a DNANet cache in `dir` holding rows `range`, flushed but not finalized, and closes it.
+fn write_flushed(dir: &Path, range: std::ops::Range<usize>) {
+    let mut cache = create(dir);
+    put_rows(&mut cache, range);
+    cache.flush().unwrap();
+}
+
 fn read_only(dir: &Path) -> stowage_core::Result<MemmapBackend> {
     MemmapBackend::open_read_only(dir, MemmapOptions::default())
 }
@@ -138,10 +145,7 @@ fn flushed_rows_are_readable_before_finalize_and_unflushed_ones_are_not() {
 fn resume_after_a_crash_recovers_exactly_the_committed_rows() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    let mut cache = create(dir);
-    put_rows(&mut cache, 0..4);
-    cache.flush().unwrap();
-    drop(cache);
+    write_flushed(dir, 0..4);
     // What a crash in the middle of the next flush leaves: part of a fifth row in each .bin file
     // and a torn manifest line.
     let row_bytes = [("data.bin", 2 * D * L), ("annotation.bin", D * L), ("scaler.bin", 4 * L)];
@@ -180,10 +184,7 @@ fn resume_after_a_crash_recovers_exactly_the_committed_rows() {
 fn a_short_bin_file_is_corruption_and_is_never_padded() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    let mut cache = create(dir);
-    put_rows(&mut cache, 0..3);
-    cache.flush().unwrap();
-    drop(cache);
+    write_flushed(dir, 0..3);
     let scaler = dir.join("scaler.bin");
     let short = std::fs::read(&scaler).unwrap().len() as u64 - 5;
     std::fs::OpenOptions::new().write(true).open(&scaler).unwrap().set_len(short).unwrap();
@@ -406,10 +407,7 @@ fn a_finalize_stopped_before_complete_is_completed_by_the_next_writer() {
 fn a_writer_without_a_manifest_restarts_from_empty_files() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    let mut cache = create(dir);
-    put_rows(&mut cache, 0..3);
-    cache.flush().unwrap();
-    drop(cache);
+    write_flushed(dir, 0..3);
     // The manifest is gone (a crash of create, or a lost file): nothing is committed, and the
     // rows still in the .bin files must not be served as the new rows.
     std::fs::remove_file(dir.join("manifest.jsonl")).unwrap();
