@@ -594,7 +594,11 @@ fn render_section(
         text,
         "Command: `{command}`, which {bench_verb} `{bench_line}` and {peer_verb} `{peer_line}`.\n"
     );
-    let _ = writeln!(text, "Maps warm: the bench touches every page before timing.\n");
+    let _ = writeln!(
+        text,
+        "Maps warm: the bench touches every page before timing. Rows not in the CPU cache: every \
+         read benchmark walks the same shuffled epoch over all rows, 1000 new rows per iteration.\n"
+    );
     text.push_str(table);
     match peer {
         Ok(PeerResult { rows: Some(rows), seconds: Some(seconds), .. }) => {

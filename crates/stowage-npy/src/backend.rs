@@ -542,13 +542,7 @@ impl Backend for NpyBackend {
 
     fn get(&self, key: &str) -> Result<Option<Sample>> {
         let verify = self.options.verify_checksums;
-        let prefetch = |slot: &Slot| {
-            if verify && let Some(file) = self.files.get(slot.file as usize).and_then(OnceLock::get)
-            {
-                file.prefetch_slot(u64::from(slot.index));
-            }
-        };
-        let Some(found) = self.index.find_with(key, prefetch) else { return Ok(None) };
+        let Some(found) = self.index.find(key) else { return Ok(None) };
         let mut sample = Sample::new();
         for (i, field) in self.meta.schema.fields.iter().enumerate() {
             let slot = self.index.slot(&found, i);

@@ -57,21 +57,34 @@ impl BackgroundWriter {
         Ok(BackgroundWriter { jobs: Some(jobs), thread: Some(thread), progress })
     }
 
-    /// Queues a write (blocks while [`QUEUE`] writes are pending).
-    pub fn send(&self, job: Job) -> Result<()> {
+    /// Queues a write (blocks while [`QUEUE`] writes are pending) and returns its ticket: the
+    /// write is done once [`BackgroundWriter::wait_for`] of the ticket returns.
+    pub fn send(&self, job: Job) -> Result<u64> {
         let path = job.path.clone();
-        self.progress.0.lock().expect("progress lock poisoned").sent += 1;
+        let ticket = {
+            let mut progress = self.progress.0.lock().expect("progress lock poisoned");
+            progress.sent += 1;
+            progress.sent
+        };
         let sender = self.jobs.as_ref().expect("the sender lives until drop");
         sender.send(job).map_err(|_| {
             Error::io(path, std::io::Error::other("the background writer thread has stopped"))
-        })
+        })?;
+        Ok(ticket)
     }
 
     /// Waits until every queued write is done; the first failure, if any.
     pub fn wait_idle(&self) -> Result<()> {
+        let sent = self.progress.0.lock().expect("progress lock poisoned").sent;
+        self.wait_for(sent)
+    }
+
+    /// Waits until the write with `ticket` and every one queued before it are done; the first
+    /// failure, if any.
+    pub fn wait_for(&self, ticket: u64) -> Result<()> {
         let (lock, done) = &*self.progress;
         let mut progress = lock.lock().expect("progress lock poisoned");
-        while progress.done < progress.sent {
+        while progress.done < ticket {
             progress = done.wait(progress).expect("progress lock poisoned");
         }
         match &progress.failure {

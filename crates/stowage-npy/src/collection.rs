@@ -9,8 +9,9 @@ use memmap2::Mmap;
 use stowage_core::bytes::Bytes;
 use stowage_core::{ByteOrder, Error, IoResultExt, Result, Tensor, dtype, shape};
 
+use crate::cold_hash::xxh64_cold;
 use crate::npy_header::{self, NpyHeader};
-use crate::record::{Numpy10Record, xxh64};
+use crate::record::Numpy10Record;
 
 /// A memory-mapped, read-only collection file.
 ///
@@ -142,23 +143,6 @@ impl CollectionFile {
         )
     }
 
-    /// Starts loading the bytes of slot `index` into the CPU cache (a hint; no effect when out of
-    /// range). Used while the key lookup that found the slot finishes, so the two overlap.
-    pub(crate) fn prefetch_slot(&self, index: u64) {
-        let Ok(slot_len) = shape::byte_count(self.slot_shape(), self.header.dtype.item_size())
-        else {
-            return;
-        };
-        let Some(start) = usize::try_from(index)
-            .ok()
-            .filter(|&i| i < self.rows())
-            .map(|i| self.header.data_offset + i * slot_len)
-        else {
-            return;
-        };
-        prefetch(&self.map[start..start + slot_len.min(PREFETCH_LIMIT)]);
-    }
-
     /// Like [`CollectionFile::read_slot`], naming the sample as `what` in errors (formatted only
     /// on error).
     pub(crate) fn read(
@@ -210,7 +194,7 @@ impl CollectionFile {
         if let Some(want) = verify {
             // Hash the bytes as stored, before any byte-order conversion: that is what the writer
             // hashed.
-            let got = xxh64(&stored);
+            let got = xxh64_cold(&stored);
             if got != want {
                 return Err(Error::corrupted(
                     &self.path,
@@ -239,29 +223,6 @@ impl fmt::Debug for CollectionFile {
             .field("header", &self.header)
             .finish_non_exhaustive()
     }
-}
-
-/// The most bytes of a slot [`CollectionFile::prefetch_slot`] asks for; hardware prefetching
-/// continues a sequential read beyond it.
-const PREFETCH_LIMIT: usize = 4096;
-
-/// Asks the CPU to start loading every cache line of `bytes` at once. xxh64 walks a row strictly in
-/// order, so on a cold mapped row it would wait for each line in turn; a memcpy overlaps those
-/// loads, and this gives the hash the same head start.
-#[inline]
-fn prefetch(bytes: &[u8]) {
-    #[cfg(target_arch = "x86_64")]
-    for line in bytes.chunks(64) {
-        // SAFETY: prefetching is a hint with no architectural effect; the pointer is in bounds.
-        #[allow(unused_unsafe)]
-        unsafe {
-            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
-                line.as_ptr().cast(),
-            );
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = bytes;
 }
 
 /// Whether the corner `[0:s0, 0:s1, ...]` of a C-order block of shape `slot` is one contiguous
@@ -375,6 +336,7 @@ pub fn read_hangar_record(repo_dir: &Path, record: &str, verify: bool) -> Result
 mod tests {
     use super::*;
     use crate::npy_header::write_header;
+    use crate::record::xxh64;
     use stowage_core::DType;
 
     /// Writes a collection file of `dtype` with shape `(rows, *slot)` whose bytes count up.

@@ -27,6 +27,8 @@ struct OpenCollection {
     next_slot: usize,
     /// Written (header or samples) since the last sync.
     dirty: bool,
+    /// Ticket of the last batch of this file handed to the background writer (0: none).
+    last_ticket: u64,
 }
 
 /// Slot images not yet written to the current file: slots `first_slot..first_slot + parts.len()`.
@@ -58,6 +60,9 @@ pub struct ColumnWriter {
     worker: Arc<BackgroundWriter>,
     /// Slots of the current file below this are known to be in the page cache.
     written_through: AtomicUsize,
+    /// Files filled since the last sync, by uid, with the ticket of their last batch: a read of
+    /// one of their slots waits for that ticket only (rotation itself never waits).
+    retired: Vec<(String, u64)>,
     /// Filled files retired since the last sync that still have unsynced writes.
     unsynced: Vec<(PathBuf, Arc<File>)>,
     /// A file was created since the last sync, so its directory entry needs an fsync too.
@@ -82,6 +87,7 @@ impl ColumnWriter {
             batch: Mutex::new(Batch::default()),
             worker,
             written_through: AtomicUsize::new(0),
+            retired: Vec::new(),
             unsynced: Vec::new(),
             created_files: false,
         })
@@ -109,8 +115,10 @@ impl ColumnWriter {
         batch.bytes += self.slot_bytes;
         current.next_slot += 1;
         current.dirty = true;
-        if batch.bytes >= BATCH_BYTES || batch.parts.len() >= BATCH_SLOTS {
-            send_batch(layout, &self.worker, current, batch, self.slot_bytes)?;
+        if (batch.bytes >= BATCH_BYTES || batch.parts.len() >= BATCH_SLOTS)
+            && let Some(ticket) = send_batch(layout, &self.worker, current, batch, self.slot_bytes)?
+        {
+            current.last_ticket = ticket;
         }
         Ok((xxh64(tensor.bytes()), slot as u64))
     }
@@ -121,9 +129,15 @@ impl ColumnWriter {
     }
 
     /// Writes the batch out if it holds slot `slot` of file `uid`, so that a read through the
-    /// file's memory map sees it. Reads of older slots cost one comparison.
+    /// file's memory map sees it. Reads of older slots cost one comparison; reads of a file filled
+    /// since the last sync wait for its last batch.
     pub fn write_out_slot(&self, layout: &Layout, uid: &str, slot: u64) -> Result<()> {
-        let Some(current) = self.current.as_ref().filter(|c| c.uid == uid) else { return Ok(()) };
+        let Some(current) = self.current.as_ref().filter(|c| c.uid == uid) else {
+            return match self.retired.iter().find(|(retired, _)| retired == uid) {
+                Some(&(_, ticket)) => self.worker.wait_for(ticket),
+                None => Ok(()),
+            };
+        };
         if slot < self.written_through.load(Ordering::Acquire) as u64 {
             return Ok(());
         }
@@ -138,9 +152,12 @@ impl ColumnWriter {
     fn start_file(&mut self, layout: &Layout) -> Result<()> {
         if let Some(previous) = self.current.as_ref() {
             let batch = self.batch.get_mut().expect("poisoned");
-            send_batch(layout, &self.worker, previous, batch, self.slot_bytes)?;
-            // Reads of the previous file's slots no longer wait, so its writes must be done.
-            self.worker.wait_idle()?;
+            let ticket = send_batch(layout, &self.worker, previous, batch, self.slot_bytes)?;
+            // 0: nothing of the file was ever queued.
+            let last = ticket.unwrap_or(previous.last_ticket);
+            if last > 0 {
+                self.retired.push((previous.uid.clone(), last));
+            }
         }
         let mut rows_shape = vec![self.collection_size];
         rows_shape.extend_from_slice(&self.slot_shape);
@@ -170,7 +187,14 @@ impl ColumnWriter {
         // dirty: the header itself must be durable before any record points into the file.
         let data_offset = header.len() as u64;
         let file = Arc::new(file);
-        self.current = Some(OpenCollection { uid, file, data_offset, next_slot: 0, dirty: true });
+        self.current = Some(OpenCollection {
+            uid,
+            file,
+            data_offset,
+            next_slot: 0,
+            dirty: true,
+            last_ticket: 0,
+        });
         self.written_through.store(0, Ordering::Release);
         Ok(())
     }
@@ -185,6 +209,7 @@ impl ColumnWriter {
             send_batch(layout, &self.worker, current, batch, self.slot_bytes)?;
         }
         self.worker.wait_idle()?;
+        self.retired.clear();
         if let Some(current) = self.current.as_ref() {
             self.written_through.store(current.next_slot, Ordering::Release);
         }
@@ -218,27 +243,29 @@ fn sync_all_at_once(files: &[(PathBuf, Arc<File>)], dirs: &[PathBuf]) -> Result<
     })
 }
 
-/// Queues the batched slots of `current` for one gathering write at their offset.
+/// Queues the batched slots of `current` for one gathering write at their offset; the write's
+/// ticket, if there was anything to write.
 fn send_batch(
     layout: &Layout,
     worker: &BackgroundWriter,
     current: &OpenCollection,
     batch: &mut Batch,
     slot_bytes: usize,
-) -> Result<()> {
+) -> Result<Option<u64>> {
     if batch.parts.is_empty() {
-        return Ok(());
+        return Ok(None);
     }
     let offset = current.data_offset + (batch.first_slot as u64) * (slot_bytes as u64);
     let parts = std::mem::take(&mut batch.parts);
     batch.first_slot += parts.len();
     batch.bytes = 0;
-    worker.send(Job {
+    let ticket = worker.send(Job {
         file: Arc::clone(&current.file),
         path: layout.data_file(&current.uid),
         offset,
         parts,
-    })
+    })?;
+    Ok(Some(ticket))
 }
 
 /// Appends the full slot image of a sample smaller than its slot: the sample in the leading corner

@@ -32,7 +32,7 @@ pub struct Slot {
     shape_at: u32,
 }
 
-/// A key found by [`KeyIndex::find_with`].
+/// A key found by [`KeyIndex::find`].
 #[derive(Debug, Clone, Copy)]
 pub struct Found {
     ordinal: usize,
@@ -195,12 +195,11 @@ impl KeyIndex {
         Ok(())
     }
 
-    /// Finds `key`. `candidate` sees the first field's slot of each entry whose hash matches,
-    /// before the key bytes are compared: a caller can start loading the sample's bytes so that
-    /// the two memory accesses overlap.
-    pub fn find_with(&self, key: &str, candidate: impl Fn(&Slot)) -> Option<Found> {
+    /// Finds `key`: one cache line read for keys up to 16 bytes, whose entry also holds the first
+    /// field's slot.
+    pub fn find(&self, key: &str) -> Option<Found> {
         let hash = self.table.hash(key);
-        let entry = self.table.find(hash, key, &self.key_bytes, candidate)?;
+        let entry = self.table.find(hash, key, &self.key_bytes)?;
         Some(Found { ordinal: entry.ordinal as usize, first: entry.first })
     }
 
@@ -212,8 +211,7 @@ impl KeyIndex {
     /// The slots of `key`, one per field.
     pub fn get(&self, key: &str) -> Option<&[Slot]> {
         let fields = self.fields.len();
-        self.find_with(key, |_| {})
-            .map(|f| &self.slots[f.ordinal * fields..(f.ordinal + 1) * fields])
+        self.find(key).map(|f| &self.slots[f.ordinal * fields..(f.ordinal + 1) * fields])
     }
 
     /// The sample shape of a slot of field `field`.

@@ -21,7 +21,7 @@ const EMPTY: u32 = u32::MAX;
 #[repr(C, align(64))]
 pub struct Entry {
     hash: u64,
-    /// The caller's first-field slot, handed to the lookup's `candidate` callback.
+    /// The caller's first-field slot: a lookup needs no second read for it.
     pub first: Slot,
     key_start: u64,
     key_len: u32,
@@ -66,32 +66,19 @@ impl KeyTable {
         self.hasher.hash_one(key)
     }
 
-    /// Finds `key` (whose hash is `hash`, whose bytes live in `arena` for long keys). `candidate`
-    /// sees the first-field slot of every entry with the same full hash before its key is compared.
-    pub fn find(
-        &self,
-        hash: u64,
-        key: &str,
-        arena: &str,
-        candidate: impl Fn(&Slot),
-    ) -> Option<&Entry> {
-        let position = self.position(hash, key, arena, candidate)?;
+    /// Finds `key` (whose hash is `hash`, whose bytes live in `arena` for long keys).
+    pub fn find(&self, hash: u64, key: &str, arena: &str) -> Option<&Entry> {
+        let position = self.position(hash, key, arena)?;
         Some(&self.entries[position])
     }
 
     /// Like [`KeyTable::find`], for replacing the entry's first-field slot.
     pub fn find_mut(&mut self, hash: u64, key: &str, arena: &str) -> Option<&mut Entry> {
-        let position = self.position(hash, key, arena, |_| {})?;
+        let position = self.position(hash, key, arena)?;
         Some(&mut self.entries[position])
     }
 
-    fn position(
-        &self,
-        hash: u64,
-        key: &str,
-        arena: &str,
-        candidate: impl Fn(&Slot),
-    ) -> Option<usize> {
+    fn position(&self, hash: u64, key: &str, arena: &str) -> Option<usize> {
         if self.entries.is_empty() {
             return None;
         }
@@ -102,11 +89,8 @@ impl KeyTable {
             if entry.ordinal == EMPTY {
                 return None;
             }
-            if entry.hash == hash {
-                candidate(&entry.first);
-                if entry.key(arena) == key.as_bytes() {
-                    return Some(i);
-                }
+            if entry.hash == hash && entry.key(arena) == key.as_bytes() {
+                return Some(i);
             }
             i = (i + 1) & mask;
         }
@@ -159,17 +143,17 @@ mod tests {
             .collect();
         for (ordinal, key) in keys.iter().enumerate() {
             let hash = table.hash(key);
-            assert!(table.find(hash, key, &arena, |_| {}).is_none());
+            assert!(table.find(hash, key, &arena).is_none());
             let start = arena.len() as u64;
             arena.push_str(key);
             table.insert_new(hash, key, start, ordinal as u32, Slot::new(ordinal as u64, 0, 0));
         }
         for (ordinal, key) in keys.iter().enumerate() {
-            let entry = table.find(table.hash(key), key, &arena, |_| {}).expect("present");
+            let entry = table.find(table.hash(key), key, &arena).expect("present");
             assert_eq!(entry.ordinal as usize, ordinal);
             assert_eq!(entry.first.checksum, ordinal as u64);
         }
-        assert!(table.find(table.hash("absent"), "absent", &arena, |_| {}).is_none());
+        assert!(table.find(table.hash("absent"), "absent", &arena).is_none());
     }
 
     #[test]
@@ -179,8 +163,8 @@ mod tests {
         let arena = String::new();
         table.insert_new(7, "a", 0, 0, Slot::new(1, 0, 0));
         table.insert_new(7, "b", 0, 1, Slot::new(2, 0, 0));
-        assert_eq!(table.find(7, "b", &arena, |_| {}).unwrap().ordinal, 1);
-        assert_eq!(table.find(7, "a", &arena, |_| {}).unwrap().ordinal, 0);
-        assert!(table.find(7, "c", &arena, |_| {}).is_none());
+        assert_eq!(table.find(7, "b", &arena).unwrap().ordinal, 1);
+        assert_eq!(table.find(7, "a", &arena).unwrap().ordinal, 0);
+        assert!(table.find(7, "c", &arena).is_none());
     }
 }

@@ -3,6 +3,7 @@
 
 mod backend;
 mod background_writer;
+mod cold_hash;
 pub mod collection;
 mod column_writer;
 mod factory;
