@@ -7,17 +7,19 @@
 //!    [`CacheKind::stowage_format`]. A `stowage.json` that does not parse, or names a format this
 //!    command does not know, is an error: it is never guessed around.
 //! 2. Otherwise the layouts the original tools write are probed in [`CacheKind::FOREIGN`] order:
-//!    [`CacheKind::probe_foreign`].
+//!    [`CacheKind::probe_foreign`]. Last comes DNANet's cache root, a directory whose key
+//!    directories hold memmap row caches: `inspect` walks it, the other commands name its caches.
 //!
-//! A new backend (memmap rows, Arrow segments, HDF5) adds a [`CacheKind`] variant, an arm in
+//! A new backend (Arrow segments, HDF5) adds a [`CacheKind`] variant, an arm in
 //! [`CacheKind::stowage_format`] for its `stowage.json` format, an arm in
-//! [`CacheKind::probe_foreign`] for the original tool's layout (a Parquet index, `index.pkl`, a
-//! `torch_cache` HDF5 group), and an arm in [`open`]; the compiler points at each `match`.
+//! [`CacheKind::probe_foreign`] for the original tool's layout (`index.pkl`, a `torch_cache` HDF5
+//! group), and an arm in [`open`]; the compiler points at each `match`.
 
 use std::io::Read;
 use std::path::Path;
 
 use stowage_core::Backend;
+use stowage_memmap::{MemmapBackend, MemmapOptions};
 use stowage_npy::{NpyBackend, NpyOptions};
 
 use crate::error::CliError;
@@ -31,24 +33,43 @@ const MAX_METADATA_BYTES: u64 = 16 << 20;
 pub enum CacheKind {
     /// A stowage NUMPY_10 cache: `stowage.json` with `"format": "stowage-npy"`.
     StowageNpy,
+    /// A memmap row cache stowage wrote: `stowage.json` with `"format": "dnanet-memmap-row"`.
+    StowageMemmap,
+    /// A memmap row cache DNANet wrote (no `stowage.json`): finished (`_COMPLETE`,
+    /// `index.parquet`, `shapes.json`) or half-built (`manifest.jsonl` and `.bin` files).
+    DnanetMemmap,
     /// A bare hangar NUMPY_10 data directory: `data/10/*.npy` collection files, with or without
     /// `store_data/10` and `stage_data/10` markers. The records are not there (hangar keeps them in
     /// its LMDB database), so it holds no keys.
     HangarNumpy10,
+    /// DNANet's cache root: a directory whose key directories hold memmap row caches. `inspect`
+    /// reports each; it holds no keys itself.
+    MemmapCacheRoot,
 }
 
 impl CacheKind {
     /// Every kind, in the order an error message lists them.
-    pub const ALL: [CacheKind; 2] = [CacheKind::StowageNpy, CacheKind::HangarNumpy10];
+    pub const ALL: [CacheKind; 5] = [
+        CacheKind::StowageNpy,
+        CacheKind::StowageMemmap,
+        CacheKind::DnanetMemmap,
+        CacheKind::HangarNumpy10,
+        CacheKind::MemmapCacheRoot,
+    ];
 
     /// The kinds written by the original tools, recognized by their layout, in probing order.
-    pub const FOREIGN: [CacheKind; 1] = [CacheKind::HangarNumpy10];
+    /// The cache root comes last: its probe looks into every subdirectory.
+    pub const FOREIGN: [CacheKind; 3] =
+        [CacheKind::DnanetMemmap, CacheKind::HangarNumpy10, CacheKind::MemmapCacheRoot];
 
     /// What the kind is called in output: `stowage NUMPY_10 cache`.
     pub fn description(self) -> &'static str {
         match self {
             CacheKind::StowageNpy => "stowage NUMPY_10 cache",
+            CacheKind::StowageMemmap => "stowage memmap row cache",
+            CacheKind::DnanetMemmap => "DNANet memmap row cache",
             CacheKind::HangarNumpy10 => "hangar NUMPY_10 data directory",
+            CacheKind::MemmapCacheRoot => "directory of memmap row caches",
         }
     }
 
@@ -56,7 +77,12 @@ impl CacheKind {
     pub fn signature(self) -> &'static str {
         match self {
             CacheKind::StowageNpy => "stowage.json with format \"stowage-npy\"",
+            CacheKind::StowageMemmap => "stowage.json with format \"dnanet-memmap-row\"",
+            CacheKind::DnanetMemmap => {
+                "_COMPLETE, index.parquet, shapes.json, fingerprint.json or manifest.jsonl"
+            }
             CacheKind::HangarNumpy10 => "data/10/*.npy",
+            CacheKind::MemmapCacheRoot => "subdirectories holding memmap row caches",
         }
     }
 
@@ -65,7 +91,8 @@ impl CacheKind {
     pub fn stowage_format(self) -> Option<&'static str> {
         match self {
             CacheKind::StowageNpy => Some(stowage_npy::layout::FORMAT_NAME),
-            CacheKind::HangarNumpy10 => None,
+            CacheKind::StowageMemmap => Some(stowage_memmap::row_format::FORMAT_NAME),
+            CacheKind::DnanetMemmap | CacheKind::HangarNumpy10 | CacheKind::MemmapCacheRoot => None,
         }
     }
 
@@ -73,10 +100,51 @@ impl CacheKind {
     /// return `false`.
     pub fn probe_foreign(self, dir: &Path) -> Result<bool, CliError> {
         match self {
-            CacheKind::StowageNpy => Ok(false),
+            CacheKind::StowageNpy | CacheKind::StowageMemmap => Ok(false),
+            CacheKind::DnanetMemmap => Ok(has_dnanet_memmap_files(dir)),
             CacheKind::HangarNumpy10 => crate::hangar::looks_like_data_dir(dir),
+            CacheKind::MemmapCacheRoot => Ok(!memmap_cache_dirs(dir)?.is_empty()),
         }
     }
+
+    /// Whether this is a memmap row cache (stowage's or DNANet's).
+    pub fn is_memmap(self) -> bool {
+        matches!(self, CacheKind::StowageMemmap | CacheKind::DnanetMemmap)
+    }
+}
+
+/// The files DNANet's memmap writer leaves in a cache directory, finished or not (its own
+/// inspection tool looks for the first three).
+const DNANET_MEMMAP_FILES: [&str; 5] =
+    ["shapes.json", "index.parquet", "fingerprint.json", "_COMPLETE", "manifest.jsonl"];
+
+fn has_dnanet_memmap_files(dir: &Path) -> bool {
+    DNANET_MEMMAP_FILES.iter().any(|name| dir.join(name).exists())
+}
+
+/// Every subdirectory of `dir`, sorted by name (symlinks to directories included).
+pub fn subdirectories(dir: &Path) -> Result<Vec<std::path::PathBuf>, CliError> {
+    let mut dirs = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(|e| io_error(dir, &e))? {
+        let path = entry.map_err(|e| io_error(dir, &e))?.path();
+        if path.is_dir() {
+            dirs.push(path);
+        }
+    }
+    dirs.sort();
+    Ok(dirs)
+}
+
+/// The subdirectories of `dir` that are memmap row caches, sorted. A subdirectory whose
+/// `stowage.json` cannot be read is not counted (detecting it on its own names the problem).
+pub fn memmap_cache_dirs(dir: &Path) -> Result<Vec<std::path::PathBuf>, CliError> {
+    let mut caches = subdirectories(dir)?;
+    caches.retain(|sub| match stowage_format(sub) {
+        Ok(Some(format)) => format == stowage_memmap::row_format::FORMAT_NAME,
+        Ok(None) => has_dnanet_memmap_files(sub),
+        Err(_) => false,
+    });
+    Ok(caches)
 }
 
 /// The kind a `stowage.json` `"format"` value stands for.
@@ -172,8 +240,12 @@ pub fn io_error(path: &Path, e: &std::io::Error) -> CliError {
 pub enum Cache {
     /// A stowage NUMPY_10 cache.
     StowageNpy(Box<NpyBackend>),
+    /// A memmap row cache, stowage's or DNANet's (the kind says which).
+    Memmap(CacheKind, Box<MemmapBackend>),
     /// A bare hangar NUMPY_10 data directory.
     HangarNumpy10(HangarDir),
+    /// A directory of memmap row caches: their paths, sorted.
+    MemmapCacheRoot(Vec<std::path::PathBuf>),
 }
 
 impl Cache {
@@ -182,7 +254,8 @@ impl Cache {
     pub fn into_backend(self) -> Result<Box<dyn Backend>, Cache> {
         match self {
             Cache::StowageNpy(backend) => Ok(backend),
-            other @ Cache::HangarNumpy10(_) => Err(other),
+            Cache::Memmap(_, backend) => Ok(backend),
+            other @ (Cache::HangarNumpy10(_) | Cache::MemmapCacheRoot(_)) => Err(other),
         }
     }
 
@@ -190,7 +263,40 @@ impl Cache {
     pub fn kind(&self) -> CacheKind {
         match self {
             Cache::StowageNpy(_) => CacheKind::StowageNpy,
+            Cache::Memmap(kind, _) => *kind,
             Cache::HangarNumpy10(_) => CacheKind::HangarNumpy10,
+            Cache::MemmapCacheRoot(_) => CacheKind::MemmapCacheRoot,
+        }
+    }
+
+    /// Why `stowage <what>` cannot use this cache at `path` (it holds no keys), and what to do
+    /// instead; `None` for a cache with keys.
+    pub fn why_no_keys(&self, path: &Path, what: &str) -> Option<String> {
+        let kind = self.kind().description();
+        match self {
+            Cache::StowageNpy(_) | Cache::Memmap(..) => None,
+            Cache::HangarNumpy10(_) => Some(format!(
+                "{} is a {kind}: it holds no keys for `stowage {what}` (hangar keeps its records \
+                 in its LMDB database); read one sample with `stowage get {} --record RECORD \
+                 --out FILE.npy`",
+                path.display(),
+                path.display()
+            )),
+            Cache::MemmapCacheRoot(caches) => {
+                let names: Vec<String> = caches
+                    .iter()
+                    .map(|c| c.file_name().unwrap_or_default().to_string_lossy().into_owned())
+                    .collect();
+                let first = caches.first().map_or(path.to_path_buf(), Clone::clone);
+                Some(format!(
+                    "{} is a {kind} ({}): `stowage {what}` reads one cache, so name it, as in \
+                     `stowage {what} {}`; `stowage inspect {}` reports them all",
+                    path.display(),
+                    names.join(", "),
+                    first.display(),
+                    path.display()
+                ))
+            }
         }
     }
 }
@@ -201,20 +307,19 @@ pub fn open(path: &Path) -> Result<Cache, CliError> {
         CacheKind::StowageNpy => {
             Cache::StowageNpy(Box::new(NpyBackend::open_read_only(path, NpyOptions::default())?))
         }
+        kind @ (CacheKind::StowageMemmap | CacheKind::DnanetMemmap) => Cache::Memmap(
+            kind,
+            Box::new(MemmapBackend::open_read_only(path, MemmapOptions::default())?),
+        ),
         CacheKind::HangarNumpy10 => Cache::HangarNumpy10(HangarDir::scan(path)?),
+        CacheKind::MemmapCacheRoot => Cache::MemmapCacheRoot(memmap_cache_dirs(path)?),
     })
 }
 
-/// Opens `path` as a [`Backend`], or says why a bare data directory has no keys for
-/// `stowage <what>` (`"keys"`, `"get KEY"`).
+/// Opens `path` as a [`Backend`], or says why a bare data directory or a directory of caches has
+/// no keys for `stowage <what>` (`"keys"`, `"get KEY"`).
 pub fn open_backend(path: &Path, what: &str) -> Result<Box<dyn Backend>, CliError> {
-    open(path)?.into_backend().map_err(|cache| {
-        CliError::new(format!(
-            "{} is a {}: it holds no keys for `stowage {what}` (hangar keeps its records in its \
-             LMDB database); read one sample with `stowage get {} --record RECORD --out FILE.npy`",
-            path.display(),
-            cache.kind().description(),
-            path.display()
-        ))
-    })
+    open(path)?
+        .into_backend()
+        .map_err(|cache| CliError::new(cache.why_no_keys(path, what).unwrap_or_default()))
 }

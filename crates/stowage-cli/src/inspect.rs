@@ -1,17 +1,25 @@
 //! `stowage inspect PATH`: what kind of cache PATH is, its schema, its files and their sizes, and
 //! whether its structure is intact.
+//!
+//! A memmap row cache gets the report of DNANet's own inspection tool, computed by
+//! [`stowage_memmap::inspect::InspectReport`], followed by the same integrity line as the other
+//! kinds; a directory of such caches (DNANet's cache root) gets one report per key directory.
 
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::Path;
 
-use stowage_core::{Backend, FieldKind, FieldSpec, ShapeRule, ValidationLevel, shape};
+use stowage_core::{
+    Backend, FieldKind, FieldSpec, ShapeRule, ValidationLevel, ValidationReport, shape,
+};
+use stowage_memmap::inspect::InspectReport;
+use stowage_memmap::{MemmapBackend, MemmapOptions};
 use stowage_npy::layout::{CacheMetadata, Layout};
 use stowage_npy::npy_header::storage_descr;
 use stowage_npy::{NpyBackend, NpyOptions};
 
-use crate::detect::{CacheKind, detect, io_error};
-use crate::error::{CliError, Status};
+use crate::detect::{CacheKind, detect, io_error, subdirectories};
+use crate::error::{CliError, Status, escape_control};
 use crate::hangar::{HangarDir, allocated_bytes};
 use crate::out::{count, display_key, size, size_on_disk, table};
 
@@ -24,7 +32,92 @@ const MAX_LISTED_FILES: usize = 50;
 pub fn run(path: &Path, out: &mut dyn Write) -> Result<Status, CliError> {
     match detect(path)? {
         CacheKind::StowageNpy => stowage_npy(path, out),
+        CacheKind::StowageMemmap | CacheKind::DnanetMemmap => match memmap(path, out)? {
+            None => Ok(Status::Success),
+            Some(error) => Err(error),
+        },
         CacheKind::HangarNumpy10 => hangar(path, out),
+        CacheKind::MemmapCacheRoot => memmap_root(path, out),
+    }
+}
+
+/// The integrity line's text for a structure check of the cache at `path`: `clean (...)` or
+/// `N problems (...)`. `verify_adds` says what `stowage verify` checks on top.
+fn integrity(report: &ValidationReport, path: &Path, verify_adds: &str) -> String {
+    if report.is_clean() {
+        // A memmap cache's structure check reads no sample: "of 0 samples" would mislead.
+        let samples = match report.samples_checked {
+            0 => String::new(),
+            n => format!("{} in ", count(n, "sample")),
+        };
+        format!(
+            "clean (structure of {samples}{}; {verify_adds})",
+            count(report.files_checked, "file")
+        )
+    } else {
+        format!(
+            "{} (structure check; `stowage verify {}` lists them)",
+            count(report.problems.len() as u64, "problem"),
+            path.display()
+        )
+    }
+}
+
+/// Prints DNANet's report of the memmap row cache at `path`, then stowage's integrity line (a
+/// read-only open and `validate(ValidationLevel::Structure)`). Returns the first thing that could
+/// not be read (a file of the report, or the cache as a whole), which makes the command fail after
+/// the report is printed; the outer error is a failure to write the output.
+fn memmap(path: &Path, out: &mut dyn Write) -> Result<Option<CliError>, CliError> {
+    let mut report = InspectReport::read(path);
+    write!(out, "{report}").map_err(CliError::stdout)?;
+    let mut failure = (!report.errors.is_empty()).then(|| report.errors.remove(0).into());
+    match MemmapBackend::open_read_only(path, MemmapOptions::default()) {
+        Ok(cache) => {
+            let verify_adds = "`stowage verify` also reads every row and checks its checksums, \
+                               where stowage wrote them";
+            let line = integrity(&cache.validate(ValidationLevel::Structure)?, path, verify_adds);
+            say!(out, "  integrity:        {line}");
+        }
+        Err(e) => {
+            say!(out, "  integrity:        cannot be opened: {}", escape_control(&e.to_string()));
+            failure = failure.or(Some(e.into()));
+        }
+    }
+    Ok(failure)
+}
+
+/// Reports every key directory of DNANet's cache root `path`, sorted by name, as DNANet's tool
+/// does. A subdirectory that is not a memmap row cache gets a one-line note. Fails after the last
+/// report when any cache could not be read completely, naming the first problem.
+fn memmap_root(path: &Path, out: &mut dyn Write) -> Result<Status, CliError> {
+    let dirs = subdirectories(path)?;
+    let mut failures = Vec::new();
+    let mut caches = 0;
+    for dir in &dirs {
+        match detect(dir) {
+            Ok(kind) if kind.is_memmap() => {
+                caches += 1;
+                failures.extend(memmap(dir, out)?);
+            }
+            other => {
+                let why = match other {
+                    Ok(kind) => format!("a {} (inspect it on its own)", kind.description()),
+                    Err(e) => e.one_line(),
+                };
+                say!(out, "\n{}", InspectReport::header(dir));
+                say!(out, "  not a memmap row cache: {why}");
+            }
+        }
+    }
+    match failures.first() {
+        None => Ok(Status::Success),
+        Some(first) => Err(CliError::new(format!(
+            "{} of {} memmap row caches in {} could not be read completely (see the reports \
+             above); the first: {first}",
+            failures.len(),
+            caches,
+            path.display()
+        ))),
     }
 }
 
@@ -125,22 +218,11 @@ fn stowage_npy(path: &Path, out: &mut dyn Write) -> Result<Status, CliError> {
     match opened {
         Ok(cache) => {
             let report = cache.validate(ValidationLevel::Structure)?;
-            if report.is_clean() {
-                say!(
-                    out,
-                    "integrity:   clean (structure of {} in {}; `stowage verify` also checks every \
-                     checksum)",
-                    count(report.samples_checked, "sample"),
-                    count(report.files_checked, "file")
-                );
-            } else {
-                say!(
-                    out,
-                    "integrity:   {} (structure check; `stowage verify {}` lists them)",
-                    count(report.problems.len() as u64, "problem"),
-                    path.display()
-                );
-            }
+            say!(
+                out,
+                "integrity:   {}",
+                integrity(&report, path, "`stowage verify` also checks every checksum")
+            );
             Ok(Status::Success)
         }
         Err(e) => {

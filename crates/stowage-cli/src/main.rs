@@ -49,8 +49,10 @@ Examples:
   stowage get ./cache sample-0 --out ./sample-0
   stowage get ./hangar-repo --record '10:4ujrcb35:fd40def8890c87db:3:10 10' --out fx013.npy
 
-Caches it reads: stowage NUMPY_10 caches (a directory with stowage.json, format stowage-npy)
-and bare hangar NUMPY_10 data directories (data/10/*.npy, records kept in hangar's LMDB).";
+Caches it reads: stowage NUMPY_10 caches (a directory with stowage.json, format stowage-npy),
+bare hangar NUMPY_10 data directories (data/10/*.npy, records kept in hangar's LMDB), memmap
+row caches written by stowage (stowage.json, format dnanet-memmap-row) or by DNANet (finished
+or half-built), and DNANet cache roots (a directory of memmap caches; inspect only).";
 
 /// The parsed command line.
 #[derive(Debug, Parser)]
@@ -66,14 +68,22 @@ struct Cli {
 }
 
 const INSPECT_HELP: &str = "\
-Example:
+Examples:
   stowage inspect ./cache
+  stowage inspect ./cache_root        (every memmap cache in it)
 
 Prints the cache's format and version, whether it is finalized, the number of keys, the schema
 (each field's name, dtype and shape rule), the size of every file and the total, and the result
 of a structure check: clean, or N problems. For a bare hangar data directory it lists each
 collection file with its dtype, shape, marker state (committed, staged, unmarked) and size.
-Exits 0 whenever the cache could be read, even when it has problems: judging is verify's job.";
+Exits 0 whenever the cache could be read, even when it has problems: judging is verify's job.
+
+For a memmap row cache (stowage's or DNANet's) it prints what DNANet's own inspection tool
+prints (complete marker, rows, file sizes in MB, index columns and their string RAM, sidecar
+sizes, projected in-memory realization), then stowage's lines: other files, an unfinished
+cache's committed rows and torn tail, and the integrity check. For a directory of memmap
+caches it reports each key directory. When a file cannot be read, the report is printed and
+the command fails with one line naming the file.";
 
 const VERIFY_HELP: &str = "\
 Example:
@@ -122,7 +132,7 @@ enum Command {
     /// Show what kind of cache PATH is: format, state, keys, schema, files and sizes, integrity
     #[command(after_help = format!("{INSPECT_HELP}\n\n{EXIT_STATUS}"))]
     Inspect {
-        /// The cache directory
+        /// The cache directory, or a directory of memmap row caches
         path: PathBuf,
     },
 

@@ -15,7 +15,11 @@ use crate::out::count;
 pub fn run(path: &Path, out: &mut dyn Write) -> Result<Status, CliError> {
     match open(path)? {
         Cache::StowageNpy(cache) => backend(cache.as_ref(), out),
+        Cache::Memmap(_, cache) => backend(cache.as_ref(), out),
         Cache::HangarNumpy10(dir) => hangar(&dir, out),
+        root @ Cache::MemmapCacheRoot(_) => {
+            Err(CliError::new(root.why_no_keys(path, "verify").unwrap_or_default()))
+        }
     }
 }
 

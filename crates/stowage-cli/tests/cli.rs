@@ -1,6 +1,6 @@
-//! Runs the real `stowage` binary against caches built with `stowage_npy::NpyBackend`, damaged
-//! copies of them, garbage paths and the `hangar-numpy10` reference set, and checks its output and
-//! exit status.
+//! Runs the real `stowage` binary against caches built with `stowage_npy::NpyBackend` and
+//! `stowage_memmap::MemmapBackend`, damaged copies of them, garbage paths and the
+//! `hangar-numpy10` and `dnanet-memmap` reference sets, and checks its output and exit status.
 //!
 //! The reference tests print SKIPPED when the set is absent (they fail instead under
 //! `STOWAGE_REQUIRE_REFERENCE=1`); the Python interop test prints SKIPPED without `python3` and
@@ -13,7 +13,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use stowage_core::half::{bf16, f16};
-use stowage_core::{Backend, DType, Sample, Schema, ShapeRule, Tensor};
+use stowage_core::{Backend, DType, Sample, Schema, ShapeRule, Tensor, Value};
 use stowage_npy::npy_header;
 use stowage_npy::{NpyBackend, NpyOptions};
 
@@ -789,4 +789,473 @@ print(checked)
     );
     let checked: usize = String::from_utf8(output.stdout).unwrap().trim().parse().unwrap();
     assert_eq!(checked, cases.len());
+}
+
+// ---------------------------------------------------------------------------------------------
+// Memmap row caches: DNANet's reference caches (set `dnanet-memmap`) and caches stowage writes.
+
+/// The `dnanet-memmap` reference set's manifest.
+fn dnanet_manifest(set: &Path) -> serde_json::Value {
+    serde_json::from_slice(&std::fs::read(set.join("manifest.json")).unwrap()).unwrap()
+}
+
+/// `(key, inspect_stdout)` of every reference cache the original tool inspected (the complete
+/// ones).
+fn original_reports(set: &Path) -> Vec<(String, String)> {
+    let manifest = dnanet_manifest(set);
+    let reports: Vec<(String, String)> = manifest["caches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| {
+            let stdout = c["inspect_stdout"].as_str()?;
+            Some((c["key"].as_str().unwrap().to_owned(), stdout.to_owned()))
+        })
+        .collect();
+    assert_eq!(reports.len(), 2, "two complete reference caches");
+    reports
+}
+
+const UNFINALIZED_KEY: &str = "d3c3787192a40966";
+
+#[test]
+fn inspect_prints_the_original_report_for_each_dnanet_reference_cache() {
+    let Some(set) = stowage_conformance::reference::reference_set("dnanet-memmap") else {
+        return;
+    };
+    for (key, original) in original_reports(&set) {
+        let run = stowage(args(&[&"inspect", &set.join("cache_root").join(&key)]));
+        assert_eq!(run.code, 0, "{run:?}");
+        assert!(run.stderr.is_empty(), "{run:?}");
+        // The original's block comes first, byte for byte; stowage's lines follow it.
+        assert!(
+            run.stdout.starts_with(&original),
+            "{key}: the original printed\n{original}\nstowage printed\n{}",
+            run.stdout
+        );
+        let extra: Vec<&str> = run.stdout[original.len()..].lines().collect();
+        assert_eq!(extra[0], "  written by:       DNANet (no stowage.json)", "{run:?}");
+        assert!(extra.iter().any(|l| l.starts_with("  stowage realize:  ")), "{run:?}");
+        assert_eq!(
+            extra.last().unwrap(),
+            &"  integrity:        clean (structure of 6 files; `stowage verify` also reads every \
+              row and checks its checksums, where stowage wrote them)",
+            "{run:?}"
+        );
+    }
+}
+
+#[test]
+fn inspect_walks_the_reference_cache_root() {
+    let Some(set) = stowage_conformance::reference::reference_set("dnanet-memmap") else {
+        return;
+    };
+    let root = set.join("cache_root");
+    let run = stowage(args(&[&"inspect", &root]));
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(run.stderr.is_empty(), "{run:?}");
+    let headers: Vec<&str> = run.stdout.lines().filter(|l| l.starts_with("=== ")).collect();
+    assert_eq!(
+        headers,
+        ["=== aed9b48500e9acfd ===", "=== d3c3787192a40966 ===", "=== ff9cde909fae61f6 ==="],
+        "every key directory, sorted: {run:?}"
+    );
+    for (key, original) in original_reports(&set) {
+        assert!(run.stdout.contains(&original), "{key}'s report is not in {run:?}");
+    }
+    // The unfinalized cache: 4 committed rows (the manifest's 4 lines), and data.bin holds 96
+    // bytes of the row being written when the writer stopped.
+    let start = run.stdout.find("=== d3c3787192a40966 ===").unwrap();
+    let end = run.stdout.find("=== ff9cde909fae61f6 ===").unwrap();
+    let block: Vec<&str> = run.stdout[start..end].lines().collect();
+    for line in [
+        "  complete marker:  False",
+        "  rows (n):         4",
+        "    data.bin                  0.00 MB",
+        "    index.parquet             0.00 MB",
+        "    TOTAL                     0.00 MB",
+        "  memmap realize:     0.00 GB if load_in_memory=True (416 B/sample)",
+        "  also on disk:",
+        "    manifest.jsonl            0.01 MB",
+        "  unfinished:       no _COMPLETE; manifest.jsonl commits 4 rows; a writer resumes after \
+         them; a resume drops the torn tail: 96 bytes at the end of data.bin",
+        "  integrity:        clean (structure of 3 files; `stowage verify` also reads every row \
+         and checks its checksums, where stowage wrote them)",
+    ] {
+        assert!(block.contains(&line), "no line {line:?} in {block:#?}");
+    }
+    assert!(!block.iter().any(|l| l.contains("index columns")), "no index yet: {block:#?}");
+
+    // The other commands read one cache and say so.
+    for command in ["verify", "keys"] {
+        let run = stowage(args(&[&command, &root]));
+        assert_error_line(
+            &run,
+            &[
+                "directory of memmap row caches",
+                "aed9b48500e9acfd, d3c3787192a40966, ff9cde909fae61f6",
+            ],
+        );
+    }
+}
+
+/// `(path, has_annotation, panel, allele, meta, expected .npy files)` of every row of reference
+/// cache `key`.
+fn reference_rows(set: &Path, key: &str) -> Vec<serde_json::Value> {
+    let manifest = dnanet_manifest(set);
+    let cache = manifest["caches"].as_array().unwrap().iter().find(|c| c["key"] == key).unwrap();
+    cache["rows"].as_array().unwrap().clone()
+}
+
+#[test]
+fn verify_keys_and_get_read_every_dnanet_reference_cache() {
+    let Some(set) = stowage_conformance::reference::reference_set("dnanet-memmap") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    for key in ["aed9b48500e9acfd", "ff9cde909fae61f6", UNFINALIZED_KEY] {
+        let cache = set.join("cache_root").join(key);
+        let rows = reference_rows(&set, key);
+        let run = stowage(args(&[&"verify", &cache]));
+        assert_eq!(run.code, 0, "{run:?}");
+        assert!(run.stdout.starts_with(&format!("{} samples, ", rows.len())), "{run:?}");
+        assert!(run.stdout.ends_with("files checked: clean\n"), "{run:?}");
+
+        let run = stowage(args(&[&"keys", &cache]));
+        assert_eq!(run.code, 0, "{run:?}");
+        let paths: Vec<&str> = rows.iter().map(|r| r["path"].as_str().unwrap()).collect();
+        assert_eq!(run.stdout.lines().collect::<Vec<_>>(), paths, "{key}");
+
+        for (i, row) in rows.iter().enumerate() {
+            let out = dir.path().join(format!("{key}-{i}"));
+            let run = stowage(args(&[&"get", &cache, &paths[i], &"--out", &out]));
+            assert_eq!(run.code, 0, "{run:?}");
+            let annotated = row["has_annotation"].as_bool().unwrap();
+            let mut tensors = vec!["data", "scaler"];
+            if annotated {
+                tensors.push("annotation");
+            } else {
+                assert!(!out.join("annotation.npy").exists(), "{key} row {i}: null, not zeros");
+                assert!(run.stderr.contains("field \"annotation\" is null"), "{run:?}");
+            }
+            for field in tensors {
+                let got = read_npy(&out.join(format!("{field}.npy")));
+                let want = read_npy(&set.join(row["expected"][field].as_str().unwrap()));
+                assert_eq!(got, want, "{key} row {i} {field}");
+            }
+            for (field, column) in [
+                ("panel", "adjusted_panel_json"),
+                ("allele", "allele_annotation_json"),
+                ("meta_json", "meta_json"),
+            ] {
+                let file = out.join(format!("{field}.json"));
+                match row[column].as_str() {
+                    Some(text) => assert_eq!(std::fs::read_to_string(&file).unwrap(), text),
+                    None => assert!(!file.exists(), "{key} row {i}: {field} is null"),
+                }
+            }
+        }
+    }
+}
+
+/// A writable copy of the reference set's cache root.
+fn copy_of_cache_root(set: &Path, dir: &Path) -> PathBuf {
+    let root = dir.join("cache_root");
+    copy_tree(&set.join("cache_root"), &root);
+    root
+}
+
+#[test]
+fn damaged_dnanet_caches_are_reported_and_fail_with_one_line() {
+    let Some(set) = stowage_conformance::reference::reference_set("dnanet-memmap") else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let root = copy_of_cache_root(&set, dir.path());
+    let (original_key, original) = original_reports(&set).remove(0);
+
+    // index.parquet without shapes.json: the original crashes; stowage reports everything else.
+    let no_shapes = root.join(&original_key);
+    let shapes = no_shapes.join("shapes.json");
+    std::fs::remove_file(&shapes).unwrap();
+    let run = stowage(args(&[&"inspect", &no_shapes]));
+    assert_error_line(
+        &run,
+        &[shapes.to_str().unwrap(), "file is missing, but _COMPLETE and index.parquet are there"],
+    );
+    for line in original.lines().filter(|l| !l.contains("rows (n)") && !l.contains("realize")) {
+        let line = if line.starts_with("    shapes.json") {
+            "    shapes.json               0.00 MB"
+        } else {
+            line
+        };
+        assert!(run.stdout.lines().any(|l| l == line), "no line {line:?}: {run:?}");
+    }
+    assert!(!run.stdout.contains("rows (n)"), "{run:?}");
+    assert!(
+        run.stdout.contains(
+            "  memmap realize:   unknown: no readable shapes.json, so the row shapes are not recorded\n"
+        ),
+        "{run:?}"
+    );
+    assert!(run.stdout.contains("  integrity:        cannot be opened: "), "{run:?}");
+    for command in ["verify", "keys"] {
+        assert_error_line(&stowage(args(&[&command, &no_shapes])), &[shapes.to_str().unwrap()]);
+    }
+
+    // A truncated .bin: the report is made, the cache cannot be opened.
+    let truncated = root.join("ff9cde909fae61f6");
+    let data = truncated.join("data.bin");
+    let bytes = std::fs::read(&data).unwrap();
+    std::fs::write(&data, &bytes[..1000]).unwrap();
+    let run = stowage(args(&[&"inspect", &truncated]));
+    assert_error_line(&run, &[data.to_str().unwrap(), "file is 1000 bytes, expected 1152"]);
+    assert!(run.stdout.contains("  rows (n):         6\n"), "{run:?}");
+    assert!(
+        run.stdout
+            .contains("  memmap realize:     0.00 GB if load_in_memory=True (416 B/sample)\n"),
+        "{run:?}"
+    );
+    let out = dir.path().join("out");
+    let paths = reference_rows(&set, "ff9cde909fae61f6");
+    let first = paths[0]["path"].as_str().unwrap();
+    for run in [
+        stowage(args(&[&"verify", &truncated])),
+        stowage(args(&[&"keys", &truncated])),
+        stowage(args(&[&"get", &truncated, &first, &"--out", &out])),
+    ] {
+        assert_error_line(&run, &[data.to_str().unwrap(), "expected 1152"]);
+    }
+
+    // A garbage index.parquet in the unfinalized cache's copy, completed by hand.
+    let garbage = root.join(UNFINALIZED_KEY);
+    let index = garbage.join("index.parquet");
+    std::fs::write(&index, random_bytes(2000, 7)).unwrap();
+    let run = stowage(args(&[&"inspect", &garbage]));
+    assert_error_line(&run, &[index.to_str().unwrap(), "not a readable parquet index"]);
+    assert!(run.stdout.contains("  rows (n):         4\n"), "the manifest still tells: {run:?}");
+
+    // The walk reports every cache and then fails, naming the first problem.
+    let run = stowage(args(&[&"inspect", &root]));
+    assert_error_line(
+        &run,
+        &["3 of 3 memmap row caches", root.to_str().unwrap(), shapes.to_str().unwrap()],
+    );
+    assert_eq!(run.stdout.matches("\n=== ").count(), 3, "{run:?}");
+    assert_eq!(run.stdout.matches("  integrity:        ").count(), 3, "{run:?}");
+}
+
+const MEMMAP_D: usize = 2;
+/// Long enough rows that the report's MB columns are not all 0.00.
+const MEMMAP_L: usize = 20_000;
+
+/// DNANet row `i` for a cache stowage writes: row 1 has no annotation and no allele.
+fn memmap_row(i: usize) -> Sample {
+    let (d, l) = (MEMMAP_D, MEMMAP_L);
+    let data: Vec<i16> = (0..d * l).map(|j| ((i * 100 + j) % 30_000) as i16 - 7).collect();
+    let annotation: Vec<i8> = (0..d * l).map(|j| ((i + j) % 5) as i8 - 2).collect();
+    let scaler: Vec<f32> = (0..l).map(|j| i as f32 + j as f32 / 4.0).collect();
+    let mut row = Sample::new()
+        .with("data", Tensor::from_slice(&[d, l], &data).unwrap())
+        .with("scaler", Tensor::from_slice(&[l], &scaler).unwrap())
+        .with("panel", Value::Json(format!("{{\"panel\": {}}}", i % 2)))
+        .with("meta_json", Value::Json(memmap_meta(i)));
+    if i == 1 {
+        row.insert("annotation", Value::Null);
+        row.insert("allele", Value::Null);
+    } else {
+        row.insert("annotation", Tensor::from_slice(&[d, l], &annotation).unwrap());
+        row.insert("allele", Value::Json("[\"a\"]".into()));
+    }
+    row
+}
+
+/// Row `i`'s meta_json: 5035 characters, 10036 bytes of UTF-8.
+fn memmap_meta(i: usize) -> String {
+    format!("{{\"i\": {i}, \"name\": \"Zoë\", \"note\": \"{}\"}}", "é".repeat(5000))
+}
+
+const MEMMAP_KEYS: [&str; 3] = ["/runs/é/a.hid", "/runs/é/b.hid", "/runs/é/c.hid"];
+
+/// A memmap row cache written by stowage with DNANet's schema, finalized or only flushed.
+fn build_memmap_cache(dir: &Path, finalize: bool) -> PathBuf {
+    let path = dir.join("memmap-cache");
+    let schema = stowage_memmap::dnanet(MEMMAP_D, MEMMAP_L);
+    let options = stowage_memmap::MemmapOptions::default();
+    let mut cache = stowage_memmap::MemmapBackend::create(&path, &schema, options).unwrap();
+    for (i, key) in MEMMAP_KEYS.iter().enumerate() {
+        cache.put(key, &memmap_row(i)).unwrap();
+    }
+    cache.flush().unwrap();
+    if finalize {
+        cache.finalize().unwrap();
+    }
+    path
+}
+
+#[test]
+fn a_memmap_cache_stowage_wrote_goes_through_every_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = build_memmap_cache(dir.path(), true);
+
+    let run = stowage(args(&[&"inspect", &cache]));
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(run.stderr.is_empty(), "{run:?}");
+    // data (2, 20000) <i2 80000 B + annotation |i1 40000 B + scaler (20000,) <f4 80000 B per
+    // row, 3 rows. Index strings: three 13-character paths (39) and three 5035-character
+    // meta_json texts (15105; they are 30108 bytes of UTF-8, but the original counts Python
+    // characters).
+    let lines: Vec<&str> = run.stdout.lines().collect();
+    assert_eq!(
+        &lines[..4],
+        ["", "=== memmap-cache ===", "  complete marker:  True", "  rows (n):         3"]
+    );
+    assert_eq!(
+        &lines[4..8],
+        [
+            "  on-disk:",
+            "    data.bin                  0.24 MB",
+            "    annotation.bin            0.12 MB",
+            "    scaler.bin                0.24 MB",
+        ]
+    );
+    let on_disk =
+        ["index.parquet", "panels.json", "alleles.json", "shapes.json", "fingerprint.json"];
+    let mut total = 600_000;
+    for (line, name) in lines[8..13].iter().zip(on_disk) {
+        let bytes = std::fs::metadata(cache.join(name)).unwrap().len();
+        total += bytes;
+        assert_eq!(line, &format!("    {name:<20}  {:>8.2} MB", bytes as f64 / 1e6));
+    }
+    assert_eq!(lines[13], format!("    TOTAL                 {:>8.2} MB", total as f64 / 1e6));
+    for line in [
+        "  index columns:    ['row', 'path', 'has_annotation', 'panel_key', 'allele_key', 'meta_json']",
+        "  panels.json:      2 unique (avg=12 B, max=12 B)",
+        "  alleles.json:     1 unique (avg=5 B, max=5 B)",
+        "  index in-RAM (string columns, approx):",
+        "    path                      0.00 MB",
+        "    meta_json                 0.02 MB",
+        "    STRING TOTAL              0.02 MB",
+        "  memmap realize:     0.00 GB if load_in_memory=True (200000 B/sample)",
+        "  also on disk:",
+        "  written by:       stowage (stowage.json)",
+    ] {
+        assert!(lines.contains(&line), "no line {line:?}: {run:?}");
+    }
+    assert!(lines.iter().any(|l| l.starts_with("    stowage.json ")), "{run:?}");
+    assert!(lines.iter().any(|l| l.starts_with("    stowage_checksums.bin ")), "{run:?}");
+    assert!(
+        lines.last().unwrap().starts_with("  integrity:        clean (structure of 7 files"),
+        "{run:?}"
+    );
+
+    let run = stowage(args(&[&"verify", &cache]));
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(run.stdout.starts_with("3 samples, ") && run.stdout.ends_with(": clean\n"), "{run:?}");
+
+    let run = stowage(args(&[&"keys", &cache]));
+    assert_eq!(run.code, 0, "{run:?}");
+    assert_eq!(run.stdout.lines().collect::<Vec<_>>(), MEMMAP_KEYS);
+
+    for (i, key) in MEMMAP_KEYS.iter().enumerate() {
+        let out = dir.path().join(format!("get-{i}"));
+        let run = stowage(args(&[&"get", &cache, key, &"--out", &out]));
+        assert_eq!(run.code, 0, "{run:?}");
+        let want = memmap_row(i);
+        for (name, value) in want.fields() {
+            match value {
+                Value::Tensor(tensor) => {
+                    let (dtype, shape, _, bytes) = read_npy(&out.join(format!("{name}.npy")));
+                    assert_eq!((dtype, shape.as_slice()), (tensor.dtype(), tensor.shape()));
+                    assert_eq!(bytes, tensor.bytes(), "{key} {name}");
+                }
+                Value::Json(text) => {
+                    let got = std::fs::read_to_string(out.join(format!("{name}.json"))).unwrap();
+                    assert_eq!(&got, text, "{key} {name}");
+                }
+                Value::Null => {
+                    assert!(!out.join(format!("{name}.npy")).exists());
+                    assert!(!out.join(format!("{name}.json")).exists());
+                    assert!(run.stderr.contains(&format!("field \"{name}\" is null")), "{run:?}");
+                }
+                Value::Bytes(_) => unreachable!("no bytes fields"),
+            }
+        }
+        let written = if i == 1 { 4 } else { 6 };
+        assert_eq!(run.stdout.lines().count(), written, "{run:?}");
+    }
+
+    // A flipped byte in row 2's data: verify names the file and the key (stowage's checksums).
+    let data = cache.join("data.bin");
+    let mut bytes = std::fs::read(&data).unwrap();
+    bytes[2 * 80_000 + 3] ^= 0x10;
+    std::fs::write(&data, bytes).unwrap();
+    let run = stowage(args(&[&"verify", &cache]));
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(run.stdout.contains(data.to_str().unwrap()), "{run:?}");
+    assert!(run.stdout.contains("/runs/é/c.hid"), "{run:?}");
+    assert!(run.stdout.ends_with(": 1 problem\n"), "{run:?}");
+    let run = stowage(args(&[&"get", &cache, &MEMMAP_KEYS[2], &"--out", &dir.path().join("bad")]));
+    assert_error_line(&run, &[data.to_str().unwrap(), "/runs/é/c.hid"]);
+}
+
+#[test]
+fn an_unfinished_memmap_cache_stowage_wrote_shows_its_committed_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = build_memmap_cache(dir.path(), false);
+    let run = stowage(args(&[&"inspect", &cache]));
+    assert_eq!(run.code, 0, "{run:?}");
+    for needle in [
+        "  complete marker:  False\n  rows (n):         3\n",
+        "  memmap realize:     0.00 GB if load_in_memory=True (200000 B/sample)\n",
+        "    manifest.jsonl ",
+        "  unfinished:       no _COMPLETE; manifest.jsonl commits 3 rows; a writer resumes after them; no torn tail\n",
+        "  integrity:        clean",
+    ] {
+        assert!(run.stdout.contains(needle), "no {needle:?}: {run:?}");
+    }
+    assert_eq!(stowage(args(&[&"keys", &cache])).stdout.lines().collect::<Vec<_>>(), MEMMAP_KEYS);
+    assert_eq!(stowage(args(&[&"verify", &cache])).code, 0);
+}
+
+#[test]
+fn garbage_memmap_files_are_one_line_errors_never_panics() {
+    let dir = tempfile::tempdir().unwrap();
+
+    // A garbage index.parquet in a finalized stowage cache: the index is read lazily, so the
+    // cache opens; inspect and the readers fail naming the file, verify lists it.
+    let cache = build_memmap_cache(dir.path(), true);
+    let index = cache.join("index.parquet");
+    std::fs::write(&index, random_bytes(3000, 3)).unwrap();
+    let run = stowage(args(&[&"inspect", &cache]));
+    assert_error_line(&run, &[index.to_str().unwrap(), "not a readable parquet index"]);
+    assert!(run.stdout.contains("  rows (n):         3\n"), "{run:?}");
+    assert!(run.stdout.contains("  integrity:        1 problem "), "{run:?}");
+    let run = stowage(args(&[&"verify", &cache]));
+    assert_eq!(run.code, 1, "{run:?}");
+    assert!(run.stdout.contains(index.to_str().unwrap()), "{run:?}");
+    for run in [
+        stowage(args(&[&"keys", &cache])),
+        stowage(args(&[&"get", &cache, &MEMMAP_KEYS[0], &"--out", &dir.path().join("o")])),
+    ] {
+        assert_error_line(&run, &[index.to_str().unwrap()]);
+    }
+
+    // stowage.json naming the memmap format but holding nothing else.
+    let bare = dir.path().join("bare");
+    std::fs::create_dir(&bare).unwrap();
+    std::fs::write(bare.join("stowage.json"), br#"{"format": "dnanet-memmap-row"}"#).unwrap();
+    assert_every_command_fails(&bare, "stowage.json");
+
+    // A DNANet-looking directory whose only file is garbage.
+    for (file, len) in [("manifest.jsonl", 500), ("shapes.json", 100), ("index.parquet", 800)] {
+        let junk = dir.path().join(format!("junk-{file}"));
+        std::fs::create_dir(&junk).unwrap();
+        let mut bytes = random_bytes(len, 11);
+        bytes.insert(1, b'\n');
+        std::fs::write(junk.join(file), bytes).unwrap();
+        assert_every_command_fails(&junk, junk.to_str().unwrap());
+        let run = stowage(args(&[&"inspect", &junk]));
+        assert!(run.stderr.contains(file), "inspect names {file}: {run:?}");
+    }
 }

@@ -8,10 +8,12 @@ pub mod dtype;
 pub mod error;
 pub mod file_safety;
 pub mod fingerprint;
+pub mod prefetch;
 pub mod sample;
 pub mod schema;
 pub mod shape;
 pub mod tensor;
+pub mod write_behind;
 
 pub use backend::{
     Backend, BackendExt, BackendFactory, DynBackend, OpenMode, Problem, ValidationLevel,

@@ -1,8 +1,10 @@
 //! `MemmapBackend`: the [`Backend`] over a DNANet memmap row cache, reading and writing.
 
+use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
+use stowage_core::bytes::Bytes;
 use stowage_core::file_safety::{WriterLock, atomic_write, fsync_dir};
 use stowage_core::fingerprint::{FingerprintFile, SourceStamp};
 use stowage_core::{
@@ -28,7 +30,7 @@ pub const BACKEND_NAME: &str = "memmap";
 ///
 /// Fixed-shape tensor fields of every numpy-expressible dtype (not bfloat16), nullable fields (a
 /// zero placeholder plus a `has_<field>` flag), JSON fields (deduplicated into sidecars, or
-/// plain), resume of an unfinished cache, per-row xxh64 checksums (in caches stowage writes;
+/// plain), resume of an unfinished cache, per-row xxh3-64 checksums (in caches stowage writes;
 /// DNANet's own caches have none), zero-copy reads and concurrent readers. Not: bytes fields,
 /// variable or ragged shapes (rows are fixed-size), overwriting a key, appending after finalize.
 pub fn capabilities() -> Capabilities {
@@ -575,14 +577,15 @@ impl MemmapBackend {
         let entry = self.try_index()?.row(row).expect("the caller checked the range");
         let verify = verify && self.format.checksums;
         let stored = if verify { Some(self.stored_checksums(row)?) } else { None };
-        if let Some(stored) = &stored
-            && stored[0] != checksum::of_key(&entry.path)
+        let stored_sum = |k: usize| stored.as_deref().map(|s| checksum::nth(s, k));
+        if let Some(want) = stored_sum(0)
+            && want != checksum::of_key(&entry.path)
         {
             return Err(self.mismatch(
                 row,
                 &entry.path,
                 "key",
-                stored[0],
+                want,
                 checksum::of_key(&entry.path),
             ));
         }
@@ -593,17 +596,17 @@ impl MemmapBackend {
                 FieldSlot::Tensor(t) => Value::Tensor(self.read_tensor(t, row)?),
                 FieldSlot::Json(j) => json_value(self.sidecars[j].as_ref(), &entry.json[j])?,
             };
-            if let Some(stored) = &stored {
+            if let Some(want) = stored_sum(position + 1) {
                 let actual = checksum::of_value(match &value {
                     Value::Tensor(t) => Some(t.bytes()),
                     Value::Json(text) => Some(text.as_bytes()),
                     _ => None,
                 });
-                if actual != stored[position + 1] {
+                if actual != want {
                     let name = &self.format.schema.fields[position].name;
                     let what = format!("field {name:?}");
                     return Err(self
-                        .mismatch(row, &entry.path, &what, stored[position + 1], actual)
+                        .mismatch(row, &entry.path, &what, want, actual)
                         .with_path(self.field_path(*slot)));
                 }
             }
@@ -624,15 +627,16 @@ impl MemmapBackend {
         })
     }
 
-    fn stored_checksums(&self, row: usize) -> Result<Vec<u64>> {
-        let bytes = match (self.session(), &self.checksums) {
+    /// The stored checksum row of `row`: borrowed from the map, or read from a writer's file.
+    fn stored_checksums(&self, row: usize) -> Result<Cow<'_, [u8]>> {
+        Ok(match (self.session(), &self.checksums) {
             (Some(session), _) => {
-                session.checksums.as_ref().expect("checksummed format").read_row(row)?
+                let file = session.checksums.as_ref().expect("checksummed format");
+                Cow::Owned(file.read_row(row)?)
             }
-            (None, Some(file)) => file.read_row(row)?.bytes().to_vec(),
+            (None, Some(file)) => Cow::Borrowed(file.row_bytes(row)?),
             (None, None) => unreachable!("checksummed format has the file"),
-        };
-        Ok(checksum::decode(&bytes))
+        })
     }
 
     /// The file a field's value comes from, for error messages.
@@ -653,8 +657,9 @@ impl MemmapBackend {
         Error::corrupted(
             self.layout.checksums(),
             format!(
-                "row {row} (key {key:?}): {what} has xxh64 {actual:016x}, the stored checksum is \
-                 {stored:016x}"
+                "row {row} (key {key:?}): {what} has {} {actual:016x}, the stored checksum is \
+                 {stored:016x}",
+                checksum::ALGORITHM
             ),
         )
     }
@@ -850,19 +855,19 @@ impl Backend for MemmapBackend {
         let mut json = vec![JsonRef::Null; format.json.len()];
         let mut sums = Vec::with_capacity(format.checksums_per_row());
         sums.push(checksum::of_key(key));
-        let mut rows: Vec<std::borrow::Cow<'_, [u8]>> = Vec::with_capacity(format.tensors.len());
+        let mut rows: Vec<Bytes> = Vec::with_capacity(format.tensors.len());
         for (field, slot) in format.schema.fields.iter().zip(&format.slots) {
             let value = sample.get(&field.name).unwrap_or(&Value::Null);
             match (*slot, value) {
                 (FieldSlot::Tensor(_), Value::Tensor(tensor)) => {
                     sums.push(checksum::of_value(Some(tensor.bytes())));
-                    rows.push(tensor.bytes().into());
+                    rows.push(tensor.to_shared_bytes());
                 }
                 (FieldSlot::Tensor(t), _) => {
                     // Null: a zero placeholder row, flagged absent.
                     present[t] = false;
                     sums.push(checksum::of_value(None));
-                    rows.push(vec![0u8; format.tensors[t].layout.row_bytes].into());
+                    rows.push(session.zero_row(t, format.tensors[t].layout.row_bytes));
                 }
                 (FieldSlot::Json(j), Value::Json(text)) => {
                     sums.push(checksum::of_value(Some(text.as_bytes())));
@@ -878,11 +883,11 @@ impl Backend for MemmapBackend {
         let entry = RowEntry { path: key.into(), present: present.into(), json: json.into() };
         let line = encode_line(format, index.len(), &entry);
         let appended = (|| -> Result<()> {
-            for (bin, bytes) in session.bins.iter_mut().zip(&rows) {
+            for (bin, bytes) in session.bins.iter_mut().zip(rows) {
                 bin.append(bytes)?;
             }
             if let Some(file) = session.checksums.as_mut() {
-                file.append(&checksum::encode(&sums))?;
+                file.append(checksum::encode(&sums).into())?;
             }
             Ok(())
         })();
@@ -898,7 +903,13 @@ impl Backend for MemmapBackend {
     }
 
     fn get(&self, key: &str) -> Result<Option<Sample>> {
-        let Some(row) = self.try_index()?.find(key) else { return Ok(None) };
+        let verify = self.options.verify_checksums;
+        let prefetch = |row: usize| {
+            if verify {
+                self.files.iter().chain(&self.checksums).for_each(|f| f.prefetch_row(row));
+            }
+        };
+        let Some(row) = self.try_index()?.find_with(key, prefetch) else { return Ok(None) };
         self.read_row(row, self.options.verify_checksums).map(Some).map_err(|e| match e {
             Error::Corrupted { path, detail } => {
                 Error::Corrupted { path, detail: format!("key {key:?} (row {row}): {detail}") }

@@ -1,31 +1,56 @@
-//! The writer's side of one headerless `.bin` file: rows appended through a buffer, fdatasynced on
-//! flush, and readable again (from the buffer or the file) before they are committed.
+//! The writer's side of one headerless `.bin` file: rows appended in batches that a shared
+//! background thread writes ([`BackgroundWriter`]), fdatasynced on flush, and readable again (from
+//! the batch or the file) before they are committed.
 
 use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
+use stowage_core::bytes::Bytes;
+use stowage_core::file_safety::sync_together;
+use stowage_core::write_behind::{BackgroundWriter, Job};
 use stowage_core::{Error, IoResultExt, Result};
 
-/// Buffered bytes are handed to the OS once this many have gathered.
-const BUFFER_BYTES: usize = 1 << 20;
+/// Rows are handed to the background writer once this many bytes have gathered.
+const BATCH_BYTES: usize = 1 << 20;
+/// Rows gathered before a write, at most (the kernel takes at most 1024 buffers per `writev`).
+const BATCH_ROWS: usize = 1024;
 
 /// An open `.bin` file being appended to.
-#[derive(Debug)]
 pub struct BinAppender {
     path: PathBuf,
-    file: File,
+    file: Arc<File>,
     row_bytes: usize,
-    /// Bytes already handed to the OS.
-    written: u64,
-    /// Bytes appended but not yet handed to the OS.
-    buffer: Vec<u8>,
-    /// Bytes were written since the last sync.
+    /// Bytes handed to the background writer: the file offset of the next batch.
+    sent: u64,
+    /// Rows appended but not yet handed over, one part per row (sharing the caller's tensor bytes).
+    batch: Vec<Bytes>,
+    worker: Arc<BackgroundWriter>,
+    /// Ticket of the last batch handed over (0: none): reads from the file wait for it.
+    last_ticket: u64,
+    /// Bytes were handed over since the last sync.
     dirty: bool,
 }
 
+impl std::fmt::Debug for BinAppender {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BinAppender")
+            .field("path", &self.path)
+            .field("row_bytes", &self.row_bytes)
+            .field("sent", &self.sent)
+            .field("batched_rows", &self.batch.len())
+            .finish_non_exhaustive()
+    }
+}
+
 impl BinAppender {
-    /// Creates `path` empty (truncating stale bytes of an earlier cache) for rows of `row_bytes`.
-    pub fn create(path: &Path, row_bytes: usize) -> Result<BinAppender> {
+    /// Creates `path` empty (truncating stale bytes of an earlier cache) for rows of `row_bytes`,
+    /// written by `worker`.
+    pub fn create(
+        path: &Path,
+        row_bytes: usize,
+        worker: Arc<BackgroundWriter>,
+    ) -> Result<BinAppender> {
         let file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -34,15 +59,17 @@ impl BinAppender {
             .open(path)
             .at(path)?;
         file.sync_all().at(path)?;
-        Ok(BinAppender::over(path, file, row_bytes, 0))
+        Ok(BinAppender::over(path, file, row_bytes, 0, worker))
     }
 
-    /// Opens `path`, which must hold at least `rows` committed rows, and cuts off everything after
-    /// them (the torn append of a crashed writer).
-    ///
-    /// Errors: [`Error::Corrupted`] naming the file, the row count and both sizes when it is
-    /// shorter than its committed rows (never padded) or missing.
-    pub fn recover(path: &Path, row_bytes: usize, rows: usize) -> Result<BinAppender> {
+    /// Reopens `path` holding `rows` committed rows: bytes beyond them (a torn append) are cut
+    /// off; a file shorter than them is [`Error::Corrupted`] naming both sizes, never padded.
+    pub fn recover(
+        path: &Path,
+        row_bytes: usize,
+        rows: usize,
+        worker: Arc<BackgroundWriter>,
+    ) -> Result<BinAppender> {
         let expected = (rows as u64).checked_mul(row_bytes as u64).ok_or_else(|| {
             Error::corrupted(path, format!("{rows} rows of {row_bytes} bytes overflow"))
         })?;
@@ -72,16 +99,24 @@ impl BinAppender {
             file.set_len(expected).at(path)?;
             file.sync_all().at(path)?;
         }
-        Ok(BinAppender::over(path, file, row_bytes, expected))
+        Ok(BinAppender::over(path, file, row_bytes, expected, worker))
     }
 
-    fn over(path: &Path, file: File, row_bytes: usize, written: u64) -> BinAppender {
+    fn over(
+        path: &Path,
+        file: File,
+        row_bytes: usize,
+        sent: u64,
+        worker: Arc<BackgroundWriter>,
+    ) -> BinAppender {
         BinAppender {
             path: path.to_path_buf(),
-            file,
+            file: Arc::new(file),
             row_bytes,
-            written,
-            buffer: Vec::new(),
+            sent,
+            batch: Vec::new(),
+            worker,
+            last_ticket: 0,
             dirty: false,
         }
     }
@@ -91,75 +126,79 @@ impl BinAppender {
         &self.path
     }
 
-    /// Appends one row; `bytes` must be exactly one row long.
-    pub fn append(&mut self, bytes: &[u8]) -> Result<()> {
-        debug_assert_eq!(bytes.len(), self.row_bytes);
-        self.buffer.extend_from_slice(bytes);
-        if self.buffer.len() >= BUFFER_BYTES {
-            self.write_out()?;
+    /// Appends one row (exactly `row_bytes`; shared, not copied, until the kernel copies it).
+    pub fn append(&mut self, row: Bytes) -> Result<()> {
+        debug_assert_eq!(row.len(), self.row_bytes);
+        self.batch.push(row);
+        if self.batch.len() * self.row_bytes >= BATCH_BYTES || self.batch.len() >= BATCH_ROWS {
+            self.send_batch()?;
         }
         Ok(())
     }
 
-    /// Hands the buffered bytes to the OS (no sync).
-    pub fn write_out(&mut self) -> Result<()> {
-        if self.buffer.is_empty() {
+    /// Hands the batched rows to the background writer.
+    fn send_batch(&mut self) -> Result<()> {
+        if self.batch.is_empty() {
             return Ok(());
         }
-        write_all_at(&self.file, &self.buffer, self.written).at(&self.path)?;
-        self.written += self.buffer.len() as u64;
-        self.buffer.clear();
+        let parts = std::mem::take(&mut self.batch);
+        let bytes = (parts.len() * self.row_bytes) as u64;
+        let job =
+            Job { file: Arc::clone(&self.file), path: self.path.clone(), offset: self.sent, parts };
+        self.last_ticket = self.worker.send(job)?;
+        self.sent += bytes;
         self.dirty = true;
         Ok(())
     }
 
-    /// Writes out and fdatasyncs: every row appended so far is durable afterwards.
-    pub fn sync(&mut self) -> Result<()> {
-        self.write_out()?;
-        if self.dirty {
-            self.file.sync_data().at(&self.path)?;
-            self.dirty = false;
+    /// Writes out and fdatasyncs every appender in `bins`: every row appended so far is durable
+    /// afterwards. The fdatasyncs start together ([`sync_together`]), so that a flush pays about
+    /// one journal commit for all of them.
+    pub fn sync_all<'a>(bins: impl IntoIterator<Item = &'a mut BinAppender>) -> Result<()> {
+        let mut dirty = Vec::new();
+        for bin in bins {
+            bin.send_batch()?;
+            if bin.dirty {
+                dirty.push(bin);
+            }
+        }
+        for bin in &dirty {
+            bin.worker.wait_for(bin.last_ticket)?;
+        }
+        let files: Vec<(&Path, &File)> =
+            dirty.iter().map(|bin| (bin.path.as_path(), &*bin.file)).collect();
+        sync_together(&files, &[])?;
+        for bin in dirty {
+            bin.dirty = false;
         }
         Ok(())
     }
 
-    /// The bytes of row `row` (appended earlier), from the buffer or the file.
+    /// The bytes of row `row` (appended earlier), from the batch or the file (once the writes
+    /// handed over are done).
     pub fn read_row(&self, row: usize) -> Result<Vec<u8>> {
         let start = row as u64 * self.row_bytes as u64;
-        let mut bytes = vec![0u8; self.row_bytes];
-        if start >= self.written {
-            let at = (start - self.written) as usize;
-            let slice = self.buffer.get(at..at + self.row_bytes).ok_or_else(|| {
+        if start >= self.sent {
+            let at = ((start - self.sent) / self.row_bytes as u64) as usize;
+            let part = self.batch.get(at).ok_or_else(|| {
                 Error::invalid(format!("row {row} was never appended to {}", self.path.display()))
             })?;
-            bytes.copy_from_slice(slice);
-        } else {
-            read_exact_at(&self.file, &mut bytes, start).map_err(|e| {
-                Error::corrupted(&self.path, format!("row {row} cannot be read back: {e}"))
-            })?;
+            return Ok(part.to_vec());
         }
+        if self.last_ticket > 0 {
+            self.worker.wait_for(self.last_ticket)?;
+        }
+        let mut bytes = vec![0u8; self.row_bytes];
+        read_exact_at(&self.file, &mut bytes, start).map_err(|e| {
+            Error::corrupted(&self.path, format!("row {row} cannot be read back: {e}"))
+        })?;
         Ok(bytes)
     }
 }
 
 #[cfg(unix)]
-fn write_all_at(file: &File, bytes: &[u8], offset: u64) -> std::io::Result<()> {
-    std::os::unix::fs::FileExt::write_all_at(file, bytes, offset)
-}
-
-#[cfg(unix)]
 fn read_exact_at(file: &File, bytes: &mut [u8], offset: u64) -> std::io::Result<()> {
     std::os::unix::fs::FileExt::read_exact_at(file, bytes, offset)
-}
-
-#[cfg(windows)]
-fn write_all_at(file: &File, mut bytes: &[u8], mut offset: u64) -> std::io::Result<()> {
-    while !bytes.is_empty() {
-        let n = std::os::windows::fs::FileExt::seek_write(file, bytes, offset)?;
-        bytes = &bytes[n..];
-        offset += n as u64;
-    }
-    Ok(())
 }
 
 #[cfg(windows)]
@@ -184,19 +223,20 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("x.bin");
         std::fs::write(&path, b"stale bytes of an old cache").unwrap();
-        let mut bin = BinAppender::create(&path, 2).unwrap();
-        bin.append(&[1, 2]).unwrap();
-        bin.append(&[3, 4]).unwrap();
+        let worker = Arc::new(BackgroundWriter::start("test").unwrap());
+        let mut bin = BinAppender::create(&path, 2, Arc::clone(&worker)).unwrap();
+        bin.append(Bytes::from_static(&[1, 2])).unwrap();
+        bin.append(Bytes::from_static(&[3, 4])).unwrap();
         assert_eq!(bin.read_row(1).unwrap(), [3, 4]);
-        bin.sync().unwrap();
+        BinAppender::sync_all([&mut bin]).unwrap();
         assert_eq!(bin.read_row(0).unwrap(), [1, 2]);
         assert_eq!(std::fs::read(&path).unwrap(), [1, 2, 3, 4]);
         drop(bin);
         std::fs::write(&path, [1, 2, 3, 4, 5]).unwrap();
-        let bin = BinAppender::recover(&path, 2, 2).unwrap();
+        let bin = BinAppender::recover(&path, 2, 2, Arc::clone(&worker)).unwrap();
         assert_eq!(bin.read_row(1).unwrap(), [3, 4]);
         assert_eq!(std::fs::metadata(&path).unwrap().len(), 4);
-        let err = BinAppender::recover(&path, 2, 3).unwrap_err();
+        let err = BinAppender::recover(&path, 2, 3, worker).unwrap_err();
         assert!(matches!(err, Error::Corrupted { .. }), "{err}");
         assert!(err.to_string().contains("4 bytes") && err.to_string().contains("3 rows"), "{err}");
         assert_eq!(std::fs::metadata(&path).unwrap().len(), 4, "never padded");

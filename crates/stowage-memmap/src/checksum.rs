@@ -1,11 +1,17 @@
-//! Per-row checksums of `stowage_checksums.bin`: xxh64 of the key, then of every field's value,
+//! Per-row checksums of `stowage_checksums.bin`: xxh3-64 of the key, then of every field's value,
 //! as little-endian `u64`s, one fixed-size row per cache row.
 //!
-//! A null value has its own checksum (xxh64 of nothing under [`NULL_SEED`]), so a flipped
-//! `has_<field>` flag or a JSON text turned null is caught as well as a flipped data byte.
+//! xxh3 rather than xxh64: it hashes a 2 KiB row about three times faster, which is what lets a
+//! verified `get` stay within reach of a plain copy of the row. A null value has its own checksum
+//! (xxh3 of nothing under [`NULL_SEED`]), so a flipped `has_<field>` flag or a JSON text turned
+//! null is caught as well as a flipped data byte. Python reproduces every value with
+//! `xxhash.xxh3_64_intdigest(bytes, seed)`.
 
-use xxhash_rust::xxh64::xxh64;
+use stowage_core::prefetch::{PREFETCH_BLOCK, prefetch};
+use xxhash_rust::xxh3::xxh3_64_with_seed;
 
+/// The name of the algorithm in `stowage.json`.
+pub const ALGORITHM: &str = "xxh3-64";
 /// Seed of the checksum of a null value.
 pub const NULL_SEED: u64 = 0x6e75_6c6c;
 /// Seed of the checksum of a key, so a key never hashes like a value.
@@ -13,14 +19,18 @@ pub const KEY_SEED: u64 = 0x006b_6579;
 
 /// Checksum of a row's key.
 pub fn of_key(key: &str) -> u64 {
-    xxh64(key.as_bytes(), KEY_SEED)
+    xxh3_64_with_seed(key.as_bytes(), KEY_SEED)
 }
 
-/// Checksum of a field's value: its stored bytes (tensor row, JSON text), or null.
+/// Checksum of a field's value: its stored bytes (tensor row, JSON text), or null. The first
+/// lines are requested before hashing: on read the bytes usually come from a cold map.
 pub fn of_value(bytes: Option<&[u8]>) -> u64 {
     match bytes {
-        Some(bytes) => xxh64(bytes, 0),
-        None => xxh64(&[], NULL_SEED),
+        Some(bytes) => {
+            prefetch(&bytes[..bytes.len().min(PREFETCH_BLOCK)]);
+            xxh3_64_with_seed(bytes, 0)
+        }
+        None => xxh3_64_with_seed(&[], NULL_SEED),
     }
 }
 
@@ -29,9 +39,10 @@ pub fn encode(row: &[u64]) -> Vec<u8> {
     row.iter().flat_map(|c| c.to_le_bytes()).collect()
 }
 
-/// The checksums of one stored row.
-pub fn decode(bytes: &[u8]) -> Vec<u64> {
-    bytes.chunks_exact(8).map(|c| u64::from_le_bytes(c.try_into().expect("chunks of 8"))).collect()
+/// Checksum `k` of one stored row (`0` is the key's), read in place; the row holds one `u64` per
+/// field plus the key's, as the format of the cache says.
+pub fn nth(row: &[u8], k: usize) -> u64 {
+    u64::from_le_bytes(row[8 * k..8 * k + 8].try_into().expect("8 bytes"))
 }
 
 #[cfg(test)]
@@ -39,10 +50,19 @@ mod tests {
     use super::*;
 
     #[test]
+    fn values_are_python_xxhash_xxh3_64() {
+        // xxhash.xxh3_64_intdigest(b"abc"), (b"", seed=NULL_SEED), (b"/a/b.hid", seed=KEY_SEED)
+        assert_eq!(of_value(Some(b"abc")), 0x78af_5f94_892f_3950);
+        assert_eq!(of_value(None), 0xb4d8_05b4_3395_9765);
+        assert_eq!(of_key("/a/b.hid"), 0xd402_a2a3_fa80_d63c);
+    }
+
+    #[test]
     fn null_empty_and_key_checksums_differ() {
         assert_ne!(of_value(None), of_value(Some(b"")));
         assert_ne!(of_key("a"), of_value(Some(b"a")));
         let row = [1, u64::MAX, of_key("k")];
-        assert_eq!(decode(&encode(&row)), row);
+        let encoded = encode(&row);
+        assert_eq!((0..3).map(|k| nth(&encoded, k)).collect::<Vec<_>>(), row);
     }
 }

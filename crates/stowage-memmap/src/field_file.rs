@@ -145,13 +145,26 @@ impl FieldFile {
         Ok(self.map.get().expect("set just now or by another thread"))
     }
 
-    /// Row `index` as a tensor of the field's dtype and shape.
-    ///
-    /// Little-endian rows share the map (zero-copy, [`Tensor::is_zero_copy`]); big-endian rows are
-    /// copied and converted. Errors: [`Error::InvalidArgument`] naming `index` and the row count when
-    /// out of range; [`Error::Corrupted`] naming the file when it is shorter than its rows, or a
-    /// bool byte is not 0 or 1.
-    pub fn read_row(&self, index: usize) -> Result<Tensor> {
+    /// The stored bytes of row `index`, borrowed from the map (no tensor built, no byte-order
+    /// conversion). Errors as [`FieldFile::read_row`].
+    pub fn row_bytes(&self, index: usize) -> Result<&[u8]> {
+        self.check_row(index)?;
+        let start = index * self.field.row_bytes;
+        Ok(&self.map()?[start..start + self.field.row_bytes])
+    }
+
+    /// Asks the CPU to start loading the first lines of row `index`, when the file is already
+    /// mapped and the row is in range (a hint: otherwise nothing happens). A reader calls it as soon
+    /// as it knows the row, so the load overlaps with the rest of the lookup.
+    pub fn prefetch_row(&self, index: usize) {
+        if let Some(map) = self.map.get().filter(|_| index < self.rows) {
+            let start = index * self.field.row_bytes;
+            let len = self.field.row_bytes.min(stowage_core::prefetch::PREFETCH_BLOCK);
+            stowage_core::prefetch::prefetch(&map[start..start + len]);
+        }
+    }
+
+    fn check_row(&self, index: usize) -> Result<()> {
         if index >= self.rows {
             return Err(Error::invalid(format!(
                 "row {index} out of range for {} rows in {}",
@@ -159,6 +172,17 @@ impl FieldFile {
                 self.path.display()
             )));
         }
+        Ok(())
+    }
+
+    /// Row `index` as a tensor of the field's dtype and shape.
+    ///
+    /// Little-endian rows share the map (zero-copy, [`Tensor::is_zero_copy`]); big-endian rows are
+    /// copied and converted. Errors: [`Error::InvalidArgument`] naming `index` and the row count when
+    /// out of range; [`Error::Corrupted`] naming the file when it is shorter than its rows, or a
+    /// bool byte is not 0 or 1.
+    pub fn read_row(&self, index: usize) -> Result<Tensor> {
+        self.check_row(index)?;
         let map = self.map()?;
         let start = index * self.field.row_bytes;
         let bytes = map.slice(start..start + self.field.row_bytes);

@@ -124,8 +124,19 @@ impl RowIndex {
 
     /// The row stored under `path`, in O(1).
     pub fn find(&self, path: &str) -> Option<usize> {
+        self.find_with(path, |_| {})
+    }
+
+    /// Like [`RowIndex::find`]; `candidate` sees each row whose hash matches before its path is
+    /// compared, so a reader can start loading that row's bytes while the comparison waits for the
+    /// stored path.
+    pub fn find_with(&self, path: &str, candidate: impl Fn(usize)) -> Option<usize> {
         let hash = self.hasher.hash_one(path);
-        self.table.find(hash, |&i| &*self.rows[i].path == path).copied()
+        let found = self.table.find(hash, |&i| {
+            candidate(i);
+            &*self.rows[i].path == path
+        });
+        found.copied()
     }
 }
 

@@ -9,6 +9,7 @@ pub mod field_file;
 mod fingerprint_check;
 mod finish;
 pub mod index;
+pub mod inspect;
 pub mod layout;
 pub mod manifest;
 mod materialize;

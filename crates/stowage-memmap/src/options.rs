@@ -18,7 +18,7 @@ pub struct MemmapOptions {
     /// bytes as a problem. (An unfinished cache's bytes beyond its committed rows are a torn append
     /// and are always ignored.)
     pub allow_trailing_bytes: bool,
-    /// Check every row `get` returns against `stowage_checksums.bin` (xxh64 of the key and of
+    /// Check every row `get` returns against `stowage_checksums.bin` (xxh3-64 of the key and of
     /// every field) and return `Error::Corrupted` on a mismatch; on by default. Caches DNANet
     /// wrote have no checksums and are read unchecked. `validate(Full)` always checks.
     pub verify_checksums: bool,

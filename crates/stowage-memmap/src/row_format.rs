@@ -23,12 +23,13 @@ use crate::layout::{FieldLayout, check_field_name};
 
 /// `stowage.json`: written by stowage's writer at create, ignored by DNANet.
 pub const STOWAGE_META_FILE: &str = "stowage.json";
-/// Per-row checksums (xxh64 of the key and of every field), one fixed-size row per cache row.
+/// Per-row checksums (xxh3-64 of the key and of every field), one fixed-size row per cache row.
 pub const CHECKSUMS_FILE: &str = "stowage_checksums.bin";
 /// The value of `format` in `stowage.json`.
 pub const FORMAT_NAME: &str = "dnanet-memmap-row";
-/// The version of stowage's additions (`stowage.json`, the checksum file).
-pub const FORMAT_VERSION: u32 = 1;
+/// The version of stowage's additions (`stowage.json`, the checksum file). Version 1 (xxh64
+/// checksums) was never released; its caches are refused as `Incompatible`.
+pub const FORMAT_VERSION: u32 = 2;
 
 /// Files of the layout itself; no field may map onto one of them.
 const RESERVED_FILES: [&str; 8] = [
@@ -281,7 +282,7 @@ pub struct StowageMeta {
     pub format_version: u32,
     /// The schema the cache was created with.
     pub schema: Schema,
-    /// The checksum of `stowage_checksums.bin` rows (`"xxh64"`).
+    /// The checksum of `stowage_checksums.bin` rows ([`crate::checksum::ALGORITHM`]).
     pub checksums: String,
 }
 
@@ -292,7 +293,7 @@ impl StowageMeta {
             format: FORMAT_NAME.into(),
             format_version: FORMAT_VERSION,
             schema: schema.clone(),
-            checksums: "xxh64".into(),
+            checksums: crate::checksum::ALGORITHM.into(),
         }
     }
 
@@ -308,15 +309,18 @@ impl StowageMeta {
         let meta: StowageMeta = serde_json::from_slice(&text)
             .map_err(|e| Error::corrupted(path, format!("does not parse: {e}")))?;
         if meta.format != FORMAT_NAME
-            || meta.format_version > FORMAT_VERSION
-            || meta.checksums != "xxh64"
+            || meta.format_version != FORMAT_VERSION
+            || meta.checksums != crate::checksum::ALGORITHM
         {
             return Err(Error::Incompatible {
                 path: path.to_path_buf(),
                 detail: format!(
                     "format {:?} version {} checksums {:?}; this reader knows {FORMAT_NAME:?} \
-                     version {FORMAT_VERSION} with \"xxh64\"",
-                    meta.format, meta.format_version, meta.checksums
+                     version {FORMAT_VERSION} with {:?}",
+                    meta.format,
+                    meta.format_version,
+                    meta.checksums,
+                    crate::checksum::ALGORITHM
                 ),
             });
         }

@@ -9,7 +9,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use foldhash::HashSet;
+use stowage_core::bytes::Bytes;
 use stowage_core::file_safety::WriterLock;
+use stowage_core::write_behind::BackgroundWriter;
 use stowage_core::{Error, Result};
 
 use crate::bin_appender::BinAppender;
@@ -44,19 +46,25 @@ pub(crate) struct Session {
     pub(crate) manifest: ManifestWriter,
     /// Per JSON field: its distinct texts, so repeated texts share one allocation.
     pub(crate) interned: Vec<HashSet<Arc<str>>>,
+    /// Per tensor field: the zero placeholder row of a null value, made on first use and shared.
+    zero_rows: Vec<Option<Bytes>>,
 }
 
 impl Session {
     /// Fresh, empty files for a new cache (stale bytes of an earlier cache are cut away).
     pub(crate) fn create(layout: &Layout, format: &RowFormat) -> Result<Session> {
+        let worker = Arc::new(BackgroundWriter::start(crate::BACKEND_NAME)?);
+        let create = |path: &Path, row_bytes: usize| {
+            BinAppender::create(path, row_bytes, Arc::clone(&worker))
+        };
         let bins = format
             .tensors
             .iter()
-            .map(|t| BinAppender::create(&layout.field_file(&t.layout.name), t.layout.row_bytes))
+            .map(|t| create(&layout.field_file(&t.layout.name), t.layout.row_bytes))
             .collect::<Result<Vec<_>>>()?;
         let checksums = format
             .checksums
-            .then(|| BinAppender::create(&layout.checksums(), format.checksum_layout().row_bytes))
+            .then(|| create(&layout.checksums(), format.checksum_layout().row_bytes))
             .transpose()?;
         let manifest = ManifestWriter::open(&layout.manifest(), 0, false)?;
         Ok(Session::over(format, bins, checksums, manifest))
@@ -71,7 +79,10 @@ impl Session {
         committed_len: u64,
         missing_newline: bool,
     ) -> Result<Session> {
-        let recover = |path: &Path, row_bytes: usize| BinAppender::recover(path, row_bytes, rows);
+        let worker = Arc::new(BackgroundWriter::start(crate::BACKEND_NAME)?);
+        let recover = |path: &Path, row_bytes: usize| {
+            BinAppender::recover(path, row_bytes, rows, Arc::clone(&worker))
+        };
         let bins = format
             .tensors
             .iter()
@@ -92,7 +103,13 @@ impl Session {
         manifest: ManifestWriter,
     ) -> Session {
         let interned = vec![HashSet::default(); format.json.len()];
-        Session { bins, checksums, manifest, interned }
+        let zero_rows = vec![None; format.tensors.len()];
+        Session { bins, checksums, manifest, interned, zero_rows }
+    }
+
+    /// The zero placeholder row (`row_bytes` zeros) of tensor field `t`.
+    pub(crate) fn zero_row(&mut self, t: usize, row_bytes: usize) -> Bytes {
+        self.zero_rows[t].get_or_insert_with(|| Bytes::from(vec![0u8; row_bytes])).clone()
     }
 
     /// A shared copy of `text` for JSON field `j`.
@@ -110,9 +127,7 @@ impl Session {
         if !self.manifest.has_pending() {
             return Ok(());
         }
-        for bin in self.bins.iter_mut().chain(self.checksums.as_mut()) {
-            bin.sync()?;
-        }
+        BinAppender::sync_all(self.bins.iter_mut().chain(self.checksums.as_mut()))?;
         self.manifest.commit()
     }
 }

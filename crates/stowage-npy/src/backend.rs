@@ -1,6 +1,5 @@
 //! `NpyBackend`: the [`Backend`] over a NUMPY_10 cache directory.
 
-use crate::background_writer::BackgroundWriter;
 use crate::collection::CollectionFile;
 use crate::column_writer::ColumnWriter;
 use crate::index::{FieldShape, KeyIndex, Slot, encode_entry_into, encode_finalize};
@@ -11,6 +10,7 @@ use crate::{NpyOptions, validate};
 use std::path::Path;
 use std::sync::OnceLock;
 use stowage_core::file_safety::{AppendLog, WriterLock, atomic_write, fsync_dir};
+use stowage_core::write_behind::BackgroundWriter;
 use stowage_core::{
     Backend, Capabilities, DType, Error, FieldKind, IoResultExt, OpenMode, Result, Sample, Schema,
     ShapeRule, Tensor, ValidationLevel, ValidationReport, Value,
@@ -475,7 +475,7 @@ fn field_dtypes(meta: &CacheMetadata) -> Vec<DType> {
 }
 
 fn column_writers(meta: &CacheMetadata) -> Result<Vec<ColumnWriter>> {
-    let worker = std::sync::Arc::new(BackgroundWriter::start()?);
+    let worker = std::sync::Arc::new(BackgroundWriter::start(BACKEND_NAME)?);
     (0..meta.schema.fields.len())
         .map(|i| {
             let (dtype, slot) = slot_of(&meta.schema, i);

@@ -1,17 +1,17 @@
 //! Writing one field's samples into collection files: slot allocation, file rotation, write
 //! batching, and the fsync ordering that makes a flush durable.
 
-use crate::background_writer::{BackgroundWriter, Job};
 use crate::layout::Layout;
 use crate::npy_header::write_header;
 use crate::record::{new_uid, xxh64};
 use std::fs::{File, OpenOptions};
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use stowage_core::bytes::Bytes;
-use stowage_core::file_safety::fsync_dir;
+use stowage_core::file_safety::sync_together;
+use stowage_core::write_behind::{BackgroundWriter, Job};
 use stowage_core::{DType, Error, IoResultExt, Result, Tensor, shape};
 
 /// Slot bytes gathered before they are handed to the OS in one write.
@@ -222,25 +222,10 @@ impl ColumnWriter {
         if std::mem::take(&mut self.created_files) {
             dirs.extend([layout.data_dir(), layout.stage_dir()]);
         }
-        sync_all_at_once(&files, &dirs)
+        let files: Vec<(&Path, &File)> = files.iter().map(|(p, f)| (p.as_path(), &**f)).collect();
+        let dirs: Vec<&Path> = dirs.iter().map(PathBuf::as_path).collect();
+        sync_together(&files, &dirs)
     }
-}
-
-/// fdatasyncs `files` and fsyncs `dirs`, concurrently when there are several: the filesystem then
-/// commits them in one journal transaction instead of one after another. Returns the first error.
-fn sync_all_at_once(files: &[(PathBuf, Arc<File>)], dirs: &[PathBuf]) -> Result<()> {
-    let sync_file = |(path, file): &(PathBuf, Arc<File>)| file.sync_data().at(path);
-    if files.len() + dirs.len() <= 1 {
-        files.iter().try_for_each(sync_file)?;
-        return dirs.iter().try_for_each(fsync_dir);
-    }
-    std::thread::scope(|scope| {
-        let file_syncs: Vec<_> = files.iter().map(|f| scope.spawn(move || sync_file(f))).collect();
-        let dir_syncs: Vec<_> = dirs.iter().map(|d| scope.spawn(move || fsync_dir(d))).collect();
-        file_syncs.into_iter().chain(dir_syncs).try_for_each(|handle| {
-            handle.join().unwrap_or_else(|_| Err(Error::invalid("an fsync thread panicked")))
-        })
-    })
 }
 
 /// Queues the batched slots of `current` for one gathering write at their offset; the write's

@@ -2,7 +2,6 @@
 #![deny(missing_docs)]
 
 mod backend;
-mod background_writer;
 mod cold_hash;
 pub mod collection;
 mod column_writer;

@@ -7,7 +7,8 @@
 //!
 //! - [`to_python_json`] encodes a [`serde_json::Value`] or a [`PyValue`] under [`PyJsonOptions`].
 //! - [`PyValue`] can hold what `serde_json::Value` cannot: `NaN`, `Infinity`, integers beyond `u64`.
-//! - [`python_float_repr`] is Python's `repr(float)` on its own.
+//! - [`python_float_repr`] is Python's `repr(float)` on its own, [`write_python_string`] a JSON
+//!   string literal on its own (for writers that emit a fixed-shape line without building a value).
 //! - [`sha256_hex`] hashes the encoded text the way the original tools do.
 //!
 //! ```
@@ -27,6 +28,7 @@ mod value;
 
 pub use float_repr::python_float_repr;
 pub use options::{PyJsonOptions, Separators};
+pub use string_escape::write_python_string;
 pub use value::{PyValue, ToPyValue};
 
 use sha2::{Digest, Sha256};

@@ -7,7 +7,7 @@
 /// With `ensure_ascii`, every character outside `' '..='~'` is escaped too (so U+007F becomes
 /// `\u007f`), characters above U+FFFF as a UTF-16 surrogate pair (`\ud83d\ude00`). Without it, those
 /// characters are written as they are (U+007F included).
-pub(super) fn write_python_string(out: &mut String, text: &str, ensure_ascii: bool) {
+pub fn write_python_string(out: &mut String, text: &str, ensure_ascii: bool) {
     out.push('"');
     for character in text.chars() {
         match character {

@@ -1,6 +1,6 @@
 //! Crash-safe file primitives every backend builds on.
 //!
-//! Three concepts, one module each:
+//! Four concepts, one module each:
 //!
 //! - **Atomic replace** ([`atomic_write`], [`atomic_write_with`], [`fsync_dir`]): a whole file is
 //!   swapped in with write-temp, fsync, rename, fsync-directory, so a reader or a crash sees either
@@ -13,6 +13,8 @@
 //!   journals. Reopening finds the last good record and cuts off a torn tail, so after
 //!   [`AppendLog::sync`] returns, the records so far survive `kill -9` and power loss, and a partial
 //!   record is never returned as data.
+//! - **Syncing together** ([`sync_together`]): the files a commit record will point at, made
+//!   durable in one journal commit instead of one each.
 //!
 //! ```
 //! use stowage_core::file_safety::{AppendLog, WriterLock, atomic_write};
@@ -31,7 +33,9 @@
 mod append_log;
 mod atomic;
 mod lock;
+mod sync_together;
 
 pub use append_log::{AppendLog, Damage, DamageKind, Recovered};
 pub use atomic::{atomic_write, atomic_write_with, fsync_dir};
 pub use lock::WriterLock;
+pub use sync_together::sync_together;

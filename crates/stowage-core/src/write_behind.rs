@@ -1,18 +1,36 @@
-//! A thread that performs the writes of collection-file batches, so that the kernel's copy into the
-//! page cache overlaps with the caller hashing and indexing the next samples.
+//! Write-behind: a thread that performs a writer's batched file writes, so that the kernel's copy
+//! into the page cache overlaps with the caller hashing and indexing the next samples.
 //!
-//! The writer is only an overlap: `wait_idle` returns once every batch sent so far is in the page
-//! cache (or reports the first failure), and durability still comes from the caller's fsyncs after
-//! it. A failed write is reported by every later `wait_idle`; the handle must then be reopened.
+//! It is only an overlap: [`BackgroundWriter::wait_for`] returns once a write (and every one sent
+//! before it) is in the page cache, or reports the first failure; durability still comes from the
+//! caller's fsyncs after it. A failed write is reported by every later wait; the caller must then
+//! stop writing (its handle is poisoned) and reopen.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use stowage_core::bytes::Bytes;
+//! use stowage_core::write_behind::{BackgroundWriter, Job};
+//!
+//! let dir = tempfile::tempdir()?;
+//! let path = dir.path().join("rows.bin");
+//! let file = Arc::new(std::fs::File::create(&path)?);
+//! let writer = BackgroundWriter::start("example")?;
+//! let parts = vec![Bytes::from_static(b"row 0 "), Bytes::from_static(b"row 1")];
+//! let ticket = writer.send(Job { file: Arc::clone(&file), path: path.clone(), offset: 0, parts })?;
+//! writer.wait_for(ticket)?;
+//! assert_eq!(std::fs::read(&path)?, b"row 0 row 1");
+//! file.sync_data()?; // durability is still the caller's
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
 
+use crate::{Error, Result};
+use bytes::Bytes;
 use std::fs::File;
 use std::io::{IoSlice, Seek, SeekFrom, Write};
 use std::path::PathBuf;
 use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
-use stowage_core::bytes::Bytes;
-use stowage_core::{Error, Result};
 
 /// Batches queued before `send` blocks: bounds the memory held by pending writes.
 const QUEUE: usize = 4;
@@ -37,7 +55,8 @@ struct Progress {
     failure: Option<(PathBuf, std::io::ErrorKind, String)>,
 }
 
-/// The background thread and its progress counters.
+/// The background thread and its progress counters. Dropping it waits for the writes already
+/// queued.
 pub struct BackgroundWriter {
     jobs: Option<SyncSender<Job>>,
     thread: Option<JoinHandle<()>>,
@@ -45,20 +64,21 @@ pub struct BackgroundWriter {
 }
 
 impl BackgroundWriter {
-    /// Starts the thread.
-    pub fn start() -> Result<BackgroundWriter> {
+    /// Starts the thread; `backend` names the caller in the error if the OS cannot start it.
+    pub fn start(backend: &'static str) -> Result<BackgroundWriter> {
         let (jobs, queue) = sync_channel(QUEUE);
         let progress = Arc::new((Mutex::new(Progress::default()), Condvar::new()));
         let shared = Arc::clone(&progress);
         let thread = std::thread::Builder::new()
-            .name("stowage-npy-writer".into())
+            .name(format!("{backend}-writer"))
             .spawn(move || run(queue, &shared))
-            .map_err(|e| Error::Backend { backend: crate::BACKEND_NAME, source: Box::new(e) })?;
+            .map_err(|e| Error::Backend { backend, source: Box::new(e) })?;
         Ok(BackgroundWriter { jobs: Some(jobs), thread: Some(thread), progress })
     }
 
-    /// Queues a write (blocks while [`QUEUE`] writes are pending) and returns its ticket: the
-    /// write is done once [`BackgroundWriter::wait_for`] of the ticket returns.
+    /// Queues a write and returns its ticket: the write is done once
+    /// [`BackgroundWriter::wait_for`] of the ticket returns. Blocks while 4 writes are pending,
+    /// which bounds the memory they hold.
     pub fn send(&self, job: Job) -> Result<u64> {
         let path = job.path.clone();
         let ticket = {
