@@ -2,8 +2,8 @@
 //!
 //! - `cargo xtask test`: checks and installs what the tests need, then runs every check the project
 //!   has (format, clippy, tests, docs), stopping at the first failure.
-//! - `cargo xtask bench`: runs the numpy10 benchmark and the Python peer, prints the comparison
-//!   table and records it in `docs/benchmarks.md`.
+//! - `cargo xtask bench`: runs every benchmark suite (numpy10, memmap) and its Python peer, prints
+//!   each comparison table and records it in the suite's section of `docs/benchmarks.md`.
 
 mod bench;
 mod prerequisites;
@@ -28,12 +28,17 @@ Commands:
                     5. cargo doc --workspace --no-deps   (RUSTDOCFLAGS=\"-D warnings\")
     --quick       only the prerequisites and step 4
 
-  bench           Run the numpy10 benchmark and print the comparison table:
-                    cargo bench -p stowage-npy --bench numpy10 -- --noplot
-                    python3 xtask/py/numpy10_peer.py <bench data dir>
-                  then write the table, the machine and the command to docs/benchmarks.md.
-    --report-only do not run the benchmark; report the last criterion results
-                  (the Python peer still runs when the bench data exists)
+  bench           Run every benchmark suite in order and print its comparison table:
+                    numpy10  cargo bench -p stowage-npy --bench numpy10 -- --noplot
+                             python3 xtask/py/numpy10_peer.py <target>/bench-data
+                    memmap   cargo bench -p stowage-memmap --bench memmap_rows -- --noplot
+                             python3 xtask/py/memmap_peer.py <target>/bench-data/memmap
+                  then write the table, the machine and the command to the suite's section of
+                  docs/benchmarks.md. A suite that fails is reported and the others still run;
+                  the command then exits non-zero.
+    --suite NAME  run only this suite (numpy10 or memmap); may be given more than once
+    --report-only do not run the benchmarks; report the last criterion results
+                  (the Python peers still run when the bench data exists)
 
   help, --help, -h  Print this text.
 
@@ -42,8 +47,9 @@ Environment:
                          the tests as an absolute path
   CI                     when set, missing reference caches are a failure
   CARGO_TARGET_DIR       build directory (default: <workspace>/target); the bench data goes to
-                         <target>/bench-data and criterion's output to <target>/criterion
-                         (or $CRITERION_HOME)
+                         <target>/bench-data (memmap's to its memmap/ subdirectory) and
+                         criterion's output to <target>/criterion (or $CRITERION_HOME, relative
+                         to the workspace)
 ";
 
 fn main() -> ExitCode {
@@ -54,7 +60,7 @@ fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
         Some("test") => parse_flag(&args[1..], "--quick").and_then(test::run),
-        Some("bench") => parse_flag(&args[1..], "--report-only").and_then(bench::run),
+        Some("bench") => bench::Options::parse(&args[1..]).and_then(bench::run),
         Some(other) => Err(format!("unknown command `{other}`; run `cargo xtask --help`")),
     };
     match result {
@@ -126,6 +132,16 @@ mod tests {
         assert_eq!(parse_flag(&["--quick".to_owned()], "--quick"), Ok(true));
         assert!(parse_flag(&["--fast".to_owned()], "--quick").is_err());
         assert!(parse_flag(&["--quick".to_owned(), "x".to_owned()], "--quick").is_err());
+    }
+
+    /// The help text names every benchmark suite, its package and its peer.
+    #[test]
+    fn help_names_every_suite() {
+        for suite in bench::SUITES {
+            for word in [suite.name, suite.package, suite.bench_target, suite.peer.script] {
+                assert!(HELP.contains(word), "{word} is not in the help text");
+            }
+        }
     }
 
     #[test]

@@ -1,0 +1,90 @@
+//! A measured rate and the table row that holds it: what criterion's results and the Python peers
+//! are both turned into, so the table compares them without knowing where they came from.
+
+/// How much one iteration of a benchmark processes, from criterion's `benchmark.json`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Throughput {
+    /// Rows (criterion's `Elements`, or the elements of `ElementsAndBytes`).
+    Rows(u64),
+    /// Bytes (`Bytes` or `BytesDecimal`).
+    Bytes(u64),
+    /// Bits.
+    Bits(u64),
+}
+
+impl Throughput {
+    /// The amount and what it counts, for the rate and the "per N rows" column.
+    pub fn amount_and_unit(self) -> (u64, Unit) {
+        match self {
+            Throughput::Rows(n) => (n, Unit::Rows),
+            Throughput::Bytes(n) => (n, Unit::Bytes),
+            Throughput::Bits(n) => (n, Unit::Bits),
+        }
+    }
+}
+
+/// What a rate counts per second.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unit {
+    /// Rows (criterion's elements).
+    Rows,
+    /// Bytes.
+    Bytes,
+    /// Bits.
+    Bits,
+    /// The benchmark declared no throughput: iterations per second.
+    Iterations,
+}
+
+impl Unit {
+    /// The unit as the table writes it (`rows/s`, `B/s`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Unit::Rows => "rows",
+            Unit::Bytes => "B",
+            Unit::Bits => "bit",
+            Unit::Iterations => "iter",
+        }
+    }
+}
+
+/// One measured rate.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Measured {
+    /// Criterion's mean time of one iteration (none for a Python peer).
+    pub mean_ns: Option<f64>,
+    /// What one iteration processes (none for a Python peer or without a declared throughput).
+    pub per_iteration: Option<Throughput>,
+    /// Units per second.
+    pub per_second: f64,
+    /// What `per_second` counts.
+    pub unit: Unit,
+}
+
+impl Measured {
+    /// From criterion's mean time per iteration: rate = amount / (mean_ns * 1e-9).
+    pub fn from_criterion(mean_ns: f64, per_iteration: Option<Throughput>) -> Measured {
+        let (amount, unit) =
+            per_iteration.map_or((1, Unit::Iterations), Throughput::amount_and_unit);
+        Measured {
+            mean_ns: Some(mean_ns),
+            per_iteration,
+            per_second: amount as f64 / (mean_ns * 1e-9),
+            unit,
+        }
+    }
+
+    /// A rate a Python peer reported: rows per second, with no iteration behind it.
+    pub fn rows_per_second(per_second: f64) -> Measured {
+        Measured { mean_ns: None, per_iteration: None, per_second, unit: Unit::Rows }
+    }
+}
+
+/// One line of the table: a benchmark or a peer rate, with the reason when it is missing.
+#[derive(Clone, Debug)]
+pub struct Row {
+    /// The benchmark id or peer rate name.
+    pub name: String,
+    /// The rate, or why there is none.
+    pub measured: Result<Measured, String>,
+}

@@ -1,0 +1,332 @@
+//! The benchmark suites `cargo xtask bench` runs, as data: the criterion bench and what to read back
+//! from it, the Python peer that reads the same data, the ratios the project aims for, and the text
+//! the suite's section of `docs/benchmarks.md` opens with. A new suite is one more entry in
+//! [`SUITES`]; the run loop, the table and the docs have no code path per suite.
+
+use std::path::{Path, PathBuf};
+
+/// One benchmark suite: a criterion bench target, its Python peer and its targets.
+///
+/// Contract with the criterion bench: it is run as `cargo bench -p <package> --bench
+/// <bench_target> -- --noplot` with `STOWAGE_BENCH_DIR` set to [`Suite::bench_data`], leaves there
+/// what the peer reads, and reports every id of `benchmark_ids` in the criterion group `group`, each
+/// with a throughput in elements (rows) per iteration.
+#[derive(Debug)]
+pub struct Suite {
+    /// The name `--suite` selects, and the name in the section's markers.
+    pub name: &'static str,
+    /// The heading of the section in `docs/benchmarks.md` (after `## `).
+    pub heading: &'static str,
+    /// The package that holds the bench target (`cargo bench -p <package>`).
+    pub package: &'static str,
+    /// The bench target (`--bench <bench_target>`).
+    pub bench_target: &'static str,
+    /// The bench target's source file, relative to the workspace root: without it the suite
+    /// cannot run.
+    pub bench_source: &'static str,
+    /// The criterion group the benchmarks report in.
+    pub group: &'static str,
+    /// The benchmark ids the table reports, in table order.
+    pub benchmark_ids: &'static [&'static str],
+    /// Where the bench leaves its data, below `<target>/bench-data` (empty: that directory).
+    pub bench_data_subdir: &'static str,
+    /// The paragraph after the command line in the section: what the numbers measure.
+    pub description: &'static str,
+    /// The Python peer that reads the same data the way the original tool does.
+    pub peer: Peer,
+    /// The ratios the table evaluates, in table order.
+    pub targets: &'static [Target],
+    /// Whether this suite's section is the one once written between the unnamed markers
+    /// `<!-- xtask-bench:begin -->` / `<!-- xtask-bench:end -->` (from before there were several
+    /// suites); its first write replaces them with its own markers.
+    pub owns_unnamed_markers: bool,
+}
+
+/// A Python script run as `python3 <script> <bench data>` that prints one JSON line of rates.
+#[derive(Debug)]
+pub struct Peer {
+    /// The script, relative to the workspace root.
+    pub script: &'static str,
+    /// The Python packages it imports (rows of the prerequisites table), installed when missing.
+    pub packages: &'static [&'static str],
+    /// Files below the bench data it reads; when one is missing the peer is not started.
+    pub needs: &'static [&'static str],
+    /// The rates it reports, in table order.
+    pub rates: &'static [PeerRate],
+}
+
+/// One rate of a peer's JSON line.
+#[derive(Debug)]
+pub struct PeerRate {
+    /// The rate's name in the table and in the targets.
+    pub name: &'static str,
+    /// The key of the rate, in rows per second, in the JSON line.
+    pub key: &'static str,
+    /// JSON pointer to the number of rows read for the rate (`/rows` or `/rows/<cache>`).
+    pub rows_at: &'static str,
+    /// JSON pointer to the seconds those reads took.
+    pub seconds_at: &'static str,
+    /// What one read does, for the line below the table:
+    /// `` `<name>`: <description>, <rows> reads in <seconds> s.``
+    pub description: &'static str,
+}
+
+/// A ratio of two rates (benchmark ids or peer rate names) and what the project wants of it.
+#[derive(Clone, Copy, Debug)]
+pub struct Target {
+    /// The rate on top.
+    pub numerator: &'static str,
+    /// The rate below.
+    pub denominator: &'static str,
+    /// The smallest ratio that passes, or none for a ratio the table only reports.
+    pub minimum: Option<f64>,
+}
+
+/// A target that passes when `numerator / denominator >= minimum`.
+const fn at_least(numerator: &'static str, denominator: &'static str, minimum: f64) -> Target {
+    Target { numerator, denominator, minimum: Some(minimum) }
+}
+
+/// A ratio worth showing beside the targets that neither passes nor fails.
+const fn report(numerator: &'static str, denominator: &'static str) -> Target {
+    Target { numerator, denominator, minimum: None }
+}
+
+impl Suite {
+    /// The directory the bench leaves its data in and the peer reads: `bench_data_root` itself or
+    /// the suite's subdirectory of it (no trailing separator, as the docs show the path).
+    pub fn bench_data(&self, bench_data_root: &Path) -> PathBuf {
+        if self.bench_data_subdir.is_empty() {
+            bench_data_root.to_path_buf()
+        } else {
+            bench_data_root.join(self.bench_data_subdir)
+        }
+    }
+
+    /// How many targets have a minimum (the report-only ratios do not count).
+    pub fn goal_count(&self) -> usize {
+        self.targets.iter().filter(|target| target.minimum.is_some()).count()
+    }
+}
+
+/// numpy10: stowage-npy against the reference loops and hangar's NUMPY_10 read path.
+pub const NUMPY10: Suite = Suite {
+    name: "numpy10",
+    heading: "numpy10: stowage-npy against the reference loops and hangar's read path",
+    package: "stowage-npy",
+    bench_target: "numpy10",
+    bench_source: "crates/stowage-npy/benches/numpy10.rs",
+    group: "numpy10",
+    benchmark_ids: &[
+        "reference_raw_copy",
+        "reference_copy_xxh64",
+        "reference_xxh64_in_place",
+        "reference_write_fsync",
+        "get_checksum",
+        "get_no_checksum",
+        "get_record_checksum",
+        "put_flush",
+        "open",
+        "reference_raw_copy_64x64",
+        "reference_copy_xxh64_64x64",
+        "reference_xxh64_in_place_64x64",
+        "get_checksum_64x64",
+        "get_no_checksum_64x64",
+        "get_record_checksum_64x64",
+    ],
+    bench_data_subdir: "",
+    description: "Maps warm: the bench touches every page before timing. Rows not in the CPU cache: \
+                  every read benchmark walks the same shuffled epoch over all rows, 1000 new rows \
+                  per iteration.",
+    peer: Peer {
+        script: "xtask/py/numpy10_peer.py",
+        packages: &["numpy", "xxhash"],
+        needs: &["records.txt"],
+        rates: &[PeerRate {
+            name: "python_slice_xxhash",
+            key: "python_slice_xxhash_rows_per_s",
+            rows_at: "/rows",
+            seconds_at: "/seconds",
+            description: "hangar's read of one random record, `np.ascontiguousarray(mm[idx, :d0, \
+                          ...])` then `xxhash.xxh64_hexdigest(a.tobytes())`",
+        }],
+    },
+    targets: &[
+        at_least("get_checksum", "reference_copy_xxh64", 0.70),
+        at_least("get_checksum", "python_slice_xxhash", 3.0),
+        at_least("get_no_checksum", "reference_raw_copy", 0.50),
+        at_least("put_flush", "reference_write_fsync", 0.50),
+        at_least("get_checksum_64x64", "reference_copy_xxh64_64x64", 0.70),
+        at_least("get_no_checksum_64x64", "reference_raw_copy_64x64", 0.50),
+    ],
+    owns_unnamed_markers: true,
+};
+
+/// memmap: stowage-memmap against the reference loops and DNANet's memmap read path.
+pub const MEMMAP: Suite = Suite {
+    name: "memmap",
+    heading: "memmap: stowage-memmap against the reference loops and DNANet's read path",
+    package: "stowage-memmap",
+    bench_target: "memmap_rows",
+    bench_source: "crates/stowage-memmap/benches/memmap_rows.rs",
+    group: "memmap",
+    benchmark_ids: &[
+        "reference_raw_copy",
+        "reference_xxh64_in_place",
+        "get_checksum",
+        "get_no_checksum",
+        "get_row_no_checksum",
+        "reference_write_fsync",
+        "put_flush",
+        "open",
+        "open_1k_rows",
+        "first_get_after_open",
+        "reference_raw_copy_dnanet",
+        "reference_xxh64_in_place_dnanet",
+        "get_checksum_dnanet",
+        "get_no_checksum_dnanet",
+        "reference_write_fsync_dnanet",
+        "put_flush_dnanet",
+    ],
+    bench_data_subdir: "memmap",
+    description: "Two caches in DNANet's memmap layout: `f32x512/`, 1,000,000 rows of one field \
+                  float32[512] (ids without a suffix), and `dnanet/`, 100,000 rows of DNANet's \
+                  shape, data int16 (6, 4096), annotation int8 (6, 4096) nullable and scaler \
+                  float32 (4096,) (ids ending in `_dnanet`). Maps warm: the bench and the Python \
+                  peer touch every page before timing. Rows not in the CPU cache: every read \
+                  benchmark walks a shuffled epoch over all rows, as does the peer. \
+                  `open / open_1k_rows` compares opening the 1,000,000-row cache with opening a \
+                  1,000-row one (open time must not grow with the row count); \
+                  `first_get_after_open` is an open and its first get.",
+    peer: Peer {
+        script: "xtask/py/memmap_peer.py",
+        packages: &["numpy"],
+        needs: &["f32x512/shapes.json", "dnanet/shapes.json"],
+        rates: &[
+            PeerRate {
+                name: "python_memmap_copy",
+                key: "python_memmap_copy_rows_per_s",
+                rows_at: "/rows/f32x512",
+                seconds_at: "/seconds/f32x512",
+                description: "DNANet's read of one row of `f32x512/` in shuffled order, \
+                              `np.array(mm[i])` for the `np.memmap` of every field's `.bin`",
+            },
+            PeerRate {
+                name: "python_memmap_copy_dnanet",
+                key: "python_memmap_copy_dnanet_rows_per_s",
+                rows_at: "/rows/dnanet",
+                seconds_at: "/seconds/dnanet",
+                description: "the same read of one row of `dnanet/` (three fields)",
+            },
+        ],
+    },
+    targets: &[
+        at_least("get_no_checksum", "reference_raw_copy", 0.70),
+        at_least("get_checksum", "reference_raw_copy", 0.40),
+        at_least("get_no_checksum_dnanet", "reference_raw_copy_dnanet", 0.70),
+        at_least("get_checksum_dnanet", "reference_raw_copy_dnanet", 0.40),
+        at_least("get_checksum", "python_memmap_copy", 5.0),
+        at_least("put_flush", "reference_write_fsync", 0.50),
+        at_least("put_flush_dnanet", "reference_write_fsync_dnanet", 0.50),
+        at_least("open", "open_1k_rows", 0.50),
+        report("get_checksum_dnanet", "python_memmap_copy_dnanet"),
+        report("first_get_after_open", "open"),
+    ],
+    owns_unnamed_markers: false,
+};
+
+/// Every suite, in the order `cargo xtask bench` runs them and their sections appear.
+pub const SUITES: &[Suite] = &[NUMPY10, MEMMAP];
+
+/// The suite called `name`, or an error listing the known names.
+pub fn find(name: &str) -> Result<&'static Suite, String> {
+    SUITES
+        .iter()
+        .find(|suite| suite.name == name)
+        .ok_or_else(|| format!("unknown suite `{name}`; the suites are {}", names()))
+}
+
+/// The names of the suites, in order, for messages: `numpy10, memmap`.
+pub fn names() -> String {
+    SUITES.iter().map(|suite| suite.name).collect::<Vec<_>>().join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A target naming a rate no benchmark or peer reports would always show `missing`.
+    #[test]
+    fn every_target_names_a_rate_of_its_suite() {
+        for suite in SUITES {
+            let rates: Vec<&str> = suite
+                .benchmark_ids
+                .iter()
+                .copied()
+                .chain(suite.peer.rates.iter().map(|rate| rate.name))
+                .collect();
+            for target in suite.targets {
+                for name in [target.numerator, target.denominator] {
+                    assert!(
+                        rates.contains(&name),
+                        "{}: target names unknown rate {name}",
+                        suite.name
+                    );
+                }
+            }
+        }
+    }
+
+    /// Two rows of one name would make the table's ratios ambiguous; two suites of one name, the
+    /// section markers.
+    #[test]
+    fn names_are_unique() {
+        let mut suites: Vec<&str> = SUITES.iter().map(|suite| suite.name).collect();
+        suites.sort_unstable();
+        suites.dedup();
+        assert_eq!(suites.len(), SUITES.len());
+        for suite in SUITES {
+            let mut rates: Vec<&str> = suite.benchmark_ids.to_vec();
+            rates.extend(suite.peer.rates.iter().map(|rate| rate.name));
+            let count = rates.len();
+            rates.sort_unstable();
+            rates.dedup();
+            assert_eq!(rates.len(), count, "{}", suite.name);
+        }
+    }
+
+    /// The peer scripts ship with xtask; a typo would only show when the benchmark has run.
+    #[test]
+    fn every_peer_script_exists_and_one_suite_owns_the_unnamed_markers() {
+        for suite in SUITES {
+            assert!(crate::workspace_root().join(suite.peer.script).is_file(), "{}", suite.name);
+            for rate in suite.peer.rates {
+                assert!(rate.key.starts_with(rate.name), "{}", rate.key);
+                assert!(rate.rows_at.starts_with('/') && rate.seconds_at.starts_with('/'));
+            }
+        }
+        assert_eq!(SUITES.iter().filter(|suite| suite.owns_unnamed_markers).count(), 1);
+    }
+
+    /// `--suite` names and report-only ratios.
+    #[test]
+    fn suites_are_found_by_name_and_report_only_ratios_are_not_goals() {
+        assert_eq!(find("memmap").unwrap().package, "stowage-memmap");
+        assert_eq!(find("numpy10").unwrap().bench_target, "numpy10");
+        assert_eq!(
+            find("hdf5").unwrap_err(),
+            "unknown suite `hdf5`; the suites are numpy10, memmap"
+        );
+        assert_eq!(NUMPY10.goal_count(), 6);
+        assert_eq!(MEMMAP.goal_count(), 8);
+        assert_eq!(MEMMAP.targets.len(), 10);
+    }
+
+    /// numpy10's data stays where it always was; memmap's goes to its own subdirectory.
+    #[test]
+    fn bench_data_is_the_root_or_a_subdirectory() {
+        let root = Path::new("target/bench-data");
+        assert_eq!(NUMPY10.bench_data(root).display().to_string(), "target/bench-data");
+        assert_eq!(MEMMAP.bench_data(root).display().to_string(), "target/bench-data/memmap");
+    }
+}
