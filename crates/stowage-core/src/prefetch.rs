@@ -19,16 +19,33 @@ pub const PREFETCH_BLOCK: usize = 4096;
 /// ```
 #[inline]
 pub fn prefetch(bytes: &[u8]) {
-    #[cfg(target_arch = "x86_64")]
     for line in bytes.chunks(64) {
-        // SAFETY: prefetching is a hint with no architectural effect; the pointer is in bounds.
-        #[allow(unused_unsafe)]
-        unsafe {
-            std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
-                line.as_ptr().cast(),
-            );
-        }
+        prefetch_line(line.as_ptr());
+    }
+}
+
+/// Asks the CPU to start loading the first cache line of `value` (a hint, as [`prefetch`]): for an
+/// index entry a lookup will read next.
+///
+/// ```
+/// let entry = (7u64, "key");
+/// stowage_core::prefetch::prefetch_value(&entry);
+/// assert_eq!(entry.0, 7);
+/// ```
+#[inline]
+pub fn prefetch_value<T>(value: &T) {
+    prefetch_line((value as *const T).cast());
+}
+
+#[inline]
+fn prefetch_line(at: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: prefetching is a hint with no architectural effect and never faults; `at` comes
+    // from a live reference.
+    #[allow(unused_unsafe)]
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(at.cast());
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = bytes;
+    let _ = at;
 }

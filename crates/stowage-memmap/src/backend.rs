@@ -574,25 +574,32 @@ impl MemmapBackend {
     /// Reads row `row` (in range), checking its stored checksums when `verify` and the cache has
     /// them.
     pub(crate) fn read_row(&self, row: usize, verify: bool) -> Result<Sample> {
+        self.read_row_of(row, None, verify)
+    }
+
+    /// [`MemmapBackend::read_row`] of the row `key` was found at: the key's checksum is computed
+    /// from the caller's string (equal to the stored path) rather than from the row's entry, whose
+    /// path is one more pointer away.
+    fn read_row_of(&self, row: usize, key: Option<&str>, verify: bool) -> Result<Sample> {
         let entry = self.try_index()?.row(row).expect("the caller checked the range");
+        let key = key.unwrap_or(&entry.path);
         let verify = verify && self.format.checksums;
         let stored = if verify { Some(self.stored_checksums(row)?) } else { None };
         let stored_sum = |k: usize| stored.as_deref().map(|s| checksum::nth(s, k));
         if let Some(want) = stored_sum(0)
-            && want != checksum::of_key(&entry.path)
+            && want != checksum::of_key(key)
         {
-            return Err(self.mismatch(
-                row,
-                &entry.path,
-                "key",
-                want,
-                checksum::of_key(&entry.path),
-            ));
+            return Err(self.mismatch(row, key, "key", want, checksum::of_key(key)));
         }
         let mut sample = Sample::new();
         for (position, slot) in self.format.slots.iter().enumerate() {
             let value = match *slot {
-                FieldSlot::Tensor(t) if !entry.present[t] => Value::Null,
+                // Only a nullable field's flag is read: it lives behind one more pointer.
+                FieldSlot::Tensor(t)
+                    if self.format.tensors[t].has_column.is_some() && !entry.present[t] =>
+                {
+                    Value::Null
+                }
                 FieldSlot::Tensor(t) => Value::Tensor(self.read_tensor(t, row)?),
                 FieldSlot::Json(j) => json_value(self.sidecars[j].as_ref(), &entry.json[j])?,
             };
@@ -606,7 +613,7 @@ impl MemmapBackend {
                     let name = &self.format.schema.fields[position].name;
                     let what = format!("field {name:?}");
                     return Err(self
-                        .mismatch(row, &entry.path, &what, want, actual)
+                        .mismatch(row, key, &what, want, actual)
                         .with_path(self.field_path(*slot)));
                 }
             }
@@ -910,7 +917,8 @@ impl Backend for MemmapBackend {
             }
         };
         let Some(row) = self.try_index()?.find_with(key, prefetch) else { return Ok(None) };
-        self.read_row(row, self.options.verify_checksums).map(Some).map_err(|e| match e {
+        let verify = self.options.verify_checksums;
+        self.read_row_of(row, Some(key), verify).map(Some).map_err(|e| match e {
             Error::Corrupted { path, detail } => {
                 Error::Corrupted { path, detail: format!("key {key:?} (row {row}): {detail}") }
             }

@@ -7,9 +7,9 @@ use std::fs::File;
 use std::path::Path;
 use std::sync::Arc;
 
+use crate::path_table::PathTable;
 use arrow_array::{Array, BooleanArray, Int32Array, Int64Array, LargeStringArray, StringArray};
 use arrow_schema::{DataType, Schema as ArrowSchema};
-use hashbrown::HashTable;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use std::hash::BuildHasher;
 use stowage_core::{Error, IoResultExt, Result};
@@ -43,44 +43,78 @@ pub struct RowEntry {
 #[derive(Debug)]
 pub struct RowIndex {
     rows: Vec<RowEntry>,
-    /// Row numbers, hashed by their row's path.
-    table: HashTable<usize>,
+    /// Every path, back to back, in row order: a lookup compares against these bytes.
+    key_arena: String,
+    /// Path -> row, pointing into the arena.
+    table: PathTable,
     hasher: foldhash::fast::RandomState,
+}
+
+/// Why an entry cannot join the index.
+enum Refused {
+    /// Its path is already stored, in this row.
+    Duplicate(usize),
+    /// Its path (this many bytes), or the index, outgrew a table slot.
+    TooLarge(usize),
 }
 
 impl RowIndex {
     /// Builds the index from entries in row order. A path that occurs twice is
     /// [`Error::Corrupted`] naming `source`, the path and both rows: a key must address one row.
     pub fn from_entries(rows: Vec<RowEntry>, source: &Path) -> Result<RowIndex> {
-        let hasher = foldhash::fast::RandomState::default();
-        let mut table = HashTable::with_capacity(rows.len());
-        for (i, entry) in rows.iter().enumerate() {
-            let hash = hasher.hash_one(&*entry.path);
-            if let Some(&first) = table.find(hash, |&j: &usize| rows[j].path == entry.path) {
-                return Err(Error::corrupted(
-                    source,
-                    format!("path {:?} is stored in rows {first} and {i}", entry.path),
-                ));
+        let mut index = RowIndex {
+            rows: Vec::with_capacity(rows.len()),
+            key_arena: String::with_capacity(rows.iter().map(|r| r.path.len()).sum()),
+            table: PathTable::default(),
+            hasher: foldhash::fast::RandomState::default(),
+        };
+        for entry in rows {
+            let row = index.rows.len();
+            match index.try_push(entry) {
+                Ok(_) => {}
+                Err(Refused::Duplicate(first)) => {
+                    let path = &index.rows[first].path;
+                    return Err(Error::corrupted(
+                        source,
+                        format!("path {path:?} is stored in rows {first} and {row}"),
+                    ));
+                }
+                Err(Refused::TooLarge(len)) => {
+                    return Err(Error::corrupted(
+                        source,
+                        format!("row {row}: a path of {len} bytes is beyond what an index holds"),
+                    ));
+                }
             }
-            table.insert_unique(hash, i, |&j| hasher.hash_one(&*rows[j].path));
         }
-        Ok(RowIndex { rows, table, hasher })
+        Ok(index)
     }
 
     /// Appends the entry of the next row; a path already stored is [`Error::InvalidArgument`]
     /// naming it and its row.
     pub fn push(&mut self, entry: RowEntry) -> Result<usize> {
+        let path = entry.path.clone();
+        self.try_push(entry).map_err(|refused| match refused {
+            Refused::Duplicate(row) => {
+                Error::invalid(format!("key {path:?} is already stored in row {row}"))
+            }
+            Refused::TooLarge(len) => {
+                Error::invalid(format!("a key of {len} bytes is beyond what an index holds"))
+            }
+        })
+    }
+
+    /// Appends `entry` and returns its row, or why it cannot.
+    fn try_push(&mut self, entry: RowEntry) -> std::result::Result<usize, Refused> {
         let hash = self.hasher.hash_one(&*entry.path);
-        let rows = &self.rows;
-        if let Some(&row) = self.table.find(hash, |&j: &usize| rows[j].path == entry.path) {
-            return Err(Error::invalid(format!(
-                "key {:?} is already stored in row {row}",
-                entry.path
-            )));
+        if let Some(row) = self.table.find(hash, &entry.path, &self.key_arena, |_| {}) {
+            return Err(Refused::Duplicate(row));
         }
         let row = self.rows.len();
-        let (rows, hasher) = (&self.rows, &self.hasher);
-        self.table.insert_unique(hash, row, |&j| hasher.hash_one(&*rows[j].path));
+        self.table
+            .insert_new(hash, self.key_arena.len(), entry.path.len(), row)
+            .ok_or(Refused::TooLarge(entry.path.len()))?;
+        self.key_arena.push_str(&entry.path);
         self.rows.push(entry);
         Ok(row)
     }
@@ -132,11 +166,13 @@ impl RowIndex {
     /// stored path.
     pub fn find_with(&self, path: &str, candidate: impl Fn(usize)) -> Option<usize> {
         let hash = self.hasher.hash_one(path);
-        let found = self.table.find(hash, |&i| {
-            candidate(i);
-            &*self.rows[i].path == path
-        });
-        found.copied()
+        self.table.find(hash, path, &self.key_arena, |row| {
+            // The row's entry is read next by every reader: start it with the caller's loads.
+            if let Some(entry) = self.rows.get(row) {
+                stowage_core::prefetch::prefetch_value(entry);
+            }
+            candidate(row);
+        })
     }
 }
 

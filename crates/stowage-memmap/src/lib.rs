@@ -14,6 +14,7 @@ pub mod layout;
 pub mod manifest;
 mod materialize;
 mod options;
+mod path_table;
 pub mod preset;
 pub mod ram_guard;
 pub mod row_format;
