@@ -686,10 +686,9 @@ impl MemmapBackend {
         if self.writer.is_none() {
             return Err(self.read_only(operation));
         }
-        let root = self.layout.root().to_path_buf();
         let writer = self.writer.as_mut().expect("checked");
         if let Some(why) = &writer.poisoned {
-            return Err(poisoned_error(&root, why));
+            return Err(poisoned_error(self.layout.root(), why));
         }
         Ok(writer)
     }
@@ -860,31 +859,36 @@ impl Backend for MemmapBackend {
         let session = writer.as_mut().and_then(|w| w.session.as_mut()).expect("checked above");
         let mut present = vec![true; format.tensors.len()];
         let mut json = vec![JsonRef::Null; format.json.len()];
-        let mut sums = Vec::with_capacity(format.checksums_per_row());
-        sums.push(checksum::of_key(key));
+        // The checksum row, little-endian, built as the values are hashed.
+        let mut sums = Vec::with_capacity(8 * format.checksums_per_row());
+        sums.extend_from_slice(&checksum::of_key(key).to_le_bytes());
         let mut rows: Vec<Bytes> = Vec::with_capacity(format.tensors.len());
         for (field, slot) in format.schema.fields.iter().zip(&format.slots) {
             let value = sample.get(&field.name).unwrap_or(&Value::Null);
             match (*slot, value) {
                 (FieldSlot::Tensor(_), Value::Tensor(tensor)) => {
-                    sums.push(checksum::of_value(Some(tensor.bytes())));
+                    sums.extend_from_slice(&checksum::of_value(Some(tensor.bytes())).to_le_bytes());
                     rows.push(tensor.to_shared_bytes());
                 }
                 (FieldSlot::Tensor(t), _) => {
                     // Null: a zero placeholder row, flagged absent.
                     present[t] = false;
-                    sums.push(checksum::of_value(None));
+                    sums.extend_from_slice(&checksum::of_value(None).to_le_bytes());
                     rows.push(session.zero_row(t, format.tensors[t].layout.row_bytes));
                 }
                 (FieldSlot::Json(j), Value::Json(text)) => {
-                    sums.push(checksum::of_value(Some(text.as_bytes())));
+                    sums.extend_from_slice(
+                        &checksum::of_value(Some(text.as_bytes())).to_le_bytes(),
+                    );
                     let text = match format.json[j].storage {
                         JsonStorage::Deduplicated { .. } => session.intern(j, text),
                         JsonStorage::Plain { .. } => Arc::from(text.as_str()),
                     };
                     json[j] = JsonRef::Inline(text);
                 }
-                (FieldSlot::Json(_), _) => sums.push(checksum::of_value(None)),
+                (FieldSlot::Json(_), _) => {
+                    sums.extend_from_slice(&checksum::of_value(None).to_le_bytes())
+                }
             }
         }
         let entry = RowEntry { path: key.into(), present: present.into(), json: json.into() };
@@ -894,7 +898,7 @@ impl Backend for MemmapBackend {
                 bin.append(bytes)?;
             }
             if let Some(file) = session.checksums.as_mut() {
-                file.append(checksum::encode(&sums).into())?;
+                file.append(sums.into())?;
             }
             Ok(())
         })();

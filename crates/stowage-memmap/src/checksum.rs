@@ -34,11 +34,6 @@ pub fn of_value(bytes: Option<&[u8]>) -> u64 {
     }
 }
 
-/// The bytes of one checksum row.
-pub fn encode(row: &[u64]) -> Vec<u8> {
-    row.iter().flat_map(|c| c.to_le_bytes()).collect()
-}
-
 /// Checksum `k` of one stored row (`0` is the key's), read in place; the row holds one `u64` per
 /// field plus the key's, as the format of the cache says.
 pub fn nth(row: &[u8], k: usize) -> u64 {
@@ -48,6 +43,10 @@ pub fn nth(row: &[u8], k: usize) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn encode(row: &[u64]) -> Vec<u8> {
+        row.iter().flat_map(|c| c.to_le_bytes()).collect()
+    }
 
     #[test]
     fn values_are_python_xxhash_xxh3_64() {

@@ -93,9 +93,9 @@ impl RowIndex {
     /// Appends the entry of the next row; a path already stored is [`Error::InvalidArgument`]
     /// naming it and its row.
     pub fn push(&mut self, entry: RowEntry) -> Result<usize> {
-        let path = entry.path.clone();
         self.try_push(entry).map_err(|refused| match refused {
             Refused::Duplicate(row) => {
+                let path = &self.rows[row].path;
                 Error::invalid(format!("key {path:?} is already stored in row {row}"))
             }
             Refused::TooLarge(len) => {

@@ -9,7 +9,16 @@
 /// characters are written as they are (U+007F included).
 pub fn write_python_string(out: &mut String, text: &str, ensure_ascii: bool) {
     out.push('"');
-    for character in text.chars() {
+    // Runs of printable ASCII other than `"` and `\\` are copied as they are: the common case
+    // (paths, keys) then costs one copy instead of one push per character.
+    let plain = |b: &u8| (b' '..=b'~').contains(b) && *b != b'"' && *b != b'\\';
+    let mut rest = text;
+    while !rest.is_empty() {
+        let run = rest.bytes().take_while(plain).count();
+        out.push_str(&rest[..run]);
+        rest = &rest[run..];
+        let Some(character) = rest.chars().next() else { break };
+        rest = &rest[character.len_utf8()..];
         match character {
             '"' => out.push_str("\\\""),
             '\\' => out.push_str("\\\\"),
@@ -18,7 +27,6 @@ pub fn write_python_string(out: &mut String, text: &str, ensure_ascii: bool) {
             '\t' => out.push_str("\\t"),
             '\u{08}' => out.push_str("\\b"),
             '\u{0c}' => out.push_str("\\f"),
-            ' '..='~' => out.push(character),
             _ if (character as u32) < 0x20 || ensure_ascii => push_utf16_escapes(out, character),
             _ => out.push(character),
         }
