@@ -5,9 +5,9 @@
 //! DNANet's shape, D=6 and L=4096 (data int16 (6, 4096), annotation int8 (6, 4096), scaler float32
 //! (4096,): 88 KiB a row; ids ending in `_dnanet`). For each: random get by key with and without
 //! checksums, and the references raw copy of the same row bytes out of warm maps of the `.bin`
-//! files and xxh64 over them in place; sequential put with a flush every 1,000 rows against writing
+//! files and xxh64 and xxh3 (the checksum stowage-memmap stores) over them in place; sequential put with a flush every 1,000 rows against writing
 //! the same bytes with an fdatasync every 1,000 rows. For the 2 KiB workload also get by row
-//! number, open time of the 1,000,000-row cache against a 1,000-row one, and open + first get
+//! number with and without checksums, open time of the 1,000,000-row cache against a 1,000-row one, and open + first get
 //! (which loads the index).
 //!
 //! Maps are warm: every page is touched through every map before timing. Rows are not in the CPU
@@ -220,6 +220,14 @@ fn read_benches(group: &mut Group<'_>, dir: &Path, workload: &Workload) {
     });
     if workload.suffix.is_empty() {
         let mut picks = order.chunks_exact(READS).cycle();
+        group.bench_function(workload.id("get_row_checksum"), |b| {
+            b.iter(|| {
+                for &i in picks.next().expect("cycle") {
+                    drop(black_box(verified.get_row(i as i64).expect("get_row")));
+                }
+            })
+        });
+        let mut picks = order.chunks_exact(READS).cycle();
         group.bench_function(workload.id("get_row_no_checksum"), |b| {
             b.iter(|| {
                 for &i in picks.next().expect("cycle") {
@@ -248,6 +256,17 @@ fn read_benches(group: &mut Group<'_>, dir: &Path, workload: &Workload) {
             for &i in picks.next().expect("cycle") {
                 for field in raw.row(i) {
                     black_box(xxhash_rust::xxh64::xxh64(field, 0));
+                }
+            }
+        })
+    });
+    // The checksum stowage-memmap stores: the same bytes hashed in place with xxh3.
+    let mut picks = order.chunks_exact(READS).cycle();
+    group.bench_function(workload.id("reference_xxh3_in_place"), |b| {
+        b.iter(|| {
+            for &i in picks.next().expect("cycle") {
+                for field in raw.row(i) {
+                    black_box(xxhash_rust::xxh3::xxh3_64(field));
                 }
             }
         })

@@ -4,7 +4,6 @@ use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
-use stowage_core::bytes::Bytes;
 use stowage_core::file_safety::{WriterLock, atomic_write, fsync_dir};
 use stowage_core::fingerprint::{FingerprintFile, SourceStamp};
 use stowage_core::{
@@ -17,7 +16,7 @@ use crate::checksum;
 use crate::field_file::{FieldFile, SizeCheck};
 use crate::index::{JsonRef, RowEntry, RowIndex};
 use crate::layout::{CACHE_VERSION, Layout, Shapes};
-use crate::manifest::{Manifest, TornLine, encode_line};
+use crate::manifest::{Manifest, TornLine, write_line};
 use crate::preset;
 use crate::row_format::{FieldSlot, JsonStorage, RowFormat, StowageMeta};
 use crate::sidecar::Sidecar;
@@ -568,7 +567,17 @@ impl MemmapBackend {
                     self.layout.root().display()
                 ))
             })?;
+        self.prefetch_row(row, self.options.verify_checksums);
         self.read_row(row, self.options.verify_checksums)
+    }
+
+    /// Starts loading what a verified read of `row` needs (its bytes in every field and its
+    /// checksum row), so the loads overlap each other and the rest of the lookup. Unverified reads
+    /// never touch the row's bytes (they share the map), so nothing is requested for them.
+    fn prefetch_row(&self, row: usize, verify: bool) {
+        if verify {
+            self.files.iter().chain(&self.checksums).for_each(|f| f.prefetch_row(row));
+        }
     }
 
     /// Reads row `row` (in range), checking its stored checksums when `verify` and the cache has
@@ -862,19 +871,22 @@ impl Backend for MemmapBackend {
         // The checksum row, little-endian, built as the values are hashed.
         let mut sums = Vec::with_capacity(8 * format.checksums_per_row());
         sums.extend_from_slice(&checksum::of_key(key).to_le_bytes());
-        let mut rows: Vec<Bytes> = Vec::with_capacity(format.tensors.len());
+        // Rows go to their files as they are hashed; a failed append poisons the handle below.
+        let mut appended = Ok(());
         for (field, slot) in format.schema.fields.iter().zip(&format.slots) {
             let value = sample.get(&field.name).unwrap_or(&Value::Null);
             match (*slot, value) {
-                (FieldSlot::Tensor(_), Value::Tensor(tensor)) => {
+                (FieldSlot::Tensor(t), Value::Tensor(tensor)) => {
                     sums.extend_from_slice(&checksum::of_value(Some(tensor.bytes())).to_le_bytes());
-                    rows.push(tensor.to_shared_bytes());
+                    appended =
+                        appended.and_then(|()| session.bins[t].append(tensor.to_shared_bytes()));
                 }
                 (FieldSlot::Tensor(t), _) => {
                     // Null: a zero placeholder row, flagged absent.
                     present[t] = false;
                     sums.extend_from_slice(&checksum::of_value(None).to_le_bytes());
-                    rows.push(session.zero_row(t, format.tensors[t].layout.row_bytes));
+                    let zeros = session.zero_row(t, format.tensors[t].layout.row_bytes);
+                    appended = appended.and_then(|()| session.bins[t].append(zeros));
                 }
                 (FieldSlot::Json(j), Value::Json(text)) => {
                     sums.extend_from_slice(
@@ -892,22 +904,15 @@ impl Backend for MemmapBackend {
             }
         }
         let entry = RowEntry { path: key.into(), present: present.into(), json: json.into() };
-        let line = encode_line(format, index.len(), &entry);
-        let appended = (|| -> Result<()> {
-            for (bin, bytes) in session.bins.iter_mut().zip(rows) {
-                bin.append(bytes)?;
-            }
-            if let Some(file) = session.checksums.as_mut() {
-                file.append(sums.into())?;
-            }
-            Ok(())
-        })();
+        if let Some(file) = session.checksums.as_mut() {
+            appended = appended.and_then(|()| file.append(sums.into()));
+        }
         if let Err(e) = appended {
             let writer = writer.as_mut().expect("writing");
             writer.poisoned = Some(e.to_string());
             return Err(e);
         }
-        session.manifest.push(&line);
+        session.manifest.push_with(|line| write_line(line, format, index.len(), &entry));
         index.push(entry)?;
         self.rows += 1;
         Ok(())
@@ -915,11 +920,7 @@ impl Backend for MemmapBackend {
 
     fn get(&self, key: &str) -> Result<Option<Sample>> {
         let verify = self.options.verify_checksums;
-        let prefetch = |row: usize| {
-            if verify {
-                self.files.iter().chain(&self.checksums).for_each(|f| f.prefetch_row(row));
-            }
-        };
+        let prefetch = |row: usize| self.prefetch_row(row, verify);
         let Some(row) = self.try_index()?.find_with(key, prefetch) else { return Ok(None) };
         let verify = self.options.verify_checksums;
         self.read_row_of(row, Some(key), verify).map(Some).map_err(|e| match e {

@@ -188,17 +188,23 @@ fn parse_row(
 /// Written directly rather than through a JSON value: it runs once per `put`, and building and
 /// encoding a map cost more than the row's checksum.
 pub fn encode_line(format: &RowFormat, row: usize, entry: &RowEntry) -> Vec<u8> {
-    use std::fmt::Write as _;
     let mut line = String::with_capacity(128 + entry.path.len());
+    write_line(&mut line, format, row, entry);
+    line.into_bytes()
+}
+
+/// Appends the manifest line of one row (with its newline) to `line`, as [`encode_line`].
+pub fn write_line(line: &mut String, format: &RowFormat, row: usize, entry: &RowEntry) {
+    use std::fmt::Write as _;
     let _ = write!(line, "{{\"row\": {row}, \"path\": ");
-    write_python_string(&mut line, &entry.path, true);
+    write_python_string(line, &entry.path, true);
     let key = |line: &mut String, key: &str| {
         line.push_str(", ");
         write_python_string(line, key, true);
         line.push_str(": ");
     };
     for tensor in &format.tensors {
-        key(&mut line, &tensor.shape_key);
+        key(line, &tensor.shape_key);
         line.push('[');
         for (i, dim) in tensor.layout.shape.iter().enumerate() {
             let _ = write!(line, "{}{dim}", if i == 0 { "" } else { ", " });
@@ -207,20 +213,19 @@ pub fn encode_line(format: &RowFormat, row: usize, entry: &RowEntry) -> Vec<u8> 
     }
     for (tensor, present) in format.tensors.iter().zip(&entry.present) {
         if let Some(column) = &tensor.has_column {
-            key(&mut line, column);
+            key(line, column);
             line.push_str(if *present { "true" } else { "false" });
         }
     }
     for (field, reference) in format.json.iter().zip(&entry.json) {
-        key(&mut line, &field.manifest_key);
+        key(line, &field.manifest_key);
         match reference {
-            JsonRef::Inline(text) => write_python_string(&mut line, text, true),
+            JsonRef::Inline(text) => write_python_string(line, text, true),
             // The writer keeps texts inline until finalize assigns sidecar keys.
             JsonRef::Null | JsonRef::Key(_) => line.push_str("null"),
         }
     }
     line.push_str("}\n");
-    line.into_bytes()
 }
 
 /// [`encode_line`] through a JSON map and the general encoder: the oracle the direct writer is
@@ -258,7 +263,7 @@ fn encode_line_through_json(format: &RowFormat, row: usize, entry: &RowEntry) ->
 pub struct ManifestWriter {
     path: PathBuf,
     file: File,
-    pending: Vec<u8>,
+    pending: String,
 }
 
 impl ManifestWriter {
@@ -274,12 +279,13 @@ impl ManifestWriter {
             file.write_all(b"\n").at(path)?;
             file.sync_data().at(path)?;
         }
-        Ok(ManifestWriter { path: path.to_path_buf(), file, pending: Vec::new() })
+        Ok(ManifestWriter { path: path.to_path_buf(), file, pending: String::new() })
     }
 
-    /// Adds a line to be written by the next commit.
-    pub fn push(&mut self, line: &[u8]) {
-        self.pending.extend_from_slice(line);
+    /// Adds the line `write` appends to the pending text, to be written by the next commit
+    /// (written in place: no buffer per line).
+    pub fn push_with(&mut self, write: impl FnOnce(&mut String)) {
+        write(&mut self.pending);
     }
 
     /// Writes the pending lines and fdatasyncs the file: the commit point of their rows.
@@ -287,7 +293,7 @@ impl ManifestWriter {
         if self.pending.is_empty() {
             return Ok(());
         }
-        self.file.write_all(&self.pending).at(&self.path)?;
+        self.file.write_all(self.pending.as_bytes()).at(&self.path)?;
         self.file.sync_data().at(&self.path)?;
         self.pending.clear();
         Ok(())
