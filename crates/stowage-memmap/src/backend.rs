@@ -590,9 +590,16 @@ impl MemmapBackend {
     /// from the caller's string (equal to the stored path) rather than from the row's entry, whose
     /// path is one more pointer away.
     fn read_row_of(&self, row: usize, key: Option<&str>, verify: bool) -> Result<Sample> {
-        let entry = self.try_index()?.row(row).expect("the caller checked the range");
-        let key = key.unwrap_or(&entry.path);
+        // The row's entry is one more cache miss: read only when the row needs it (its key for a
+        // verified read by number, a nullable field's flag, a JSON field's text).
+        let index = self.try_index()?;
+        let entry = || index.row(row).expect("the caller checked the range");
         let verify = verify && self.format.checksums;
+        let key = match key {
+            Some(key) => key,
+            None if verify => &entry().path,
+            None => "",
+        };
         let stored = if verify { Some(self.stored_checksums(row)?) } else { None };
         let stored_sum = |k: usize| stored.as_deref().map(|s| checksum::nth(s, k));
         if let Some(want) = stored_sum(0)
@@ -603,14 +610,13 @@ impl MemmapBackend {
         let mut sample = Sample::new();
         for (position, slot) in self.format.slots.iter().enumerate() {
             let value = match *slot {
-                // Only a nullable field's flag is read: it lives behind one more pointer.
                 FieldSlot::Tensor(t)
-                    if self.format.tensors[t].has_column.is_some() && !entry.present[t] =>
+                    if self.format.tensors[t].has_column.is_some() && !entry().present[t] =>
                 {
                     Value::Null
                 }
                 FieldSlot::Tensor(t) => Value::Tensor(self.read_tensor(t, row)?),
-                FieldSlot::Json(j) => json_value(self.sidecars[j].as_ref(), &entry.json[j])?,
+                FieldSlot::Json(j) => json_value(self.sidecars[j].as_ref(), &entry().json[j])?,
             };
             if let Some(want) = stored_sum(position + 1) {
                 let actual = checksum::of_value(match &value {
