@@ -568,7 +568,7 @@ impl MemmapBackend {
                 ))
             })?;
         self.prefetch_row(row, self.options.verify_checksums);
-        self.read_row(row, self.options.verify_checksums)
+        self.read_row_of(row, None, self.options.verify_checksums)
     }
 
     /// Starts loading what a verified read of `row` needs (its bytes in every field and its
@@ -580,29 +580,28 @@ impl MemmapBackend {
         }
     }
 
-    /// Reads row `row` (in range), checking its stored checksums when `verify` and the cache has
-    /// them.
+    /// Reads row `row` (in range), checking its stored checksums, its key's included, when
+    /// `verify` and the cache has them: for `validate` and the in-memory realization, which serve
+    /// or vouch for the row under its key.
     pub(crate) fn read_row(&self, row: usize, verify: bool) -> Result<Sample> {
-        self.read_row_of(row, None, verify)
+        let key = self.try_index()?.row(row).map(|entry| &*entry.path);
+        self.read_row_of(row, key, verify)
     }
 
-    /// [`MemmapBackend::read_row`] of the row `key` was found at: the key's checksum is computed
-    /// from the caller's string (equal to the stored path) rather than from the row's entry, whose
-    /// path is one more pointer away.
+    /// Reads row `row` (in range) as found by `key` (`None`: by row number).
+    ///
+    /// A verified read by key checks the key's checksum, computed from the caller's string (equal
+    /// to the stored path): the index must not hand out another key's row. A read by number
+    /// returns no key, so it checks the row's values only (`validate` checks every key).
     fn read_row_of(&self, row: usize, key: Option<&str>, verify: bool) -> Result<Sample> {
-        // The row's entry is one more cache miss: read only when the row needs it (its key for a
-        // verified read by number, a nullable field's flag, a JSON field's text).
+        // The row's entry is one more cache miss: read only when the row needs it (a nullable
+        // field's flag, a JSON field's text, the path for an error message).
         let index = self.try_index()?;
         let entry = || index.row(row).expect("the caller checked the range");
         let verify = verify && self.format.checksums;
-        let key = match key {
-            Some(key) => key,
-            None if verify => &entry().path,
-            None => "",
-        };
         let stored = if verify { Some(self.stored_checksums(row)?) } else { None };
         let stored_sum = |k: usize| stored.as_deref().map(|s| checksum::nth(s, k));
-        if let Some(want) = stored_sum(0)
+        if let (Some(want), Some(key)) = (stored_sum(0), key)
             && want != checksum::of_key(key)
         {
             return Err(self.mismatch(row, key, "key", want, checksum::of_key(key)));
@@ -627,6 +626,7 @@ impl MemmapBackend {
                 if actual != want {
                     let name = &self.format.schema.fields[position].name;
                     let what = format!("field {name:?}");
+                    let key = key.unwrap_or(&entry().path);
                     return Err(self
                         .mismatch(row, key, &what, want, actual)
                         .with_path(self.field_path(*slot)));

@@ -267,6 +267,8 @@ fn damaged_rows_are_refused_by_get_and_reported_by_validate() {
     let err = reader.get(&key(1)).unwrap_err();
     assert!(matches!(err, Error::Corrupted { .. }), "{err}");
     assert!(err.to_string().contains("data.bin") && err.to_string().contains("run001"), "{err}");
+    let err = reader.get_row(1).unwrap_err();
+    assert!(err.to_string().contains("data.bin") && err.to_string().contains("run001"), "{err}");
     assert!(reader.get(&key(0)).unwrap().is_some());
     let report = reader.validate(ValidationLevel::Full).unwrap();
     assert_eq!(report.problems.len(), 1, "{:?}", report.problems);
@@ -274,6 +276,32 @@ fn damaged_rows_are_refused_by_get_and_reported_by_validate() {
     let unchecked = MemmapOptions { verify_checksums: false, ..MemmapOptions::default() };
     let reader = MemmapBackend::open_read_only(dir, unchecked).unwrap();
     assert!(reader.get(&key(1)).unwrap().is_some(), "verification is switchable");
+}
+
+/// A flipped key checksum: a get by that key is refused (the index must not hand out another
+/// key's row), a get by row number, which returns no key, serves the intact values, and validate
+/// reports the key.
+#[test]
+fn a_damaged_key_checksum_is_refused_by_key_and_reported_by_validate() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    let mut cache = create(dir);
+    put_rows(&mut cache, 0..3);
+    cache.finalize().unwrap();
+    drop(cache);
+    let row_bytes = 8 * (dnanet(D, L).fields.len() as u64 + 1);
+    stowage_conformance::corrupt::flip_byte(&dir.join("stowage_checksums.bin"), 2 * row_bytes)
+        .unwrap();
+    let reader = read_only(dir).unwrap();
+    let err = reader.get(&key(2)).unwrap_err();
+    assert!(matches!(err, Error::Corrupted { .. }), "{err}");
+    assert!(err.to_string().contains("key") && err.to_string().contains("run002"), "{err}");
+    let want = dnanet_row(2);
+    let got = reader.get_row(2).unwrap();
+    assert!(want.fields().all(|(name, value)| got.get(name) == Some(value)));
+    let report = reader.validate(ValidationLevel::Full).unwrap();
+    assert_eq!(report.problems.len(), 1, "{:?}", report.problems);
+    assert_eq!(report.problems[0].key.as_deref(), Some(key(2).as_str()));
 }
 
 #[test]
