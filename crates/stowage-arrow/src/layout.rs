@@ -1,0 +1,142 @@
+//! Where each file of a torchcachex cache lives, and which files are segments.
+//!
+//! ```text
+//! <cache>/segments/segment_000000.arrow       one Arrow IPC file per flush, immutable once renamed
+//! <cache>/segments/segment_000001.arrow       ids grow by one; past 999,999 the name grows a digit
+//! <cache>/segments/segment_000002.arrow.tmp   a segment being written: never data
+//! <cache>/index.pkl                           optional pickled {key: (segment, row)} accelerator
+//! <cache>/schema.json                         fields, metadata and output structure
+//! ```
+//!
+//! Segments are ordered by their numeric id, never by name: torchcachex sorts names as text, so
+//! `segment_1000000` would come before `segment_999999` and the older row would win.
+
+use std::path::{Path, PathBuf};
+use stowage_core::{IoResultExt, Result};
+
+/// Paths inside one cache directory (torchcachex's `<cache_dir>/<module_id>`).
+///
+/// ```
+/// let layout = stowage_arrow::layout::Layout::new("cache/encoder");
+/// assert!(layout.segment(7).ends_with("segments/segment_000007.arrow"));
+/// assert!(layout.segment(1_234_567).ends_with("segments/segment_1234567.arrow"));
+/// ```
+#[derive(Debug, Clone)]
+pub struct Layout {
+    root: PathBuf,
+}
+
+impl Layout {
+    /// The layout of the cache in `root`.
+    pub fn new(root: impl Into<PathBuf>) -> Layout {
+        Layout { root: root.into() }
+    }
+
+    /// The cache directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// `segments/`.
+    pub fn segments_dir(&self) -> PathBuf {
+        self.root.join("segments")
+    }
+
+    /// `segments/segment_<id:06>.arrow`.
+    pub fn segment(&self, id: u64) -> PathBuf {
+        self.segments_dir().join(segment_file_name(id))
+    }
+
+    /// `schema.json`.
+    pub fn schema(&self) -> PathBuf {
+        self.root.join("schema.json")
+    }
+
+    /// `index.pkl`, torchcachex's optional index.
+    pub fn pickled_index(&self) -> PathBuf {
+        self.root.join("index.pkl")
+    }
+
+    /// Every segment in `segments/`, in numeric id order. Temporary files (`.tmp`) and names that
+    /// are not `segment_<digits>.arrow` are skipped; a missing `segments/` is an empty cache.
+    ///
+    /// Errors: [`stowage_core::Error::Io`] naming `segments/` when it cannot be listed.
+    pub fn list_segments(&self) -> Result<Vec<(u64, PathBuf)>> {
+        let dir = self.segments_dir();
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(e).at(&dir),
+        };
+        let mut segments = Vec::new();
+        for entry in entries {
+            let entry = entry.at(&dir)?;
+            if let Some(id) = entry.file_name().to_str().and_then(parse_segment_file_name) {
+                segments.push((id, entry.path()));
+            }
+        }
+        segments.sort_unstable_by_key(|&(id, _)| id);
+        Ok(segments)
+    }
+}
+
+/// `segment_<id:06>.arrow`: at least six digits, more past 999,999.
+pub fn segment_file_name(id: u64) -> String {
+    format!("segment_{id:06}.arrow")
+}
+
+/// The id of a segment file name, or `None` for anything else: a `.tmp` file, another extension,
+/// a non-digit or signed id, an id beyond `u64`, fewer than six digits.
+///
+/// ```
+/// use stowage_arrow::layout::parse_segment_file_name as parse;
+/// assert_eq!(parse("segment_000042.arrow"), Some(42));
+/// assert_eq!(parse("segment_1000000.arrow"), Some(1_000_000));
+/// assert_eq!(parse("segment_000042.arrow.tmp"), None);
+/// assert_eq!(parse("segment_42.arrow"), None);
+/// ```
+pub fn parse_segment_file_name(name: &str) -> Option<u64> {
+    let digits = name.strip_prefix("segment_")?.strip_suffix(".arrow")?;
+    if digits.len() < 6 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_round_trip_and_strays_are_not_segments() {
+        for id in [0, 1, 999_999, 1_000_000, u64::MAX] {
+            assert_eq!(parse_segment_file_name(&segment_file_name(id)), Some(id));
+        }
+        for stray in [
+            "segment_000001.arrow.tmp",
+            "segment_00000a.arrow",
+            "segment_+00001.arrow",
+            "segment_000001.feather",
+            "segment_99999999999999999999999.arrow",
+            "index.pkl",
+            "segment_.arrow",
+        ] {
+            assert_eq!(parse_segment_file_name(stray), None, "{stray}");
+        }
+    }
+
+    #[test]
+    fn segments_are_listed_in_numeric_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = Layout::new(dir.path());
+        assert!(layout.list_segments().unwrap().is_empty(), "no segments/ is an empty cache");
+        std::fs::create_dir(layout.segments_dir()).unwrap();
+        for id in [1_000_000, 999_999, 2, 10] {
+            std::fs::write(layout.segment(id), b"").unwrap();
+        }
+        std::fs::write(layout.segments_dir().join("segment_000003.arrow.tmp"), b"").unwrap();
+        std::fs::write(layout.segments_dir().join("notes.txt"), b"").unwrap();
+        let ids: Vec<u64> = layout.list_segments().unwrap().into_iter().map(|(id, _)| id).collect();
+        assert_eq!(ids, [2, 10, 999_999, 1_000_000]);
+    }
+}
