@@ -56,6 +56,13 @@ fn write_flushed(dir: &Path, range: std::ops::Range<usize>) {
     cache.flush().unwrap();
 }
 
+/// Creates a finalized DNANet cache in `dir` holding rows `range`, and closes it.
+fn write_finalized(dir: &Path, range: std::ops::Range<usize>) {
+    let mut cache = create(dir);
+    put_rows(&mut cache, range);
+    cache.finalize().unwrap();
+}
+
 fn read_only(dir: &Path) -> stowage_core::Result<MemmapBackend> {
     MemmapBackend::open_read_only(dir, MemmapOptions::default())
 }
@@ -255,10 +262,7 @@ fn bad_samples_and_empty_caches_are_refused() {
 fn damaged_rows_are_refused_by_get_and_reported_by_validate() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    let mut cache = create(dir);
-    put_rows(&mut cache, 0..3);
-    cache.finalize().unwrap();
-    drop(cache);
+    write_finalized(dir, 0..3);
     let data = dir.join("data.bin");
     let mut bytes = std::fs::read(&data).unwrap();
     bytes[2 * D * L + 3] ^= 0x01; // row 1
@@ -285,10 +289,7 @@ fn damaged_rows_are_refused_by_get_and_reported_by_validate() {
 fn a_damaged_key_checksum_is_refused_by_key_and_reported_by_validate() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
-    let mut cache = create(dir);
-    put_rows(&mut cache, 0..3);
-    cache.finalize().unwrap();
-    drop(cache);
+    write_finalized(dir, 0..3);
     let row_bytes = 8 * (dnanet(D, L).fields.len() as u64 + 1);
     stowage_conformance::corrupt::flip_byte(&dir.join("stowage_checksums.bin"), 2 * row_bytes)
         .unwrap();
