@@ -1,0 +1,215 @@
+//! A segment row as a stowage [`Sample`], by torchcachex's output structure.
+//!
+//! | structure | sample fields |
+//! |---|---|
+//! | `tensor` | `tensor` from `data` + `shape` |
+//! | `dict` | one per entry, named as the entry: `<name>_data` + `<name>_shape` is a tensor, `<name>_blob` opaque bytes |
+//! | `tuple`, `list` | `item0`, `item1`, … the same way |
+//! | `blob` | `blob`, opaque bytes |
+//!
+//! Tensor values share the segment's memory map (zero-copy), except bool (bit-packed in Arrow,
+//! unpacked here). The element type comes from the Arrow column, never from `schema.json`. A row
+//! whose list and shape are both empty is torchcachex's placeholder for a missing value: null.
+//! Pickled values stay opaque bytes.
+
+use arrow_array::{Array, BinaryArray, BooleanArray, Int64Array, ListArray, RecordBatch};
+use arrow_schema::DataType;
+use stowage_core::bytes::Bytes;
+use stowage_core::{DType, Sample, Tensor, Value};
+
+use crate::schema_json::OutputStructure;
+
+/// The field name of the `tensor` structure's one tensor.
+pub const TENSOR_FIELD: &str = "tensor";
+/// The field name of the `blob` structure's pickled sample.
+pub const BLOB_FIELD: &str = "blob";
+
+/// How one sample field is stored: the columns it comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ColumnGroup {
+    /// A tensor.
+    Tensor {
+        /// The sample field name.
+        name: String,
+        /// Position of its `_data` (`list<T>`) column.
+        data: usize,
+        /// Position of its `_shape` (`list<int64>`) column.
+        shape: usize,
+    },
+    /// Opaque bytes.
+    Blob {
+        /// The sample field name.
+        name: String,
+        /// Position of its `_blob` (binary) column.
+        column: usize,
+    },
+}
+
+impl ColumnGroup {
+    /// The sample field name.
+    pub fn name(&self) -> &str {
+        match self {
+            ColumnGroup::Tensor { name, .. } | ColumnGroup::Blob { name, .. } => name,
+        }
+    }
+}
+
+/// The sample fields of a segment whose columns are `columns` (names, `key` included), in column
+/// order. Errors name the column that has no partner or does not fit `structure`.
+pub fn column_groups(
+    columns: &[&str],
+    structure: OutputStructure,
+) -> std::result::Result<Vec<ColumnGroup>, String> {
+    let position = |name: &str| columns.iter().position(|c| *c == name);
+    let tensor =
+        |name: &str, data: usize, prefix: &str| -> std::result::Result<ColumnGroup, String> {
+            let shape_column = format!("{prefix}shape");
+            let shape = position(&shape_column).ok_or_else(|| {
+                format!("column {:?} has no {shape_column:?} beside it", columns[data])
+            })?;
+            Ok(ColumnGroup::Tensor { name: name.into(), data, shape })
+        };
+    match structure {
+        OutputStructure::Tensor => {
+            let data = position("data").ok_or("no \"data\" column")?;
+            Ok(vec![tensor(TENSOR_FIELD, data, "")?])
+        }
+        OutputStructure::Blob => {
+            let column = position("blob").ok_or("no \"blob\" column")?;
+            Ok(vec![ColumnGroup::Blob { name: BLOB_FIELD.into(), column }])
+        }
+        OutputStructure::Dict | OutputStructure::Tuple | OutputStructure::List => {
+            let mut groups = Vec::new();
+            for (i, column) in columns.iter().enumerate() {
+                if let Some(name) = column.strip_suffix("_data") {
+                    groups.push(tensor(name, i, &format!("{name}_"))?);
+                } else if let Some(name) = column.strip_suffix("_blob") {
+                    groups.push(ColumnGroup::Blob { name: name.into(), column: i });
+                } else if *column != "key" && !column.ends_with("_shape") {
+                    return Err(format!("column {column:?} is neither _data, _shape nor _blob"));
+                }
+            }
+            Ok(groups)
+        }
+    }
+}
+
+/// Row `row` of `batch` as a sample with the fields `groups` describe. Errors are
+/// `Error::Corrupted`-ready text naming the column and what is wrong.
+pub fn decode_row(
+    batch: &RecordBatch,
+    row: usize,
+    groups: &[ColumnGroup],
+) -> std::result::Result<Sample, String> {
+    let mut sample = Sample::new();
+    for group in groups {
+        let value = match group {
+            ColumnGroup::Tensor { name, data, shape } => {
+                decode_tensor(batch, row, *data, *shape)
+                    .map_err(|e| format!("field {name:?}: {e}"))?
+            }
+            ColumnGroup::Blob { name, column } => {
+                let array = batch.column(*column);
+                let blobs = array.as_any().downcast_ref::<BinaryArray>().ok_or_else(|| {
+                    format!("field {name:?}: column is {}, not binary", array.data_type())
+                })?;
+                if blobs.is_null(row) {
+                    Value::Null
+                } else {
+                    Value::Bytes(Bytes::copy_from_slice(blobs.value(row)))
+                }
+            }
+        };
+        sample.insert(group.name(), value);
+    }
+    Ok(sample)
+}
+
+fn decode_tensor(
+    batch: &RecordBatch,
+    row: usize,
+    data: usize,
+    shape: usize,
+) -> std::result::Result<Value, String> {
+    let list = |column: usize| {
+        let array = batch.column(column);
+        array
+            .as_any()
+            .downcast_ref::<ListArray>()
+            .ok_or_else(|| format!("column {column} is {}, not a list", array.data_type()))
+    };
+    let (data, shape) = (list(data)?, list(shape)?);
+    if data.is_null(row) || shape.is_null(row) {
+        return Ok(Value::Null);
+    }
+    let dims = shape.value(row);
+    let dims = dims.as_any().downcast_ref::<Int64Array>().ok_or("shape is not a list of int64")?;
+    if dims.null_count() > 0 {
+        return Err("shape holds a null".into());
+    }
+    let dims: Vec<usize> = dims
+        .values()
+        .iter()
+        .map(|&d| usize::try_from(d).map_err(|_| format!("shape holds {d}")))
+        .collect::<std::result::Result<_, _>>()?;
+    let offsets = data.value_offsets();
+    let (start, end) = (offsets[row] as usize, offsets[row + 1] as usize);
+    if dims.is_empty() && start == end {
+        return Ok(Value::Null); // torchcachex's placeholder for a missing value
+    }
+    let count = dims.iter().try_fold(1usize, |n, &d| n.checked_mul(d)).ok_or("shape overflows")?;
+    if count != end - start {
+        return Err(format!("shape {dims:?} holds {count} values, the list holds {}", end - start));
+    }
+    let values = data.values();
+    if values.null_count() > 0 && values.slice(start, end - start).null_count() > 0 {
+        return Err("the values hold a null".into());
+    }
+    let dtype = match values.data_type() {
+        DataType::Float16 => DType::F16,
+        DataType::Float32 => DType::F32,
+        DataType::Float64 => DType::F64,
+        DataType::Int8 => DType::I8,
+        DataType::Int16 => DType::I16,
+        DataType::Int32 => DType::I32,
+        DataType::Int64 => DType::I64,
+        DataType::UInt8 => DType::U8,
+        DataType::UInt16 => DType::U16,
+        DataType::UInt32 => DType::U32,
+        DataType::UInt64 => DType::U64,
+        DataType::Boolean => {
+            let bools = values.as_any().downcast_ref::<BooleanArray>().expect("boolean type");
+            let flags: Vec<bool> = (start..end).map(|i| bools.value(i)).collect();
+            return Tensor::from_bools(&dims, &flags).map(Value::Tensor).map_err(|e| e.to_string());
+        }
+        other => return Err(format!("values of type {other} are not a tensor element type")),
+    };
+    let item = dtype.item_size();
+    let array_data = values.to_data();
+    let first = (array_data.offset() + start) * item;
+    let buffer = array_data.buffers()[0].slice_with_length(first, (end - start) * item);
+    Tensor::shared(dtype, dims, Bytes::from(buffer)).map(Value::Tensor).map_err(|e| e.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn columns_group_into_fields_by_structure() {
+        let dict = ["key", "feat_data", "feat_shape", "meta_blob", "label_data", "label_shape"];
+        let groups = column_groups(&dict, OutputStructure::Dict).unwrap();
+        let names: Vec<&str> = groups.iter().map(ColumnGroup::name).collect();
+        assert_eq!(names, ["feat", "meta", "label"]);
+        assert_eq!(groups[0], ColumnGroup::Tensor { name: "feat".into(), data: 1, shape: 2 });
+        let tensor = column_groups(&["key", "data", "shape"], OutputStructure::Tensor).unwrap();
+        assert_eq!(tensor, [ColumnGroup::Tensor { name: "tensor".into(), data: 1, shape: 2 }]);
+        assert!(
+            column_groups(&["key", "x_data"], OutputStructure::Tuple)
+                .unwrap_err()
+                .contains("x_shape")
+        );
+        assert!(column_groups(&["key", "odd"], OutputStructure::Dict).unwrap_err().contains("odd"));
+        assert!(column_groups(&["key"], OutputStructure::Blob).is_err());
+    }
+}

@@ -1,0 +1,223 @@
+//! One segment: an Arrow IPC *file*, memory-mapped once and decoded without copying.
+//!
+//! The record batches' buffers are slices of the map (`bytes::Bytes` shared with
+//! `arrow_buffer::Buffer`), so a tensor read from a segment shares the map too. Segments are
+//! untrusted input: a bad magic, footer or batch is [`Error::Corrupted`] naming the file, and a
+//! panic inside the Arrow decoder is caught and reported the same way.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use arrow_array::{Array, RecordBatch, StringArray};
+use arrow_buffer::Buffer;
+use arrow_ipc::reader::{FileDecoder, read_footer_length};
+use arrow_schema::SchemaRef;
+use memmap2::Mmap;
+use stowage_core::bytes::Bytes;
+use stowage_core::{Error, IoResultExt, Result};
+
+/// The magic at both ends of an Arrow IPC file.
+const MAGIC: &[u8; 6] = b"ARROW1";
+
+/// An open segment: its schema and record batches, all sharing one memory map.
+#[derive(Debug)]
+pub struct Segment {
+    id: u64,
+    path: PathBuf,
+    schema: SchemaRef,
+    batches: Vec<RecordBatch>,
+    /// Row number at which each batch starts, and the total at the end.
+    starts: Vec<usize>,
+}
+
+impl Segment {
+    /// Maps and decodes `path`, segment `id`.
+    ///
+    /// Errors: [`Error::Io`] when it cannot be opened or mapped; [`Error::Corrupted`] naming the
+    /// file when it is not a complete, valid Arrow IPC file.
+    pub fn open(id: u64, path: &Path) -> Result<Segment> {
+        let file = File::open(path).at(path)?;
+        // SAFETY: segments are immutable once renamed into place (writers only ever create new
+        // ones and compaction replaces files by rename, never in place); a reader maps the file it
+        // opened. Truncating a segment under a reader is outside the cache contract.
+        let map = unsafe { Mmap::map(&file) }.at(path)?;
+        let bytes = Bytes::from_owner(map);
+        let decode = std::panic::AssertUnwindSafe(|| decode(&bytes));
+        let (schema, batches) = match std::panic::catch_unwind(decode) {
+            Ok(decoded) => decoded.map_err(|why| Error::corrupted(path, why))?,
+            Err(_) => {
+                return Err(Error::corrupted(path, "the Arrow IPC decoder failed on this file"));
+            }
+        };
+        let mut starts = vec![0];
+        for batch in &batches {
+            starts.push(starts.last().expect("starts with 0") + batch.num_rows());
+        }
+        Ok(Segment { id, path: path.to_path_buf(), schema, batches, starts })
+    }
+
+    /// The segment id.
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// The file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The Arrow schema (with torchcachex's metadata: `torch_dtype`, `tensor_keys`).
+    pub fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    /// Rows across every batch.
+    pub fn rows(&self) -> usize {
+        *self.starts.last().expect("starts with 0")
+    }
+
+    /// The batch holding row `row` and the row's position in it; `None` when out of range.
+    pub fn locate(&self, row: usize) -> Option<(&RecordBatch, usize)> {
+        if row >= self.rows() {
+            return None;
+        }
+        let batch = self.starts.partition_point(|&start| start <= row) - 1;
+        Some((&self.batches[batch], row - self.starts[batch]))
+    }
+
+    /// Every row's key (the `key` column), in row order.
+    ///
+    /// Errors: [`Error::Corrupted`] naming the file when there is no utf8 `key` column or a key is
+    /// null.
+    pub fn keys(&self) -> Result<Vec<&str>> {
+        let mut keys = Vec::with_capacity(self.rows());
+        for batch in &self.batches {
+            let column = batch
+                .column_by_name("key")
+                .and_then(|c| c.as_any().downcast_ref::<StringArray>())
+                .ok_or_else(|| Error::corrupted(&self.path, "no utf8 \"key\" column"))?;
+            for i in 0..column.len() {
+                if column.is_null(i) {
+                    return Err(Error::corrupted(
+                        &self.path,
+                        format!("row {} has a null key", keys.len()),
+                    ));
+                }
+                keys.push(column.value(i));
+            }
+        }
+        Ok(keys)
+    }
+}
+
+/// The schema and batches of an IPC file held in `bytes`.
+fn decode(bytes: &Bytes) -> std::result::Result<(SchemaRef, Vec<RecordBatch>), String> {
+    let len = bytes.len();
+    if len < 2 * MAGIC.len() + 4 || &bytes[..MAGIC.len()] != MAGIC || &bytes[len - 6..] != MAGIC {
+        return Err(format!("not an Arrow IPC file ({len} bytes, magic missing at either end)"));
+    }
+    let buffer = Buffer::from(bytes.clone());
+    let trailer = len - 10;
+    let footer_len = read_footer_length(buffer[trailer..].try_into().expect("10 bytes"))
+        .map_err(|e| format!("bad footer length: {e}"))?;
+    let footer_start = trailer.checked_sub(footer_len).ok_or("footer longer than the file")?;
+    let footer = arrow_ipc::root_as_footer(&buffer[footer_start..trailer])
+        .map_err(|e| format!("bad footer: {e}"))?;
+    let schema = footer.schema().ok_or("the footer has no schema")?;
+    let schema = std::sync::Arc::new(
+        arrow_ipc::convert::try_fb_to_schema(schema).map_err(|e| format!("bad schema: {e}"))?,
+    );
+    let mut decoder = FileDecoder::new(schema.clone(), footer.version());
+    for block in footer.dictionaries().iter().flatten() {
+        let data = block_data(&buffer, block.offset(), block.metaDataLength(), block.bodyLength())?;
+        decoder.read_dictionary(block, &data).map_err(|e| format!("bad dictionary: {e}"))?;
+    }
+    let mut batches = Vec::new();
+    for (i, block) in footer.recordBatches().iter().flatten().enumerate() {
+        let data = block_data(&buffer, block.offset(), block.metaDataLength(), block.bodyLength())?;
+        if let Some(batch) =
+            decoder.read_record_batch(block, &data).map_err(|e| format!("record batch {i}: {e}"))?
+        {
+            batches.push(batch);
+        }
+    }
+    Ok((schema, batches))
+}
+
+/// The bytes of one footer block, checked to lie inside the file.
+fn block_data(
+    buffer: &Buffer,
+    offset: i64,
+    meta: i32,
+    body: i64,
+) -> std::result::Result<Buffer, String> {
+    let range = usize::try_from(offset).ok().and_then(|start| {
+        let len = usize::try_from(meta).ok()?.checked_add(usize::try_from(body).ok()?)?;
+        let end = start.checked_add(len)?;
+        (end <= buffer.len()).then_some((start, len))
+    });
+    let (start, len) = range.ok_or_else(|| {
+        format!("a block at offset {offset} ({meta} + {body} bytes) lies outside the file")
+    })?;
+    Ok(buffer.slice_with_length(start, len))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    use arrow_array::Int32Array;
+    use arrow_ipc::writer::FileWriter;
+
+    fn write_segment(path: &Path, keys: &[&str]) {
+        let batch = RecordBatch::try_from_iter([
+            ("key", Arc::new(StringArray::from(keys.to_vec())) as Arc<dyn Array>),
+            ("v", Arc::new(Int32Array::from_iter_values(0..keys.len() as i32)) as _),
+        ])
+        .unwrap();
+        let mut writer = FileWriter::try_new(File::create(path).unwrap(), &batch.schema()).unwrap();
+        writer.write(&batch).unwrap();
+        writer.write(&batch).unwrap();
+        writer.finish().unwrap();
+    }
+
+    #[test]
+    fn rows_are_counted_across_batches() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("segment_000000.arrow");
+        write_segment(&path, &["a", "b", "c"]);
+        let segment = Segment::open(0, &path).unwrap();
+        assert_eq!(segment.rows(), 6);
+        assert_eq!(segment.keys().unwrap(), ["a", "b", "c", "a", "b", "c"]);
+        let (batch, at) = segment.locate(4).unwrap();
+        assert_eq!((batch.num_rows(), at), (3, 1));
+        assert!(segment.locate(6).is_none());
+    }
+
+    #[test]
+    fn damaged_files_are_corruption_never_a_panic() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("segment_000000.arrow");
+        write_segment(&path, &["a", "b", "c"]);
+        let good = std::fs::read(&path).unwrap();
+        let mut cases: Vec<Vec<u8>> =
+            vec![Vec::new(), b"ARROW1".to_vec(), good[..good.len() / 2].to_vec()];
+        // Every single-byte flip in the footer region and a sample of the body.
+        for at in (0..good.len()).step_by(7) {
+            let mut bad = good.clone();
+            bad[at] ^= 0xff;
+            cases.push(bad);
+        }
+        for bytes in cases {
+            std::fs::write(&path, &bytes).unwrap();
+            match Segment::open(0, &path) {
+                Ok(segment) => {
+                    // A flip in a value may still decode; reading every key must not panic.
+                    let _ = segment.keys();
+                }
+                Err(e) => assert!(matches!(e, Error::Corrupted { .. }), "{e}"),
+            }
+        }
+    }
+}
