@@ -1,8 +1,13 @@
 #![doc = include_str!("../README.md")]
 #![deny(missing_docs)]
 
+/// The backend's name in errors.
+pub const BACKEND_NAME: &str = "arrow";
+
 pub mod decode;
+pub mod encode;
 pub mod layout;
 pub mod reader;
 pub mod schema_json;
 pub mod segment;
+pub mod segment_writer;

@@ -1,0 +1,111 @@
+//! Segments stowage writes read back through the same reader as torchcachex's, for every element
+//! type torchcachex writes plus the unsigned widths it cannot, in the dict and tensor structures.
+
+use std::sync::Arc;
+
+use stowage_arrow::encode::{FieldColumns, arrow_schema};
+use stowage_arrow::layout::Layout;
+use stowage_arrow::reader::CacheReader;
+use stowage_arrow::schema_json::OutputStructure;
+use stowage_arrow::segment_writer::write_segment;
+use stowage_core::bytes::Bytes;
+use stowage_core::{DType, Error, Sample, Tensor, Value};
+
+fn dict_fields() -> Vec<FieldColumns> {
+    let tensor = |name: &str, dtype| FieldColumns::Tensor { name: name.into(), dtype };
+    vec![
+        tensor("feat", DType::F32),
+        tensor("label", DType::I64),
+        tensor("mask", DType::Bool),
+        tensor("half", DType::F16),
+        tensor("count", DType::U32),
+        FieldColumns::Blob { name: "meta".into() },
+    ]
+}
+
+fn dict_sample(i: usize) -> Sample {
+    let feat: Vec<f32> = (0..6).map(|j| (i * 6 + j) as f32 - 0.5).collect();
+    let half: Vec<stowage_core::half::f16> =
+        (0..3).map(|j| stowage_core::half::f16::from_f32(i as f32 + j as f32 / 4.0)).collect();
+    let mut sample = Sample::new()
+        .with("feat", Tensor::from_slice(&[2, 3], &feat).unwrap())
+        .with("label", Tensor::from_slice(&[], &[i as i64 - 3]).unwrap())
+        .with(
+            "mask",
+            Tensor::from_bools(&[4], &[i.is_multiple_of(2), true, false, i.is_multiple_of(3)])
+                .unwrap(),
+        )
+        .with("half", Tensor::from_slice(&[3], &half).unwrap())
+        .with("count", Tensor::from_slice(&[2], &[u32::MAX - i as u32, 7]).unwrap());
+    sample.insert("meta", Value::Bytes(Bytes::from(format!("pickle-{i}").into_bytes())));
+    sample
+}
+
+#[test]
+fn dict_segments_round_trip_and_later_segments_win() {
+    let dir = tempfile::tempdir().unwrap();
+    let layout = Layout::new(dir.path());
+    let fields = dict_fields();
+    let schema = Arc::new(arrow_schema(OutputStructure::Dict, &fields).unwrap());
+    assert_eq!(schema.metadata()["tensor_keys"], r#"["feat", "label", "mask", "half", "count"]"#);
+    let keys: Vec<String> = (0..5).map(|i| format!("k{i}")).collect();
+    let samples: Vec<Sample> = (0..5).map(dict_sample).collect();
+    let rows: Vec<(&str, &Sample)> = keys.iter().map(String::as_str).zip(&samples).collect();
+    write_segment(&layout, 0, schema.clone(), &fields, &rows).unwrap();
+    // Segment 1 overwrites k2; a missing tensor and a null blob become torchcachex's placeholders.
+    let mut partial = dict_sample(20);
+    partial.insert("label", Value::Null);
+    partial.insert("meta", Value::Null);
+    write_segment(&layout, 1, schema.clone(), &fields, &[("k2", &partial)]).unwrap();
+    let err = write_segment(&layout, 1, schema, &fields, &rows).unwrap_err();
+    assert!(matches!(err, Error::AlreadyExists { .. }), "{err}");
+
+    let reader = CacheReader::open(dir.path()).unwrap();
+    assert_eq!(reader.output_structure(), OutputStructure::Dict, "inferred without schema.json");
+    assert_eq!(reader.len(), 5);
+    for (i, key) in keys.iter().enumerate().filter(|(i, _)| *i != 2) {
+        assert_eq!(reader.get(key).unwrap().unwrap(), samples[i], "{key}");
+    }
+    let k2 = reader.get("k2").unwrap().unwrap();
+    assert_eq!(reader.locate("k2"), Some((1, 0)));
+    assert_eq!(k2.get("feat"), partial.get("feat"));
+    assert_eq!(k2.get("label"), Some(&Value::Null));
+    assert_eq!(k2.get("meta"), Some(&Value::Bytes(Bytes::new())), "b\"\" as torchcachex writes it");
+}
+
+#[test]
+fn tensor_structure_round_trips_with_torch_dtype_metadata() {
+    let dir = tempfile::tempdir().unwrap();
+    let layout = Layout::new(dir.path());
+    let fields = vec![FieldColumns::Tensor { name: "tensor".into(), dtype: DType::F64 }];
+    let schema = Arc::new(arrow_schema(OutputStructure::Tensor, &fields).unwrap());
+    assert_eq!(schema.metadata()["torch_dtype"], "torch.float64");
+    let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+    assert_eq!(names, ["key", "data", "shape"]);
+    let samples: Vec<Sample> = (0..3)
+        .map(|i| {
+            Sample::new().with("tensor", Tensor::from_slice(&[i], &vec![i as f64; i]).unwrap())
+        })
+        .collect();
+    let rows: Vec<(&str, &Sample)> = ["a", "b", "c"].into_iter().zip(&samples).collect();
+    write_segment(&layout, 0, schema, &fields, &rows).unwrap();
+    let reader = CacheReader::open(dir.path()).unwrap();
+    assert_eq!(reader.output_structure(), OutputStructure::Tensor);
+    for (key, sample) in rows {
+        let got = reader.get(key).unwrap().unwrap();
+        assert_eq!(&got, sample, "{key}");
+    }
+}
+
+#[test]
+fn a_value_that_does_not_fit_its_column_is_refused_naming_key_and_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let fields = dict_fields();
+    let schema = Arc::new(arrow_schema(OutputStructure::Dict, &fields).unwrap());
+    let mut wrong = dict_sample(0);
+    wrong.insert("feat", Tensor::from_slice(&[1], &[1i32]).unwrap());
+    let err = write_segment(&Layout::new(dir.path()), 0, schema, &fields, &[("bad", &wrong)])
+        .unwrap_err();
+    assert!(err.to_string().contains("\"bad\"") && err.to_string().contains("\"feat\""), "{err}");
+    assert!(Layout::new(dir.path()).list_segments().unwrap().is_empty(), "nothing written");
+}
