@@ -1,7 +1,9 @@
 //! Writing one segment crash-safely: the whole Arrow IPC file goes to a temporary name, is
 //! fsynced, renamed to `segment_<id>.arrow` and the directory fsynced (torchcachex does no fsync:
 //! a crash could leave a renamed, partly written segment). A reader never sees a partial segment:
-//! temporary names are not segment names.
+//! temporary names are not segment names. The segment's key sidecar
+//! ([`crate::key_sidecar`]) is written first, the same way, so a segment in place always has one
+//! (a sidecar without its segment is a leftover of a crash, ignored and later replaced).
 
 use std::io;
 use std::path::PathBuf;
@@ -13,6 +15,7 @@ use stowage_core::file_safety::{atomic_write_with, fsync_dir};
 use stowage_core::{Error, IoResultExt, Result, Sample};
 
 use crate::encode::{FieldColumns, encode_batch};
+use crate::key_sidecar;
 use crate::layout::Layout;
 
 /// Writes `rows` as segment `id` of the cache at `layout` (one record batch) and returns its path.
@@ -37,6 +40,7 @@ pub fn write_segment(
     if path.try_exists().at(&path)? {
         return Err(Error::AlreadyExists { path });
     }
+    key_sidecar::write(&path, &rows.iter().map(|(key, _)| *key).collect::<Vec<_>>())?;
     atomic_write_with(&path, |out| {
         let mut writer = FileWriter::try_new(out, &schema).map_err(io::Error::other)?;
         writer.write(&batch).map_err(io::Error::other)?;

@@ -62,6 +62,14 @@ fn dict_segments_round_trip_and_later_segments_win() {
 
     let reader = CacheReader::open(dir.path()).unwrap();
     assert_eq!(reader.output_structure(), OutputStructure::Dict, "inferred without schema.json");
+    // Each segment has its key sidecar, and it finds every key of that segment.
+    let segment = stowage_arrow::segment::Segment::open(0, &layout.segment(0)).unwrap();
+    let segment_keys = segment.keys().unwrap();
+    let sidecar_path = stowage_arrow::key_sidecar::sidecar_path(&layout.segment(0));
+    let sidecar = stowage_arrow::key_sidecar::KeySidecar::open(&sidecar_path).unwrap();
+    for (row, key) in segment_keys.iter().enumerate() {
+        assert_eq!(sidecar.find(key, |r| segment_keys[r] == *key), Some(row), "{key}");
+    }
     assert_eq!(reader.len(), 5);
     for (i, key) in keys.iter().enumerate().filter(|(i, _)| *i != 2) {
         assert_eq!(reader.get(key).unwrap().unwrap(), samples[i], "{key}");

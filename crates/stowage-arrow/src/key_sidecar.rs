@@ -1,0 +1,224 @@
+//! `segment_<id>.keys`: a segment's key index as a fixed-layout hash table, memory-mapped.
+//!
+//! torchcachex re-pickles its whole index on every flush, so a flush costs more the bigger the
+//! cache. A sidecar instead indexes one segment's rows only: written with the segment, never
+//! rewritten, and opened by mapping it (no per-key work before a lookup). torchcachex globs
+//! `segment_*.arrow` and never sees it; it can always be rebuilt from the segment's `key` column.
+//!
+//! ```text
+//! header (64 bytes, little-endian):
+//!   magic "STWKEYS1" | rows u32 | capacity u32 (a power of two) | seed u64 |
+//!   slots xxh3 u64 | header xxh3 u64 (of the 32 bytes before it) | zero padding
+//! slots (capacity x 16 bytes): key hash u64 (xxh3 with the seed) | row + 1 u64 (0: empty)
+//! ```
+//!
+//! A slot holds a hash, not the key: a lookup confirms each candidate row against the segment's
+//! own `key` column, so a hash collision or a damaged slot can make a key look absent but never
+//! return another key's row. Opening checks the header; `verify` checks the slots too.
+
+use std::path::{Path, PathBuf};
+
+use memmap2::Mmap;
+use stowage_core::file_safety::atomic_write;
+use stowage_core::{Error, IoResultExt, Result};
+use xxhash_rust::xxh3::xxh3_64_with_seed;
+
+const MAGIC: &[u8; 8] = b"STWKEYS1";
+const HEADER: usize = 64;
+const SLOT: usize = 16;
+/// The seed of the key hashes; recorded in the header so it can change without a format bump.
+const SEED: u64 = 0x5354_574b_4559_5331;
+
+/// The sidecar's path beside its segment: `segment_<id>.keys`.
+pub fn sidecar_path(segment: &Path) -> PathBuf {
+    segment.with_extension("keys")
+}
+
+/// The bytes of the sidecar of a segment whose rows have `keys` (in row order; for a key stored
+/// twice, the later row wins, as in the segment).
+pub fn build(keys: &[&str]) -> Result<Vec<u8>> {
+    let rows = u32::try_from(keys.len())
+        .map_err(|_| Error::invalid(format!("{} rows do not fit one segment", keys.len())))?;
+    let capacity = ((keys.len() * 8 / 7) + 1).next_power_of_two().max(16);
+    let mut slots = vec![(0u64, 0u64); capacity];
+    let mask = capacity - 1;
+    for (row, key) in keys.iter().enumerate() {
+        let hash = xxh3_64_with_seed(key.as_bytes(), SEED);
+        let mut i = hash as usize & mask;
+        // A slot of the same hash whose row holds the same key is that key's earlier row.
+        while slots[i].1 != 0 && !(slots[i].0 == hash && keys[slots[i].1 as usize - 1] == *key) {
+            i = (i + 1) & mask;
+        }
+        slots[i] = (hash, row as u64 + 1);
+    }
+    let mut out = vec![0u8; HEADER + capacity * SLOT];
+    for (i, (hash, row)) in slots.iter().enumerate() {
+        let at = HEADER + i * SLOT;
+        out[at..at + 8].copy_from_slice(&hash.to_le_bytes());
+        out[at + 8..at + 16].copy_from_slice(&row.to_le_bytes());
+    }
+    let slots_sum = xxh3_64_with_seed(&out[HEADER..], 0);
+    out[..8].copy_from_slice(MAGIC);
+    out[8..12].copy_from_slice(&rows.to_le_bytes());
+    out[12..16].copy_from_slice(&(capacity as u32).to_le_bytes());
+    out[16..24].copy_from_slice(&SEED.to_le_bytes());
+    out[24..32].copy_from_slice(&slots_sum.to_le_bytes());
+    let header_sum = xxh3_64_with_seed(&out[..32], 0);
+    out[32..40].copy_from_slice(&header_sum.to_le_bytes());
+    Ok(out)
+}
+
+/// Builds and writes the sidecar of `segment` atomically (temporary file, fsync, rename).
+pub fn write(segment: &Path, keys: &[&str]) -> Result<PathBuf> {
+    let path = sidecar_path(segment);
+    atomic_write(&path, &build(keys)?)?;
+    Ok(path)
+}
+
+/// An open sidecar: the mapped table.
+#[derive(Debug)]
+pub struct KeySidecar {
+    path: PathBuf,
+    map: Mmap,
+    rows: u32,
+    capacity: usize,
+    seed: u64,
+}
+
+impl KeySidecar {
+    /// Maps `path` and checks its header (magic, checksum, sizes).
+    ///
+    /// Errors: [`Error::Corrupted`] naming the file and what is wrong; [`Error::Io`] when it
+    /// cannot be opened (`NotFound` included: the caller rebuilds it from the segment).
+    pub fn open(path: &Path) -> Result<KeySidecar> {
+        let file = std::fs::File::open(path).at(path)?;
+        // SAFETY: sidecars are written whole under a temporary name and renamed into place, never
+        // modified afterwards; the map is read-only.
+        let map = unsafe { Mmap::map(&file) }.at(path)?;
+        let bad = |what: String| Error::corrupted(path, what);
+        if map.len() < HEADER || &map[..8] != MAGIC {
+            return Err(bad(format!("not a key sidecar ({} bytes, no STWKEYS1 magic)", map.len())));
+        }
+        let word = |at: usize| u64::from_le_bytes(map[at..at + 8].try_into().expect("8 bytes"));
+        let half = |at: usize| u32::from_le_bytes(map[at..at + 4].try_into().expect("4 bytes"));
+        let (rows, capacity, seed) = (half(8), half(12) as usize, word(16));
+        if word(32) != xxh3_64_with_seed(&map[..32], 0) {
+            return Err(bad("header checksum mismatch".into()));
+        }
+        let expected = capacity.checked_mul(SLOT).and_then(|n| n.checked_add(HEADER));
+        if !capacity.is_power_of_two() || rows as usize > capacity || expected != Some(map.len()) {
+            return Err(bad(format!(
+                "{} bytes for {rows} rows in {capacity} slots of {SLOT} bytes plus a {HEADER}-byte \
+                 header",
+                map.len()
+            )));
+        }
+        Ok(KeySidecar { path: path.to_path_buf(), map, rows, capacity, seed })
+    }
+
+    /// Rows of the segment it indexes.
+    pub fn rows(&self) -> usize {
+        self.rows as usize
+    }
+
+    /// The row of `key`: each row whose slot hash matches is offered to `confirm` (the caller
+    /// compares the segment's key of that row), the first confirmed one is returned.
+    pub fn find(&self, key: &str, confirm: impl Fn(usize) -> bool) -> Option<usize> {
+        let hash = xxh3_64_with_seed(key.as_bytes(), self.seed);
+        let mask = self.capacity - 1;
+        let mut i = hash as usize & mask;
+        // At most `capacity` probes, even in a damaged table with no empty slot.
+        for _ in 0..self.capacity {
+            let (slot_hash, row) = self.slot(i);
+            if row == 0 {
+                return None;
+            }
+            if slot_hash == hash {
+                let row = usize::try_from(row - 1).ok().filter(|&r| r < self.rows())?;
+                if confirm(row) {
+                    return Some(row);
+                }
+            }
+            i = (i + 1) & mask;
+        }
+        None
+    }
+
+    /// Checks the slots against their checksum (reads the whole table).
+    ///
+    /// Errors: [`Error::Corrupted`] naming the file.
+    pub fn verify(&self) -> Result<()> {
+        let stored = u64::from_le_bytes(self.map[24..32].try_into().expect("8 bytes"));
+        if stored != xxh3_64_with_seed(&self.map[HEADER..], 0) {
+            return Err(Error::corrupted(&self.path, "slot checksum mismatch"));
+        }
+        Ok(())
+    }
+
+    fn slot(&self, i: usize) -> (u64, u64) {
+        let at = HEADER + i * SLOT;
+        let word =
+            |at: usize| u64::from_le_bytes(self.map[at..at + 8].try_into().expect("8 bytes"));
+        (word(at), word(at + 8))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn written(dir: &Path, keys: &[&str]) -> KeySidecar {
+        let path = write(&dir.join("segment_000000.arrow"), keys).unwrap();
+        assert!(path.ends_with("segment_000000.keys"));
+        KeySidecar::open(&path).unwrap()
+    }
+
+    #[test]
+    fn every_key_is_found_the_later_row_wins_and_absent_keys_are_not() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut keys: Vec<String> = (0..3000).map(|i| format!("sample-{i}")).collect();
+        keys.push("sample-7".into()); // row 3000 stores sample-7 again
+        let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+        let sidecar = written(dir.path(), &refs);
+        sidecar.verify().unwrap();
+        let find = |key: &str| sidecar.find(key, |row| refs[row] == key);
+        for (row, key) in refs.iter().enumerate().take(3000).filter(|(r, _)| *r != 7) {
+            assert_eq!(find(key), Some(row), "{key}");
+        }
+        assert_eq!(find("sample-7"), Some(3000));
+        assert_eq!(find("absent"), None);
+        assert_eq!(written(dir.path(), &[]).find("x", |_| true), None);
+    }
+
+    #[test]
+    fn damaged_sidecars_are_refused_or_never_return_another_keys_row() {
+        let dir = tempfile::tempdir().unwrap();
+        let keys: Vec<String> = (0..200).map(|i| format!("k{i}")).collect();
+        let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+        let path = write(&dir.path().join("segment_000001.arrow"), &refs).unwrap();
+        let good = std::fs::read(&path).unwrap();
+        for len in [0, 8, HEADER - 1, HEADER, good.len() - 1] {
+            std::fs::write(&path, &good[..len]).unwrap();
+            let err = KeySidecar::open(&path).unwrap_err();
+            assert!(matches!(err, Error::Corrupted { .. }), "{len}: {err}");
+        }
+        for at in 0..40 {
+            let mut bad = good.clone();
+            bad[at] ^= 0x40;
+            std::fs::write(&path, &bad).unwrap();
+            assert!(KeySidecar::open(&path).is_err(), "header byte {at}");
+        }
+        for at in (HEADER..good.len()).step_by(5) {
+            let mut bad = good.clone();
+            bad[at] ^= 0xff;
+            std::fs::write(&path, &bad).unwrap();
+            let sidecar = KeySidecar::open(&path).unwrap();
+            assert!(sidecar.verify().is_err(), "slot byte {at}");
+            for (row, key) in refs.iter().enumerate() {
+                if let Some(found) = sidecar.find(key, |r| refs[r] == *key) {
+                    assert_eq!(found, row, "{key} never maps to another row");
+                }
+            }
+        }
+    }
+}
