@@ -37,13 +37,13 @@ const QUEUE: usize = 4;
 
 /// One gathering write: `parts` back to back at `offset` of `file`.
 pub struct Job {
-    /// The collection file (shared with its column writer).
+    /// The file (shared with the writer that appends to it).
     pub file: Arc<File>,
     /// Its path, for errors.
     pub path: PathBuf,
     /// Byte offset of the first part.
     pub offset: u64,
-    /// The slot images, in slot order.
+    /// The parts (rows, slot images), in file order.
     pub parts: Vec<Bytes>,
 }
 
@@ -87,9 +87,17 @@ impl BackgroundWriter {
             progress.sent
         };
         let sender = self.jobs.as_ref().expect("the sender lives until drop");
-        sender.send(job).map_err(|_| {
-            Error::io(path, std::io::Error::other("the background writer thread has stopped"))
-        })?;
+        if sender.send(job).is_err() {
+            // Count the job as done and failed, so that no wait blocks on it.
+            let text = "the background writer thread has stopped";
+            let (lock, done) = &*self.progress;
+            let mut progress = lock.lock().expect("progress lock poisoned");
+            progress.done += 1;
+            let kind = std::io::ErrorKind::Other;
+            progress.failure.get_or_insert_with(|| (path.clone(), kind, text.into()));
+            done.notify_all();
+            return Err(Error::io(path, std::io::Error::other(text)));
+        }
         Ok(ticket)
     }
 

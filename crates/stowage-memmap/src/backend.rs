@@ -31,7 +31,8 @@ pub const BACKEND_NAME: &str = "memmap";
 /// zero placeholder plus a `has_<field>` flag), JSON fields (deduplicated into sidecars, or
 /// plain), resume of an unfinished cache, per-row xxh3-64 checksums (in caches stowage writes;
 /// DNANet's own caches have none), zero-copy reads and concurrent readers. Not: bytes fields,
-/// variable or ragged shapes (rows are fixed-size), overwriting a key, appending after finalize.
+/// variable or ragged shapes (rows are fixed-size), overwriting a key, appending after finalize,
+/// keys over 16 MiB.
 pub fn capabilities() -> Capabilities {
     Capabilities {
         variable_shapes: false,
@@ -47,7 +48,8 @@ pub fn capabilities() -> Capabilities {
         concurrent_readers: true,
         dtypes: DType::ALL.into_iter().filter(|d| *d != DType::BF16).collect(),
         max_rank: None,
-        max_key_bytes: None,
+        // The path table keeps a key's length in 24 bits.
+        max_key_bytes: Some(crate::path_table::MAX_PATH_BYTES),
         max_fields: None,
     }
 }

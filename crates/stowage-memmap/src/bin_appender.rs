@@ -63,7 +63,10 @@ impl BinAppender {
     }
 
     /// Reopens `path` holding `rows` committed rows: bytes beyond them (a torn append) are cut
-    /// off; a file shorter than them is [`Error::Corrupted`] naming both sizes, never padded.
+    /// off.
+    ///
+    /// Errors: [`Error::Corrupted`] naming the file, the row count and both sizes when it is
+    /// shorter than its committed rows (never padded) or missing.
     pub fn recover(
         path: &Path,
         row_bytes: usize,
@@ -177,6 +180,9 @@ impl BinAppender {
     /// The bytes of row `row` (appended earlier), from the batch or the file (once the writes
     /// handed over are done).
     pub fn read_row(&self, row: usize) -> Result<Vec<u8>> {
+        if self.row_bytes == 0 {
+            return Ok(Vec::new());
+        }
         let start = row as u64 * self.row_bytes as u64;
         if start >= self.sent {
             let at = ((start - self.sent) / self.row_bytes as u64) as usize;

@@ -11,7 +11,8 @@
 /// Marks an empty slot.
 const EMPTY: u32 = u32::MAX;
 /// Paths are at most this long: their length shares a `u64` with their arena offset.
-const MAX_LEN: u64 = (1 << 24) - 1;
+pub(crate) const MAX_PATH_BYTES: usize = (1 << 24) - 1;
+const MAX_LEN: u64 = MAX_PATH_BYTES as u64;
 
 /// One slot: which row, and the path's span in the arena (offset in the low 40 bits, length in the
 /// high 24).
