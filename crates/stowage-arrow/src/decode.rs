@@ -15,7 +15,7 @@
 use arrow_array::{Array, BinaryArray, BooleanArray, Int64Array, ListArray, RecordBatch};
 use arrow_schema::DataType;
 use stowage_core::bytes::Bytes;
-use stowage_core::{DType, Sample, Tensor, Value};
+use stowage_core::{Sample, Tensor, Value};
 
 use crate::schema_json::OutputStructure;
 
@@ -165,25 +165,13 @@ fn decode_tensor(
     if values.null_count() > 0 && values.slice(start, end - start).null_count() > 0 {
         return Err("the values hold a null".into());
     }
-    let dtype = match values.data_type() {
-        DataType::Float16 => DType::F16,
-        DataType::Float32 => DType::F32,
-        DataType::Float64 => DType::F64,
-        DataType::Int8 => DType::I8,
-        DataType::Int16 => DType::I16,
-        DataType::Int32 => DType::I32,
-        DataType::Int64 => DType::I64,
-        DataType::UInt8 => DType::U8,
-        DataType::UInt16 => DType::U16,
-        DataType::UInt32 => DType::U32,
-        DataType::UInt64 => DType::U64,
-        DataType::Boolean => {
-            let bools = values.as_any().downcast_ref::<BooleanArray>().expect("boolean type");
-            let flags: Vec<bool> = (start..end).map(|i| bools.value(i)).collect();
-            return Tensor::from_bools(&dims, &flags).map(Value::Tensor).map_err(|e| e.to_string());
-        }
-        other => return Err(format!("values of type {other} are not a tensor element type")),
-    };
+    if values.data_type() == &DataType::Boolean {
+        // Bit-packed in Arrow: unpacked into a tensor of its own.
+        let bools = values.as_any().downcast_ref::<BooleanArray>().expect("boolean type");
+        let flags: Vec<bool> = (start..end).map(|i| bools.value(i)).collect();
+        return Tensor::from_bools(&dims, &flags).map(Value::Tensor).map_err(|e| e.to_string());
+    }
+    let dtype = crate::encode::dtype_of(values.data_type()).map_err(|e| e.to_string())?;
     let item = dtype.item_size();
     let array_data = values.to_data();
     let first = (array_data.offset() + start) * item;

@@ -36,6 +36,52 @@ pub enum FieldColumns {
     },
 }
 
+/// The output structure and columns a stowage schema is stored in.
+///
+/// One tensor field named `tensor` is torchcachex's `tensor` structure and one bytes field named
+/// `blob` its `blob` structure, so such caches read back in torchcachex as a plain tensor or
+/// object; any other schema is a `dict` of its fields, in schema order.
+///
+/// Errors: [`Error::Unsupported`] for a JSON field (not stored yet) or a tensor dtype Arrow
+/// cannot hold losslessly.
+///
+/// ```
+/// use stowage_arrow::encode::{FieldColumns, columns_for};
+/// use stowage_arrow::schema_json::OutputStructure;
+/// use stowage_core::{DType, Schema, ShapeRule};
+/// let schema = Schema::new().tensor("tensor", DType::F32, ShapeRule::Any);
+/// let (structure, fields) = columns_for(&schema)?;
+/// assert_eq!(structure, OutputStructure::Tensor);
+/// assert_eq!(fields, [FieldColumns::Tensor { name: "tensor".into(), dtype: DType::F32 }]);
+/// # Ok::<(), stowage_core::Error>(())
+/// ```
+pub fn columns_for(schema: &stowage_core::Schema) -> Result<(OutputStructure, Vec<FieldColumns>)> {
+    let mut fields = Vec::with_capacity(schema.fields.len());
+    for field in &schema.fields {
+        fields.push(match &field.kind {
+            stowage_core::FieldKind::Tensor { dtype, .. } => {
+                arrow_type(*dtype)?;
+                FieldColumns::Tensor { name: field.name.clone(), dtype: *dtype }
+            }
+            stowage_core::FieldKind::Bytes => FieldColumns::Blob { name: field.name.clone() },
+            stowage_core::FieldKind::Json { .. } => {
+                return Err(Error::unsupported(
+                    crate::BACKEND_NAME,
+                    format!("JSON field {:?} (not stored yet)", field.name),
+                ));
+            }
+        });
+    }
+    let structure = match fields.as_slice() {
+        [FieldColumns::Tensor { name, .. }] if name == crate::decode::TENSOR_FIELD => {
+            OutputStructure::Tensor
+        }
+        [FieldColumns::Blob { name }] if name == crate::decode::BLOB_FIELD => OutputStructure::Blob,
+        _ => OutputStructure::Dict,
+    };
+    Ok((structure, fields))
+}
+
 /// The Arrow type of a tensor element type.
 pub fn arrow_type(dtype: DType) -> Result<DataType> {
     Ok(match dtype {
@@ -57,6 +103,31 @@ pub fn arrow_type(dtype: DType) -> Result<DataType> {
                 format!("{other} tensors (no Arrow element type holds them losslessly yet)"),
             ));
         }
+    })
+}
+
+/// The tensor element type of an Arrow type, the inverse of [`arrow_type`].
+///
+/// Errors: [`Error::Unsupported`] for a type that is not a tensor element type.
+pub fn dtype_of(data_type: &DataType) -> Result<DType> {
+    [
+        DType::F16,
+        DType::F32,
+        DType::F64,
+        DType::I8,
+        DType::I16,
+        DType::I32,
+        DType::I64,
+        DType::U8,
+        DType::U16,
+        DType::U32,
+        DType::U64,
+        DType::Bool,
+    ]
+    .into_iter()
+    .find(|d| arrow_type(*d).ok().as_ref() == Some(data_type))
+    .ok_or_else(|| {
+        Error::unsupported(crate::BACKEND_NAME, format!("{data_type} as a tensor element type"))
     })
 }
 
@@ -204,4 +275,29 @@ fn tensor_columns(
     .map_err(|e| Error::invalid(format!("field {name:?}: {e}")))?;
     debug_assert_eq!(data.len(), rows.len());
     Ok((Arc::new(data), Arc::new(shape)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use stowage_core::{Schema, ShapeRule};
+
+    #[test]
+    fn schemas_map_to_structures_and_json_is_refused() {
+        let blob = Schema::new().bytes("blob");
+        assert_eq!(columns_for(&blob).unwrap().0, OutputStructure::Blob);
+        let dict = Schema::new().tensor("x", DType::U16, ShapeRule::Any).bytes("meta");
+        let (structure, fields) = columns_for(&dict).unwrap();
+        assert_eq!(structure, OutputStructure::Dict);
+        assert_eq!(fields[1], FieldColumns::Blob { name: "meta".into() });
+        let named_x = Schema::new().tensor("x", DType::F32, ShapeRule::Any);
+        assert_eq!(columns_for(&named_x).unwrap().0, OutputStructure::Dict, "only `tensor`");
+        let json = Schema::new().json("j", false);
+        assert!(matches!(columns_for(&json).unwrap_err(), Error::Unsupported { .. }));
+        let bf16 = Schema::new().tensor("tensor", DType::BF16, ShapeRule::Any);
+        assert!(matches!(columns_for(&bf16).unwrap_err(), Error::Unsupported { .. }));
+        for dtype in [DType::F16, DType::U64, DType::Bool, DType::I8] {
+            assert_eq!(dtype_of(&arrow_type(dtype).unwrap()).unwrap(), dtype);
+        }
+    }
 }

@@ -196,6 +196,45 @@ impl SchemaJson {
         Ok(SchemaJson { fields, metadata, output_structure })
     }
 
+    /// The `schema.json` torchcachex writes for a segment schema (from
+    /// [`crate::encode::arrow_schema`]): every column with its type string, the schema metadata
+    /// (sorted by key) and the structure.
+    ///
+    /// Errors: [`Error::Unsupported`] for a column type `schema.json` has no name for.
+    pub fn describe(
+        structure: OutputStructure,
+        schema: &arrow_schema::Schema,
+    ) -> Result<SchemaJson> {
+        use arrow_schema::DataType;
+        let fields = schema
+            .fields()
+            .iter()
+            .map(|field| {
+                let column_type = match field.data_type() {
+                    DataType::Utf8 => ColumnType::String,
+                    DataType::Binary => ColumnType::Binary,
+                    DataType::List(item) => {
+                        ColumnType::List(crate::encode::dtype_of(item.data_type())?)
+                    }
+                    other => {
+                        return Err(Error::unsupported(
+                            crate::BACKEND_NAME,
+                            format!("column {:?} of type {other} in schema.json", field.name()),
+                        ));
+                    }
+                };
+                Ok(SchemaField { name: field.name().clone(), column_type })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let mut keys: Vec<&String> = schema.metadata().keys().collect();
+        keys.sort();
+        let metadata = keys
+            .into_iter()
+            .map(|k| (k.clone(), Value::from(schema.metadata()[k].as_str())))
+            .collect();
+        Ok(SchemaJson { fields, metadata, output_structure: structure })
+    }
+
     /// The bytes torchcachex writes for this schema: `json.dump(..., indent=2)` (no trailing
     /// newline).
     pub fn to_json(&self) -> Vec<u8> {

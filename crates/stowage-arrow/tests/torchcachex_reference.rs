@@ -125,3 +125,46 @@ fn damaged_metadata_and_leftovers_do_not_hide_the_data() {
         }
     }
 }
+
+/// The columns and metadata stowage writes for a cache are torchcachex's own: for each reference
+/// cache, the segment schema built from its fields gives back its `schema.json` byte for byte
+/// (`tensor_keys` and `torch_dtype` included).
+#[test]
+fn segment_schemas_stowage_builds_describe_as_torchcachex_wrote_them() {
+    use stowage_arrow::encode::{FieldColumns, arrow_schema};
+    let Some(set) = reference_set("torchcachex") else { return };
+    for entry in std::fs::read_dir(set.join("caches")).unwrap() {
+        let layout = Layout::new(entry.unwrap().path());
+        let written = std::fs::read(layout.schema()).unwrap();
+        let schema = SchemaJson::read(&layout.schema()).unwrap().unwrap();
+        let structure = schema.output_structure;
+        let fields: Vec<FieldColumns> = schema
+            .fields
+            .iter()
+            .filter_map(|f| {
+                let name = if structure == OutputStructure::Tensor {
+                    (f.name == "data").then(|| "tensor".to_owned())
+                } else {
+                    f.name.strip_suffix("_data").map(str::to_owned)
+                };
+                match (name, &f.column_type, f.name.strip_suffix("_blob")) {
+                    (Some(name), ColumnType::List(dtype), _) => {
+                        Some(FieldColumns::Tensor { name, dtype: *dtype })
+                    }
+                    (_, ColumnType::Binary, Some(blob)) => {
+                        Some(FieldColumns::Blob { name: blob.to_owned() })
+                    }
+                    _ => None,
+                }
+            })
+            .collect();
+        let built = arrow_schema(structure, &fields).unwrap();
+        let described = SchemaJson::describe(structure, &built).unwrap();
+        assert_eq!(
+            String::from_utf8(described.to_json()).unwrap(),
+            String::from_utf8(written).unwrap(),
+            "{}",
+            layout.root().display()
+        );
+    }
+}
