@@ -8,6 +8,7 @@ pub mod decode;
 pub mod encode;
 pub mod key_sidecar;
 pub mod layout;
+pub mod merged_index;
 pub mod reader;
 pub mod schema_json;
 pub mod segment;
