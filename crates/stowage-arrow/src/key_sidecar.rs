@@ -95,6 +95,20 @@ impl KeySidecar {
         // SAFETY: sidecars are written whole under a temporary name and renamed into place, never
         // modified afterwards; the map is read-only.
         let map = unsafe { Mmap::map(&file) }.at(path)?;
+        KeySidecar::over(map, path)
+    }
+
+    /// The sidecar of a segment whose rows have `keys`, built in memory (for a segment written
+    /// without one, such as torchcachex's); `segment` names it in errors.
+    pub fn in_memory(segment: &Path, keys: &[&str]) -> Result<KeySidecar> {
+        let bytes = build(keys)?;
+        let mut map = memmap2::MmapMut::map_anon(bytes.len()).at(segment)?;
+        map.copy_from_slice(&bytes);
+        KeySidecar::over(map.make_read_only().at(segment)?, &sidecar_path(segment))
+    }
+
+    /// Checks the header of `map`, the sidecar's bytes.
+    fn over(map: Mmap, path: &Path) -> Result<KeySidecar> {
         let bad = |what: String| Error::corrupted(path, what);
         if map.len() < HEADER || &map[..8] != MAGIC {
             return Err(bad(format!("not a key sidecar ({} bytes, no STWKEYS1 magic)", map.len())));

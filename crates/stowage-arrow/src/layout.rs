@@ -52,6 +52,11 @@ impl Layout {
         self.root.join("schema.json")
     }
 
+    /// `stowage_index.bin`, stowage's merged key index ([`crate::merged_index`]).
+    pub fn merged_index(&self) -> PathBuf {
+        self.root.join("stowage_index.bin")
+    }
+
     /// `index.pkl`, torchcachex's optional index.
     pub fn pickled_index(&self) -> PathBuf {
         self.root.join("index.pkl")

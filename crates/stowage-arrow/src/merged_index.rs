@@ -86,6 +86,27 @@ pub fn write<'a>(
     atomic_write(path, &build(entries, through)?)
 }
 
+/// Merges the keys of every segment of `layout` up to id `through` into `stowage_index.bin`
+/// (replacing it atomically); returns the number of distinct keys.
+///
+/// Errors: [`Error::Corrupted`] naming a segment that cannot be read; [`Error::Io`].
+pub fn merge_segments(layout: &crate::layout::Layout, through: u64) -> Result<u64> {
+    let mut segments = Vec::new();
+    for (id, path) in layout.list_segments()?.into_iter().filter(|(id, _)| *id <= through) {
+        segments.push(crate::segment::Segment::open(id, &path)?);
+    }
+    let mut keys = Vec::with_capacity(segments.len());
+    for segment in &segments {
+        keys.push((segment.id(), segment.keys()?));
+    }
+    let entries = keys
+        .iter()
+        .flat_map(|(id, rows)| rows.iter().enumerate().map(move |(row, key)| (*key, *id, row)));
+    let bytes = build(entries, through)?;
+    atomic_write(layout.merged_index(), &bytes)?;
+    Ok(u64::from_le_bytes(bytes[8..16].try_into().expect("8 bytes")))
+}
+
 /// An open merged table.
 #[derive(Debug)]
 pub struct MergedIndex {

@@ -1,69 +1,106 @@
-//! Reading a torchcachex cache: every segment mapped once, a key index rebuilt from the segments.
+//! Reading a torchcachex cache through stowage's key indexes, segments mapped on first use.
 //!
 //! The segments are the source of truth: `index.pkl` is never read (it may be stale, missing or
-//! corrupt, and a segment renamed into place just before a crash is absent from it). Keys are
-//! indexed by scanning the segments' `key` columns in numeric segment order, so a later row of a
-//! segment and a higher segment both win, as torchcachex writes them. A missing or damaged
-//! `schema.json` does not make the data unreadable: the structure is then inferred from the
-//! columns (a `list` then reads as a `tuple`, which has the same columns).
+//! corrupt, and a segment renamed into place just before a crash is absent from it). A key is
+//! found through the merged table ([`crate::merged_index`]) for the segments it covers, and
+//! through each newer segment's sidecar ([`crate::key_sidecar`]; built in memory from the
+//! segment's `key` column when the segment has none, as torchcachex's do), newest first: a later
+//! row of a segment and a higher segment both win, as torchcachex writes them. A merged table
+//! with a damaged header is ignored, and so is one whose last segment is gone; damage inside its
+//! slots can hide a key but never return another key's row (every candidate is confirmed against
+//! the segment's `key` column), and `validate` is what finds it. A newer segment's sidecar is
+//! checked whole and rebuilt in memory when damaged. A missing or damaged `schema.json` does not
+//! make the data unreadable: the structure is then inferred from the columns (a `list` then
+//! reads as a `tuple`, which has the same columns).
 //!
-//! This is the first read path (issue 4): its in-memory key map costs memory per key; the index
-//! that scales to a billion keys replaces it.
+//! Opening maps the merged table and reads the keys of the segments it does not cover (to count
+//! distinct keys); covered segments are opened on their first read.
 
-use std::collections::HashMap;
-use std::path::Path;
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
 use stowage_core::{Error, Result, Sample};
 
 use crate::decode::{ColumnGroup, column_groups, decode_row};
+use crate::key_sidecar::{self, KeySidecar};
 use crate::layout::Layout;
+use crate::merged_index::MergedIndex;
 use crate::schema_json::{OutputStructure, SchemaJson};
 use crate::segment::Segment;
+
+/// One segment file, opened on first use.
+#[derive(Debug)]
+struct SegmentSlot {
+    id: u64,
+    path: PathBuf,
+    open: OnceLock<(Segment, Vec<ColumnGroup>)>,
+}
 
 /// A read-only view of a torchcachex cache directory (`<cache_dir>/<module_id>`).
 #[derive(Debug)]
 pub struct CacheReader {
     layout: Layout,
-    structure: OutputStructure,
-    segments: Vec<(Segment, Vec<ColumnGroup>)>,
-    /// Key -> (position in `segments`, row).
-    index: HashMap<Box<str>, (u32, u32)>,
+    structure: Option<OutputStructure>,
+    /// Every segment, in id order.
+    segments: Vec<SegmentSlot>,
+    merged: Option<MergedIndex>,
+    /// Sidecars of the segments the merged table does not cover: (position in `segments`,
+    /// sidecar), newest first.
+    recent: Vec<(usize, KeySidecar)>,
+    len: usize,
 }
 
 impl CacheReader {
-    /// Opens the cache in `dir`: maps every segment and indexes its keys.
+    /// Opens the cache in `dir`.
     ///
-    /// Errors: [`Error::Corrupted`] naming the segment when one is not a valid Arrow IPC file,
-    /// has no `key` column or columns that do not fit the output structure; [`Error::Io`] naming
-    /// the path that cannot be read.
+    /// Errors: [`Error::Corrupted`] naming the segment when a segment the merged table does not
+    /// cover is not a valid Arrow IPC file or has no `key` column; [`Error::Io`] naming the path
+    /// that cannot be read.
     pub fn open(dir: impl AsRef<Path>) -> Result<CacheReader> {
         let layout = Layout::new(dir.as_ref());
-        let schema = SchemaJson::read(&layout.schema()).ok().flatten();
-        let mut segments = Vec::new();
-        for (id, path) in layout.list_segments()? {
-            segments.push(Segment::open(id, &path)?);
-        }
-        let structure = match (&schema, segments.first()) {
-            (Some(schema), _) => schema.output_structure,
-            (None, Some(first)) => infer_structure(first),
-            (None, None) => OutputStructure::Tensor,
-        };
-        let mut index = HashMap::new();
-        let mut opened = Vec::with_capacity(segments.len());
-        for (position, segment) in segments.into_iter().enumerate() {
-            let names: Vec<&str> =
-                segment.schema().fields().iter().map(|f| f.name().as_str()).collect();
-            let groups = column_groups(&names, structure)
-                .map_err(|why| Error::corrupted(segment.path(), why))?;
-            let position = u32::try_from(position).expect("fewer than 2^32 segments");
-            for (row, key) in segment.keys()?.into_iter().enumerate() {
-                let row = u32::try_from(row)
-                    .map_err(|_| Error::corrupted(segment.path(), "more than 2^32 rows"))?;
-                index.insert(Box::from(key), (position, row));
+        let structure =
+            SchemaJson::read(&layout.schema()).ok().flatten().map(|s| s.output_structure);
+        let segments: Vec<SegmentSlot> = layout
+            .list_segments()?
+            .into_iter()
+            .map(|(id, path)| SegmentSlot { id, path, open: OnceLock::new() })
+            .collect();
+        // The merged table only counts when the segments it covers are all still there.
+        let merged = MergedIndex::open(&layout.merged_index())
+            .ok()
+            .filter(|m| segments.iter().any(|s| s.id == m.through()));
+        let through = merged.as_ref().map(MergedIndex::through);
+        let mut reader =
+            CacheReader { layout, structure, segments, merged, recent: Vec::new(), len: 0 };
+        let mut new_keys: HashSet<String> = HashSet::new();
+        let mut recent = Vec::new();
+        for position in 0..reader.segments.len() {
+            if through.is_some_and(|t| reader.segments[position].id <= t) {
+                continue;
             }
-            opened.push((segment, groups));
+            let segment = reader.segment(position)?;
+            let keys = segment.keys()?;
+            let sidecar_path = key_sidecar::sidecar_path(segment.path());
+            let sidecar = KeySidecar::open(&sidecar_path)
+                .ok()
+                .filter(|s| s.rows() == keys.len() && s.verify().is_ok())
+                .map_or_else(|| KeySidecar::in_memory(segment.path(), &keys), Ok)?;
+            for key in &keys {
+                let covered = reader.merged.as_ref().is_some_and(|m| {
+                    m.find(key, |id, row| reader.key_at(id, row).is_some_and(|k| k == *key))
+                        .is_some()
+                });
+                if !covered {
+                    new_keys.insert((*key).to_owned());
+                }
+            }
+            recent.push((position, sidecar));
         }
-        Ok(CacheReader { layout, structure, segments: opened, index })
+        recent.reverse();
+        reader.recent = recent;
+        reader.len = reader.merged.as_ref().map_or(0, |m| m.keys() as usize) + new_keys.len();
+        Ok(reader)
     }
 
     /// The cache directory's layout.
@@ -71,43 +108,99 @@ impl CacheReader {
         &self.layout
     }
 
-    /// How samples are split into columns.
-    pub fn output_structure(&self) -> OutputStructure {
-        self.structure
+    /// How samples are split into columns: `schema.json`'s, else inferred from the first segment.
+    pub fn output_structure(&self) -> Result<OutputStructure> {
+        match (self.structure, self.segments.is_empty()) {
+            (Some(structure), _) => Ok(structure),
+            (None, true) => Ok(OutputStructure::Tensor),
+            (None, false) => Ok(infer_structure(self.segment(0)?)),
+        }
     }
 
     /// Number of distinct keys.
     pub fn len(&self) -> usize {
-        self.index.len()
+        self.len
     }
 
     /// Whether the cache holds no key.
     pub fn is_empty(&self) -> bool {
-        self.index.is_empty()
+        self.len == 0
     }
 
-    /// Every key, in no particular order.
-    pub fn keys(&self) -> impl Iterator<Item = &str> {
-        self.index.keys().map(|k| &**k)
+    /// Every key, each once, in segment and row order of its winning row.
+    pub fn keys(&self) -> Result<Vec<String>> {
+        let mut keys = Vec::with_capacity(self.len);
+        for position in 0..self.segments.len() {
+            let segment = self.segment(position)?;
+            for (row, key) in segment.keys()?.into_iter().enumerate() {
+                if self.locate(key) == Some((segment.id(), row)) {
+                    keys.push(key.to_owned());
+                }
+            }
+        }
+        Ok(keys)
     }
 
     /// The segment id and row holding the winning value of `key`.
     pub fn locate(&self, key: &str) -> Option<(u64, usize)> {
-        let &(position, row) = self.index.get(key)?;
-        Some((self.segments[position as usize].0.id(), row as usize))
+        for (position, sidecar) in &self.recent {
+            let id = self.segments[*position].id;
+            if let Some(row) = sidecar.find(key, |row| self.key_at(id, row) == Some(key)) {
+                return Some((id, row));
+            }
+        }
+        let merged = self.merged.as_ref()?;
+        merged.find(key, |id, row| self.key_at(id, row) == Some(key))
     }
 
     /// The sample stored under `key`, `Ok(None)` when absent. Tensors share the segment's map.
     ///
     /// Errors: [`Error::Corrupted`] naming the segment, the key and the column when the row
-    /// cannot be a sample (a shape that does not match its values, a null inside a tensor).
+    /// cannot be a sample (a shape that does not match its values, a null inside a tensor), or
+    /// when the segment holding it is damaged.
     pub fn get(&self, key: &str) -> Result<Option<Sample>> {
-        let Some(&(position, row)) = self.index.get(key) else { return Ok(None) };
-        let (segment, groups) = &self.segments[position as usize];
-        let (batch, at) = segment.locate(row as usize).expect("indexed rows exist");
+        let Some((id, row)) = self.locate(key) else { return Ok(None) };
+        let position = self.position(id).expect("located in a listed segment");
+        let (segment, groups) = self.opened(position)?;
+        let (batch, at) = segment.locate(row).expect("located rows exist");
         decode_row(batch, at, groups).map(Some).map_err(|why| {
             Error::corrupted(segment.path(), format!("key {key:?} (row {row}): {why}"))
         })
+    }
+
+    /// The key of row `row` of segment `id`; `None` when the segment is missing, unreadable or
+    /// shorter (a lookup then treats the candidate as not confirmed).
+    fn key_at(&self, id: u64, row: usize) -> Option<&str> {
+        let segment = self.segment(self.position(id)?).ok()?;
+        let (batch, at) = segment.locate(row)?;
+        let keys = batch.column_by_name("key")?;
+        let keys = keys.as_any().downcast_ref::<arrow_array::StringArray>()?;
+        (at < arrow_array::Array::len(keys) && !arrow_array::Array::is_null(keys, at))
+            .then(|| keys.value(at))
+    }
+
+    fn position(&self, id: u64) -> Option<usize> {
+        self.segments.binary_search_by_key(&id, |s| s.id).ok()
+    }
+
+    fn segment(&self, position: usize) -> Result<&Segment> {
+        self.opened(position).map(|(segment, _)| segment)
+    }
+
+    /// Segment `position` and its column groups, opened on first use.
+    fn opened(&self, position: usize) -> Result<&(Segment, Vec<ColumnGroup>)> {
+        let slot = &self.segments[position];
+        if let Some(open) = slot.open.get() {
+            return Ok(open);
+        }
+        let segment = Segment::open(slot.id, &slot.path)?;
+        let structure = self.structure.unwrap_or_else(|| infer_structure(&segment));
+        let names: Vec<&str> =
+            segment.schema().fields().iter().map(|f| f.name().as_str()).collect();
+        let groups = column_groups(&names, structure)
+            .map_err(|why| Error::corrupted(segment.path(), why))?;
+        let _ = slot.open.set((segment, groups));
+        Ok(slot.open.get().expect("set just now or by another thread"))
     }
 }
 

@@ -61,7 +61,11 @@ fn dict_segments_round_trip_and_later_segments_win() {
     assert!(matches!(err, Error::AlreadyExists { .. }), "{err}");
 
     let reader = CacheReader::open(dir.path()).unwrap();
-    assert_eq!(reader.output_structure(), OutputStructure::Dict, "inferred without schema.json");
+    assert_eq!(
+        reader.output_structure().unwrap(),
+        OutputStructure::Dict,
+        "inferred without schema.json"
+    );
     // Each segment has its key sidecar, and it finds every key of that segment.
     let segment = stowage_arrow::segment::Segment::open(0, &layout.segment(0)).unwrap();
     let segment_keys = segment.keys().unwrap();
@@ -98,7 +102,7 @@ fn tensor_structure_round_trips_with_torch_dtype_metadata() {
     let rows: Vec<(&str, &Sample)> = ["a", "b", "c"].into_iter().zip(&samples).collect();
     write_segment(&layout, 0, schema, &fields, &rows).unwrap();
     let reader = CacheReader::open(dir.path()).unwrap();
-    assert_eq!(reader.output_structure(), OutputStructure::Tensor);
+    assert_eq!(reader.output_structure().unwrap(), OutputStructure::Tensor);
     for (key, sample) in rows {
         let got = reader.get(key).unwrap().unwrap();
         assert_eq!(&got, sample, "{key}");
@@ -116,4 +120,65 @@ fn a_value_that_does_not_fit_its_column_is_refused_naming_key_and_field() {
         .unwrap_err();
     assert!(err.to_string().contains("\"bad\"") && err.to_string().contains("\"feat\""), "{err}");
     assert!(Layout::new(dir.path()).list_segments().unwrap().is_empty(), "nothing written");
+}
+
+/// Keys found through the merged table (older segments) and the newer segments' sidecars give
+/// the same winners as reading every segment in order; a damaged merged table, or one whose last
+/// segment is gone, is ignored.
+#[test]
+fn merged_and_recent_indexes_agree_with_reading_every_segment_in_order() {
+    use std::collections::HashMap;
+    let dir = tempfile::tempdir().unwrap();
+    let layout = Layout::new(dir.path());
+    let fields = vec![FieldColumns::Tensor { name: "tensor".into(), dtype: DType::I32 }];
+    let schema = Arc::new(arrow_schema(OutputStructure::Tensor, &fields).unwrap());
+    let mut oracle: HashMap<String, (u64, usize, i32)> = HashMap::new();
+    // Five segments of 40 rows; keys repeat across segments and within segment 3.
+    for segment in 0..5u64 {
+        let keys: Vec<String> = (0..40)
+            .map(|i| {
+                format!(
+                    "k{}",
+                    (segment as usize * 17 + i * 3 + usize::from(segment == 3 && i > 30)) % 90
+                )
+            })
+            .collect();
+        let samples: Vec<Sample> = (0..40)
+            .map(|i| {
+                let v = segment as i32 * 1000 + i;
+                Sample::new().with("tensor", Tensor::from_slice(&[1], &[v]).unwrap())
+            })
+            .collect();
+        for (row, key) in keys.iter().enumerate() {
+            oracle.insert(key.clone(), (segment, row, segment as i32 * 1000 + row as i32));
+        }
+        let rows: Vec<(&str, &Sample)> = keys.iter().map(String::as_str).zip(&samples).collect();
+        write_segment(&layout, segment, schema.clone(), &fields, &rows).unwrap();
+        if segment == 2 {
+            let merged = stowage_arrow::merged_index::merge_segments(&layout, 2).unwrap();
+            assert_eq!(merged as usize, oracle.len(), "distinct keys of segments 0..=2");
+        }
+    }
+    let check = |reader: &CacheReader| {
+        assert_eq!(reader.len(), oracle.len());
+        for (key, &(segment, row, value)) in &oracle {
+            assert_eq!(reader.locate(key), Some((segment, row)), "{key}");
+            let got = reader.get(key).unwrap().unwrap();
+            assert_eq!(got.tensor("tensor").unwrap().bytes(), &value.to_le_bytes(), "{key}");
+        }
+        assert_eq!(reader.get("k1000").unwrap(), None);
+        let mut keys = reader.keys().unwrap();
+        keys.sort();
+        let mut want: Vec<&String> = oracle.keys().collect();
+        want.sort();
+        assert_eq!(keys.iter().collect::<Vec<_>>(), want);
+    };
+    assert!(layout.merged_index().exists());
+    check(&CacheReader::open(dir.path()).unwrap());
+    // A merged table with a damaged header is ignored: every segment is then read through its
+    // sidecar.
+    let mut bytes = std::fs::read(layout.merged_index()).unwrap();
+    bytes[40] ^= 1;
+    std::fs::write(layout.merged_index(), &bytes).unwrap();
+    check(&CacheReader::open(dir.path()).unwrap());
 }
