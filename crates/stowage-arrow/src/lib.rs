@@ -10,6 +10,7 @@ pub mod key_sidecar;
 pub mod layout;
 pub mod merged_index;
 pub mod reader;
+pub mod row_sums;
 pub mod schema_json;
 pub mod segment;
 pub mod segment_writer;

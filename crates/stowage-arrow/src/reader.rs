@@ -26,6 +26,7 @@ use crate::decode::{ColumnGroup, column_groups, decode_row};
 use crate::key_sidecar::{self, KeySidecar};
 use crate::layout::Layout;
 use crate::merged_index::MergedIndex;
+use crate::row_sums::{self, RowSums};
 use crate::schema_json::{OutputStructure, SchemaJson};
 use crate::segment::Segment;
 
@@ -34,7 +35,17 @@ use crate::segment::Segment;
 struct SegmentSlot {
     id: u64,
     path: PathBuf,
-    open: OnceLock<(Segment, Vec<ColumnGroup>)>,
+    open: OnceLock<OpenSegment>,
+}
+
+/// An opened segment: its batches, the sample fields its columns hold, and its row checksums
+/// (none for segments torchcachex wrote; the reason when the checksum file is damaged, reported
+/// by every get from the segment, which can then not be vouched for).
+#[derive(Debug)]
+struct OpenSegment {
+    segment: Segment,
+    groups: Vec<ColumnGroup>,
+    sums: std::result::Result<Option<RowSums>, (PathBuf, String)>,
 }
 
 /// A read-only view of a torchcachex cache directory (`<cache_dir>/<module_id>`).
@@ -49,6 +60,7 @@ pub struct CacheReader {
     /// sidecar), newest first.
     recent: Vec<(usize, KeySidecar)>,
     len: usize,
+    verify_checksums: bool,
 }
 
 impl CacheReader {
@@ -71,8 +83,15 @@ impl CacheReader {
             .ok()
             .filter(|m| segments.iter().any(|s| s.id == m.through()));
         let through = merged.as_ref().map(MergedIndex::through);
-        let mut reader =
-            CacheReader { layout, structure, segments, merged, recent: Vec::new(), len: 0 };
+        let mut reader = CacheReader {
+            layout,
+            structure,
+            segments,
+            merged,
+            recent: Vec::new(),
+            len: 0,
+            verify_checksums: true,
+        };
         let mut new_keys: HashSet<String> = HashSet::new();
         let mut recent = Vec::new();
         for position in 0..reader.segments.len() {
@@ -101,6 +120,13 @@ impl CacheReader {
         reader.recent = recent;
         reader.len = reader.merged.as_ref().map_or(0, |m| m.keys() as usize) + new_keys.len();
         Ok(reader)
+    }
+
+    /// Whether `get` checks each row against its segment's row checksums (on by default;
+    /// segments torchcachex wrote have none and are read unchecked).
+    pub fn with_checksums(mut self, verify: bool) -> CacheReader {
+        self.verify_checksums = verify;
+        self
     }
 
     /// The cache directory's layout.
@@ -161,11 +187,32 @@ impl CacheReader {
     pub fn get(&self, key: &str) -> Result<Option<Sample>> {
         let Some((id, row)) = self.locate(key) else { return Ok(None) };
         let position = self.position(id).expect("located in a listed segment");
-        let (segment, groups) = self.opened(position)?;
+        let OpenSegment { segment, groups, sums } = self.opened(position)?;
         let (batch, at) = segment.locate(row).expect("located rows exist");
-        decode_row(batch, at, groups).map(Some).map_err(|why| {
+        let sample = decode_row(batch, at, groups).map_err(|why| {
             Error::corrupted(segment.path(), format!("key {key:?} (row {row}): {why}"))
-        })
+        })?;
+        let sums = match sums {
+            Ok(sums) => sums.as_ref().filter(|_| self.verify_checksums),
+            Err((path, why)) if self.verify_checksums => {
+                return Err(Error::corrupted(path, format!("key {key:?} (row {row}): {why}")));
+            }
+            Err(_) => None,
+        };
+        if let Some(sums) = sums {
+            let (stored, actual) = (sums.get(row), row_sums::of_sample(key, &sample));
+            if stored != Some(actual) {
+                return Err(Error::corrupted(
+                    segment.path(),
+                    format!(
+                        "key {key:?} (row {row}): checksum {actual:016x}, {} records {}",
+                        sums.path().display(),
+                        stored.map_or("none".into(), |s| format!("{s:016x}"))
+                    ),
+                ));
+            }
+        }
+        Ok(Some(sample))
     }
 
     /// The key of row `row` of segment `id`; `None` when the segment is missing, unreadable or
@@ -184,11 +231,11 @@ impl CacheReader {
     }
 
     fn segment(&self, position: usize) -> Result<&Segment> {
-        self.opened(position).map(|(segment, _)| segment)
+        self.opened(position).map(|open| &open.segment)
     }
 
-    /// Segment `position` and its column groups, opened on first use.
-    fn opened(&self, position: usize) -> Result<&(Segment, Vec<ColumnGroup>)> {
+    /// Segment `position`, its column groups and row checksums, opened on first use.
+    fn opened(&self, position: usize) -> Result<&OpenSegment> {
         let slot = &self.segments[position];
         if let Some(open) = slot.open.get() {
             return Ok(open);
@@ -199,7 +246,19 @@ impl CacheReader {
             segment.schema().fields().iter().map(|f| f.name().as_str()).collect();
         let groups = column_groups(&names, structure)
             .map_err(|why| Error::corrupted(segment.path(), why))?;
-        let _ = slot.open.set((segment, groups));
+        let sums_path = row_sums::sums_path(&slot.path);
+        let sums = match RowSums::open(&sums_path) {
+            Ok(sums) if sums.rows() == segment.rows() => Ok(Some(sums)),
+            Ok(sums) => Err((
+                sums_path,
+                format!("{} checksums for the {} rows of its segment", sums.rows(), segment.rows()),
+            )),
+            Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+                Ok(None)
+            }
+            Err(e) => Err((sums_path, e.to_string())),
+        };
+        let _ = slot.open.set(OpenSegment { segment, groups, sums });
         Ok(slot.open.get().expect("set just now or by another thread"))
     }
 }

@@ -182,3 +182,50 @@ fn merged_and_recent_indexes_agree_with_reading_every_segment_in_order() {
     std::fs::write(layout.merged_index(), &bytes).unwrap();
     check(&CacheReader::open(dir.path()).unwrap());
 }
+
+/// A flipped byte inside a stored tensor is caught by the row checksums (switchable), and a
+/// damaged checksum file is an error, never a silent pass.
+#[test]
+fn a_flipped_value_byte_is_refused_by_the_row_checksum() {
+    let dir = tempfile::tempdir().unwrap();
+    let layout = Layout::new(dir.path());
+    let fields = vec![FieldColumns::Tensor { name: "tensor".into(), dtype: DType::F64 }];
+    let schema = Arc::new(arrow_schema(OutputStructure::Tensor, &fields).unwrap());
+    let marker = 1234.5678f64;
+    let samples: Vec<Sample> = [1.0, marker, 3.0]
+        .iter()
+        .map(|&v| Sample::new().with("tensor", Tensor::from_slice(&[1], &[v]).unwrap()))
+        .collect();
+    let rows: Vec<(&str, &Sample)> = ["a", "b", "c"].into_iter().zip(&samples).collect();
+    let path = write_segment(&layout, 0, schema, &fields, &rows).unwrap();
+    assert_eq!(
+        CacheReader::open(dir.path()).unwrap().get("b").unwrap().as_ref(),
+        Some(&samples[1])
+    );
+
+    let mut bytes = std::fs::read(&path).unwrap();
+    let at = bytes.windows(8).position(|w| w == marker.to_le_bytes()).expect("value stored as is");
+    bytes[at + 3] ^= 0x10;
+    std::fs::write(&path, &bytes).unwrap();
+    let reader = CacheReader::open(dir.path()).unwrap();
+    let err = reader.get("b").unwrap_err();
+    assert!(matches!(err, Error::Corrupted { .. }), "{err}");
+    assert!(
+        err.to_string().contains("\"b\"") && err.to_string().contains("segment_000000.sums"),
+        "{err}"
+    );
+    assert_eq!(reader.get("a").unwrap().as_ref(), Some(&samples[0]), "other rows still read");
+    let unchecked = CacheReader::open(dir.path()).unwrap().with_checksums(false);
+    assert_ne!(
+        unchecked.get("b").unwrap().as_ref(),
+        Some(&samples[1]),
+        "verification is switchable"
+    );
+
+    let sums = stowage_arrow::row_sums::sums_path(&path);
+    let mut damaged = std::fs::read(&sums).unwrap();
+    damaged[2] ^= 1;
+    std::fs::write(&sums, &damaged).unwrap();
+    let err = CacheReader::open(dir.path()).unwrap().get("a").unwrap_err();
+    assert!(err.to_string().contains("segment_000000.sums"), "{err}");
+}
