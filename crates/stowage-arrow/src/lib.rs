@@ -14,3 +14,4 @@ pub mod row_sums;
 pub mod schema_json;
 pub mod segment;
 pub mod segment_writer;
+mod validate;

@@ -68,6 +68,8 @@ fn every_reference_key_reads_back_its_expected_value() {
     let mut checked = 0;
     for (name, cache) in manifest["caches"].as_object().unwrap() {
         let reader = CacheReader::open(set.join("caches").join(name)).unwrap();
+        let report = reader.validate().unwrap();
+        assert!(report.is_clean(), "{name}: {:?}", report.problems);
         let keys = cache["keys"].as_object().unwrap();
         assert_eq!(reader.len(), keys.len(), "{name}");
         for (key, described) in keys {

@@ -229,3 +229,64 @@ fn a_flipped_value_byte_is_refused_by_the_row_checksum() {
     let err = CacheReader::open(dir.path()).unwrap().get("a").unwrap_err();
     assert!(err.to_string().contains("segment_000000.sums"), "{err}");
 }
+
+/// `validate` is clean on a cache stowage wrote and names the file and key of each kind of
+/// damage: a flipped value byte, a damaged key sidecar, a damaged merged table.
+#[test]
+fn validate_reports_each_damage_with_its_file_and_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let layout = Layout::new(dir.path());
+    let fields = vec![FieldColumns::Tensor { name: "tensor".into(), dtype: DType::F64 }];
+    let schema = Arc::new(arrow_schema(OutputStructure::Tensor, &fields).unwrap());
+    let marker = 4321.875f64;
+    for segment in 0..3u64 {
+        let samples: Vec<Sample> = (0..20)
+            .map(|i| {
+                let v = if segment == 1 && i == 5 { marker } else { (segment * 100 + i) as f64 };
+                Sample::new().with("tensor", Tensor::from_slice(&[1], &[v]).unwrap())
+            })
+            .collect();
+        let keys: Vec<String> = (0..20).map(|i| format!("s{segment}-{i}")).collect();
+        let rows: Vec<(&str, &Sample)> = keys.iter().map(String::as_str).zip(&samples).collect();
+        write_segment(&layout, segment, schema.clone(), &fields, &rows).unwrap();
+    }
+    stowage_arrow::merged_index::merge_segments(&layout, 1).unwrap();
+    let report = CacheReader::open(dir.path()).unwrap().validate().unwrap();
+    assert!(report.is_clean(), "{:?}", report.problems);
+    assert_eq!(report.samples_checked, 60);
+
+    let segment = layout.segment(1);
+    let mut bytes = std::fs::read(&segment).unwrap();
+    let at = bytes.windows(8).position(|w| w == marker.to_le_bytes()).unwrap();
+    bytes[at] ^= 1;
+    std::fs::write(&segment, &bytes).unwrap();
+    let sidecar = stowage_arrow::key_sidecar::sidecar_path(&layout.segment(2));
+    let mut damaged = std::fs::read(&sidecar).unwrap();
+    let last = damaged.len() - 1;
+    damaged[last] ^= 1;
+    std::fs::write(&sidecar, &damaged).unwrap();
+    let mut merged = std::fs::read(layout.merged_index()).unwrap();
+    let last = merged.len() - 1;
+    merged[last] ^= 1;
+    std::fs::write(layout.merged_index(), &merged).unwrap();
+
+    let report = CacheReader::open(dir.path()).unwrap().validate().unwrap();
+    let text: Vec<String> = report.problems.iter().map(ToString::to_string).collect();
+    assert!(
+        report
+            .problems
+            .iter()
+            .any(|p| p.key.as_deref() == Some("s1-5")
+                && p.path.as_deref() == Some(segment.as_path())),
+        "{text:#?}"
+    );
+    assert!(
+        report.problems.iter().any(|p| p.path.as_deref() == Some(sidecar.as_path())),
+        "{text:#?}"
+    );
+    let merged_path = layout.merged_index();
+    assert!(
+        report.problems.iter().any(|p| p.path.as_deref() == Some(merged_path.as_path())),
+        "{text:#?}"
+    );
+}
