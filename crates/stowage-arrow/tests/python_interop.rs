@@ -2,7 +2,6 @@
 //! one table, `tensor_keys` from the schema metadata, each tensor rebuilt from its flat values
 //! and shape with the dtype of the Arrow column, blobs as the stored bytes.
 
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 
 use stowage_arrow::encode::{FieldColumns, arrow_schema};
@@ -82,16 +81,13 @@ fn pyarrow_reads_a_segment_stowage_wrote() {
     let path = write_segment(&layout, 0, schema, &fields, &rows).unwrap();
 
     let expected: Vec<serde_json::Value> = (0..7).map(expected).collect();
-    let mut child = Command::new(python)
-        .args(["-c", READER, path.to_str().unwrap()])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    serde_json::to_writer(child.stdin.take().unwrap(), &expected).unwrap();
-    let out = child.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "pyarrow read failed:\n{stderr}");
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "7");
+    let stdin = serde_json::to_vec(&expected).unwrap();
+    let out = stowage_conformance::python::run_script(
+        python,
+        READER,
+        &[path.to_str().unwrap()],
+        &stdin,
+        "pyarrow read",
+    );
+    assert_eq!(out, "7");
 }

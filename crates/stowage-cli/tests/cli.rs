@@ -7,7 +7,7 @@
 //! numpy (it fails instead under `STOWAGE_REQUIRE_PYTHON=1`).
 
 use std::ffi::{OsStr, OsString};
-use std::io::{Read, Write};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -679,28 +679,13 @@ fn inspect_and_verify_describe_the_reference_directory() {
     assert!(run.stdout.starts_with("0 samples, 10 files checked: clean"), "{run:?}");
 }
 
-/// `python3 -c script args...`; `None` when python3 or numpy is unavailable.
-fn python_with_numpy() -> bool {
-    Command::new("python3")
-        .args(["-c", "import numpy"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
 #[test]
 fn numpy_loads_every_file_get_wrote() {
-    if !python_with_numpy() {
-        if std::env::var("STOWAGE_REQUIRE_PYTHON").as_deref() == Ok("1") {
-            panic!("python3 with numpy is required (STOWAGE_REQUIRE_PYTHON=1) but unavailable");
-        }
-        let _ = std::io::stderr().write_all(
-            b"SKIPPED: numpy_loads_every_file_get_wrote: python3 with numpy not available \
-              (set STOWAGE_REQUIRE_PYTHON=1 to fail)\n",
-        );
+    let Some(python) =
+        stowage_conformance::python::python_with("numpy_loads_every_file_get_wrote", &["numpy"])
+    else {
         return;
-    }
+    };
     let dir = tempfile::tempdir().unwrap();
     let cache = build_cache(dir.path(), true);
     // Expected values as numpy would print them: (file, dtype name, shape, flat values).
@@ -768,27 +753,9 @@ for case in json.load(sys.stdin):
     checked += 1
 print(checked)
 "#;
-    let mut child = Command::new("python3")
-        .args(["-c", SCRIPT])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(serde_json::to_string(&cases).unwrap().as_bytes())
-        .unwrap();
-    let output = child.wait_with_output().unwrap();
-    assert!(
-        output.status.success(),
-        "numpy disagrees: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    let checked: usize = String::from_utf8(output.stdout).unwrap().trim().parse().unwrap();
-    assert_eq!(checked, cases.len());
+    let stdin = serde_json::to_vec(&cases).unwrap();
+    let out = stowage_conformance::python::run_script(python, SCRIPT, &[], &stdin, "numpy");
+    assert_eq!(out, cases.len().to_string());
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -44,3 +44,40 @@ pub fn python_with(test: &str, modules: &[&str]) -> Option<&'static str> {
     let _ = std::io::stderr().lock().write_all(line.as_bytes());
     None
 }
+
+/// Runs `script` with `python` (`python -c script args…`), feeds it `stdin`, and returns what it
+/// printed, trimmed. Interop tests print a count of what they checked and compare it.
+///
+/// ```
+/// if let Some(python) = stowage_conformance::python::python_with("doc example", &["sys"]) {
+///     let out = stowage_conformance::python::run_script(
+///         python,
+///         "import sys; print(len(sys.stdin.read()) + len(sys.argv))",
+///         &["a"],
+///         b"abc",
+///         "doc example",
+///     );
+///     assert_eq!(out, "5");
+/// }
+/// ```
+///
+/// # Panics
+/// When the script cannot start or exits with failure: `what` and the script's stderr are in the
+/// message (a failed Python assertion names what differed).
+pub fn run_script(python: &str, script: &str, args: &[&str], stdin: &[u8], what: &str) -> String {
+    let mut child = Command::new(python)
+        .arg("-c")
+        .arg(script)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("{what}: cannot start {python}: {e}"));
+    // A script that fails before reading all of stdin closes it: its stderr says why.
+    let _ = child.stdin.take().expect("piped").write_all(stdin);
+    let out = child.wait_with_output().unwrap_or_else(|e| panic!("{what}: {python}: {e}"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{what} failed:\n{stderr}");
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
+}

@@ -4,8 +4,6 @@
 //! `row`, `path`, `has_annotation`, `panel_key`, `allele_key` and `meta_json`, and the string keys
 //! of `panels.json` / `alleles.json` resolve to the JSON text that was put.
 
-use std::process::{Command, Stdio};
-
 use stowage_core::{Backend, Sample, Tensor, Value};
 use stowage_memmap::{MemmapBackend, MemmapOptions, dnanet};
 
@@ -241,16 +239,14 @@ fn numpy_and_pyarrow_read_a_dnanet_cache_stowage_wrote() {
     drop(cache);
 
     let expected: Vec<serde_json::Value> = (0..ROWS).map(expected).collect();
-    let mut child = Command::new(python)
-        .args(["-c", READER, dir.to_str().unwrap(), &D.to_string(), &L.to_string()])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    serde_json::to_writer(child.stdin.take().unwrap(), &expected).unwrap();
-    let out = child.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "numpy/pyarrow read failed:\n{stderr}");
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), ROWS.to_string());
+    let stdin = serde_json::to_vec(&expected).unwrap();
+    let args = [dir.to_str().unwrap(), &D.to_string(), &L.to_string()];
+    let out = stowage_conformance::python::run_script(
+        python,
+        READER,
+        &args,
+        &stdin,
+        "numpy/pyarrow read",
+    );
+    assert_eq!(out, ROWS.to_string());
 }

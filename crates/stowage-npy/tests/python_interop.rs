@@ -2,7 +2,6 @@
 //! string parses, `np.load(path, mmap_mode="r")` gives the right dtype and slot shape, the slot's
 //! corner hashes to the record's checksum, and the values equal what was put.
 
-use std::process::Command;
 use stowage_core::{Backend, DType, Sample, Schema, ShapeRule, Tensor};
 use stowage_npy::{NpyBackend, NpyOptions};
 
@@ -102,16 +101,9 @@ for record, descr, hex_bytes in cases:
     assert sample.tobytes().hex() == hex_bytes, ("bytes", record)
 print(len(cases))
 "#;
-    let mut child = Command::new(python)
-        .args(["-c", script, dir.path().to_str().unwrap()])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    serde_json::to_writer(child.stdin.take().unwrap(), &cases).unwrap();
-    let out = child.wait_with_output().unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "numpy/xxhash read failed:\n{stderr}");
-    assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), cases.len().to_string());
+    let stdin = serde_json::to_vec(&cases).unwrap();
+    let args = [dir.path().to_str().unwrap()];
+    let out =
+        stowage_conformance::python::run_script(python, script, &args, &stdin, "numpy/xxhash read");
+    assert_eq!(out, cases.len().to_string());
 }
