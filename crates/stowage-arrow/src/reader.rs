@@ -218,12 +218,7 @@ impl CacheReader {
     /// The key of row `row` of segment `id`; `None` when the segment is missing, unreadable or
     /// shorter (a lookup then treats the candidate as not confirmed).
     fn key_at(&self, id: u64, row: usize) -> Option<&str> {
-        let segment = self.segment(self.position(id)?).ok()?;
-        let (batch, at) = segment.locate(row)?;
-        let keys = batch.column_by_name("key")?;
-        let keys = keys.as_any().downcast_ref::<arrow_array::StringArray>()?;
-        (at < arrow_array::Array::len(keys) && !arrow_array::Array::is_null(keys, at))
-            .then(|| keys.value(at))
+        self.segment(self.position(id)?).ok()?.key(row)
     }
 
     fn position(&self, id: u64) -> Option<usize> {

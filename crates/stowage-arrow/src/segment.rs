@@ -92,9 +92,7 @@ impl Segment {
     pub fn keys(&self) -> Result<Vec<&str>> {
         let mut keys = Vec::with_capacity(self.rows());
         for batch in &self.batches {
-            let column = batch
-                .column_by_name("key")
-                .and_then(|c| c.as_any().downcast_ref::<StringArray>())
+            let column = key_column(batch)
                 .ok_or_else(|| Error::corrupted(&self.path, "no utf8 \"key\" column"))?;
             for i in 0..column.len() {
                 if column.is_null(i) {
@@ -108,6 +106,19 @@ impl Segment {
         }
         Ok(keys)
     }
+
+    /// The key of row `row`; `None` when out of range, null or without a utf8 `key` column (a
+    /// lookup then treats the row as not holding the key it looks for).
+    pub fn key(&self, row: usize) -> Option<&str> {
+        let (batch, at) = self.locate(row)?;
+        let column = key_column(batch)?;
+        (!column.is_null(at)).then(|| column.value(at))
+    }
+}
+
+/// A batch's `key` column, when it is utf8.
+fn key_column(batch: &RecordBatch) -> Option<&StringArray> {
+    batch.column_by_name("key")?.as_any().downcast_ref::<StringArray>()
 }
 
 /// The schema and batches of an IPC file held in `bytes`.

@@ -22,6 +22,8 @@ impl CacheReader {
     pub fn validate(&self) -> Result<ValidationReport> {
         let mut report = ValidationReport::default();
         let structure = self.output_structure().ok();
+        // Every readable segment's keys, read once, for the merged table's check.
+        let mut segment_keys: Vec<(u64, Vec<String>)> = Vec::new();
         for (id, path) in self.layout().list_segments()? {
             report.files_checked += 1;
             let segment = match Segment::open(id, &path) {
@@ -42,6 +44,7 @@ impl CacheReader {
             for (row, key) in keys.iter().enumerate() {
                 last_row.insert(key, row);
             }
+            segment_keys.push((id, keys.iter().map(|k| (*k).to_owned()).collect()));
             check_sidecar(&mut report, &segment, &keys, &last_row);
             let names: Vec<&str> =
                 segment.schema().fields().iter().map(|f| f.name().as_str()).collect();
@@ -92,7 +95,7 @@ impl CacheReader {
                 }
             }
         }
-        check_merged(self, &mut report);
+        check_merged(self, &mut report, &segment_keys);
         Ok(report)
     }
 }
@@ -130,8 +133,13 @@ fn check_sidecar(
     }
 }
 
-/// The merged table, when there is one, finds every key of the segments it covers at its winner.
-fn check_merged(reader: &CacheReader, report: &mut ValidationReport) {
+/// The merged table, when there is one, finds every key of the segments it covers (of
+/// `segment_keys`: every readable segment's keys, in id order) at its winner.
+fn check_merged(
+    reader: &CacheReader,
+    report: &mut ValidationReport,
+    segment_keys: &[(u64, Vec<String>)],
+) {
     let path = reader.layout().merged_index();
     let merged = match MergedIndex::open(&path) {
         Ok(merged) => merged,
@@ -147,18 +155,9 @@ fn check_merged(reader: &CacheReader, report: &mut ValidationReport) {
         report.problem(Some(&path), None, e.to_string());
     }
     // The winners among the covered segments only: a newer segment may hold the key again.
+    let segments: Vec<&(u64, Vec<String>)> =
+        segment_keys.iter().filter(|(id, _)| *id <= merged.through()).collect();
     let mut covered: HashMap<&str, (u64, usize)> = HashMap::new();
-    let mut segments: Vec<(u64, Vec<String>)> = Vec::new();
-    for (id, segment_path) in reader.layout().list_segments().unwrap_or_default() {
-        if id > merged.through() {
-            continue;
-        }
-        if let Ok(keys) = Segment::open(id, &segment_path)
-            .and_then(|s| s.keys().map(|k| k.into_iter().map(str::to_owned).collect::<Vec<_>>()))
-        {
-            segments.push((id, keys));
-        }
-    }
     for (id, keys) in &segments {
         for (row, key) in keys.iter().enumerate() {
             covered.insert(key, (*id, row));
