@@ -122,3 +122,25 @@ fn describe(v: &Value) -> String {
         Value::Null => "null".into(),
     }
 }
+
+/// A shuffled epoch over `rows` row numbers (the whole range repeated until there are at least
+/// `at_least`), fixed by `seed`: the order a training loader reads a cache in. Benchmarks walk it
+/// in slices so that successive iterations touch different rows, as real reads do.
+///
+/// ```
+/// let order = stowage_conformance::generate::epoch_order(10, 25, 1);
+/// assert_eq!(order.len(), 30);
+/// let mut sorted = order.clone();
+/// sorted.sort();
+/// assert_eq!(sorted, (0..10).flat_map(|i| [i, i, i]).collect::<Vec<_>>());
+/// assert_eq!(order, stowage_conformance::generate::epoch_order(10, 25, 1));
+/// ```
+pub fn epoch_order(rows: usize, at_least: usize, seed: u64) -> Vec<usize> {
+    use rand::seq::SliceRandom;
+    let mut order: Vec<usize> = (0..rows).collect();
+    while rows > 0 && order.len() < at_least {
+        order.extend(0..rows);
+    }
+    order.shuffle(&mut StdRng::seed_from_u64(seed));
+    order
+}

@@ -11,14 +11,14 @@
 //! (which loads the index).
 //!
 //! Maps are warm: every page is touched through every map before timing. Rows are not in the CPU
-//! cache: every read benchmark walks the same shuffled epoch over all rows ([`epoch_order`]).
+//! cache: every read benchmark walks the same shuffled epoch over all rows
+//! (`stowage_conformance::generate::epoch_order`).
 //! Run through `cargo xtask bench`, which adds the Python peer and writes docs/benchmarks.md.
 //! `STOWAGE_BENCH_DIR` names where the caches are left (`f32x512/`, `dnanet/`) for the peer;
 //! `STOWAGE_BENCH_MEMMAP_ROWS` and `STOWAGE_BENCH_DNANET_ROWS` override the row counts.
 
 use criterion::{BenchmarkGroup, Criterion, Throughput, criterion_group, criterion_main};
 use memmap2::Mmap;
-use rand::{SeedableRng, rngs::StdRng, seq::SliceRandom};
 use std::fmt::Write as _;
 use std::hint::black_box;
 use std::path::{Path, PathBuf};
@@ -162,20 +162,6 @@ impl RawRows {
     }
 }
 
-/// A shuffled epoch over `rows` rows (repeated up to at least [`READS`] picks), as a training
-/// loader reads: each timed iteration takes the next [`READS`] rows, so successive iterations touch
-/// different rows and the timings include fetching them from memory rather than replaying a few
-/// megabytes that stay in the CPU cache.
-fn epoch_order(rows: usize) -> Vec<usize> {
-    let mut rng = StdRng::seed_from_u64(10);
-    let mut order: Vec<usize> = (0..rows).collect();
-    while order.len() < READS {
-        order.extend(0..rows);
-    }
-    order.shuffle(&mut rng);
-    order
-}
-
 /// Random reads of `workload` (built in `dir`) through stowage and through the raw references.
 fn read_benches(group: &mut Group<'_>, dir: &Path, workload: &Workload) {
     eprintln!(
@@ -195,7 +181,8 @@ fn read_benches(group: &mut Group<'_>, dir: &Path, workload: &Workload) {
         black_box(verified.get(key_of(&mut key, i)).expect("get").expect("present"));
         black_box(unverified.get(key_of(&mut key, i)).expect("get").expect("present"));
     }
-    let order = epoch_order(workload.rows);
+    // Same seed in every bench: the same rows in the same order for stowage and the references.
+    let order = stowage_conformance::generate::epoch_order(workload.rows, READS, 10);
 
     group.measurement_time(Duration::from_secs(4)).warm_up_time(Duration::from_secs(1));
     group.sample_size(30);

@@ -7,14 +7,14 @@
 //! also sequential put+flush against sequential write+fsync bandwidth, and open time.
 //!
 //! Maps are warm: every page is touched through every map before timing. Rows are not in the CPU
-//! cache: every read benchmark walks the same shuffled epoch over all rows ([`epoch_order`]).
+//! cache: every read benchmark walks the same shuffled epoch over all rows
+//! (`stowage_conformance::generate::epoch_order`).
 //! Run through `cargo xtask bench`, which adds the Python peer and writes docs/benchmarks.md.
 //! `STOWAGE_BENCH_DIR` names where the caches are left (the 2 KiB one with `records.txt` for the
 //! Python peer); `STOWAGE_BENCH_ROWS` overrides the 2 KiB row count.
 
 use criterion::{BenchmarkGroup, Criterion, Throughput, criterion_group, criterion_main};
 use memmap2::Mmap;
-use rand::{SeedableRng, rngs::StdRng, seq::SliceRandom};
 use std::collections::HashMap;
 use std::hint::black_box;
 use std::io::Write;
@@ -145,7 +145,8 @@ fn read_benches(
         black_box(verified.get(k).expect("get"));
         black_box(unverified.get(k).expect("get"));
     }
-    let order = epoch_order(workload.rows);
+    // Same seed in every bench: the same rows in the same order for stowage and the references.
+    let order = stowage_conformance::generate::epoch_order(workload.rows, READS, 10);
 
     group.measurement_time(Duration::from_secs(4)).warm_up_time(Duration::from_secs(1));
     group.sample_size(50);
@@ -214,20 +215,6 @@ fn key_of(buffer: &mut String, i: usize) -> &str {
     buffer.clear();
     write!(buffer, "row-{i}").expect("writing to a String");
     buffer
-}
-
-/// A shuffled epoch over `rows` rows (repeated up to at least [`READS`] picks), as a training
-/// loader reads: each timed iteration takes the next [`READS`] rows, so successive iterations touch
-/// different rows and the timings include fetching them from memory rather than replaying a few
-/// megabytes that stay in the CPU cache.
-fn epoch_order(rows: usize) -> Vec<usize> {
-    let mut rng = StdRng::seed_from_u64(10);
-    let mut order: Vec<usize> = (0..rows).collect();
-    while order.len() < READS {
-        order.extend(0..rows);
-    }
-    order.shuffle(&mut rng);
-    order
 }
 
 /// Sequential put + one flush of `WRITE_ROWS` rows, against writing the same bytes + fsync.
