@@ -6,9 +6,7 @@
 //! `segment_*.arrow` and never sees it; it can always be rebuilt from the segment's `key` column.
 //!
 //! ```text
-//! header (64 bytes, little-endian):
-//!   magic "STWKEYS1" | rows u32 | capacity u32 (a power of two) | seed u64 |
-//!   slots xxh3 u64 | header xxh3 u64 (of the 32 bytes before it) | zero padding
+//! header (crate::framed): magic "STWKEYS1" | rows | capacity (a power of two) | seed
 //! slots (capacity x 16 bytes): key hash u64 (xxh3 with the seed) | row + 1 u64 (0: empty)
 //! ```
 //!
@@ -18,13 +16,13 @@
 
 use std::path::{Path, PathBuf};
 
-use memmap2::Mmap;
 use stowage_core::file_safety::atomic_write;
 use stowage_core::{Error, IoResultExt, Result};
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
+use crate::framed::{self, Framed, HEADER};
+
 const MAGIC: &[u8; 8] = b"STWKEYS1";
-const HEADER: usize = 64;
 const SLOT: usize = 16;
 /// The seed of the key hashes; recorded in the header so it can change without a format bump.
 const SEED: u64 = 0x5354_574b_4559_5331;
@@ -51,21 +49,12 @@ pub fn build(keys: &[&str]) -> Result<Vec<u8>> {
         }
         slots[i] = (hash, row as u64 + 1);
     }
-    let mut out = vec![0u8; HEADER + capacity * SLOT];
-    for (i, (hash, row)) in slots.iter().enumerate() {
-        let at = HEADER + i * SLOT;
-        out[at..at + 8].copy_from_slice(&hash.to_le_bytes());
-        out[at + 8..at + 16].copy_from_slice(&row.to_le_bytes());
-    }
-    let slots_sum = xxh3_64_with_seed(&out[HEADER..], 0);
-    out[..8].copy_from_slice(MAGIC);
-    out[8..12].copy_from_slice(&rows.to_le_bytes());
-    out[12..16].copy_from_slice(&(capacity as u32).to_le_bytes());
-    out[16..24].copy_from_slice(&SEED.to_le_bytes());
-    out[24..32].copy_from_slice(&slots_sum.to_le_bytes());
-    let header_sum = xxh3_64_with_seed(&out[..32], 0);
-    out[32..40].copy_from_slice(&header_sum.to_le_bytes());
-    Ok(out)
+    let body: Vec<u8> = slots
+        .iter()
+        .flat_map(|(hash, row)| [hash.to_le_bytes(), row.to_le_bytes()])
+        .flatten()
+        .collect();
+    Ok(framed::encode(MAGIC, &[u64::from(rows), capacity as u64, SEED], &body))
 }
 
 /// Builds and writes the sidecar of `segment` atomically (temporary file, fsync, rename).
@@ -78,9 +67,8 @@ pub fn write(segment: &Path, keys: &[&str]) -> Result<PathBuf> {
 /// An open sidecar: the mapped table.
 #[derive(Debug)]
 pub struct KeySidecar {
-    path: PathBuf,
-    map: Mmap,
-    rows: u32,
+    file: Framed,
+    rows: usize,
     capacity: usize,
     seed: u64,
 }
@@ -91,11 +79,7 @@ impl KeySidecar {
     /// Errors: [`Error::Corrupted`] naming the file and what is wrong; [`Error::Io`] when it
     /// cannot be opened (`NotFound` included: the caller rebuilds it from the segment).
     pub fn open(path: &Path) -> Result<KeySidecar> {
-        let file = std::fs::File::open(path).at(path)?;
-        // SAFETY: sidecars are written whole under a temporary name and renamed into place, never
-        // modified afterwards; the map is read-only.
-        let map = unsafe { Mmap::map(&file) }.at(path)?;
-        KeySidecar::over(map, path)
+        KeySidecar::over(Framed::open(path, MAGIC, "key sidecar")?)
     }
 
     /// The sidecar of a segment whose rows have `keys`, built in memory (for a segment written
@@ -104,35 +88,28 @@ impl KeySidecar {
         let bytes = build(keys)?;
         let mut map = memmap2::MmapMut::map_anon(bytes.len()).at(segment)?;
         map.copy_from_slice(&bytes);
-        KeySidecar::over(map.make_read_only().at(segment)?, &sidecar_path(segment))
+        let map = map.make_read_only().at(segment)?;
+        KeySidecar::over(Framed::check(map, &sidecar_path(segment), MAGIC, "key sidecar")?)
     }
 
-    /// Checks the header of `map`, the sidecar's bytes.
-    fn over(map: Mmap, path: &Path) -> Result<KeySidecar> {
-        let bad = |what: String| Error::corrupted(path, what);
-        if map.len() < HEADER || &map[..8] != MAGIC {
-            return Err(bad(format!("not a key sidecar ({} bytes, no STWKEYS1 magic)", map.len())));
-        }
-        let word = |at: usize| u64::from_le_bytes(map[at..at + 8].try_into().expect("8 bytes"));
-        let half = |at: usize| u32::from_le_bytes(map[at..at + 4].try_into().expect("4 bytes"));
-        let (rows, capacity, seed) = (half(8), half(12) as usize, word(16));
-        if word(32) != xxh3_64_with_seed(&map[..32], 0) {
-            return Err(bad("header checksum mismatch".into()));
-        }
-        let expected = capacity.checked_mul(SLOT).and_then(|n| n.checked_add(HEADER));
-        if !capacity.is_power_of_two() || rows as usize > capacity || expected != Some(map.len()) {
-            return Err(bad(format!(
+    /// Checks that the table's size fits its header.
+    fn over(file: Framed) -> Result<KeySidecar> {
+        let (rows, capacity, seed) = (file.field(0), file.field(1), file.field(2));
+        let fits =
+            usize::try_from(capacity).ok().filter(|c| c.is_power_of_two() && rows <= *c as u64);
+        let Some(capacity) = fits.filter(|c| c.checked_mul(SLOT) == Some(file.body().len())) else {
+            return Err(file.corrupted(format!(
                 "{} bytes for {rows} rows in {capacity} slots of {SLOT} bytes plus a {HEADER}-byte \
                  header",
-                map.len()
+                HEADER + file.body().len()
             )));
-        }
-        Ok(KeySidecar { path: path.to_path_buf(), map, rows, capacity, seed })
+        };
+        Ok(KeySidecar { rows: rows as usize, capacity, seed, file })
     }
 
     /// Rows of the segment it indexes.
     pub fn rows(&self) -> usize {
-        self.rows as usize
+        self.rows
     }
 
     /// The row of `key`: each row whose slot hash matches is offered to `confirm` (the caller
@@ -162,18 +139,13 @@ impl KeySidecar {
     ///
     /// Errors: [`Error::Corrupted`] naming the file.
     pub fn verify(&self) -> Result<()> {
-        let stored = u64::from_le_bytes(self.map[24..32].try_into().expect("8 bytes"));
-        if stored != xxh3_64_with_seed(&self.map[HEADER..], 0) {
-            return Err(Error::corrupted(&self.path, "slot checksum mismatch"));
-        }
-        Ok(())
+        self.file.verify()
     }
 
     fn slot(&self, i: usize) -> (u64, u64) {
-        let at = HEADER + i * SLOT;
-        let word =
-            |at: usize| u64::from_le_bytes(self.map[at..at + 8].try_into().expect("8 bytes"));
-        (word(at), word(at + 8))
+        let body = self.file.body();
+        let word = |at: usize| u64::from_le_bytes(body[at..at + 8].try_into().expect("8 bytes"));
+        (word(i * SLOT), word(i * SLOT + 8))
     }
 }
 

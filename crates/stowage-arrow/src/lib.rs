@@ -6,6 +6,7 @@ pub const BACKEND_NAME: &str = "arrow";
 
 pub mod decode;
 pub mod encode;
+mod framed;
 pub mod key_sidecar;
 pub mod layout;
 pub mod merged_index;

@@ -9,9 +9,7 @@
 //! segments are the truth) and reported by `validate`.
 //!
 //! ```text
-//! header (64 bytes, little-endian):
-//!   magic "STWIDX01" | keys u64 | capacity u64 (a power of two) | seed u64 | through u64 |
-//!   slots xxh3 u64 | header xxh3 u64 (of the 48 bytes before it) | zero padding
+//! header (crate::framed): magic "STWIDX01" | keys | capacity (a power of two) | seed | through
 //! slots (capacity x 16 bytes): key hash u64 | segment id u32 | row + 1 u32 (0: empty)
 //! ```
 //!
@@ -21,13 +19,13 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use memmap2::Mmap;
 use stowage_core::file_safety::atomic_write;
-use stowage_core::{Error, IoResultExt, Result};
+use stowage_core::{Error, Result};
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
+use crate::framed::{self, Framed, HEADER};
+
 const MAGIC: &[u8; 8] = b"STWIDX01";
-const HEADER: usize = 64;
 const SLOT: usize = 16;
 const SEED: u64 = 0x5354_5749_4458_3031;
 
@@ -51,30 +49,21 @@ pub fn build<'a>(
     }
     let capacity = ((winners.len() * 8 / 7) + 1).next_power_of_two().max(16);
     let mask = capacity - 1;
-    let mut out = vec![0u8; HEADER + capacity * SLOT];
-    let occupied =
-        |out: &[u8], i: usize| out[HEADER + i * SLOT + 12..HEADER + i * SLOT + 16] != [0; 4];
+    let mut body = vec![0u8; capacity * SLOT];
+    let occupied = |body: &[u8], i: usize| body[i * SLOT + 12..i * SLOT + 16] != [0; 4];
     for (key, (segment, row)) in &winners {
         let hash = xxh3_64_with_seed(key.as_bytes(), SEED);
         let mut i = hash as usize & mask;
-        while occupied(&out, i) {
+        while occupied(&body, i) {
             i = (i + 1) & mask;
         }
-        let at = HEADER + i * SLOT;
-        out[at..at + 8].copy_from_slice(&hash.to_le_bytes());
-        out[at + 8..at + 12].copy_from_slice(&segment.to_le_bytes());
-        out[at + 12..at + 16].copy_from_slice(&(row + 1).to_le_bytes());
+        let at = i * SLOT;
+        body[at..at + 8].copy_from_slice(&hash.to_le_bytes());
+        body[at + 8..at + 12].copy_from_slice(&segment.to_le_bytes());
+        body[at + 12..at + 16].copy_from_slice(&(row + 1).to_le_bytes());
     }
-    let slots_sum = xxh3_64_with_seed(&out[HEADER..], 0);
-    out[..8].copy_from_slice(MAGIC);
-    out[8..16].copy_from_slice(&(winners.len() as u64).to_le_bytes());
-    out[16..24].copy_from_slice(&(capacity as u64).to_le_bytes());
-    out[24..32].copy_from_slice(&SEED.to_le_bytes());
-    out[32..40].copy_from_slice(&through.to_le_bytes());
-    out[40..48].copy_from_slice(&slots_sum.to_le_bytes());
-    let header_sum = xxh3_64_with_seed(&out[..48], 0);
-    out[48..56].copy_from_slice(&header_sum.to_le_bytes());
-    Ok(out)
+    let fields = [winners.len() as u64, capacity as u64, SEED, through];
+    Ok(framed::encode(MAGIC, &fields, &body))
 }
 
 /// Builds and writes the merged table at `path` atomically.
@@ -110,7 +99,7 @@ pub fn merge_segments(layout: &crate::layout::Layout, through: u64) -> Result<u6
 /// An open merged table.
 #[derive(Debug)]
 pub struct MergedIndex {
-    map: Mmap,
+    file: Framed,
     keys: u64,
     capacity: usize,
     seed: u64,
@@ -123,33 +112,19 @@ impl MergedIndex {
     /// Errors: [`Error::Corrupted`] naming the file and what is wrong; [`Error::Io`] when it
     /// cannot be opened (`NotFound` included).
     pub fn open(path: &Path) -> Result<MergedIndex> {
-        let file = std::fs::File::open(path).at(path)?;
-        // SAFETY: written whole under a temporary name and renamed into place, never modified.
-        let map = unsafe { Mmap::map(&file) }.at(path)?;
-        let bad = |what: String| Error::corrupted(path, what);
-        if map.len() < HEADER || &map[..8] != MAGIC {
-            return Err(bad(format!(
-                "not a merged index ({} bytes, no STWIDX01 magic)",
-                map.len()
-            )));
-        }
-        let word = |at: usize| u64::from_le_bytes(map[at..at + 8].try_into().expect("8 bytes"));
-        if word(48) != xxh3_64_with_seed(&map[..48], 0) {
-            return Err(bad("header checksum mismatch".into()));
-        }
-        let (keys, capacity, seed, through) = (word(8), word(16), word(24), word(32));
-        let expected = usize::try_from(capacity)
-            .ok()
-            .and_then(|c| c.checked_mul(SLOT))
-            .and_then(|n| n.checked_add(HEADER));
-        if !capacity.is_power_of_two() || keys > capacity || expected != Some(map.len()) {
-            return Err(bad(format!(
+        let file = Framed::open(path, MAGIC, "merged index")?;
+        let (keys, capacity, seed, through) =
+            (file.field(0), file.field(1), file.field(2), file.field(3));
+        let fits =
+            usize::try_from(capacity).ok().filter(|c| c.is_power_of_two() && keys <= *c as u64);
+        let Some(capacity) = fits.filter(|c| c.checked_mul(SLOT) == Some(file.body().len())) else {
+            return Err(file.corrupted(format!(
                 "{} bytes for {keys} keys in {capacity} slots of {SLOT} bytes plus a {HEADER}-byte \
                  header",
-                map.len()
+                HEADER + file.body().len()
             )));
-        }
-        Ok(MergedIndex { map, keys, capacity: capacity as usize, seed, through })
+        };
+        Ok(MergedIndex { file, keys, capacity, seed, through })
     }
 
     /// Distinct keys in the segments it covers.
@@ -168,11 +143,12 @@ impl MergedIndex {
         let hash = xxh3_64_with_seed(key.as_bytes(), self.seed);
         let mask = self.capacity - 1;
         let mut i = hash as usize & mask;
+        let body = self.file.body();
         for _ in 0..self.capacity {
-            let at = HEADER + i * SLOT;
-            let slot_hash = u64::from_le_bytes(self.map[at..at + 8].try_into().expect("8 bytes"));
-            let segment = u32::from_le_bytes(self.map[at + 8..at + 12].try_into().expect("4"));
-            let row = u32::from_le_bytes(self.map[at + 12..at + 16].try_into().expect("4"));
+            let at = i * SLOT;
+            let slot_hash = u64::from_le_bytes(body[at..at + 8].try_into().expect("8 bytes"));
+            let segment = u32::from_le_bytes(body[at + 8..at + 12].try_into().expect("4"));
+            let row = u32::from_le_bytes(body[at + 12..at + 16].try_into().expect("4"));
             if row == 0 {
                 return None;
             }
@@ -187,12 +163,10 @@ impl MergedIndex {
     }
 
     /// Checks the slots against their checksum (reads the whole table).
-    pub fn verify(&self, path: &Path) -> Result<()> {
-        let stored = u64::from_le_bytes(self.map[40..48].try_into().expect("8 bytes"));
-        if stored != xxh3_64_with_seed(&self.map[HEADER..], 0) {
-            return Err(Error::corrupted(path, "slot checksum mismatch"));
-        }
-        Ok(())
+    ///
+    /// Errors: [`Error::Corrupted`] naming the file.
+    pub fn verify(&self) -> Result<()> {
+        self.file.verify()
     }
 }
 
@@ -215,7 +189,7 @@ mod tests {
         });
         write(&path, entries, 2).unwrap();
         let index = MergedIndex::open(&path).unwrap();
-        index.verify(&path).unwrap();
+        index.verify().unwrap();
         assert_eq!((index.keys(), index.through()), (200, 2));
         let find = |key: &str| {
             index
@@ -244,7 +218,7 @@ mod tests {
             bad[at] ^= 0x20;
             std::fs::write(&path, &bad).unwrap();
             let Ok(index) = MergedIndex::open(&path) else { continue };
-            assert!(index.verify(&path).is_err(), "byte {at}");
+            assert!(index.verify().is_err(), "byte {at}");
             for (row, key) in keys.iter().enumerate() {
                 if let Some(found) = index.find(key, |s, r| s == 0 && keys.get(r) == Some(key)) {
                     assert_eq!(found, (0, row), "{key}");

@@ -2,8 +2,8 @@
 //! byte as data (torchcachex stores no checksums; it never sees this file).
 //!
 //! ```text
-//! header (32 bytes, little-endian): magic "STWSUMS1" | rows u64 | sums xxh3 u64 | header xxh3 u64
-//! then one u64 per row: xxh3 of the row's key and sample (see `of_sample`)
+//! header (crate::framed): magic "STWSUMS1" | rows
+//! body: one u64 per row, xxh3 of the row's key and sample (see `of_sample`)
 //! ```
 //!
 //! A row's checksum covers what a reader decodes: the key, then every field by name, sorted,
@@ -12,13 +12,13 @@
 
 use std::path::{Path, PathBuf};
 
-use memmap2::Mmap;
 use stowage_core::file_safety::atomic_write;
-use stowage_core::{Error, IoResultExt, Result, Sample, Value};
-use xxhash_rust::xxh3::{Xxh3, xxh3_64};
+use stowage_core::{Result, Sample, Value};
+use xxhash_rust::xxh3::Xxh3;
+
+use crate::framed::{self, Framed, HEADER};
 
 const MAGIC: &[u8; 8] = b"STWSUMS1";
-const HEADER: usize = 32;
 
 /// The checksum file's path beside its segment: `segment_<id>.sums`.
 pub fn sums_path(segment: &Path) -> PathBuf {
@@ -71,53 +71,35 @@ pub fn of_sample(key: &str, sample: &Sample) -> u64 {
 
 /// Writes the checksums of a segment's rows atomically.
 pub fn write(segment: &Path, sums: &[u64]) -> Result<PathBuf> {
-    let mut out = vec![0u8; HEADER];
-    out.extend(sums.iter().flat_map(|s| s.to_le_bytes()));
-    out[..8].copy_from_slice(MAGIC);
-    out[8..16].copy_from_slice(&(sums.len() as u64).to_le_bytes());
-    let body = xxh3_64(&out[HEADER..]);
-    out[16..24].copy_from_slice(&body.to_le_bytes());
-    let header = xxh3_64(&out[..24]);
-    out[24..32].copy_from_slice(&header.to_le_bytes());
+    let body: Vec<u8> = sums.iter().flat_map(|s| s.to_le_bytes()).collect();
     let path = sums_path(segment);
-    atomic_write(&path, &out)?;
+    atomic_write(&path, &framed::encode(MAGIC, &[sums.len() as u64], &body))?;
     Ok(path)
 }
 
 /// An open checksum file.
 #[derive(Debug)]
 pub struct RowSums {
-    path: PathBuf,
-    map: Mmap,
+    file: Framed,
     rows: usize,
 }
 
 impl RowSums {
     /// Maps `path` and checks its header and size.
     ///
-    /// Errors: [`Error::Corrupted`] naming the file; [`Error::Io`] (`NotFound` included).
+    /// Errors: [`Error::Corrupted`](stowage_core::Error::Corrupted) naming the file;
+    /// [`Error::Io`](stowage_core::Error::Io) (`NotFound` included).
     pub fn open(path: &Path) -> Result<RowSums> {
-        let file = std::fs::File::open(path).at(path)?;
-        // SAFETY: written whole under a temporary name and renamed into place, never modified.
-        let map = unsafe { Mmap::map(&file) }.at(path)?;
-        let bad = |what: String| Error::corrupted(path, what);
-        if map.len() < HEADER || &map[..8] != MAGIC {
-            return Err(bad(format!(
-                "not a checksum file ({} bytes, no STWSUMS1 magic)",
-                map.len()
-            )));
-        }
-        let word = |at: usize| u64::from_le_bytes(map[at..at + 8].try_into().expect("8 bytes"));
-        if word(24) != xxh3_64(&map[..24]) {
-            return Err(bad("header checksum mismatch".into()));
-        }
-        let rows = usize::try_from(word(8)).ok();
-        if rows.and_then(|r| r.checked_mul(8)).and_then(|n| n.checked_add(HEADER))
-            != Some(map.len())
-        {
-            return Err(bad(format!("{} bytes for {} rows", map.len(), word(8))));
-        }
-        Ok(RowSums { path: path.to_path_buf(), map, rows: rows.expect("checked") })
+        let file = Framed::open(path, MAGIC, "checksum file")?;
+        let rows = file.field(0);
+        let Some(rows) =
+            usize::try_from(rows).ok().filter(|r| r.checked_mul(8) == Some(file.body().len()))
+        else {
+            return Err(
+                file.corrupted(format!("{} bytes for {rows} rows", HEADER + file.body().len()))
+            );
+        };
+        Ok(RowSums { file, rows })
     }
 
     /// Rows it covers.
@@ -127,31 +109,25 @@ impl RowSums {
 
     /// The stored checksum of row `row`.
     pub fn get(&self, row: usize) -> Option<u64> {
-        (row < self.rows).then(|| {
-            let at = HEADER + row * 8;
-            u64::from_le_bytes(self.map[at..at + 8].try_into().expect("8 bytes"))
-        })
+        let bytes = self.file.body().get(row.checked_mul(8)?..)?.get(..8)?;
+        Some(u64::from_le_bytes(bytes.try_into().expect("8 bytes")))
     }
 
     /// Checks the stored checksums against their own checksum.
     pub fn verify(&self) -> Result<()> {
-        let stored = u64::from_le_bytes(self.map[16..24].try_into().expect("8 bytes"));
-        if stored != xxh3_64(&self.map[HEADER..]) {
-            return Err(Error::corrupted(&self.path, "checksum area mismatch"));
-        }
-        Ok(())
+        self.file.verify()
     }
 
     /// The file.
     pub fn path(&self) -> &Path {
-        &self.path
+        self.file.path()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use stowage_core::Tensor;
+    use stowage_core::{Error, Tensor};
 
     #[test]
     fn written_sums_read_back_and_damage_is_corruption() {

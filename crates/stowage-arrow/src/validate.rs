@@ -151,7 +151,7 @@ fn check_merged(
         Err(e) => return report.problem(Some(&path), None, e.to_string()),
     };
     report.files_checked += 1;
-    if let Err(e) = merged.verify(&path) {
+    if let Err(e) = merged.verify() {
         report.problem(Some(&path), None, e.to_string());
     }
     // The winners among the covered segments only: a newer segment may hold the key again.
