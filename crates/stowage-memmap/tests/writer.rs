@@ -9,33 +9,13 @@ use stowage_core::fingerprint::{FingerprintFile, SourceStamp};
 use stowage_core::{Backend, BackendExt, Error, Sample, Tensor, ValidationLevel, Value};
 use stowage_memmap::{MemmapBackend, MemmapOptions, dnanet};
 
-const D: usize = 3;
-const L: usize = 8;
+#[path = "common/dnanet_rows.rs"]
+mod dnanet_rows;
+use dnanet_rows::{D, L, key};
 
-/// DNANet row `i`: annotation null every third row, four distinct panels, alleles on even rows.
+/// DNANet row `i` (four distinct panels with a non-ASCII name).
 fn dnanet_row(i: usize) -> Sample {
-    let data: Vec<i16> = (0..D * L).map(|j| (i * 1000 + j) as i16 - 500).collect();
-    let scaler: Vec<f32> = (0..L).map(|j| i as f32 + j as f32 / 8.0).collect();
-    let mut sample = Sample::new()
-        .with("data", Tensor::from_slice(&[D, L], &data).unwrap())
-        .with("scaler", Tensor::from_slice(&[L], &scaler).unwrap())
-        .with("panel", Value::Json(format!("{{\"panel\": {}, \"name\": \"p\\u00eb\"}}", i % 4)))
-        .with("meta_json", Value::Json(format!("{{\"i\": {i}}}")));
-    if !i.is_multiple_of(3) {
-        let annotation: Vec<i8> = (0..D * L).map(|j| ((i + j) % 7) as i8 - 3).collect();
-        sample.insert("annotation", Tensor::from_slice(&[D, L], &annotation).unwrap());
-    } else {
-        sample.insert("annotation", Value::Null);
-    }
-    sample.insert(
-        "allele",
-        if i.is_multiple_of(2) { Value::Json("[\"a\"]".into()) } else { Value::Null },
-    );
-    sample
-}
-
-fn key(i: usize) -> String {
-    format!("/data/run{i:03}.hid")
+    dnanet_rows::dnanet_row(i, format!("{{\"panel\": {}, \"name\": \"p\\u00eb\"}}", i % 4))
 }
 
 fn create(dir: &Path) -> MemmapBackend {
