@@ -187,76 +187,49 @@ fn read_benches(group: &mut Group<'_>, dir: &Path, workload: &Workload) {
     group.measurement_time(Duration::from_secs(4)).warm_up_time(Duration::from_secs(1));
     group.sample_size(30);
     group.throughput(Throughput::Elements(READS as u64));
-    // Every function walks the same shuffled order from its start: the same rows, in the same
-    // order, for stowage and for the references.
-    let mut picks = order.chunks_exact(READS).cycle();
-    group.bench_function(workload.id("get_checksum"), |b| {
-        b.iter(|| {
-            for &i in picks.next().expect("cycle") {
-                drop(black_box(verified.get(key_of(&mut key, i)).expect("get")));
-            }
-        })
+    bench_rows(group, workload.id("get_checksum"), &order, |i| {
+        drop(black_box(verified.get(key_of(&mut key, i)).expect("get")));
     });
-    let mut picks = order.chunks_exact(READS).cycle();
-    group.bench_function(workload.id("get_no_checksum"), |b| {
-        b.iter(|| {
-            for &i in picks.next().expect("cycle") {
-                drop(black_box(unverified.get(key_of(&mut key, i)).expect("get")));
-            }
-        })
+    bench_rows(group, workload.id("get_no_checksum"), &order, |i| {
+        drop(black_box(unverified.get(key_of(&mut key, i)).expect("get")));
     });
     if workload.suffix.is_empty() {
-        let mut picks = order.chunks_exact(READS).cycle();
-        group.bench_function(workload.id("get_row_checksum"), |b| {
-            b.iter(|| {
-                for &i in picks.next().expect("cycle") {
-                    drop(black_box(verified.get_row(i as i64).expect("get_row")));
-                }
-            })
+        bench_rows(group, workload.id("get_row_checksum"), &order, |i| {
+            drop(black_box(verified.get_row(i as i64).expect("get_row")));
         });
-        let mut picks = order.chunks_exact(READS).cycle();
-        group.bench_function(workload.id("get_row_no_checksum"), |b| {
-            b.iter(|| {
-                for &i in picks.next().expect("cycle") {
-                    drop(black_box(unverified.get_row(i as i64).expect("get_row")));
-                }
-            })
+        bench_rows(group, workload.id("get_row_no_checksum"), &order, |i| {
+            drop(black_box(unverified.get_row(i as i64).expect("get_row")));
         });
     }
     let mut buffer = vec![0u8; raw.row_bytes()];
-    let mut picks = order.chunks_exact(READS).cycle();
-    group.bench_function(workload.id("reference_raw_copy"), |b| {
-        b.iter(|| {
-            for &i in picks.next().expect("cycle") {
-                let mut at = 0;
-                for field in raw.row(i) {
-                    buffer[at..at + field.len()].copy_from_slice(field);
-                    at += field.len();
-                }
-                black_box(&buffer);
-            }
-        })
+    bench_rows(group, workload.id("reference_raw_copy"), &order, |i| {
+        let mut at = 0;
+        for field in raw.row(i) {
+            buffer[at..at + field.len()].copy_from_slice(field);
+            at += field.len();
+        }
+        black_box(&buffer);
     });
-    let mut picks = order.chunks_exact(READS).cycle();
-    group.bench_function(workload.id("reference_xxh64_in_place"), |b| {
-        b.iter(|| {
-            for &i in picks.next().expect("cycle") {
-                for field in raw.row(i) {
-                    black_box(xxhash_rust::xxh64::xxh64(field, 0));
-                }
-            }
-        })
+    bench_rows(group, workload.id("reference_xxh64_in_place"), &order, |i| {
+        for field in raw.row(i) {
+            black_box(xxhash_rust::xxh64::xxh64(field, 0));
+        }
     });
     // The checksum stowage-memmap stores: the same bytes hashed in place with xxh3.
+    bench_rows(group, workload.id("reference_xxh3_in_place"), &order, |i| {
+        for field in raw.row(i) {
+            black_box(xxhash_rust::xxh3::xxh3_64(field));
+        }
+    });
+}
+
+/// Benchmarks `read` of [`READS`] rows per iteration, the next slice of `order` each time.
+/// Every function walks `order` from its start: the same rows, in the same order, for stowage and
+/// for the references.
+fn bench_rows(group: &mut Group<'_>, id: String, order: &[usize], mut read: impl FnMut(usize)) {
     let mut picks = order.chunks_exact(READS).cycle();
-    group.bench_function(workload.id("reference_xxh3_in_place"), |b| {
-        b.iter(|| {
-            for &i in picks.next().expect("cycle") {
-                for field in raw.row(i) {
-                    black_box(xxhash_rust::xxh3::xxh3_64(field));
-                }
-            }
-        })
+    group.bench_function(id, |b| {
+        b.iter(|| picks.next().expect("cycle").iter().for_each(|&i| read(i)));
     });
 }
 

@@ -151,61 +151,44 @@ fn read_benches(
     group.measurement_time(Duration::from_secs(4)).warm_up_time(Duration::from_secs(1));
     group.sample_size(50);
     group.throughput(Throughput::Elements(READS as u64));
-    // Every function walks the same shuffled order from its start: the same rows, in the same
-    // order, for stowage and for the references.
     // Keys are formatted as they are read (a loader derives them from its sample index), so the
     // timings do not include the cache misses of looking up 100,000 scattered key strings.
     let mut key = String::new();
-    let mut picks = order.chunks_exact(READS).cycle();
-    group.bench_function(workload.id("get_checksum"), |b| {
-        b.iter(|| {
-            for &i in picks.next().expect("cycle") {
-                drop(black_box(verified.get(key_of(&mut key, i)).expect("get")));
-            }
-        })
+    bench_rows(group, workload.id("get_checksum"), &order, |i| {
+        drop(black_box(verified.get(key_of(&mut key, i)).expect("get")));
     });
-    let mut picks = order.chunks_exact(READS).cycle();
-    group.bench_function(workload.id("get_no_checksum"), |b| {
-        b.iter(|| {
-            for &i in picks.next().expect("cycle") {
-                drop(black_box(unverified.get(key_of(&mut key, i)).expect("get")));
-            }
-        })
+    bench_rows(group, workload.id("get_no_checksum"), &order, |i| {
+        drop(black_box(unverified.get(key_of(&mut key, i)).expect("get")));
     });
-    let mut picks = order.chunks_exact(READS).cycle();
-    group.bench_function(workload.id("get_record_checksum"), |b| {
-        b.iter(|| {
-            picks.next().expect("cycle").iter().for_each(|&i| {
-                drop(black_box(verified.read_record("x", &records[i], true).expect("read")))
-            })
-        })
+    bench_rows(group, workload.id("get_record_checksum"), &order, |i| {
+        drop(black_box(verified.read_record("x", &records[i], true).expect("read")));
     });
     let mut buffer = vec![0u8; workload.row_bytes()];
-    let mut picks = order.chunks_exact(READS).cycle();
-    group.bench_function(workload.id("reference_raw_copy"), |b| {
-        b.iter(|| {
-            for &i in picks.next().expect("cycle") {
-                buffer.copy_from_slice(raw.row(i));
-                black_box(&buffer);
-            }
-        })
+    bench_rows(group, workload.id("reference_raw_copy"), &order, |i| {
+        buffer.copy_from_slice(raw.row(i));
+        black_box(&buffer);
     });
-    let mut picks = order.chunks_exact(READS).cycle();
-    group.bench_function(workload.id("reference_xxh64_in_place"), |b| {
-        b.iter(|| {
-            picks.next().expect("cycle").iter().for_each(|&i| {
-                black_box(xxhash_rust::xxh64::xxh64(raw.row(i), 0));
-            })
-        })
+    bench_rows(group, workload.id("reference_xxh64_in_place"), &order, |i| {
+        black_box(xxhash_rust::xxh64::xxh64(raw.row(i), 0));
     });
+    bench_rows(group, workload.id("reference_copy_xxh64"), &order, |i| {
+        buffer.copy_from_slice(raw.row(i));
+        black_box(xxhash_rust::xxh64::xxh64(&buffer, 0));
+    });
+}
+
+/// Benchmarks `read` of [`READS`] rows per iteration, the next slice of `order` each time.
+/// Every function walks `order` from its start: the same rows, in the same order, for stowage and
+/// for the references.
+fn bench_rows(
+    group: &mut BenchmarkGroup<'_, criterion::measurement::WallTime>,
+    id: String,
+    order: &[usize],
+    mut read: impl FnMut(usize),
+) {
     let mut picks = order.chunks_exact(READS).cycle();
-    group.bench_function(workload.id("reference_copy_xxh64"), |b| {
-        b.iter(|| {
-            for &i in picks.next().expect("cycle") {
-                buffer.copy_from_slice(raw.row(i));
-                black_box(xxhash_rust::xxh64::xxh64(&buffer, 0));
-            }
-        })
+    group.bench_function(id, |b| {
+        b.iter(|| picks.next().expect("cycle").iter().for_each(|&i| read(i)));
     });
 }
 
