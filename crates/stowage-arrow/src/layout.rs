@@ -6,7 +6,14 @@
 //! <cache>/segments/segment_000002.arrow.tmp   a segment being written: never data
 //! <cache>/index.pkl                           optional pickled {key: (segment, row)} accelerator
 //! <cache>/schema.json                         fields, metadata and output structure
+//! <cache>/stowage.log                         stowage's commit log (caches stowage writes)
+//! <cache>/stowage.complete                    stowage's mark of a finalized cache
+//! <cache>/stowage_index.bin                   stowage's merged key index
+//! <cache>/segments/segment_000000.keys        stowage's key sidecar of a segment
+//! <cache>/segments/segment_000000.sums        stowage's row checksums of a segment
 //! ```
+//!
+//! torchcachex never reads stowage's files, and stowage never needs torchcachex's `index.pkl`.
 //!
 //! Segments are ordered by their numeric id, never by name: torchcachex sorts names as text, so
 //! `segment_1000000` would come before `segment_999999` and the older row would win.
@@ -55,6 +62,16 @@ impl Layout {
     /// `stowage_index.bin`, stowage's merged key index ([`crate::merged_index`]).
     pub fn merged_index(&self) -> PathBuf {
         self.root.join("stowage_index.bin")
+    }
+
+    /// `stowage.log`, the commit log of a cache stowage writes ([`crate::commit_log`]).
+    pub fn commit_log(&self) -> PathBuf {
+        self.root.join("stowage.log")
+    }
+
+    /// `stowage.complete`, written when a cache stowage writes is finalized.
+    pub fn complete_marker(&self) -> PathBuf {
+        self.root.join("stowage.complete")
     }
 
     /// `index.pkl`, torchcachex's optional index.
@@ -106,6 +123,22 @@ pub fn parse_segment_file_name(name: &str) -> Option<u64> {
         return None;
     }
     digits.parse().ok()
+}
+
+/// The segment id of a segment file or one of its sidecars (`segment_<id>.arrow`, `.keys`,
+/// `.sums`), or `None` for any other name.
+///
+/// ```
+/// use stowage_arrow::layout::segment_file_id;
+/// assert_eq!(segment_file_id("segment_000042.sums"), Some(42));
+/// assert_eq!(segment_file_id("segment_000042.arrow"), Some(42));
+/// assert_eq!(segment_file_id("segment_000042.txt"), None);
+/// ```
+pub fn segment_file_id(name: &str) -> Option<u64> {
+    let stem = ["arrow", "keys", "sums"]
+        .iter()
+        .find_map(|ext| name.strip_suffix(ext)?.strip_suffix('.'))?;
+    parse_segment_file_name(&format!("{stem}.arrow"))
 }
 
 #[cfg(test)]

@@ -4,15 +4,28 @@
 /// The backend's name in errors.
 pub const BACKEND_NAME: &str = "arrow";
 
+pub mod backend;
+pub mod commit_log;
+mod committer;
 pub mod decode;
 pub mod encode;
+mod factory;
 mod framed;
 pub mod key_sidecar;
 pub mod layout;
 pub mod merged_index;
+pub mod options;
+mod pending;
 pub mod reader;
 pub mod row_sums;
+mod sample_cache;
 pub mod schema_json;
 pub mod segment;
 pub mod segment_writer;
 mod validate;
+mod writer;
+
+pub use backend::{ArrowBackend, capabilities};
+pub use factory::ArrowFactory;
+pub use options::ArrowOptions;
+pub use writer::Compaction;

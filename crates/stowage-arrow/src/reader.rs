@@ -59,8 +59,13 @@ pub struct CacheReader {
     /// Sidecars of the segments the merged table does not cover: (position in `segments`,
     /// sidecar), newest first.
     recent: Vec<(usize, KeySidecar)>,
-    len: usize,
+    /// Distinct keys, counted on first use (a flush must not pay for it).
+    len: OnceLock<usize>,
     verify_checksums: bool,
+    /// Every segment must have row checksums (stowage wrote them all): a missing file is damage.
+    checksums_required: bool,
+    /// The merged table the caller vouches for (`Some(None)`: none), or `None` to take any.
+    expected_merge: Option<Option<u64>>,
 }
 
 impl CacheReader {
@@ -73,53 +78,139 @@ impl CacheReader {
         let layout = Layout::new(dir.as_ref());
         let structure =
             SchemaJson::read(&layout.schema()).ok().flatten().map(|s| s.output_structure);
-        let segments: Vec<SegmentSlot> = layout
-            .list_segments()?
+        let segments = layout.list_segments()?;
+        CacheReader::assemble(layout, segments, structure, None)
+    }
+
+    /// Opens the segments `ids` of the cache in `dir` and nothing else (the committed segments of
+    /// a cache stowage writes, [`crate::commit_log`]), with a known output structure, using the
+    /// merged table only when it covers exactly up to `merged_through` (the one the commit log
+    /// vouches for; `None`: do not use one).
+    ///
+    /// Errors: as [`CacheReader::open`]; a listed segment that is missing is [`Error::Io`]
+    /// naming it when the merged table does not cover it, else an error on its first read.
+    pub fn open_segments(
+        dir: impl AsRef<Path>,
+        ids: impl IntoIterator<Item = u64>,
+        structure: OutputStructure,
+        merged_through: Option<u64>,
+    ) -> Result<CacheReader> {
+        let layout = Layout::new(dir.as_ref());
+        let segments = ids.into_iter().map(|id| (id, layout.segment(id))).collect();
+        CacheReader::assemble(layout, segments, Some(structure), Some(merged_through))
+    }
+
+    /// `expected_merge`: `None` takes any merged table whose last segment is listed; `Some(t)`
+    /// only one through `t` (none for `Some(None)`).
+    fn assemble(
+        layout: Layout,
+        segments: Vec<(u64, PathBuf)>,
+        structure: Option<OutputStructure>,
+        expected_merge: Option<Option<u64>>,
+    ) -> Result<CacheReader> {
+        let segments: Vec<SegmentSlot> = segments
             .into_iter()
             .map(|(id, path)| SegmentSlot { id, path, open: OnceLock::new() })
             .collect();
-        // The merged table only counts when the segments it covers are all still there.
-        let merged = MergedIndex::open(&layout.merged_index())
-            .ok()
-            .filter(|m| segments.iter().any(|s| s.id == m.through()));
-        let through = merged.as_ref().map(MergedIndex::through);
         let mut reader = CacheReader {
             layout,
             structure,
             segments,
-            merged,
+            merged: None,
             recent: Vec::new(),
-            len: 0,
+            len: OnceLock::new(),
             verify_checksums: true,
+            checksums_required: false,
+            expected_merge,
         };
-        let mut new_keys: HashSet<String> = HashSet::new();
-        let mut recent = Vec::new();
+        reader.load_merged(expected_merge);
+        let through = reader.merged.as_ref().map(MergedIndex::through);
         for position in 0..reader.segments.len() {
             if through.is_some_and(|t| reader.segments[position].id <= t) {
                 continue;
             }
-            let segment = reader.segment(position)?;
-            let keys = segment.keys()?;
-            let sidecar_path = key_sidecar::sidecar_path(segment.path());
-            let sidecar = KeySidecar::open(&sidecar_path)
-                .ok()
-                .filter(|s| s.rows() == keys.len() && s.verify().is_ok())
-                .map_or_else(|| KeySidecar::in_memory(segment.path(), &keys), Ok)?;
-            for key in &keys {
-                let covered = reader.merged.as_ref().is_some_and(|m| {
-                    m.find(key, |id, row| reader.key_at(id, row).is_some_and(|k| k == *key))
-                        .is_some()
-                });
-                if !covered {
-                    new_keys.insert((*key).to_owned());
-                }
-            }
-            recent.push((position, sidecar));
+            reader.index_segment(position)?;
         }
-        recent.reverse();
-        reader.recent = recent;
-        reader.len = reader.merged.as_ref().map_or(0, |m| m.keys() as usize) + new_keys.len();
         Ok(reader)
+    }
+
+    /// Maps the merged table; it only counts when the last segment it covers is still there
+    /// (and it is the expected one, when one is expected).
+    fn load_merged(&mut self, expected: Option<Option<u64>>) {
+        self.merged = MergedIndex::open(&self.layout.merged_index()).ok().filter(|m| {
+            self.position(m.through()).is_some()
+                && expected.is_none_or(|through| through == Some(m.through()))
+        });
+        self.len = OnceLock::new();
+    }
+
+    /// Makes segment `position` (newer than every indexed one) findable: its sidecar, or one
+    /// built in memory when it has none or a damaged one, goes first in the lookup order. Costs
+    /// the segment's own rows only, however many keys the cache holds.
+    fn index_segment(&mut self, position: usize) -> Result<()> {
+        let segment = self.segment(position)?;
+        let keys = segment.keys()?;
+        let sidecar_path = key_sidecar::sidecar_path(segment.path());
+        let sidecar = KeySidecar::open(&sidecar_path)
+            .ok()
+            .filter(|s| s.rows() == keys.len() && s.verify().is_ok())
+            .map_or_else(|| KeySidecar::in_memory(segment.path(), &keys), Ok)?;
+        self.recent.insert(0, (position, sidecar));
+        self.len = OnceLock::new();
+        Ok(())
+    }
+
+    /// Adds segment `id`, just committed after every segment this reader has, to the lookup.
+    ///
+    /// Errors: as [`CacheReader::open`] for that segment; the reader is unchanged.
+    pub fn push_segment(&mut self, id: u64) -> Result<()> {
+        if self.segments.last().is_some_and(|s| s.id >= id) {
+            return Err(Error::invalid(format!("segment {id} is not newer than every segment")));
+        }
+        let path = self.layout.segment(id);
+        self.segments.push(SegmentSlot { id, path, open: OnceLock::new() });
+        let position = self.segments.len() - 1;
+        self.index_segment(position).inspect_err(|_| {
+            self.segments.pop();
+        })
+    }
+
+    /// Picks up the merged table through segment `through` written since this reader opened
+    /// (by [`crate::merged_index`]): the sidecars it covers leave the lookup. Nothing changes
+    /// when the table in place is another one.
+    pub fn reload_merged(&mut self, through: u64) -> Result<()> {
+        let Ok(merged) = MergedIndex::open(&self.layout.merged_index()) else { return Ok(()) };
+        let Some(covered) = self.position(merged.through()) else { return Ok(()) };
+        if merged.through() != through
+            || self.merged.as_ref().is_some_and(|m| m.through() >= merged.through())
+        {
+            return Ok(());
+        }
+        self.expected_merge = self.expected_merge.map(|_| Some(through));
+        let rest: Vec<usize> =
+            self.recent.iter().map(|(p, _)| *p).filter(|&p| p > covered).rev().collect();
+        self.merged = Some(merged);
+        self.recent.clear();
+        self.len = OnceLock::new();
+        for position in rest {
+            self.index_segment(position)?;
+        }
+        Ok(())
+    }
+
+    /// The merged table the caller vouches for (`Some(None)`: none), or `None` to take any.
+    pub(crate) fn expected_merge(&self) -> Option<Option<u64>> {
+        self.expected_merge
+    }
+
+    /// Segment ids newer than the merged table (whose keys are found through their sidecars).
+    pub fn unmerged_segments(&self) -> usize {
+        self.recent.len()
+    }
+
+    /// The highest segment id the merged table covers, if there is one.
+    pub fn merged_through(&self) -> Option<u64> {
+        self.merged.as_ref().map(MergedIndex::through)
     }
 
     /// Whether `get` checks each row against its segment's row checksums (on by default;
@@ -127,6 +218,18 @@ impl CacheReader {
     pub fn with_checksums(mut self, verify: bool) -> CacheReader {
         self.verify_checksums = verify;
         self
+    }
+
+    /// Treats a segment without a row checksum file as damaged (for caches stowage wrote, where
+    /// every segment has one) instead of as a torchcachex segment read unchecked.
+    pub fn requiring_checksums(mut self) -> CacheReader {
+        self.checksums_required = true;
+        self
+    }
+
+    /// Every segment this reader reads: (id, path), in id order.
+    pub fn segment_paths(&self) -> impl Iterator<Item = (u64, &Path)> {
+        self.segments.iter().map(|s| (s.id, s.path.as_path()))
     }
 
     /// The cache directory's layout.
@@ -143,23 +246,40 @@ impl CacheReader {
         }
     }
 
-    /// Number of distinct keys.
+    /// Number of distinct keys: the merged table's, plus the distinct keys of the newer
+    /// segments it does not hold (counted on the first call, then remembered).
     pub fn len(&self) -> usize {
-        self.len
+        *self.len.get_or_init(|| {
+            let merged = self.merged.as_ref();
+            let mut new_keys: HashSet<&str> = HashSet::new();
+            for (position, _) in &self.recent {
+                // Opened when indexed, so its keys read.
+                let keys = self.segment(*position).and_then(Segment::keys).unwrap_or_default();
+                new_keys.extend(keys);
+            }
+            let in_merged = |key: &&str| {
+                merged.is_some_and(|m| {
+                    m.find(key, |id, row| self.key_at(id, row) == Some(*key)).is_some()
+                })
+            };
+            let new = new_keys.iter().filter(|k| !in_merged(k)).count();
+            merged.map_or(0, |m| m.keys() as usize) + new
+        })
     }
 
     /// Whether the cache holds no key.
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.len() == 0
     }
 
-    /// Every key, each once, in segment and row order of its winning row.
+    /// Every key, each once, in segment and row order of its first row (the order of first
+    /// put).
     pub fn keys(&self) -> Result<Vec<String>> {
-        let mut keys = Vec::with_capacity(self.len);
+        let mut keys = Vec::new();
+        let mut seen: HashSet<&str> = HashSet::new();
         for position in 0..self.segments.len() {
-            let segment = self.segment(position)?;
-            for (row, key) in segment.keys()?.into_iter().enumerate() {
-                if self.locate(key) == Some((segment.id(), row)) {
+            for key in self.segment(position)?.keys()? {
+                if seen.insert(key) {
                     keys.push(key.to_owned());
                 }
             }
@@ -185,7 +305,32 @@ impl CacheReader {
     /// cannot be a sample (a shape that does not match its values, a null inside a tensor), or
     /// when the segment holding it is damaged.
     pub fn get(&self, key: &str) -> Result<Option<Sample>> {
-        let Some((id, row)) = self.locate(key) else { return Ok(None) };
+        match self.locate(key) {
+            Some((id, row)) => self.read_row(key, id, row).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// The samples of `keys`, in order (`None` for a missing key), read segment by segment in
+    /// row order so that each segment's pages are visited together.
+    ///
+    /// Errors: as [`CacheReader::get`], for the first key that fails.
+    pub fn get_batch(&self, keys: &[&str]) -> Result<Vec<Option<Sample>>> {
+        let mut located: Vec<(u64, usize, usize)> = keys
+            .iter()
+            .enumerate()
+            .filter_map(|(at, key)| self.locate(key).map(|(id, row)| (id, row, at)))
+            .collect();
+        located.sort_unstable();
+        let mut samples = vec![None; keys.len()];
+        for (id, row, at) in located {
+            samples[at] = Some(self.read_row(keys[at], id, row)?);
+        }
+        Ok(samples)
+    }
+
+    /// Row `row` of segment `id`, which holds `key`, checked against its row checksum.
+    pub(crate) fn read_row(&self, key: &str, id: u64, row: usize) -> Result<Sample> {
         let position = self.position(id).expect("located in a listed segment");
         let OpenSegment { segment, groups, sums } = self.opened(position)?;
         let (batch, at) = segment.locate(row).expect("located rows exist");
@@ -212,7 +357,7 @@ impl CacheReader {
                 ));
             }
         }
-        Ok(Some(sample))
+        Ok(sample)
     }
 
     /// The key of row `row` of segment `id`; `None` when the segment is missing, unreadable or
@@ -248,7 +393,9 @@ impl CacheReader {
                 sums_path,
                 format!("{} checksums for the {} rows of its segment", sums.rows(), segment.rows()),
             )),
-            Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::NotFound => {
+            Err(Error::Io { source, .. })
+                if source.kind() == std::io::ErrorKind::NotFound && !self.checksums_required =>
+            {
                 Ok(None)
             }
             Err(e) => Err((sums_path, e.to_string())),

@@ -6,8 +6,10 @@ use std::collections::HashMap;
 
 use stowage_core::{Result, ValidationReport};
 
+use crate::commit_log;
 use crate::decode::{column_groups, decode_row};
 use crate::key_sidecar::{self, KeySidecar};
+use crate::layout::Layout;
 use crate::merged_index::MergedIndex;
 use crate::reader::CacheReader;
 use crate::row_sums::{self, RowSums};
@@ -24,7 +26,8 @@ impl CacheReader {
         let structure = self.output_structure().ok();
         // Every readable segment's keys, read once, for the merged table's check.
         let mut segment_keys: Vec<(u64, Vec<String>)> = Vec::new();
-        for (id, path) in self.layout().list_segments()? {
+        for (id, path) in self.segment_paths() {
+            let path = path.to_path_buf();
             report.files_checked += 1;
             let segment = match Segment::open(id, &path) {
                 Ok(segment) => segment,
@@ -150,6 +153,20 @@ fn check_merged(
         }
         Err(e) => return report.problem(Some(&path), None, e.to_string()),
     };
+    match reader.expected_merge() {
+        // A table the commit log does not vouch for: withdrawn by a compaction, or written by a
+        // merge whose record a crash cut off. Readers never use it; the next merge replaces it.
+        Some(None) => return,
+        Some(Some(through)) if merged.through() > through => return,
+        Some(Some(through)) if through != merged.through() => {
+            let detail = format!(
+                "covers segments through {}, the commit log records one through {through}",
+                merged.through()
+            );
+            return report.problem(Some(&path), None, detail);
+        }
+        _ => {}
+    }
     report.files_checked += 1;
     if let Err(e) = merged.verify() {
         report.problem(Some(&path), None, e.to_string());
@@ -177,4 +194,96 @@ fn check_merged(
         let detail = format!("counts {} keys, the segments hold {}", merged.keys(), covered.len());
         report.problem(Some(&path), None, detail);
     }
+}
+
+/// What only a cache stowage writes must also satisfy: its commit log reads, every committed
+/// segment is there with the size and rows recorded and has its key sidecar and row checksums,
+/// and `schema.json` is what torchcachex needs for the schema (`expected_schema_json`).
+pub(crate) fn check_commits(
+    report: &mut ValidationReport,
+    layout: &Layout,
+    expected_schema_json: &[u8],
+) -> Result<()> {
+    let log_path = layout.commit_log();
+    report.files_checked += 1;
+    let committed = match commit_log::read(&log_path) {
+        Ok(committed) => committed,
+        Err(e) => {
+            report.problem(Some(&log_path), None, e.to_string());
+            return Ok(());
+        }
+    };
+    for entry in &committed.segments {
+        let path = layout.segment(entry.id);
+        match std::fs::metadata(&path) {
+            Ok(meta) if meta.len() != entry.bytes => report.problem(
+                Some(&path),
+                None,
+                format!("{} bytes, {} records {}", meta.len(), log_path.display(), entry.bytes),
+            ),
+            Ok(_) => {}
+            Err(e) => report.problem(Some(&path), None, format!("committed segment: {e}")),
+        }
+        if let Ok(segment) = Segment::open(entry.id, &path)
+            && segment.rows() as u64 != entry.rows
+        {
+            let detail =
+                format!("{} rows, {} records {}", segment.rows(), log_path.display(), entry.rows);
+            report.problem(Some(&path), None, detail);
+        }
+        for sidecar in [key_sidecar::sidecar_path(&path), row_sums::sums_path(&path)] {
+            if !sidecar.exists() {
+                report.problem(Some(&sidecar), None, "missing (every committed segment has one)");
+            }
+        }
+    }
+    let marker_path = layout.complete_marker();
+    match commit_log::CompleteMarker::read(&marker_path) {
+        Err(e) => report.problem(Some(&marker_path), None, e.to_string()),
+        Ok(Some(marker)) if marker.log_records > committed.records => report.problem(
+            Some(&log_path),
+            None,
+            format!(
+                "holds {} complete records, {} says the cache was finalized at {}: the log was \
+                 cut short",
+                committed.records,
+                marker_path.display(),
+                marker.log_records
+            ),
+        ),
+        Ok(None) if committed.finalized => report.problem(
+            Some(&marker_path),
+            None,
+            "missing, though the commit log says the cache was finalized (reopening for writing \
+             restores it)",
+        ),
+        Ok(_) => {}
+    }
+    if let Some(merged) = committed.merged
+        && !layout.merged_index().exists()
+    {
+        let detail = format!(
+            "missing, though {} records one through segment {} (lookups fall back to the \
+             sidecars; a writer rebuilds it)",
+            log_path.display(),
+            merged.through
+        );
+        report.problem(Some(&layout.merged_index()), None, detail);
+    }
+    let schema_path = layout.schema();
+    report.files_checked += 1;
+    match std::fs::read(&schema_path) {
+        Ok(bytes) if bytes == expected_schema_json => {}
+        Ok(_) => report.problem(
+            Some(&schema_path),
+            None,
+            format!(
+                "differs from the one the schema in {} gives: {}",
+                log_path.display(),
+                String::from_utf8_lossy(expected_schema_json)
+            ),
+        ),
+        Err(e) => report.problem(Some(&schema_path), None, format!("torchcachex needs it: {e}")),
+    }
+    Ok(())
 }

@@ -1,0 +1,216 @@
+//! Arrow segment backend at scale: does a flush cost the same with 10 thousand, 1 million and 10
+//! million keys cached, and what does opening a 10-million-key cache cost?
+//!
+//! Caches of float32[4] samples (small, so that 10 million fit this machine's disk and time) are
+//! built once in `$STOWAGE_BENCH_DIR/arrow-scale/<keys>` (rebuilt when the build recipe changes),
+//! with one merged key index over all their keys, as the writer leaves a cache after its
+//! background merges.
+//!
+//! - `flush_2048/<keys>`: one `flush` of 2,048 new samples (opened in append mode and put before
+//!   timing) with default options (durable: segment, sidecars and log fsynced). Each timed flush
+//!   is undone afterwards (its segment files deleted, the commit log cut back), so every flush
+//!   meets exactly `<keys>` cached keys and no background merge: the merge the writer runs every
+//!   32 segments is measured on its own.
+//! - `merge/<keys>`: extending the merged key index of `<keys>` keys with 32 segments of 2,048
+//!   new keys (what the writer does in the background every 32 flushes), per new key.
+//! - `open/<keys>`: `ArrowBackend::open` read-only, then drop.
+//! - After the benchmarks, the resident memory an open adds (before the first get) is printed
+//!   per cache as `open_rss/<keys>: <MiB>` and written to `arrow-scale/open_rss.json`.
+//!
+//! `STOWAGE_BENCH_ARROW_SCALE` lists the key counts (default `10000,1000000,10000000`).
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use stowage_arrow::{ArrowBackend, ArrowOptions};
+use stowage_core::{Backend, DType, OpenMode, Sample, Schema, ShapeRule, Tensor};
+
+/// Samples per timed flush.
+const FLUSH_ROWS: usize = 2048;
+/// Changes whenever the way the caches are built changes, so old ones are rebuilt.
+const RECIPE: &str = "arrow-scale v1: float32[4], keys k{i:010}, 1Mi-row segments, merged";
+
+fn schema() -> Schema {
+    Schema::new().tensor("tensor", DType::F32, ShapeRule::Fixed(vec![4]))
+}
+
+fn sample(i: u64) -> Sample {
+    let v = i as f32;
+    Sample::new()
+        .with("tensor", Tensor::from_slice(&[4], &[v, v + 0.25, v + 0.5, v + 0.75]).unwrap())
+}
+
+fn key(i: u64) -> String {
+    format!("k{i:010}")
+}
+
+fn sizes() -> Vec<u64> {
+    std::env::var("STOWAGE_BENCH_ARROW_SCALE")
+        .unwrap_or_else(|_| "10000,1000000,10000000".into())
+        .split(',')
+        .map(|n| n.trim().parse().expect("STOWAGE_BENCH_ARROW_SCALE: comma-separated counts"))
+        .collect()
+}
+
+fn label(keys: u64) -> String {
+    match keys {
+        k if k >= 1_000_000 && k % 1_000_000 == 0 => format!("{}m", k / 1_000_000),
+        k if k >= 1_000 && k % 1_000 == 0 => format!("{}k", k / 1_000),
+        k => k.to_string(),
+    }
+}
+
+fn bench_root() -> PathBuf {
+    let base = std::env::var_os("STOWAGE_BENCH_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| std::env::temp_dir().join("stowage-bench"));
+    base.join("arrow-scale")
+}
+
+/// The cache of `keys` samples, built unless an intact one of this recipe is there.
+fn cache_of(keys: u64) -> PathBuf {
+    let dir = bench_root().join(label(keys));
+    let stamp = dir.join("recipe.txt");
+    if std::fs::read_to_string(&stamp).is_ok_and(|s| s == RECIPE) {
+        return dir;
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+    let started = Instant::now();
+    let options = ArrowOptions { flush_every: 1 << 20, rank: Some(0), ..ArrowOptions::default() };
+    let mut cache = ArrowBackend::create(&dir, &schema(), options).unwrap();
+    for i in 0..keys {
+        cache.put(&key(i), &sample(i)).unwrap();
+    }
+    cache.flush().unwrap();
+    cache.merge_index().unwrap();
+    drop(cache);
+    std::fs::write(&stamp, RECIPE).unwrap();
+    eprintln!("built {} ({keys} keys) in {:.1?}", dir.display(), started.elapsed());
+    dir
+}
+
+fn flush_at_scale(c: &mut Criterion) {
+    let mut group = c.benchmark_group("arrow_scale");
+    group.sample_size(20).warm_up_time(Duration::from_secs(1));
+    group.measurement_time(Duration::from_secs(10));
+    let mut rss = Vec::new();
+    for keys in sizes() {
+        let dir = cache_of(keys);
+        group.throughput(Throughput::Elements(FLUSH_ROWS as u64));
+        // Default options, but puts never flush by themselves: the timed flush writes them.
+        let options =
+            ArrowOptions { flush_every: 2 * FLUSH_ROWS, rank: Some(0), ..ArrowOptions::default() };
+        let pristine = Snapshot::take(&dir);
+        group.bench_function(format!("flush_2048/{}", label(keys)), |b| {
+            b.iter_custom(|iters| {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    let mut cache =
+                        ArrowBackend::open(&dir, OpenMode::Append, options.clone()).unwrap();
+                    for i in keys..keys + FLUSH_ROWS as u64 {
+                        cache.put(&key(i), &sample(i)).unwrap();
+                    }
+                    let started = Instant::now();
+                    cache.flush().unwrap();
+                    total += started.elapsed();
+                    drop(cache);
+                    pristine.restore();
+                }
+                total
+            })
+        });
+        group.throughput(Throughput::Elements(32 * FLUSH_ROWS as u64));
+        // 32 segments of 2,048, merged by hand rather than in the background.
+        let unmerged =
+            ArrowOptions { flush_every: FLUSH_ROWS, merge_after: usize::MAX, ..options.clone() };
+        group.bench_function(format!("merge/{}", label(keys)), |b| {
+            b.iter_custom(|iters| {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    let mut cache =
+                        ArrowBackend::open(&dir, OpenMode::Append, unmerged.clone()).unwrap();
+                    for i in keys..keys + 32 * FLUSH_ROWS as u64 {
+                        cache.put(&key(i), &sample(i)).unwrap();
+                    }
+                    cache.flush().unwrap();
+                    let started = Instant::now();
+                    cache.merge_index().unwrap();
+                    total += started.elapsed();
+                    drop(cache);
+                    pristine.restore();
+                }
+                total
+            })
+        });
+        group.throughput(Throughput::Elements(1));
+        group.bench_function(format!("open/{}", label(keys)), |b| {
+            b.iter(|| drop(ArrowBackend::open(&dir, OpenMode::ReadOnly, options.clone()).unwrap()))
+        });
+        rss.push((keys, open_rss(&dir, &options)));
+    }
+    group.finish();
+    let mut json = String::from("{");
+    for (i, (keys, mib)) in rss.iter().enumerate() {
+        println!("open_rss/{}: {mib:.1} MiB", label(*keys));
+        json.push_str(&format!("{}\"{}\": {mib:.2}", if i > 0 { ", " } else { "" }, label(*keys)));
+    }
+    json.push('}');
+    std::fs::write(bench_root().join("open_rss.json"), json).unwrap();
+}
+
+/// A cache's files as built, to undo what a benchmark appended.
+struct Snapshot {
+    dir: PathBuf,
+    files: Vec<(PathBuf, Vec<u8>)>,
+    log_len: u64,
+}
+
+impl Snapshot {
+    /// Remembers the commit log's length and the small files a merge rewrites.
+    fn take(dir: &Path) -> Snapshot {
+        let log_len = std::fs::metadata(dir.join("stowage.log")).unwrap().len();
+        let files = ["stowage_index.bin", "stowage.complete"]
+            .iter()
+            .filter_map(|name| Some((dir.join(name), std::fs::read(dir.join(name)).ok()?)))
+            .collect();
+        Snapshot { dir: dir.to_path_buf(), files, log_len }
+    }
+
+    /// Deletes the segments committed since, cuts the log back and restores the merged index.
+    fn restore(&self) {
+        let committed = stowage_arrow::commit_log::read(&self.dir.join("stowage.log")).unwrap();
+        let log = std::fs::OpenOptions::new().write(true).open(self.dir.join("stowage.log"));
+        log.unwrap().set_len(self.log_len).unwrap();
+        let kept = stowage_arrow::commit_log::read(&self.dir.join("stowage.log")).unwrap();
+        let layout = stowage_arrow::layout::Layout::new(&self.dir);
+        for entry in &committed.segments[kept.segments.len()..] {
+            let segment = layout.segment(entry.id);
+            for path in [segment.with_extension("keys"), segment.with_extension("sums"), segment] {
+                std::fs::remove_file(path).unwrap();
+            }
+        }
+        for (path, bytes) in &self.files {
+            std::fs::write(path, bytes).unwrap();
+        }
+    }
+}
+
+/// Resident memory (MiB) that opening the cache at `dir` adds, measured around the open.
+fn open_rss(dir: &Path, options: &ArrowOptions) -> f64 {
+    let before = resident_bytes();
+    let cache = ArrowBackend::open(dir, OpenMode::ReadOnly, options.clone()).unwrap();
+    let after = resident_bytes();
+    drop(cache);
+    after.saturating_sub(before) as f64 / (1 << 20) as f64
+}
+
+/// This process's resident set, from `/proc/self/statm` (0 where there is none).
+fn resident_bytes() -> u64 {
+    let statm = std::fs::read_to_string("/proc/self/statm").unwrap_or_default();
+    let pages: u64 = statm.split_whitespace().nth(1).and_then(|p| p.parse().ok()).unwrap_or(0);
+    pages * 4096
+}
+
+criterion_group!(benches, flush_at_scale);
+criterion_main!(benches);

@@ -1,0 +1,317 @@
+//! `stowage.log`: what a cache stowage writes has committed, as a checksummed append-only log
+//! (the core's [`AppendLog`]) that torchcachex never reads.
+//!
+//! ```text
+//! record 0   {"cache": {"format": "stowage-arrow", "version": 1, "schema": {...}}}
+//! then       {"segment": {"id": 0, "rows": 2048, "bytes": 4251832}}   one per committed segment
+//!            {"merged": {"through": 31, "keys": 65536}}               a merged key index
+//!            {"compacted": {"segments": [...], "removed": [0, 1, 2]}}  a compaction
+//!            {"finalized": null}                                      after finalize
+//! ```
+//!
+//! A segment is committed once its record is durable; it is written, fsynced and renamed into
+//! place before. So a crash between the rename and the record leaves a segment that is not
+//! committed: readers ignore it and the next writer deletes it (its flush never returned). The
+//! log is also what makes every loss visible: a committed segment whose file is missing, shorter
+//! or longer than recorded is damage, not an empty cache. The schema lives here, under the log's
+//! checksums, so a flipped byte can never rename a field or change a dtype.
+//!
+//! The cache is finalized when its last record is `finalized`; a segment committed after it (an
+//! append to a finalized cache) makes it unfinalized again until the next finalize. Finalize then
+//! writes `stowage.complete` ([`CompleteMarker`]) with the number of records, so that a log cut
+//! short (which would silently drop the `finalized` record and later commits) is damage that
+//! `validate` reports, not an unfinished cache. A `merged` record says the merged key index
+//! exists, so that its loss is reported too (nothing is lost with it: the sidecars find every
+//! key).
+
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+use stowage_core::file_safety::{AppendLog, Recovered};
+use stowage_core::{Error, Result, Schema};
+
+/// The log's format name.
+pub const FORMAT_NAME: &str = "stowage-arrow";
+/// The log's format version.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// The first record: what the cache is.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CacheHeader {
+    /// Always [`FORMAT_NAME`].
+    pub format: String,
+    /// Always [`FORMAT_VERSION`] for caches this version writes.
+    pub version: u32,
+    /// The stowage schema the cache was created with.
+    pub schema: Schema,
+}
+
+/// One committed segment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SegmentEntry {
+    /// The segment id (`segments/segment_<id>.arrow`).
+    pub id: u64,
+    /// Rows in the segment.
+    pub rows: u64,
+    /// The segment file's size in bytes.
+    pub bytes: u64,
+}
+
+/// A merged key index written over the segments up to `through`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MergedEntry {
+    /// The highest segment id it covers.
+    pub through: u64,
+    /// Distinct keys in it.
+    pub keys: u64,
+}
+
+/// `stowage.complete`: written after the `finalized` record, with the log's record count then.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompleteMarker {
+    /// Records in the log when the cache was finalized.
+    pub log_records: u64,
+}
+
+impl CompleteMarker {
+    /// Reads the marker at `path`; `Ok(None)` when there is none.
+    ///
+    /// Errors: [`Error::Corrupted`] naming it when it does not parse.
+    pub fn read(path: &Path) -> Result<Option<CompleteMarker>> {
+        match std::fs::read(path) {
+            Ok(bytes) => serde_json::from_slice(&bytes).map(Some).map_err(|e| {
+                Error::corrupted(path, format!("does not parse as a completion marker: {e}"))
+            }),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(Error::io(path, e)),
+        }
+    }
+
+    /// The marker's bytes.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        serde_json::to_vec(self).expect("markers serialize")
+    }
+}
+
+/// A compaction: `segments` (new, ids above every earlier one) hold the winning rows of the
+/// `removed` segments, which stop being part of the cache at this record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CompactedEntry {
+    /// The segments written.
+    pub segments: Vec<SegmentEntry>,
+    /// The segments they replace.
+    pub removed: Vec<u64>,
+}
+
+/// One log record.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Record {
+    /// The header, always first.
+    Cache(CacheHeader),
+    /// A committed segment.
+    Segment(SegmentEntry),
+    /// A merged key index was written.
+    Merged(MergedEntry),
+    /// Segments were compacted (the merged key index no longer holds).
+    Compacted(CompactedEntry),
+    /// The cache was finalized.
+    Finalized(()),
+}
+
+impl Record {
+    /// The record as the log stores it.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        serde_json::to_vec(self).expect("records serialize")
+    }
+}
+
+/// What a log says: the header, the committed segments in id order, and whether the cache is
+/// finalized.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Committed {
+    /// The first record.
+    pub header: CacheHeader,
+    /// Every committed segment, ids increasing.
+    pub segments: Vec<SegmentEntry>,
+    /// Whether the last record is `finalized`.
+    pub finalized: bool,
+    /// The merged key index the log vouches for: the latest, unless a compaction followed it.
+    pub merged: Option<MergedEntry>,
+    /// Segments compactions replaced, oldest first (their files may linger for readers that
+    /// opened before; the next compaction deletes them).
+    pub removed: Vec<u64>,
+    /// Records in the log.
+    pub records: u64,
+}
+
+impl Committed {
+    /// Adds a committed segment; ids only grow, even past compacted ones.
+    fn add(&mut self, path: &Path, record: usize, entry: SegmentEntry) -> Result<()> {
+        let last = self
+            .segments
+            .last()
+            .map(|s| s.id)
+            .into_iter()
+            .chain(self.removed.iter().copied())
+            .max();
+        if last.is_some_and(|last| last >= entry.id) {
+            return Err(Error::corrupted(
+                path,
+                format!(
+                    "record {record}: segment {} after segment {}",
+                    entry.id,
+                    last.expect("some")
+                ),
+            ));
+        }
+        self.segments.push(entry);
+        Ok(())
+    }
+
+    /// The committed segment ids, ascending.
+    pub fn ids(&self) -> Vec<u64> {
+        self.segments.iter().map(|s| s.id).collect()
+    }
+
+    /// The id the next segment gets.
+    pub fn next_segment_id(&self) -> u64 {
+        let last =
+            self.segments.last().map(|s| s.id).into_iter().chain(self.removed.iter().copied());
+        last.max().map_or(0, |id| id + 1)
+    }
+}
+
+/// Reads the log at `path` without changing it. A torn last record (a writer appending, or a
+/// crash) is not committed and is left alone.
+///
+/// Errors: [`Error::NotFound`] when there is no log (not a stowage Arrow cache);
+/// [`Error::Corrupted`] naming the log when a record before the last is damaged or does not
+/// parse, the header is missing, or segment ids do not increase; [`Error::Incompatible`] for
+/// another format or version.
+pub fn read(path: &Path) -> Result<Committed> {
+    let recovered = match AppendLog::read_all(path) {
+        Err(Error::NotFound { .. }) => {
+            return Err(Error::NotFound {
+                what: format!("stowage Arrow cache (no {})", path.display()),
+            });
+        }
+        other => other?,
+    };
+    interpret(path, &recovered)
+}
+
+/// The committed state of the records `recovered` from the log at `path` (see [`read`]).
+pub fn interpret(path: &Path, recovered: &Recovered) -> Result<Committed> {
+    if let Some(damage) = recovered.damage.as_ref().filter(|d| d.is_mid_log()) {
+        return Err(Error::corrupted(path, damage.to_string()));
+    }
+    let mut records = recovered.records.iter().enumerate().map(|(i, bytes)| {
+        serde_json::from_slice::<Record>(bytes)
+            .map_err(|e| Error::corrupted(path, format!("record {i} does not parse: {e}")))
+    });
+    let header = match records.next().transpose()? {
+        Some(Record::Cache(header)) => header,
+        Some(other) => {
+            return Err(Error::corrupted(path, format!("starts with {other:?}, not the header")));
+        }
+        None => return Err(Error::corrupted(path, "holds no header record")),
+    };
+    if header.format != FORMAT_NAME || header.version != FORMAT_VERSION {
+        return Err(Error::Incompatible {
+            path: path.to_path_buf(),
+            detail: format!(
+                "format {:?} version {}, this reader handles {FORMAT_NAME:?} version \
+                 {FORMAT_VERSION}",
+                header.format, header.version
+            ),
+        });
+    }
+    let mut committed = Committed {
+        header,
+        segments: Vec::new(),
+        finalized: false,
+        merged: None,
+        removed: Vec::new(),
+        records: recovered.records.len() as u64,
+    };
+    for (i, record) in records.enumerate() {
+        match record? {
+            Record::Segment(entry) => {
+                committed.add(path, i + 1, entry)?;
+                committed.finalized = false;
+            }
+            Record::Compacted(compaction) => {
+                for id in &compaction.removed {
+                    let Some(at) = committed.segments.iter().position(|s| s.id == *id) else {
+                        return Err(Error::corrupted(
+                            path,
+                            format!("record {}: compaction removes segment {id}, not in it", i + 1),
+                        ));
+                    };
+                    committed.segments.remove(at);
+                    committed.removed.push(*id);
+                }
+                for entry in compaction.segments {
+                    committed.add(path, i + 1, entry)?;
+                }
+                committed.merged = None;
+            }
+            Record::Merged(entry) => committed.merged = Some(entry),
+            Record::Finalized(()) => committed.finalized = true,
+            Record::Cache(_) => {
+                return Err(Error::corrupted(path, format!("record {}: a second header", i + 1)));
+            }
+        }
+    }
+    Ok(committed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use stowage_core::{DType, ShapeRule};
+
+    fn header() -> Record {
+        Record::Cache(CacheHeader {
+            format: FORMAT_NAME.into(),
+            version: FORMAT_VERSION,
+            schema: Schema::new().tensor("x", DType::F32, ShapeRule::Any),
+        })
+    }
+
+    fn write(path: &Path, records: &[Record]) {
+        let _ = std::fs::remove_file(path);
+        let (mut log, _) = AppendLog::open(path, true).unwrap();
+        for record in records {
+            log.append(&record.to_bytes()).unwrap();
+        }
+        log.sync().unwrap();
+    }
+
+    #[test]
+    fn segments_and_finalize_are_read_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("stowage.log");
+        assert!(matches!(read(&path).unwrap_err(), Error::NotFound { .. }));
+        let segment = |id| Record::Segment(SegmentEntry { id, rows: 3, bytes: 100 });
+        write(&path, &[header(), segment(0), segment(1), Record::Finalized(())]);
+        let committed = read(&path).unwrap();
+        assert_eq!(committed.segments.len(), 2);
+        assert!(committed.finalized);
+        assert_eq!(committed.next_segment_id(), 2);
+        write(&path, &[header(), segment(0), Record::Finalized(()), segment(1)]);
+        assert!(!read(&path).unwrap().finalized, "an append after finalize unfinalizes");
+        write(&path, &[header(), segment(1), segment(1)]);
+        assert!(read(&path).unwrap_err().to_string().contains("segment 1 after segment 1"));
+        write(&path, &[segment(0)]);
+        assert!(matches!(read(&path).unwrap_err(), Error::Corrupted { .. }));
+        let other = Record::Cache(CacheHeader {
+            format: FORMAT_NAME.into(),
+            version: 99,
+            schema: Schema::new(),
+        });
+        write(&path, &[other]);
+        assert!(matches!(read(&path).unwrap_err(), Error::Incompatible { .. }));
+    }
+}

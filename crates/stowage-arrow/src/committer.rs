@@ -1,0 +1,227 @@
+//! Writing segments and commit records, in order, on the caller's thread or on a background one.
+//!
+//! Every write the writer makes goes through one [`Committer`] as a [`Work`] item: a batch of
+//! pending samples (written as one segment per chunk, each committed by a log record) or a bare
+//! log record (a merged index, finalize). Items are done strictly in submission order, so "last
+//! write wins" holds whichever thread writes. In the background mode the caller keeps going while
+//! a thread writes; each outcome comes back through [`Committer::outcomes`], an error included,
+//! so the writer reports it on its next call. Dropping the committer waits for every queued
+//! item: nothing queued is lost at shutdown (torchcachex drops queued rows).
+
+use std::collections::VecDeque;
+use std::sync::mpsc::{Receiver, Sender, channel};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use stowage_core::file_safety::AppendLog;
+use stowage_core::{Error, IoResultExt, Result};
+
+use crate::commit_log::{Record, SegmentEntry};
+use crate::encode::FieldColumns;
+use crate::layout::Layout;
+use crate::pending::Pending;
+use crate::segment_writer::write_segment;
+
+/// What a segment needs to be written: where, and in which columns.
+#[derive(Debug, Clone)]
+pub struct SegmentFormat {
+    /// The cache.
+    pub layout: Layout,
+    /// The segments' Arrow schema.
+    pub arrow_schema: Arc<arrow_schema::Schema>,
+    /// The sample fields as columns.
+    pub fields: Vec<FieldColumns>,
+    /// Largest payload of one segment.
+    pub max_segment_bytes: u64,
+}
+
+/// One item of work.
+#[derive(Debug)]
+pub enum Work {
+    /// Write `rows` as segments from id `first_id` on, one per chunk of
+    /// [`Pending::chunks`], and commit each.
+    Segments {
+        /// The first segment's id.
+        first_id: u64,
+        /// The samples.
+        rows: Arc<Pending>,
+    },
+    /// Append a record and make it durable.
+    Record(Record),
+}
+
+/// The outcome of one item: the segments it committed, or why it failed.
+pub type Outcome = Result<Vec<SegmentEntry>>;
+
+/// Does [`Work`] in order, inline or on a background thread.
+#[derive(Debug)]
+pub struct Committer {
+    mode: Mode,
+}
+
+#[derive(Debug)]
+enum Mode {
+    Inline {
+        state: State,
+        outcomes: VecDeque<Outcome>,
+    },
+    Background {
+        layout: Layout,
+        work: Option<Sender<Work>>,
+        // In a mutex only to make the committer `Sync` (a `Backend` is); always reached
+        // through `&mut self`, so never contended.
+        outcomes: Mutex<Receiver<Outcome>>,
+        thread: Option<JoinHandle<()>>,
+    },
+}
+
+/// What doing the work needs: the format and the log.
+#[derive(Debug)]
+struct State {
+    format: SegmentFormat,
+    log: AppendLog,
+    /// Once an item failed, later items are not attempted: what reached the disk is unknown.
+    failed: Option<String>,
+}
+
+impl State {
+    fn run(&mut self, work: Work) -> Outcome {
+        if let Some(why) = &self.failed {
+            return Err(failed(&self.format.layout, &format!("an earlier write failed ({why})")));
+        }
+        let outcome = self.attempt(work);
+        if let Err(e) = &outcome {
+            self.failed = Some(e.to_string());
+        }
+        outcome
+    }
+
+    fn attempt(&mut self, work: Work) -> Result<Vec<SegmentEntry>> {
+        match work {
+            Work::Record(record) => {
+                self.log.append(&record.to_bytes())?;
+                self.log.sync()?;
+                Ok(Vec::new())
+            }
+            Work::Segments { first_id, rows } => {
+                let format = &self.format;
+                let mut entries = Vec::new();
+                for (i, chunk) in rows.chunks(format.max_segment_bytes).into_iter().enumerate() {
+                    let id = first_id + i as u64;
+                    let path = write_segment(
+                        &format.layout,
+                        id,
+                        format.arrow_schema.clone(),
+                        &format.fields,
+                        &chunk,
+                    )?;
+                    let bytes = std::fs::metadata(&path).at(&path)?.len();
+                    let entry = SegmentEntry { id, rows: chunk.len() as u64, bytes };
+                    self.log.append(&Record::Segment(entry).to_bytes())?;
+                    self.log.sync()?;
+                    entries.push(entry);
+                }
+                Ok(entries)
+            }
+        }
+    }
+}
+
+impl Committer {
+    /// A committer appending to `log`; with `background`, on a thread of its own.
+    pub fn new(format: SegmentFormat, log: AppendLog, background: bool) -> Committer {
+        let mut state = State { format, log, failed: None };
+        if !background {
+            return Committer { mode: Mode::Inline { state, outcomes: VecDeque::new() } };
+        }
+        let layout = state.format.layout.clone();
+        let (work, queue) = channel::<Work>();
+        let (report, outcomes) = channel();
+        let thread = std::thread::spawn(move || {
+            for item in queue {
+                if report.send(state.run(item)).is_err() {
+                    return;
+                }
+            }
+        });
+        let thread = Some(thread);
+        let outcomes = Mutex::new(outcomes);
+        Committer { mode: Mode::Background { layout, work: Some(work), outcomes, thread } }
+    }
+
+    /// Queues `work` (does it at once when inline). Its outcome comes from
+    /// [`Committer::outcomes`].
+    pub fn submit(&mut self, work: Work) {
+        match &mut self.mode {
+            Mode::Inline { state, outcomes } => outcomes.push_back(state.run(work)),
+            Mode::Background { work: sender, .. } => {
+                // A send fails only when the thread is gone; `outcomes` then reports it.
+                let _ = sender.as_ref().map(|s| s.send(work));
+            }
+        }
+    }
+
+    /// The outcomes of finished items, in submission order; with `wait`, of `expected` items
+    /// (blocking until they are done).
+    pub fn outcomes(&mut self, wait: bool, expected: usize) -> Vec<Outcome> {
+        let layout = self.layout().clone();
+        match &mut self.mode {
+            Mode::Inline { outcomes, .. } => outcomes.drain(..).collect(),
+            Mode::Background { outcomes, .. } => {
+                let outcomes = outcomes.get_mut().unwrap_or_else(|e| e.into_inner());
+                let mut done: Vec<Outcome> = outcomes.try_iter().collect();
+                while wait && done.len() < expected {
+                    match outcomes.recv() {
+                        Ok(outcome) => done.push(outcome),
+                        Err(_) => {
+                            while done.len() < expected {
+                                let why = "the background writer stopped unexpectedly";
+                                done.push(Err(failed(&layout, why)));
+                            }
+                        }
+                    }
+                }
+                done
+            }
+        }
+    }
+
+    fn layout(&self) -> &Layout {
+        match &self.mode {
+            Mode::Inline { state, .. } => &state.format.layout,
+            Mode::Background { layout, .. } => layout,
+        }
+    }
+
+    /// Waits for every queued item; the outcomes not yet collected are returned.
+    pub fn shutdown(&mut self) -> Vec<Outcome> {
+        match &mut self.mode {
+            Mode::Inline { outcomes, .. } => outcomes.drain(..).collect(),
+            Mode::Background { work, outcomes, thread, .. } => {
+                drop(work.take());
+                if let Some(thread) = thread.take() {
+                    let _ = thread.join();
+                }
+                outcomes.get_mut().unwrap_or_else(|e| e.into_inner()).try_iter().collect()
+            }
+        }
+    }
+}
+
+impl Drop for Committer {
+    fn drop(&mut self) {
+        for outcome in self.shutdown() {
+            if let Err(e) = outcome {
+                // Drop cannot return it: the writer reports errors on every call before this,
+                // and `flush` waits for everything, so this is only reached by a handle dropped
+                // with background work that failed after its last call.
+                eprintln!("stowage-arrow: a background write failed at shutdown: {e}");
+            }
+        }
+    }
+}
+
+/// An error for a failed background item.
+pub fn failed(layout: &Layout, why: &str) -> Error {
+    Error::invalid(format!("writing to {} failed: {why}", layout.root().display()))
+}

@@ -1,0 +1,107 @@
+//! `ArrowOptions`: how an Arrow segment cache writes and reads.
+
+use stowage_core::{Error, Result};
+
+/// Tuning and process-role options of an [`crate::ArrowBackend`].
+///
+/// ```
+/// let options = stowage_arrow::ArrowOptions { flush_every: 512, ..Default::default() };
+/// assert!(options.durable);
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ArrowOptions {
+    /// Pending samples that make `put` write a segment (torchcachex's `flush_every`, 2048).
+    pub flush_every: usize,
+    /// Largest payload of one segment in bytes (about 256 MiB by default): a flush of more pending
+    /// bytes writes several segments, so no segment outgrows memory maps, Arrow's 32-bit list
+    /// offsets or an object store's single-request size.
+    pub max_segment_bytes: u64,
+    /// fsync each segment, its sidecars and the commit log before `flush` returns (on by
+    /// default). Off gives torchcachex's durability: a crash can lose flushed samples (never
+    /// return a partial one).
+    pub durable: bool,
+    /// Write segments on a background thread: a `put` that fills the buffer returns at once and
+    /// the next call reports a failure; `flush` and `finalize` wait for every queued segment
+    /// (off by default).
+    pub background_flush: bool,
+    /// Segments not yet in the merged key index after which the writer merges them, on a
+    /// background thread (a lookup probes one table per unmerged segment).
+    pub merge_after: usize,
+    /// Check every row against its checksum on `get` (on by default).
+    pub verify_checksums: bool,
+    /// Bytes of recently read samples kept decoded in memory, least recently used evicted
+    /// (torchcachex's LRU, bounded by bytes); 0, the default, turns it off.
+    pub sample_cache_bytes: usize,
+    /// The rank that writes (torchcachex's `writer_rank`, 0). Other ranks never write a file.
+    pub writer_rank: u32,
+    /// This process's rank; `None` reads the `RANK` environment variable (0 when unset).
+    pub rank: Option<u32>,
+}
+
+impl Default for ArrowOptions {
+    fn default() -> ArrowOptions {
+        ArrowOptions {
+            flush_every: 2048,
+            max_segment_bytes: 256 << 20,
+            durable: true,
+            background_flush: false,
+            merge_after: 32,
+            verify_checksums: true,
+            sample_cache_bytes: 0,
+            writer_rank: 0,
+            rank: None,
+        }
+    }
+}
+
+impl ArrowOptions {
+    /// This process's rank: [`ArrowOptions::rank`], else `RANK`, else 0.
+    ///
+    /// Errors: [`Error::InvalidArgument`] quoting `RANK` when it is not a number.
+    pub fn current_rank(&self) -> Result<u32> {
+        if let Some(rank) = self.rank {
+            return Ok(rank);
+        }
+        match std::env::var("RANK") {
+            Ok(text) => text.trim().parse().map_err(|_| {
+                Error::invalid(format!("environment variable RANK={text:?} is not a rank number"))
+            }),
+            Err(_) => Ok(0),
+        }
+    }
+
+    /// Whether this process writes: its rank is the writer rank.
+    pub fn is_writer(&self) -> Result<bool> {
+        Ok(self.current_rank()? == self.writer_rank)
+    }
+
+    /// Checks the options are usable.
+    ///
+    /// Errors: [`Error::InvalidArgument`] naming the option.
+    pub fn check(&self) -> Result<()> {
+        if self.flush_every == 0 {
+            return Err(Error::invalid("ArrowOptions::flush_every must be at least 1"));
+        }
+        if self.max_segment_bytes == 0 {
+            return Err(Error::invalid("ArrowOptions::max_segment_bytes must be at least 1"));
+        }
+        if self.merge_after == 0 {
+            return Err(Error::invalid("ArrowOptions::merge_after must be at least 1"));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn explicit_rank_wins_and_zero_sizes_are_refused() {
+        let options = ArrowOptions { rank: Some(3), writer_rank: 3, ..Default::default() };
+        assert_eq!(options.current_rank().unwrap(), 3);
+        assert!(options.is_writer().unwrap());
+        let bad = ArrowOptions { flush_every: 0, ..Default::default() };
+        assert!(bad.check().unwrap_err().to_string().contains("flush_every"));
+    }
+}

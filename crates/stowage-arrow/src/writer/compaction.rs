@@ -1,0 +1,126 @@
+//! Compaction: the winning rows of the small segments rewritten into new ones, shadowed rows
+//! (a key written again later) dropped.
+//!
+//! Readers are never blocked and never see a half-done compaction:
+//! 1. the new segments are written under ids above every existing one (a crash here leaves
+//!    uncommitted segments, deleted by the next writer). They only hold keys whose winning row
+//!    is in a replaced segment, so giving them the highest ids changes no winner;
+//! 2. one `compacted` record commits them and retires the replaced segments at once; it also
+//!    withdraws the merged key index (it points into the replaced segments), so readers opened
+//!    from here on find keys through the sidecars until the writer merges again;
+//! 3. the replaced segments' files stay, so readers that opened before keep reading them; the
+//!    next compaction deletes them.
+
+use stowage_core::{Error, Result};
+
+use super::Writer;
+use crate::commit_log::{CompactedEntry, Record};
+use crate::layout::Layout;
+use crate::pending::Pending;
+use crate::reader::CacheReader;
+use crate::segment::Segment;
+use crate::segment_writer::write_segment;
+
+/// What a compaction did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Compaction {
+    /// The segments replaced.
+    pub removed: Vec<u64>,
+    /// The segments written.
+    pub written: Vec<u64>,
+    /// Rows kept (each key's winning row).
+    pub rows_kept: u64,
+    /// Shadowed rows dropped.
+    pub rows_dropped: u64,
+    /// Files of earlier compactions' replaced segments deleted.
+    pub files_deleted: u64,
+}
+
+impl Writer {
+    /// Compacts every committed segment smaller than `small_bytes` (when there are at least two)
+    /// and deletes the files earlier compactions replaced. `reader` must see every committed
+    /// segment; afterwards the caller opens a new one (the segment list changed).
+    pub fn compact(&mut self, reader: &mut CacheReader, small_bytes: u64) -> Result<Compaction> {
+        self.collect(true, reader)?;
+        self.finish_merge(true, reader)?;
+        let mut report =
+            Compaction { files_deleted: self.delete_replaced()?, ..Compaction::default() };
+        let mut victims = Vec::new();
+        for &id in &self.committed {
+            let path = self.layout.segment(id);
+            let bytes = std::fs::metadata(&path).map_err(|e| Error::io(&path, e))?.len();
+            if bytes < small_bytes {
+                victims.push(id);
+            }
+        }
+        if victims.len() < 2 {
+            return Ok(report);
+        }
+        let mut kept = Pending::default();
+        for &id in &victims {
+            let segment = Segment::open(id, &self.layout.segment(id))?;
+            for (row, key) in segment.keys()?.into_iter().enumerate() {
+                if reader.locate(key) == Some((id, row)) {
+                    // Read through the checksums: a compaction never copies damage forward.
+                    kept.insert(key, &reader.read_row(key, id, row)?);
+                    report.rows_kept += 1;
+                } else {
+                    report.rows_dropped += 1;
+                }
+            }
+        }
+        let mut segments = Vec::new();
+        for chunk in kept.chunks(self.format.max_segment_bytes) {
+            let id = self.next_id;
+            let path = write_segment(
+                &self.layout,
+                id,
+                self.format.arrow_schema.clone(),
+                &self.format.fields,
+                &chunk,
+            )?;
+            let bytes = std::fs::metadata(&path).map_err(|e| Error::io(&path, e))?.len();
+            segments.push(crate::commit_log::SegmentEntry { id, rows: chunk.len() as u64, bytes });
+            self.next_id += 1;
+        }
+        report.written = segments.iter().map(|s| s.id).collect();
+        let record = CompactedEntry { segments, removed: victims.clone() };
+        self.submit_record(Record::Compacted(record));
+        if let Err(e) = self.collect_outcomes(true, reader) {
+            self.poisoned.get_or_insert_with(|| e.to_string());
+            return Err(e);
+        }
+        self.committed.retain(|id| !victims.contains(id));
+        self.committed.extend(&report.written);
+        self.merged_through = None;
+        self.replaced.extend(&victims);
+        report.removed = victims;
+        Ok(report)
+    }
+
+    /// Deletes the files of the segments earlier compactions replaced; returns how many.
+    fn delete_replaced(&mut self) -> Result<u64> {
+        let mut deleted = 0;
+        for id in std::mem::take(&mut self.replaced) {
+            deleted += delete_segment_files(&self.layout, id)?;
+        }
+        if deleted > 0 {
+            stowage_core::file_safety::fsync_dir(self.layout.segments_dir())?;
+        }
+        Ok(deleted)
+    }
+}
+
+/// Deletes a segment and its sidecars, whichever are there; returns how many were.
+fn delete_segment_files(layout: &Layout, id: u64) -> Result<u64> {
+    let segment = layout.segment(id);
+    let mut deleted = 0;
+    for path in [segment.with_extension("keys"), segment.with_extension("sums"), segment] {
+        match std::fs::remove_file(&path) {
+            Ok(()) => deleted += 1,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(Error::io(path, e)),
+        }
+    }
+    Ok(deleted)
+}

@@ -1,0 +1,258 @@
+//! The writing half of an [`crate::ArrowBackend`]: the writer lock, the segments being written,
+//! the background merge of the key index and the completion marker.
+//!
+//! Pending samples handed to [`Writer::submit`] stay readable (as in flight) until the outcome of
+//! their write comes back; then their segments join the reader. Any failure poisons the writer:
+//! what reached the disk is unknown, so it refuses further writes and says why on every call.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use stowage_core::file_safety::{AppendLog, WriterLock, atomic_write, fsync_dir};
+use stowage_core::{Error, Result, Sample};
+
+use crate::commit_log::{CompleteMarker, MergedEntry, Record};
+use crate::committer::{Committer, SegmentFormat, Work};
+use crate::layout::Layout;
+use crate::merged_index::merge_committed;
+use crate::pending::Pending;
+use crate::reader::CacheReader;
+
+mod compaction;
+pub use compaction::Compaction;
+
+/// The writer rank's state.
+#[derive(Debug)]
+pub struct Writer {
+    _lock: WriterLock,
+    layout: Layout,
+    format: SegmentFormat,
+    committer: Committer,
+    max_segment_bytes: u64,
+    merge_after: usize,
+    /// The id the next submitted segment gets.
+    next_id: u64,
+    /// The committed segments, ascending.
+    committed: Vec<u64>,
+    /// The last segment of the merged key index the commit log vouches for.
+    merged_through: Option<u64>,
+    /// Submitted items whose outcome has not come back, oldest first (`None`: a bare record).
+    in_flight: VecDeque<Option<Arc<Pending>>>,
+    /// Why writes are refused, after a failure.
+    poisoned: Option<String>,
+    /// The merged key index being rebuilt in the background: the last segment it covers, and
+    /// the thread building it.
+    merging: Option<(u64, JoinHandle<Result<u64>>)>,
+    /// `stowage.complete` is in place (removed by the first commit after a finalize).
+    complete_marker: bool,
+    /// Segments compactions replaced whose files are still there for readers that opened
+    /// before (deleted by the next compaction).
+    replaced: Vec<u64>,
+}
+
+/// How a [`Writer`] is set up.
+#[derive(Debug)]
+pub struct WriterSetup {
+    /// The lock, held for the writer's life.
+    pub lock: WriterLock,
+    /// The commit log, open for appending.
+    pub log: AppendLog,
+    /// Where and how segments are written.
+    pub format: SegmentFormat,
+    /// Write on a background thread.
+    pub background: bool,
+    /// Unmerged segments that start a merge.
+    pub merge_after: usize,
+    /// The id of the next segment.
+    pub next_id: u64,
+    /// The committed segments, ascending.
+    pub committed: Vec<u64>,
+    /// The last segment of the merged key index the commit log vouches for.
+    pub merged_through: Option<u64>,
+    /// Whether `stowage.complete` is in place.
+    pub complete_marker: bool,
+    /// Segments earlier compactions replaced.
+    pub replaced: Vec<u64>,
+}
+
+impl Writer {
+    /// A writer from `setup`.
+    pub fn new(setup: WriterSetup) -> Writer {
+        let layout = setup.format.layout.clone();
+        let max_segment_bytes = setup.format.max_segment_bytes;
+        Writer {
+            _lock: setup.lock,
+            layout,
+            format: setup.format.clone(),
+            committer: Committer::new(setup.format, setup.log, setup.background),
+            max_segment_bytes,
+            merge_after: setup.merge_after,
+            next_id: setup.next_id,
+            committed: setup.committed,
+            merged_through: setup.merged_through,
+            in_flight: VecDeque::new(),
+            poisoned: None,
+            merging: None,
+            complete_marker: setup.complete_marker,
+            replaced: setup.replaced,
+        }
+    }
+
+    /// The committed segments, ascending.
+    pub fn committed(&self) -> &[u64] {
+        &self.committed
+    }
+
+    /// Errors when an earlier write failed.
+    pub fn check(&self) -> Result<()> {
+        match &self.poisoned {
+            Some(why) => Err(Error::invalid(format!(
+                "an earlier write to {} failed ({why}); reopen the cache to go on",
+                self.layout.root().display()
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    /// Queues `rows` to be written as segments (one per `max_segment_bytes` chunk).
+    pub fn submit(&mut self, rows: Pending) {
+        if rows.is_empty() {
+            return;
+        }
+        let rows = Arc::new(rows);
+        let first_id = self.next_id;
+        self.next_id += rows.chunks(self.max_segment_bytes).len() as u64;
+        self.committer.submit(Work::Segments { first_id, rows: rows.clone() });
+        self.in_flight.push_back(Some(rows));
+    }
+
+    fn submit_record(&mut self, record: Record) {
+        self.committer.submit(Work::Record(record));
+        self.in_flight.push_back(None);
+    }
+
+    /// The in-flight sample of `key`, newest first.
+    pub fn get(&self, key: &str) -> Option<&Sample> {
+        self.in_flight.iter().rev().flatten().find_map(|rows| rows.get(key))
+    }
+
+    /// Keys of the in-flight samples, oldest first (a key may repeat).
+    pub fn in_flight_keys(&self) -> impl Iterator<Item = &str> {
+        self.in_flight.iter().flatten().flat_map(|rows| rows.keys())
+    }
+
+    /// Takes in the outcomes of finished writes (waiting for all when `wait`): committed
+    /// segments join `reader`; returns how many did. Then takes in a finished merge and starts
+    /// one when enough segments are unmerged.
+    ///
+    /// Errors: the first failed write (the writer is then poisoned).
+    pub fn collect(&mut self, wait: bool, reader: &mut CacheReader) -> Result<usize> {
+        let result = self.collect_outcomes(wait, reader);
+        if let Err(e) = &result {
+            self.poisoned.get_or_insert_with(|| e.to_string());
+        }
+        let committed = result?;
+        self.finish_merge(false, reader)?;
+        self.start_merge(reader);
+        Ok(committed)
+    }
+
+    fn collect_outcomes(&mut self, wait: bool, reader: &mut CacheReader) -> Result<usize> {
+        let mut committed = 0;
+        let mut first_error = None;
+        for outcome in self.committer.outcomes(wait, self.in_flight.len()) {
+            self.in_flight.pop_front();
+            match outcome {
+                Ok(entries) => {
+                    for entry in entries {
+                        reader.push_segment(entry.id)?;
+                        self.committed.push(entry.id);
+                        committed += 1;
+                    }
+                }
+                Err(e) => {
+                    first_error.get_or_insert(e);
+                }
+            }
+        }
+        if let Some(e) = first_error {
+            return Err(e);
+        }
+        if committed > 0 && self.complete_marker {
+            // Appended after a finalize: the cache is no longer complete.
+            remove_marker(&self.layout)?;
+            self.complete_marker = false;
+        }
+        Ok(committed)
+    }
+
+    /// Starts rebuilding the merged key index once enough segments are outside it.
+    fn start_merge(&mut self, reader: &CacheReader) {
+        let Some(&through) = self.committed.last() else { return };
+        if self.merging.is_some() || reader.unmerged_segments() < self.merge_after {
+            return;
+        }
+        let (layout, ids, old) = (self.layout.clone(), self.committed.clone(), self.merged_through);
+        let merging = std::thread::spawn(move || merge_committed(&layout, &ids, old));
+        self.merging = Some((through, merging));
+    }
+
+    /// Takes in a finished background merge (waits for it when `wait`): records it in the log
+    /// and points `reader` at it.
+    fn finish_merge(&mut self, wait: bool, reader: &mut CacheReader) -> Result<()> {
+        let done = self.merging.as_ref().is_some_and(|(_, m)| m.is_finished());
+        if !(done || wait) {
+            return Ok(());
+        }
+        let Some((through, merging)) = self.merging.take() else { return Ok(()) };
+        match merging.join() {
+            Ok(Ok(keys)) => self.record_merge(through, keys, reader),
+            // A failed merge loses nothing (the sidecars still find every key); say why.
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(Error::invalid("the background merge of the key index panicked")),
+        }
+    }
+
+    /// Commits the merged key index through `through` and points `reader` at it.
+    fn record_merge(&mut self, through: u64, keys: u64, reader: &mut CacheReader) -> Result<()> {
+        self.submit_record(Record::Merged(MergedEntry { through, keys }));
+        self.collect_outcomes(true, reader)?;
+        self.merged_through = Some(through);
+        reader.reload_merged(through)
+    }
+
+    /// Merges every committed segment into the key index now, on this thread.
+    pub fn merge_now(&mut self, reader: &mut CacheReader) -> Result<()> {
+        self.collect(true, reader)?;
+        self.finish_merge(true, reader)?;
+        let Some(&through) = self.committed.last() else { return Ok(()) };
+        let keys = merge_committed(&self.layout, &self.committed, self.merged_through)?;
+        self.record_merge(through, keys, reader)
+    }
+
+    /// Waits for every write and merge, then commits the `finalized` record and writes
+    /// `stowage.complete`.
+    pub fn finalize(&mut self, reader: &mut CacheReader) -> Result<()> {
+        self.collect(true, reader)?;
+        self.finish_merge(true, reader)?;
+        self.submit_record(Record::Finalized(()));
+        self.collect(true, reader)?;
+        // The log counts records through the committer; ask the file.
+        let records = crate::commit_log::read(&self.layout.commit_log())?.records;
+        let marker = CompleteMarker { log_records: records };
+        atomic_write(self.layout.complete_marker(), &marker.to_bytes())?;
+        self.complete_marker = true;
+        Ok(())
+    }
+}
+
+/// Removes `stowage.complete`, durably.
+pub fn remove_marker(layout: &Layout) -> Result<()> {
+    let path = layout.complete_marker();
+    match std::fs::remove_file(&path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(Error::io(path, e)),
+        _ => {}
+    }
+    fsync_dir(layout.root())
+}

@@ -1,0 +1,359 @@
+//! The write path of `ArrowBackend`: segment size bound, ranks, background flushing and its
+//! errors, crash leftovers, finalize and append, the merged key index.
+
+use std::path::Path;
+
+use stowage_arrow::commit_log;
+use stowage_arrow::{ArrowBackend, ArrowOptions};
+use stowage_core::{Backend, BackendExt, DType, OpenMode, Sample, Schema, ShapeRule, Tensor};
+
+fn schema() -> Schema {
+    Schema::new().tensor("tensor", DType::F32, ShapeRule::Fixed(vec![64]))
+}
+
+fn sample(i: usize) -> Sample {
+    let values: Vec<f32> = (0..64).map(|j| (i * 64 + j) as f32).collect();
+    Sample::new().with("tensor", Tensor::from_slice(&[64], &values).unwrap())
+}
+
+fn key(i: usize) -> String {
+    format!("sample-{i:05}")
+}
+
+fn options() -> ArrowOptions {
+    ArrowOptions { rank: Some(0), ..ArrowOptions::default() }
+}
+
+fn put_range(cache: &mut ArrowBackend, range: std::ops::Range<usize>) {
+    for i in range {
+        cache.put(&key(i), &sample(i)).unwrap();
+    }
+}
+
+fn check_range(cache: &dyn Backend, range: std::ops::Range<usize>) {
+    for i in range {
+        let got = cache.get(&key(i)).unwrap().unwrap_or_else(|| panic!("{} missing", key(i)));
+        assert_eq!(
+            got.tensor("tensor").unwrap().bytes(),
+            sample(i).tensor("tensor").unwrap().bytes()
+        );
+    }
+}
+
+fn committed_segments(dir: &Path) -> usize {
+    commit_log::read(&dir.join("stowage.log")).unwrap().segments.len()
+}
+
+#[test]
+fn a_large_batch_is_split_into_bounded_segments() {
+    let dir = tempfile::tempdir().unwrap();
+    // 256 B + key per row: about 10 rows per segment.
+    let bounded = ArrowOptions { max_segment_bytes: 2800, ..options() };
+    let mut cache = ArrowBackend::create(dir.path(), &schema(), bounded).unwrap();
+    let keys: Vec<String> = (0..100).map(key).collect();
+    let samples: Vec<Sample> = (0..100).map(sample).collect();
+    cache.put_batch(keys.iter().map(String::as_str).zip(&samples)).unwrap();
+    cache.flush().unwrap();
+    let segments = commit_log::read(&dir.path().join("stowage.log")).unwrap().segments;
+    assert!(segments.len() >= 9, "{} segments for 100 rows of 2800-byte bounds", segments.len());
+    assert!(segments.iter().all(|s| s.rows <= 11), "{segments:?}");
+    assert_eq!(segments.iter().map(|s| s.rows).sum::<u64>(), 100);
+    check_range(&ArrowBackend::open(dir.path(), OpenMode::ReadOnly, options()).unwrap(), 0..100);
+}
+
+#[test]
+fn other_ranks_never_write_a_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cache");
+    let rank1 = ArrowOptions { rank: Some(1), ..ArrowOptions::default() };
+    let mut other = ArrowBackend::create(&path, &schema(), rank1.clone()).unwrap();
+    assert!(!other.is_writer());
+    put_range(&mut other, 0..3000);
+    other.flush().unwrap();
+    other.finalize().unwrap();
+    check_range(&other, 0..3000);
+    drop(other);
+    assert!(!path.exists(), "a non-writer rank created {}", path.display());
+
+    let mut writer = ArrowBackend::create(&path, &schema(), options()).unwrap();
+    put_range(&mut writer, 0..10);
+    writer.flush().unwrap();
+    drop(writer);
+    let before = listing(&path);
+    let mut other = ArrowBackend::open(&path, OpenMode::Append, rank1).unwrap();
+    check_range(&other, 0..10);
+    put_range(&mut other, 10..5000);
+    other.flush().unwrap();
+    other.finalize().unwrap();
+    drop(other);
+    assert_eq!(listing(&path), before, "a non-writer rank changed the cache");
+}
+
+/// Every file with its size and modification time.
+fn listing(dir: &Path) -> Vec<(String, u64, std::time::SystemTime)> {
+    let mut files = Vec::new();
+    for entry in walk(dir) {
+        let meta = std::fs::metadata(&entry).unwrap();
+        files.push((entry.display().to_string(), meta.len(), meta.modified().unwrap()));
+    }
+    files.sort();
+    files
+}
+
+fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        if entry.file_type().unwrap().is_dir() {
+            out.extend(walk(&entry.path()));
+        } else {
+            out.push(entry.path());
+        }
+    }
+    out
+}
+
+#[test]
+fn background_flushes_are_all_written_by_flush_and_by_drop() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = ArrowOptions { flush_every: 100, background_flush: true, ..options() };
+    let mut cache = ArrowBackend::create(dir.path(), &schema(), options.clone()).unwrap();
+    put_range(&mut cache, 0..1000);
+    check_range(&cache, 0..1000); // pending, in flight or committed: all readable
+    cache.flush().unwrap();
+    assert_eq!(committed_segments(dir.path()), 10, "flush waits for every queued segment");
+    put_range(&mut cache, 1000..1300); // three segments queued, never flushed
+    drop(cache);
+    let reader = ArrowBackend::open(dir.path(), OpenMode::ReadOnly, options).unwrap();
+    assert_eq!(reader.len(), 1300, "dropping the handle lost queued samples");
+    check_range(&reader, 0..1300);
+}
+
+#[test]
+fn a_failed_background_write_is_reported_and_refuses_more_writes() {
+    for background_flush in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        let options = ArrowOptions { flush_every: 10, background_flush, ..options() };
+        let mut cache = ArrowBackend::create(dir.path(), &schema(), options).unwrap();
+        put_range(&mut cache, 0..10);
+        cache.flush().unwrap();
+        // Segments can no longer be written: `segments` becomes a file.
+        let segments = dir.path().join("segments");
+        std::fs::rename(&segments, dir.path().join("moved")).unwrap();
+        std::fs::write(&segments, b"in the way").unwrap();
+        let mut results = Vec::new();
+        for i in 10..40 {
+            results.push(cache.put(&key(i), &sample(i)));
+        }
+        let flushed = cache.flush();
+        let first_error = results.iter().position(Result::is_err);
+        assert!(
+            first_error.is_some() || flushed.is_err(),
+            "background {background_flush}: no call reported the failed write"
+        );
+        assert!(flushed.is_err(), "flush reported success after a failed write");
+        let again = cache.put(&key(99), &sample(99)).unwrap_err();
+        assert!(again.to_string().contains("earlier write"), "{again}");
+    }
+}
+
+#[test]
+fn crash_leftovers_are_ignored_by_readers_and_removed_by_the_next_writer() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = ArrowOptions { flush_every: 10, ..options() };
+    let mut cache = ArrowBackend::create(dir.path(), &schema(), options.clone()).unwrap();
+    put_range(&mut cache, 0..20);
+    drop(cache);
+    // A segment renamed into place whose commit record never became durable, its sidecars and
+    // a temporary file.
+    let segments = dir.path().join("segments");
+    for ext in ["arrow", "keys", "sums"] {
+        std::fs::copy(
+            segments.join(format!("segment_000001.{ext}")),
+            segments.join(format!("segment_000002.{ext}")),
+        )
+        .unwrap();
+    }
+    std::fs::write(segments.join(".segment_000003.arrow.tmp-1-1"), b"partial").unwrap();
+    let reader = ArrowBackend::open(dir.path(), OpenMode::ReadOnly, options.clone()).unwrap();
+    assert_eq!(reader.len(), 20);
+    assert!(reader.validate(stowage_core::ValidationLevel::Full).unwrap().is_clean());
+    drop(reader);
+    let mut writer = ArrowBackend::open(dir.path(), OpenMode::Append, options.clone()).unwrap();
+    for leftover in ["segment_000002.arrow", "segment_000002.keys", ".segment_000003.arrow.tmp-1-1"]
+    {
+        assert!(!segments.join(leftover).exists(), "{leftover} left in place");
+    }
+    put_range(&mut writer, 20..30);
+    writer.flush().unwrap();
+    check_range(&writer, 0..30);
+    assert!(writer.validate(stowage_core::ValidationLevel::Full).unwrap().is_clean());
+}
+
+#[test]
+fn finalize_marks_complete_and_an_append_unmarks_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("stowage.complete");
+    let mut cache = ArrowBackend::create(dir.path(), &schema(), options()).unwrap();
+    put_range(&mut cache, 0..5);
+    cache.finalize().unwrap();
+    assert!(marker.exists());
+    drop(cache);
+    let mut cache = ArrowBackend::open(dir.path(), OpenMode::Append, options()).unwrap();
+    assert!(cache.is_finalized());
+    put_range(&mut cache, 5..8);
+    cache.flush().unwrap();
+    assert!(!cache.is_finalized() && !marker.exists(), "an append left the cache marked complete");
+    drop(cache);
+    let reader = ArrowBackend::open(dir.path(), OpenMode::ReadOnly, options()).unwrap();
+    assert!(!reader.is_finalized());
+    assert!(reader.validate(stowage_core::ValidationLevel::Full).unwrap().is_clean());
+    // The log cut short of its `finalized` record is reported, though every sample reads.
+    let mut cache = ArrowBackend::open(dir.path(), OpenMode::Append, options()).unwrap();
+    cache.finalize().unwrap();
+    drop(cache);
+    let log = dir.path().join("stowage.log");
+    let bytes = std::fs::read(&log).unwrap();
+    std::fs::write(&log, &bytes[..bytes.len() - 1]).unwrap();
+    let reader = ArrowBackend::open(dir.path(), OpenMode::ReadOnly, options()).unwrap();
+    check_range(&reader, 0..8);
+    let report = reader.validate(stowage_core::ValidationLevel::Full).unwrap();
+    assert!(report.problems.iter().any(|p| p.detail.contains("cut short")), "{report:?}");
+}
+
+#[test]
+fn the_merged_index_is_built_in_the_background_and_its_loss_is_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = ArrowOptions { flush_every: 10, merge_after: 3, ..options() };
+    let mut cache = ArrowBackend::create(dir.path(), &schema(), options.clone()).unwrap();
+    // Keys repeat across segments: the merged index must find the latest row.
+    for round in 0..3 {
+        for i in 0..100 {
+            let value = i + round * 1000;
+            cache.put(&key(i), &sample(value)).unwrap();
+        }
+    }
+    cache.finalize().unwrap();
+    let log = commit_log::read(&dir.path().join("stowage.log")).unwrap();
+    let merged = log.merged.expect("a merge was recorded");
+    assert_eq!(merged.keys, 100);
+    assert!(cache.reader().merged_through().is_some());
+    assert!(cache.reader().unmerged_segments() < 3);
+    drop(cache);
+    let reader = ArrowBackend::open(dir.path(), OpenMode::ReadOnly, options.clone()).unwrap();
+    assert_eq!(reader.len(), 100);
+    for i in 0..100 {
+        let got = reader.get(&key(i)).unwrap().unwrap();
+        assert_eq!(
+            got.tensor("tensor").unwrap().bytes(),
+            sample(i + 2000).tensor("tensor").unwrap().bytes()
+        );
+    }
+    assert!(reader.validate(stowage_core::ValidationLevel::Full).unwrap().is_clean());
+    drop(reader);
+    std::fs::remove_file(dir.path().join("stowage_index.bin")).unwrap();
+    let reader = ArrowBackend::open(dir.path(), OpenMode::ReadOnly, options.clone()).unwrap();
+    assert_eq!(reader.len(), 100, "the sidecars still find every key");
+    let report = reader.validate(stowage_core::ValidationLevel::Full).unwrap();
+    assert!(
+        report
+            .problems
+            .iter()
+            .any(|p| p.path.as_ref().is_some_and(|p| p.ends_with("stowage_index.bin")))
+    );
+    drop(reader);
+    let mut writer = ArrowBackend::open(dir.path(), OpenMode::Append, options).unwrap();
+    writer.merge_index().unwrap();
+    assert!(writer.validate(stowage_core::ValidationLevel::Full).unwrap().is_clean());
+}
+
+#[test]
+fn get_batch_returns_keys_in_order_from_segments_and_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = ArrowOptions { flush_every: 7, ..options() };
+    let mut cache = ArrowBackend::create(dir.path(), &schema(), options).unwrap();
+    put_range(&mut cache, 0..40); // 5 segments of 7 committed, 5 pending
+    assert_eq!(cache.pending(), 5);
+    let order = [39, 3, 999, 21, 0, 35, 14, 39, 8];
+    let keys: Vec<String> = order.iter().map(|&i| key(i)).collect();
+    let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+    let got = cache.get_batch(&refs).unwrap();
+    for (&i, got) in order.iter().zip(&got) {
+        match got {
+            None => assert_eq!(i, 999),
+            Some(got) => {
+                let want = sample(i);
+                assert_eq!(
+                    got.tensor("tensor").unwrap().bytes(),
+                    want.tensor("tensor").unwrap().bytes()
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn compaction_keeps_winners_drops_shadowed_rows_and_never_breaks_open_readers() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = ArrowOptions { flush_every: 10, merge_after: 4, ..options() };
+    let mut cache = ArrowBackend::create(dir.path(), &schema(), options.clone()).unwrap();
+    // 60 keys written twice: 12 segments, half of the rows shadowed.
+    for round in 0..2 {
+        for i in 0..60 {
+            cache.put(&key(i), &sample(i + 1000 * round)).unwrap();
+        }
+    }
+    cache.flush().unwrap();
+    let before = ArrowBackend::open(dir.path(), OpenMode::ReadOnly, options.clone()).unwrap();
+    let report = cache.compact(u64::MAX).unwrap();
+    assert_eq!(report.removed.len(), 12);
+    assert_eq!((report.rows_kept, report.rows_dropped), (60, 60));
+    let check = |cache: &dyn Backend| {
+        assert_eq!(cache.len(), 60);
+        for i in 0..60 {
+            let got = cache.get(&key(i)).unwrap().unwrap();
+            let want = sample(i + 1000);
+            assert_eq!(
+                got.tensor("tensor").unwrap().bytes(),
+                want.tensor("tensor").unwrap().bytes()
+            );
+        }
+    };
+    check(&cache);
+    check(&before); // opened before: its segments' files are still there
+    let after = ArrowBackend::open(dir.path(), OpenMode::ReadOnly, options.clone()).unwrap();
+    check(&after);
+    assert!(after.validate(stowage_core::ValidationLevel::Full).unwrap().is_clean());
+    // Writes go on after a compaction and win over the compacted rows.
+    cache.put(&key(5), &sample(5)).unwrap();
+    cache.flush().unwrap();
+    // The next compaction deletes the replaced files.
+    let second = cache.compact(u64::MAX).unwrap();
+    assert_eq!(second.files_deleted, 36);
+    drop(cache);
+    let reopened = ArrowBackend::open(dir.path(), OpenMode::ReadOnly, options).unwrap();
+    let got = reopened.get(&key(5)).unwrap().unwrap();
+    assert_eq!(got.tensor("tensor").unwrap().bytes(), sample(5).tensor("tensor").unwrap().bytes());
+    assert_eq!(reopened.len(), 60);
+    assert!(reopened.validate(stowage_core::ValidationLevel::Full).unwrap().is_clean());
+    let arrow_files = walk(&dir.path().join("segments"))
+        .iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "arrow"))
+        .count();
+    assert_eq!(arrow_files, 3, "the second compaction's output and the two segments it replaced");
+}
+
+#[test]
+fn the_sample_cache_never_serves_a_value_written_over() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = ArrowOptions { flush_every: 4, sample_cache_bytes: 1 << 20, ..options() };
+    let mut cache = ArrowBackend::create(dir.path(), &schema(), options).unwrap();
+    put_range(&mut cache, 0..8);
+    check_range(&cache, 0..8); // now cached
+    cache.put(&key(3), &sample(333)).unwrap();
+    cache.flush().unwrap();
+    let got = cache.get(&key(3)).unwrap().unwrap();
+    assert_eq!(
+        got.tensor("tensor").unwrap().bytes(),
+        sample(333).tensor("tensor").unwrap().bytes()
+    );
+}

@@ -1,0 +1,25 @@
+//! The shared conformance suite, run against the Arrow segment backend with small segments and
+//! an early merge, so that flushes write several segments, lookups go through both the merged
+//! key index and the sidecars, and corruption cases touch every kind of file; then again with
+//! segments written on a background thread.
+
+use stowage_arrow::{ArrowFactory, ArrowOptions};
+
+fn factory() -> ArrowFactory {
+    ArrowFactory {
+        options: ArrowOptions { flush_every: 16, merge_after: 2, ..ArrowOptions::default() },
+    }
+}
+
+stowage_conformance::backend_conformance!(factory());
+
+mod background_flush {
+    use super::*;
+
+    fn factory() -> ArrowFactory {
+        let options = super::factory().options;
+        ArrowFactory { options: ArrowOptions { background_flush: true, ..options } }
+    }
+
+    stowage_conformance::backend_conformance!(factory());
+}
