@@ -308,6 +308,28 @@ impl AppendLog {
         Ok(())
     }
 
+    /// Hands every record appended so far to the OS without fsyncing: they survive `kill -9` of
+    /// this process (the kernel holds them) but not a power loss. For writers whose durability is
+    /// switched off; [`AppendLog::sync`] is the durable form.
+    ///
+    /// ```
+    /// let dir = tempfile::tempdir()?;
+    /// let path = dir.path().join("journal.log");
+    /// let (mut log, _) = stowage_core::file_safety::AppendLog::open(&path, true)?;
+    /// log.append(b"record")?;
+    /// log.flush()?;
+    /// assert_eq!(stowage_core::file_safety::AppendLog::read_all(&path)?.records.len(), 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Io`] naming the file; the log then refuses further appends, as after a failed
+    /// append.
+    pub fn flush(&mut self) -> Result<()> {
+        self.check_usable()?;
+        self.write_buffer()
+    }
+
     /// Number of records in the log: those recovered at open plus those appended since.
     pub fn len(&self) -> u64 {
         self.records

@@ -114,7 +114,7 @@ pub(crate) fn parent_dir(path: &Path) -> &Path {
     }
 }
 
-fn create_temp(dir: &Path, name: &OsStr) -> io::Result<(PathBuf, File)> {
+pub(crate) fn create_temp(dir: &Path, name: &OsStr) -> io::Result<(PathBuf, File)> {
     let pid = std::process::id();
     let mut attempts = 0;
     loop {

@@ -1,6 +1,6 @@
 //! Crash-safe file primitives every backend builds on.
 //!
-//! Four concepts, one module each:
+//! Five concepts, one module each:
 //!
 //! - **Atomic replace** ([`atomic_write`], [`atomic_write_with`], [`fsync_dir`]): a whole file is
 //!   swapped in with write-temp, fsync, rename, fsync-directory, so a reader or a crash sees either
@@ -15,6 +15,8 @@
 //!   record is never returned as data.
 //! - **Syncing together** ([`sync_together`]): the files a commit record will point at, made
 //!   durable in one journal commit instead of one each.
+//! - **Staged files** ([`StagedFiles`]): several new files (a data file and its sidecars) written
+//!   under temporary names, synced together, renamed into place in order, directories synced once.
 //!
 //! ```
 //! use stowage_core::file_safety::{AppendLog, WriterLock, atomic_write};
@@ -33,9 +35,11 @@
 mod append_log;
 mod atomic;
 mod lock;
+mod staged;
 mod sync_together;
 
 pub use append_log::{AppendLog, Damage, DamageKind, Recovered};
 pub use atomic::{atomic_write, atomic_write_with, fsync_dir};
 pub use lock::WriterLock;
+pub use staged::StagedFiles;
 pub use sync_together::sync_together;
