@@ -12,12 +12,11 @@ use std::sync::Arc;
 
 use stowage_core::file_safety::{AppendLog, WriterLock, atomic_write, fsync_dir};
 use stowage_core::{
-    Backend, Capabilities, DType, Error, IoResultExt, OpenMode, Result, Sample, Schema,
-    ValidationLevel, ValidationReport,
+    Backend, Capabilities, Error, IoResultExt, OpenMode, Result, Sample, Schema, ValidationLevel,
+    ValidationReport,
 };
 
 use crate::commit_log::{self, CacheHeader, Committed, CompleteMarker, Record};
-use crate::committer::SegmentFormat;
 use crate::encode::{FieldColumns, arrow_schema, columns_for};
 use crate::layout::Layout;
 use crate::options::ArrowOptions;
@@ -25,17 +24,16 @@ use crate::pending::Pending;
 use crate::reader::CacheReader;
 use crate::sample_cache::SampleCache;
 use crate::schema_json::{OutputStructure, SchemaJson};
+use crate::segment_writer::SegmentFormat;
 use crate::writer::{Compaction, Writer, WriterSetup, remove_marker};
 
-/// What an Arrow segment cache can do: tensors of every dtype but bfloat16, bytes, any shape,
-/// nullable fields, overwrite (a later row wins, as in torchcachex), appends after finalize
-/// (segments are append-only), resume, checksums, zero-copy gets (bool tensors excepted: Arrow
-/// packs them in bits) and concurrent readers. bfloat16 and JSON fields, which torchcachex
-/// cannot express, are not stored yet.
+/// What an Arrow segment cache can do: everything the core models. Tensors of every dtype, bytes,
+/// JSON, any shape, nullable fields, overwrite (a later row wins, as in torchcachex), appends
+/// after finalize (segments are append-only), resume, checksums, zero-copy gets (bool tensors
+/// excepted: Arrow packs them in bits) and concurrent readers. bfloat16 and JSON, which
+/// torchcachex cannot express, are stored in forms it ignores (see [`crate::encode`]).
 pub fn capabilities() -> Capabilities {
     Capabilities {
-        json_fields: false,
-        dtypes: DType::ALL.into_iter().filter(|d| *d != DType::BF16).collect(),
         max_rank: None,
         max_key_bytes: None,
         max_fields: None,
@@ -106,8 +104,8 @@ impl ArrowBackend {
         options.check()?;
         let capabilities = capabilities();
         capabilities.check_schema(schema, crate::BACKEND_NAME)?;
-        let (structure, fields) = columns_for(schema)?;
-        let arrow = Arc::new(arrow_schema(structure, &fields)?);
+        let (structure, fields) = columns_for(schema);
+        let arrow = Arc::new(arrow_schema(structure, &fields));
         let layout = Layout::new(dir.as_ref());
         let rank = options.current_rank()?;
         if rank != options.writer_rank {
@@ -274,8 +272,8 @@ impl ArrowBackend {
     ) -> Result<ArrowBackend> {
         let ids = committed.ids();
         let schema = committed.header.schema;
-        let (structure, fields) = columns_for(&schema)?;
-        let arrow = Arc::new(arrow_schema(structure, &fields)?);
+        let (structure, fields) = columns_for(&schema);
+        let arrow = Arc::new(arrow_schema(structure, &fields));
         let merged = committed.merged.map(|m| m.through);
         let reader = CacheReader::open_segments(layout.root(), ids, structure, merged)?
             .with_checksums(options.verify_checksums)
@@ -303,7 +301,7 @@ impl ArrowBackend {
 
     /// How samples are split into columns (fixed by the schema).
     pub fn output_structure(&self) -> OutputStructure {
-        columns_for(&self.schema).map(|(s, _)| s).unwrap_or(OutputStructure::Dict)
+        columns_for(&self.schema).0
     }
 
     /// Whether this handle writes files: opened for writing on the writer rank.
@@ -435,6 +433,8 @@ fn segment_format(
         arrow_schema: arrow.clone(),
         fields: fields.to_vec(),
         max_segment_bytes: options.max_segment_bytes,
+        durable: options.durable,
+        compression: options.compression,
     }
 }
 

@@ -17,23 +17,9 @@ use stowage_core::file_safety::AppendLog;
 use stowage_core::{Error, IoResultExt, Result};
 
 use crate::commit_log::{Record, SegmentEntry};
-use crate::encode::FieldColumns;
 use crate::layout::Layout;
 use crate::pending::Pending;
-use crate::segment_writer::write_segment;
-
-/// What a segment needs to be written: where, and in which columns.
-#[derive(Debug, Clone)]
-pub struct SegmentFormat {
-    /// The cache.
-    pub layout: Layout,
-    /// The segments' Arrow schema.
-    pub arrow_schema: Arc<arrow_schema::Schema>,
-    /// The sample fields as columns.
-    pub fields: Vec<FieldColumns>,
-    /// Largest payload of one segment.
-    pub max_segment_bytes: u64,
-}
+use crate::segment_writer::{SegmentFormat, write_segment};
 
 /// One item of work.
 #[derive(Debug)]
@@ -108,17 +94,19 @@ impl State {
                 let mut entries = Vec::new();
                 for (i, chunk) in rows.chunks(format.max_segment_bytes).into_iter().enumerate() {
                     let id = first_id + i as u64;
-                    let path = write_segment(
-                        &format.layout,
-                        id,
-                        format.arrow_schema.clone(),
-                        &format.fields,
-                        &chunk,
-                    )?;
+                    let path = write_segment(format, id, &chunk)?;
                     let bytes = std::fs::metadata(&path).at(&path)?.len();
                     let entry = SegmentEntry { id, rows: chunk.len() as u64, bytes };
                     self.log.append(&Record::Segment(entry).to_bytes())?;
-                    self.log.sync()?;
+                    // Without durability the record still reaches the OS (a killed process loses
+                    // nothing) but a power loss may lose it, which is allowed; other records
+                    // (compaction's above all) are always synced, as they decide which older
+                    // files may be deleted.
+                    if format.durable {
+                        self.log.sync()?;
+                    } else {
+                        self.log.flush()?;
+                    }
                     entries.push(entry);
                 }
                 Ok(entries)

@@ -3,19 +3,21 @@
 //! | structure | sample fields |
 //! |---|---|
 //! | `tensor` | `tensor` from `data` + `shape` |
-//! | `dict` | one per entry, named as the entry: `<name>_data` + `<name>_shape` is a tensor, `<name>_blob` opaque bytes |
+//! | `dict` | one per entry, named as the entry: `<name>_data` + `<name>_shape` is a tensor, `<name>_blob` opaque bytes, `<name>_json` JSON text (stowage's) |
 //! | `tuple`, `list` | `item0`, `item1`, … the same way |
 //! | `blob` | `blob`, opaque bytes |
 //!
 //! Tensor values share the segment's memory map (zero-copy), except bool (bit-packed in Arrow,
-//! unpacked here). The element type comes from the Arrow column, never from `schema.json`. A row
-//! whose list and shape are both empty is torchcachex's placeholder for a missing value: null.
-//! Pickled values stay opaque bytes.
+//! unpacked here). The element type comes from the Arrow column (and its `stowage_dtype` metadata
+//! for bfloat16), never from `schema.json`. A row whose list and shape are both empty is
+//! torchcachex's placeholder for a missing value: null, as is an Arrow null. Pickled values stay
+//! opaque bytes.
 
-use arrow_array::{Array, BinaryArray, BooleanArray, Int64Array, ListArray, RecordBatch};
-use arrow_schema::DataType;
+use arrow_array::{
+    Array, BinaryArray, BooleanArray, Int64Array, ListArray, RecordBatch, StringArray,
+};
 use stowage_core::bytes::Bytes;
-use stowage_core::{Sample, Tensor, Value};
+use stowage_core::{DType, Sample, Tensor, Value};
 
 use crate::schema_json::OutputStructure;
 
@@ -31,6 +33,8 @@ pub enum ColumnGroup {
     Tensor {
         /// The sample field name.
         name: String,
+        /// The element type (from the `_data` column's type and metadata).
+        dtype: DType,
         /// Position of its `_data` (`list<T>`) column.
         data: usize,
         /// Position of its `_shape` (`list<int64>`) column.
@@ -43,23 +47,34 @@ pub enum ColumnGroup {
         /// Position of its `_blob` (binary) column.
         column: usize,
     },
+    /// JSON text.
+    Json {
+        /// The sample field name.
+        name: String,
+        /// Position of its `_json` (utf8) column.
+        column: usize,
+    },
 }
 
 impl ColumnGroup {
     /// The sample field name.
     pub fn name(&self) -> &str {
         match self {
-            ColumnGroup::Tensor { name, .. } | ColumnGroup::Blob { name, .. } => name,
+            ColumnGroup::Tensor { name, .. }
+            | ColumnGroup::Blob { name, .. }
+            | ColumnGroup::Json { name, .. } => name,
         }
     }
 }
 
-/// The sample fields of a segment whose columns are `columns` (names, `key` included), in column
-/// order. Errors name the column that has no partner or does not fit `structure`.
+/// The sample fields of a segment with Arrow schema `schema` (`key` column included), in column
+/// order. Errors name the column that has no partner, does not fit `structure` or holds no
+/// tensor element type.
 pub fn column_groups(
-    columns: &[&str],
+    schema: &arrow_schema::Schema,
     structure: OutputStructure,
 ) -> std::result::Result<Vec<ColumnGroup>, String> {
+    let columns: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
     let position = |name: &str| columns.iter().position(|c| *c == name);
     let tensor =
         |name: &str, data: usize, prefix: &str| -> std::result::Result<ColumnGroup, String> {
@@ -67,7 +82,9 @@ pub fn column_groups(
             let shape = position(&shape_column).ok_or_else(|| {
                 format!("column {:?} has no {shape_column:?} beside it", columns[data])
             })?;
-            Ok(ColumnGroup::Tensor { name: name.into(), data, shape })
+            let dtype =
+                crate::encode::stored_dtype(schema.field(data)).map_err(|e| e.to_string())?;
+            Ok(ColumnGroup::Tensor { name: name.into(), dtype, data, shape })
         };
     match structure {
         OutputStructure::Tensor => {
@@ -85,8 +102,12 @@ pub fn column_groups(
                     groups.push(tensor(name, i, &format!("{name}_"))?);
                 } else if let Some(name) = column.strip_suffix("_blob") {
                     groups.push(ColumnGroup::Blob { name: name.into(), column: i });
+                } else if let Some(name) = column.strip_suffix("_json") {
+                    groups.push(ColumnGroup::Json { name: name.into(), column: i });
                 } else if *column != "key" && !column.ends_with("_shape") {
-                    return Err(format!("column {column:?} is neither _data, _shape nor _blob"));
+                    return Err(format!(
+                        "column {column:?} is neither _data, _shape, _blob nor _json"
+                    ));
                 }
             }
             Ok(groups)
@@ -104,19 +125,24 @@ pub fn decode_row(
     let mut sample = Sample::new();
     for group in groups {
         let value = match group {
-            ColumnGroup::Tensor { name, data, shape } => {
-                decode_tensor(batch, row, *data, *shape)
+            ColumnGroup::Tensor { name, dtype, data, shape } => {
+                decode_tensor(batch, row, *dtype, *data, *shape)
                     .map_err(|e| format!("field {name:?}: {e}"))?
             }
             ColumnGroup::Blob { name, column } => {
-                let array = batch.column(*column);
-                let blobs = array.as_any().downcast_ref::<BinaryArray>().ok_or_else(|| {
-                    format!("field {name:?}: column is {}, not binary", array.data_type())
-                })?;
-                if blobs.is_null(row) {
-                    Value::Null
-                } else {
-                    Value::Bytes(Bytes::copy_from_slice(blobs.value(row)))
+                let blobs = typed_column::<BinaryArray>(batch, *column, "binary")
+                    .map_err(|e| format!("field {name:?}: {e}"))?;
+                match blobs.is_null(row) {
+                    true => Value::Null,
+                    false => Value::Bytes(Bytes::copy_from_slice(blobs.value(row))),
+                }
+            }
+            ColumnGroup::Json { name, column } => {
+                let texts = typed_column::<StringArray>(batch, *column, "utf8")
+                    .map_err(|e| format!("field {name:?}: {e}"))?;
+                match texts.is_null(row) {
+                    true => Value::Null,
+                    false => Value::Json(texts.value(row).to_owned()),
                 }
             }
         };
@@ -125,20 +151,28 @@ pub fn decode_row(
     Ok(sample)
 }
 
+/// Column `column` of `batch` as array type `A` (`wanted` names it for the error).
+fn typed_column<'a, A: 'static>(
+    batch: &'a RecordBatch,
+    column: usize,
+    wanted: &str,
+) -> std::result::Result<&'a A, String> {
+    let array = batch.column(column);
+    array
+        .as_any()
+        .downcast_ref::<A>()
+        .ok_or_else(|| format!("column {column} is {}, not {wanted}", array.data_type()))
+}
+
 fn decode_tensor(
     batch: &RecordBatch,
     row: usize,
+    dtype: DType,
     data: usize,
     shape: usize,
 ) -> std::result::Result<Value, String> {
-    let list = |column: usize| {
-        let array = batch.column(column);
-        array
-            .as_any()
-            .downcast_ref::<ListArray>()
-            .ok_or_else(|| format!("column {column} is {}, not a list", array.data_type()))
-    };
-    let (data, shape) = (list(data)?, list(shape)?);
+    let data = typed_column::<ListArray>(batch, data, "a list")?;
+    let shape = typed_column::<ListArray>(batch, shape, "a list")?;
     if data.is_null(row) || shape.is_null(row) {
         return Ok(Value::Null);
     }
@@ -165,13 +199,15 @@ fn decode_tensor(
     if values.null_count() > 0 && values.slice(start, end - start).null_count() > 0 {
         return Err("the values hold a null".into());
     }
-    if values.data_type() == &DataType::Boolean {
+    if crate::encode::arrow_type(dtype) != *values.data_type() {
+        return Err(format!("{dtype} tensors stored as {}", values.data_type()));
+    }
+    if dtype == DType::Bool {
         // Bit-packed in Arrow: unpacked into a tensor of its own.
         let bools = values.as_any().downcast_ref::<BooleanArray>().expect("boolean type");
         let flags: Vec<bool> = (start..end).map(|i| bools.value(i)).collect();
         return Tensor::from_bools(&dims, &flags).map(Value::Tensor).map_err(|e| e.to_string());
     }
-    let dtype = crate::encode::dtype_of(values.data_type()).map_err(|e| e.to_string())?;
     let item = dtype.item_size();
     let array_data = values.to_data();
     let first = (array_data.offset() + start) * item;
@@ -183,21 +219,57 @@ fn decode_tensor(
 mod tests {
     use super::*;
 
+    use std::sync::Arc;
+
+    use arrow_schema::{DataType, Field, Schema};
+
+    /// A schema of `columns`: `_data` as `list<float32>`, `_shape` as `list<int64>`, `_json` and
+    /// `key` as utf8, anything else binary.
+    fn schema(columns: &[&str]) -> Schema {
+        let list = |t| DataType::List(Arc::new(Field::new("item", t, true)));
+        Schema::new(
+            columns
+                .iter()
+                .map(|c| {
+                    let t = match c {
+                        c if c.ends_with("data") => list(DataType::Float32),
+                        c if c.ends_with("shape") => list(DataType::Int64),
+                        c if c.ends_with("json") || *c == "key" => DataType::Utf8,
+                        _ => DataType::Binary,
+                    };
+                    Field::new(*c, t, true)
+                })
+                .collect::<Vec<_>>(),
+        )
+    }
+
     #[test]
     fn columns_group_into_fields_by_structure() {
-        let dict = ["key", "feat_data", "feat_shape", "meta_blob", "label_data", "label_shape"];
+        let dict = schema(&[
+            "key",
+            "feat_data",
+            "feat_shape",
+            "meta_blob",
+            "label_data",
+            "label_shape",
+            "info_json",
+        ]);
         let groups = column_groups(&dict, OutputStructure::Dict).unwrap();
         let names: Vec<&str> = groups.iter().map(ColumnGroup::name).collect();
-        assert_eq!(names, ["feat", "meta", "label"]);
-        assert_eq!(groups[0], ColumnGroup::Tensor { name: "feat".into(), data: 1, shape: 2 });
-        let tensor = column_groups(&["key", "data", "shape"], OutputStructure::Tensor).unwrap();
-        assert_eq!(tensor, [ColumnGroup::Tensor { name: "tensor".into(), data: 1, shape: 2 }]);
-        assert!(
-            column_groups(&["key", "x_data"], OutputStructure::Tuple)
-                .unwrap_err()
-                .contains("x_shape")
-        );
-        assert!(column_groups(&["key", "odd"], OutputStructure::Dict).unwrap_err().contains("odd"));
-        assert!(column_groups(&["key"], OutputStructure::Blob).is_err());
+        assert_eq!(names, ["feat", "meta", "label", "info"]);
+        let feat =
+            ColumnGroup::Tensor { name: "feat".into(), dtype: DType::F32, data: 1, shape: 2 };
+        assert_eq!(groups[0], feat);
+        assert_eq!(groups[3], ColumnGroup::Json { name: "info".into(), column: 6 });
+        let tensor =
+            column_groups(&schema(&["key", "data", "shape"]), OutputStructure::Tensor).unwrap();
+        let expected =
+            ColumnGroup::Tensor { name: "tensor".into(), dtype: DType::F32, data: 1, shape: 2 };
+        assert_eq!(tensor, [expected]);
+        let unpaired = column_groups(&schema(&["key", "x_data"]), OutputStructure::Tuple);
+        assert!(unpaired.unwrap_err().contains("x_shape"));
+        let odd = column_groups(&schema(&["key", "odd"]), OutputStructure::Dict);
+        assert!(odd.unwrap_err().contains("odd"));
+        assert!(column_groups(&schema(&["key"]), OutputStructure::Blob).is_err());
     }
 }

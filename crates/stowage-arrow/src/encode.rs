@@ -2,9 +2,13 @@
 //!
 //! Every column is nullable and list children are named `item`, as pyarrow writes them. A tensor
 //! becomes its C-order values (`<name>_data: list<T>`) and its shape (`<name>_shape:
-//! list<int64>`); opaque bytes become `<name>_blob: binary`; a null value becomes torchcachex's
-//! placeholder (`[]` and `[]`, or `b""`). The schema metadata carries `torch_dtype` (tensor
-//! structure) or `tensor_keys` (dict), which torchcachex needs to decode.
+//! list<int64>`); opaque bytes become `<name>_blob: binary`. The schema metadata carries
+//! `torch_dtype` (tensor structure) or `tensor_keys` (dict), which torchcachex needs to decode.
+//!
+//! What torchcachex cannot express is stored losslessly in a way it ignores: a bfloat16 tensor is
+//! `list<uint16>` (its raw bits) whose `_data` field carries the metadata
+//! `stowage_dtype: bfloat16`; a JSON field is `<name>_json: utf8`. A null tensor is torchcachex's
+//! placeholder (`[]` and `[]`); a null blob or JSON value is an Arrow null.
 
 use std::sync::Arc;
 
@@ -34,7 +38,15 @@ pub enum FieldColumns {
         /// The sample field name.
         name: String,
     },
+    /// JSON text: `<name>_json` (utf8). Only in the dict structure.
+    Json {
+        /// The sample field name.
+        name: String,
+    },
 }
+
+/// The `_data` field metadata key naming a tensor dtype the Arrow type alone does not tell.
+pub const DTYPE_METADATA: &str = "stowage_dtype";
 
 /// The output structure and columns a stowage schema is stored in.
 ///
@@ -42,34 +54,25 @@ pub enum FieldColumns {
 /// `blob` its `blob` structure, so such caches read back in torchcachex as a plain tensor or
 /// object; any other schema is a `dict` of its fields, in schema order.
 ///
-/// Errors: [`Error::Unsupported`] for a JSON field (not stored yet) or a tensor dtype Arrow
-/// cannot hold losslessly.
-///
 /// ```
 /// use stowage_arrow::encode::{FieldColumns, columns_for};
 /// use stowage_arrow::schema_json::OutputStructure;
 /// use stowage_core::{DType, Schema, ShapeRule};
 /// let schema = Schema::new().tensor("tensor", DType::F32, ShapeRule::Any);
-/// let (structure, fields) = columns_for(&schema)?;
+/// let (structure, fields) = columns_for(&schema);
 /// assert_eq!(structure, OutputStructure::Tensor);
 /// assert_eq!(fields, [FieldColumns::Tensor { name: "tensor".into(), dtype: DType::F32 }]);
-/// # Ok::<(), stowage_core::Error>(())
 /// ```
-pub fn columns_for(schema: &stowage_core::Schema) -> Result<(OutputStructure, Vec<FieldColumns>)> {
+pub fn columns_for(schema: &stowage_core::Schema) -> (OutputStructure, Vec<FieldColumns>) {
     let mut fields = Vec::with_capacity(schema.fields.len());
     for field in &schema.fields {
         fields.push(match &field.kind {
             stowage_core::FieldKind::Tensor { dtype, .. } => {
-                arrow_type(*dtype)?;
                 FieldColumns::Tensor { name: field.name.clone(), dtype: *dtype }
             }
             stowage_core::FieldKind::Bytes => FieldColumns::Blob { name: field.name.clone() },
-            stowage_core::FieldKind::Json { .. } => {
-                return Err(Error::unsupported(
-                    crate::BACKEND_NAME,
-                    format!("JSON field {:?} (not stored yet)", field.name),
-                ));
-            }
+            // Deduplication is a storage hint; Arrow's column holds each row's text.
+            stowage_core::FieldKind::Json { .. } => FieldColumns::Json { name: field.name.clone() },
         });
     }
     let structure = match fields.as_slice() {
@@ -79,12 +82,14 @@ pub fn columns_for(schema: &stowage_core::Schema) -> Result<(OutputStructure, Ve
         [FieldColumns::Blob { name }] if name == crate::decode::BLOB_FIELD => OutputStructure::Blob,
         _ => OutputStructure::Dict,
     };
-    Ok((structure, fields))
+    (structure, fields)
 }
 
-/// The Arrow type of a tensor element type.
-pub fn arrow_type(dtype: DType) -> Result<DataType> {
-    Ok(match dtype {
+/// The Arrow type of a tensor element type. bfloat16, which Arrow lacks, is stored as its raw
+/// bits (`UInt16`) and named by [`DTYPE_METADATA`].
+pub fn arrow_type(dtype: DType) -> DataType {
+    match dtype {
+        DType::BF16 => DataType::UInt16,
         DType::F16 => DataType::Float16,
         DType::F32 => DataType::Float32,
         DType::F64 => DataType::Float64,
@@ -97,16 +102,11 @@ pub fn arrow_type(dtype: DType) -> Result<DataType> {
         DType::U32 => DataType::UInt32,
         DType::U64 => DataType::UInt64,
         DType::Bool => DataType::Boolean,
-        other => {
-            return Err(Error::unsupported(
-                crate::BACKEND_NAME,
-                format!("{other} tensors (no Arrow element type holds them losslessly yet)"),
-            ));
-        }
-    })
+    }
 }
 
-/// The tensor element type of an Arrow type, the inverse of [`arrow_type`].
+/// The tensor element type of an Arrow type, the inverse of [`arrow_type`] (`UInt16` is `U16`;
+/// a `_data` field's [`DTYPE_METADATA`] may say bfloat16, see [`stored_dtype`]).
 ///
 /// Errors: [`Error::Unsupported`] for a type that is not a tensor element type.
 pub fn dtype_of(data_type: &DataType) -> Result<DType> {
@@ -125,35 +125,69 @@ pub fn dtype_of(data_type: &DataType) -> Result<DType> {
         DType::Bool,
     ]
     .into_iter()
-    .find(|d| arrow_type(*d).ok().as_ref() == Some(data_type))
+    .find(|d| arrow_type(*d) == *data_type)
     .ok_or_else(|| {
         Error::unsupported(crate::BACKEND_NAME, format!("{data_type} as a tensor element type"))
     })
+}
+
+/// The dtype of the tensors in `_data` column `field`: its [`DTYPE_METADATA`] when present and
+/// stored in the column's Arrow type, else the Arrow type's own.
+///
+/// Errors: [`Error::Unsupported`] for a metadata dtype the column's type cannot hold (a hostile or
+/// foreign file) or a column type that is not a tensor element type.
+pub fn stored_dtype(field: &Field) -> Result<DType> {
+    let DataType::List(item) = field.data_type() else {
+        return Err(Error::unsupported(
+            crate::BACKEND_NAME,
+            format!("column {:?} of type {} as tensor data", field.name(), field.data_type()),
+        ));
+    };
+    let Some(name) = field.metadata().get(DTYPE_METADATA) else {
+        return dtype_of(item.data_type());
+    };
+    match DType::ALL.into_iter().find(|d| d.name() == name) {
+        Some(dtype) if arrow_type(dtype) == *item.data_type() => Ok(dtype),
+        _ => Err(Error::unsupported(
+            crate::BACKEND_NAME,
+            format!(
+                "column {:?}: {DTYPE_METADATA} {name:?} stored as {}",
+                field.name(),
+                item.data_type()
+            ),
+        )),
+    }
 }
 
 fn list_of(item: DataType) -> DataType {
     DataType::List(Arc::new(Field::new("item", item, true)))
 }
 
-/// Column names of `fields` under `structure`: (data, shape) or (blob,).
-fn column_names(structure: OutputStructure, name: &str) -> (String, String, String) {
-    let prefix = match structure {
-        OutputStructure::Tensor | OutputStructure::Blob => String::new(),
-        _ => format!("{name}_"),
-    };
-    (format!("{prefix}data"), format!("{prefix}shape"), format!("{prefix}blob"))
+/// The name of column `suffix` (`data`, `shape`, `blob`, `json`) of field `name`: bare in the
+/// tensor and blob structures, `<name>_<suffix>` otherwise.
+fn column_name(structure: OutputStructure, name: &str, suffix: &str) -> String {
+    match structure {
+        OutputStructure::Tensor | OutputStructure::Blob => suffix.to_owned(),
+        _ => format!("{name}_{suffix}"),
+    }
 }
 
 /// The Arrow schema of a segment holding `fields` under `structure`, with torchcachex's metadata.
-pub fn arrow_schema(structure: OutputStructure, fields: &[FieldColumns]) -> Result<Schema> {
+pub fn arrow_schema(structure: OutputStructure, fields: &[FieldColumns]) -> Schema {
     let mut columns = vec![Field::new("key", DataType::Utf8, true)];
     let mut metadata = std::collections::HashMap::new();
     let mut tensor_keys = Vec::new();
     for field in fields {
         match field {
             FieldColumns::Tensor { name, dtype } => {
-                let (data, shape, _) = column_names(structure, name);
-                columns.push(Field::new(data, list_of(arrow_type(*dtype)?), true));
+                let data = column_name(structure, name, "data");
+                let mut data = Field::new(data, list_of(arrow_type(*dtype)), true);
+                if *dtype == DType::BF16 {
+                    let metadata = [(DTYPE_METADATA.to_owned(), dtype.name().to_owned())];
+                    data = data.with_metadata(std::collections::HashMap::from(metadata));
+                }
+                columns.push(data);
+                let shape = column_name(structure, name, "shape");
                 columns.push(Field::new(shape, list_of(DataType::Int64), true));
                 tensor_keys.push(serde_json::Value::from(name.as_str()));
                 if structure == OutputStructure::Tensor {
@@ -161,8 +195,18 @@ pub fn arrow_schema(structure: OutputStructure, fields: &[FieldColumns]) -> Resu
                 }
             }
             FieldColumns::Blob { name } => {
-                let (_, _, blob) = column_names(structure, name);
-                columns.push(Field::new(blob, DataType::Binary, true));
+                columns.push(Field::new(
+                    column_name(structure, name, "blob"),
+                    DataType::Binary,
+                    true,
+                ));
+            }
+            FieldColumns::Json { name } => {
+                columns.push(Field::new(
+                    column_name(structure, name, "json"),
+                    DataType::Utf8,
+                    true,
+                ));
             }
         }
     }
@@ -170,7 +214,7 @@ pub fn arrow_schema(structure: OutputStructure, fields: &[FieldColumns]) -> Resu
         let keys = serde_json::Value::Array(tensor_keys);
         metadata.insert("tensor_keys".to_owned(), to_python_json(&keys, &PyJsonOptions::default()));
     }
-    Ok(Schema::new(columns).with_metadata(metadata))
+    Schema::new(columns).with_metadata(metadata)
 }
 
 /// One record batch of `rows` (key, sample) in the columns of `schema` (from [`fn@arrow_schema`]).
@@ -192,15 +236,26 @@ pub fn encode_batch(
                 columns.push(shape);
             }
             FieldColumns::Blob { name } => {
-                let mut values: Vec<&[u8]> = Vec::with_capacity(rows.len());
+                let mut values: Vec<Option<&[u8]>> = Vec::with_capacity(rows.len());
                 for (key, sample) in rows {
                     values.push(match sample.get(name) {
-                        Some(Value::Bytes(bytes)) => bytes,
-                        None | Some(Value::Null) => b"",
+                        Some(Value::Bytes(bytes)) => Some(bytes),
+                        None | Some(Value::Null) => None,
                         Some(_) => return Err(misfit(key, name, "opaque bytes")),
                     });
                 }
-                columns.push(Arc::new(BinaryArray::from_vec(values)));
+                columns.push(Arc::new(BinaryArray::from_opt_vec(values)));
+            }
+            FieldColumns::Json { name } => {
+                let mut values: Vec<Option<&str>> = Vec::with_capacity(rows.len());
+                for (key, sample) in rows {
+                    values.push(match sample.get(name) {
+                        Some(Value::Json(text)) => Some(text),
+                        None | Some(Value::Null) => None,
+                        Some(_) => return Err(misfit(key, name, "JSON text")),
+                    });
+                }
+                columns.push(Arc::new(StringArray::from(values)));
             }
         }
     }
@@ -251,7 +306,7 @@ fn tensor_columns(
         Arc::new(BooleanArray::from(bools))
     } else {
         let len = bytes.len() / dtype.item_size();
-        let data = arrow_data::ArrayData::builder(arrow_type(dtype)?)
+        let data = arrow_data::ArrayData::builder(arrow_type(dtype))
             .len(len)
             .add_buffer(Buffer::from(bytes))
             .build()
@@ -260,7 +315,7 @@ fn tensor_columns(
     };
     let item = |dt: DataType| Arc::new(Field::new("item", dt, true));
     let data = ListArray::try_new(
-        item(arrow_type(dtype)?),
+        item(arrow_type(dtype)),
         OffsetBuffer::new(value_offsets.into()),
         values,
         None,
@@ -283,21 +338,43 @@ mod tests {
     use stowage_core::{Schema, ShapeRule};
 
     #[test]
-    fn schemas_map_to_structures_and_json_is_refused() {
+    fn schemas_map_to_structures() {
         let blob = Schema::new().bytes("blob");
-        assert_eq!(columns_for(&blob).unwrap().0, OutputStructure::Blob);
+        assert_eq!(columns_for(&blob).0, OutputStructure::Blob);
         let dict = Schema::new().tensor("x", DType::U16, ShapeRule::Any).bytes("meta");
-        let (structure, fields) = columns_for(&dict).unwrap();
+        let (structure, fields) = columns_for(&dict);
         assert_eq!(structure, OutputStructure::Dict);
         assert_eq!(fields[1], FieldColumns::Blob { name: "meta".into() });
         let named_x = Schema::new().tensor("x", DType::F32, ShapeRule::Any);
-        assert_eq!(columns_for(&named_x).unwrap().0, OutputStructure::Dict, "only `tensor`");
-        let json = Schema::new().json("j", false);
-        assert!(matches!(columns_for(&json).unwrap_err(), Error::Unsupported { .. }));
-        let bf16 = Schema::new().tensor("tensor", DType::BF16, ShapeRule::Any);
-        assert!(matches!(columns_for(&bf16).unwrap_err(), Error::Unsupported { .. }));
+        assert_eq!(columns_for(&named_x).0, OutputStructure::Dict, "only `tensor`");
+        let json = Schema::new().json("j", true);
+        let (structure, fields) = columns_for(&json);
+        assert_eq!(
+            (structure, &fields[0]),
+            (OutputStructure::Dict, &FieldColumns::Json { name: "j".into() })
+        );
+        let names: Vec<String> =
+            arrow_schema(structure, &fields).fields().iter().map(|f| f.name().clone()).collect();
+        assert_eq!(names, ["key", "j_json"]);
         for dtype in [DType::F16, DType::U64, DType::Bool, DType::I8] {
-            assert_eq!(dtype_of(&arrow_type(dtype).unwrap()).unwrap(), dtype);
+            assert_eq!(dtype_of(&arrow_type(dtype)).unwrap(), dtype);
         }
+    }
+
+    #[test]
+    fn bfloat16_is_raw_bits_named_by_field_metadata() {
+        let bf16 = Schema::new().tensor("tensor", DType::BF16, ShapeRule::Any);
+        let (structure, fields) = columns_for(&bf16);
+        let schema = arrow_schema(structure, &fields);
+        let data = schema.field_with_name("data").unwrap();
+        assert_eq!(data.data_type(), &list_of(DataType::UInt16));
+        assert_eq!(stored_dtype(data).unwrap(), DType::BF16);
+        assert_eq!(schema.metadata()["torch_dtype"], "torch.bfloat16");
+        // Metadata that the column's type cannot hold is refused, not trusted.
+        let metadata = [(DTYPE_METADATA.to_owned(), "float64".to_owned())];
+        let lying = data.clone().with_metadata(std::collections::HashMap::from(metadata));
+        assert!(matches!(stored_dtype(&lying).unwrap_err(), Error::Unsupported { .. }));
+        let plain = Field::new("x_data", list_of(DataType::UInt16), true);
+        assert_eq!(stored_dtype(&plain).unwrap(), DType::U16);
     }
 }

@@ -16,7 +16,6 @@
 
 use std::path::{Path, PathBuf};
 
-use stowage_core::file_safety::atomic_write;
 use stowage_core::{Error, IoResultExt, Result};
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
@@ -55,13 +54,6 @@ pub fn build(keys: &[&str]) -> Result<Vec<u8>> {
         .flatten()
         .collect();
     Ok(framed::encode(MAGIC, &[u64::from(rows), capacity as u64, SEED], &body))
-}
-
-/// Builds and writes the sidecar of `segment` atomically (temporary file, fsync, rename).
-pub fn write(segment: &Path, keys: &[&str]) -> Result<PathBuf> {
-    let path = sidecar_path(segment);
-    atomic_write(&path, &build(keys)?)?;
-    Ok(path)
 }
 
 /// An open sidecar: the mapped table.
@@ -152,6 +144,13 @@ impl KeySidecar {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Writes the sidecar of `segment` as the segment writer does (unstaged here).
+    fn write(segment: &Path, keys: &[&str]) -> Result<PathBuf> {
+        let path = sidecar_path(segment);
+        std::fs::write(&path, build(keys)?).unwrap();
+        Ok(path)
+    }
 
     fn written(dir: &Path, keys: &[&str]) -> KeySidecar {
         let path = write(&dir.join("segment_000000.arrow"), keys).unwrap();

@@ -27,5 +27,5 @@ mod writer;
 
 pub use backend::{ArrowBackend, capabilities};
 pub use factory::ArrowFactory;
-pub use options::ArrowOptions;
+pub use options::{ArrowOptions, Compression};
 pub use writer::Compaction;

@@ -36,6 +36,29 @@ pub struct ArrowOptions {
     pub writer_rank: u32,
     /// This process's rank; `None` reads the `RANK` environment variable (0 when unset).
     pub rank: Option<u32>,
+    /// Compress each segment's buffers (Arrow IPC body compression); `None`, the default, keeps
+    /// torchcachex's uncompressed files. pyarrow reads either; torchcachex 0.2 and memory-mapped
+    /// zero-copy gets need `None`.
+    pub compression: Option<Compression>,
+}
+
+/// An Arrow IPC buffer compression codec.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Compression {
+    /// LZ4 frame: fast, modest ratio.
+    Lz4,
+    /// Zstandard: slower, smaller.
+    Zstd,
+}
+
+impl Compression {
+    /// The codec as Arrow names it.
+    pub fn ipc(self) -> arrow_ipc::CompressionType {
+        match self {
+            Compression::Lz4 => arrow_ipc::CompressionType::LZ4_FRAME,
+            Compression::Zstd => arrow_ipc::CompressionType::ZSTD,
+        }
+    }
 }
 
 impl Default for ArrowOptions {
@@ -50,6 +73,7 @@ impl Default for ArrowOptions {
             sample_cache_bytes: 0,
             writer_rank: 0,
             rank: None,
+            compression: None,
         }
     }
 }

@@ -382,9 +382,7 @@ impl CacheReader {
         }
         let segment = Segment::open(slot.id, &slot.path)?;
         let structure = self.structure.unwrap_or_else(|| infer_structure(&segment));
-        let names: Vec<&str> =
-            segment.schema().fields().iter().map(|f| f.name().as_str()).collect();
-        let groups = column_groups(&names, structure)
+        let groups = column_groups(segment.schema(), structure)
             .map_err(|why| Error::corrupted(segment.path(), why))?;
         let sums_path = row_sums::sums_path(&slot.path);
         let sums = match RowSums::open(&sums_path) {

@@ -1,39 +1,84 @@
-//! Writing one segment crash-safely: the whole Arrow IPC file goes to a temporary name, is
-//! fsynced, renamed to `segment_<id>.arrow` and the directory fsynced (torchcachex does no fsync:
-//! a crash could leave a renamed, partly written segment). A reader never sees a partial segment:
-//! temporary names are not segment names. The segment's key sidecar
-//! ([`crate::key_sidecar`]) is written first, the same way, so a segment in place always has one
-//! (a sidecar without its segment is a leftover of a crash, ignored and later replaced), and so is
-//! its row checksum file ([`crate::row_sums`]).
+//! Writing one segment crash-safely: the Arrow IPC file, its key sidecar ([`crate::key_sidecar`])
+//! and its row checksums ([`crate::row_sums`]) are written under temporary names, fsynced together
+//! (one journal commit instead of three), renamed into place sidecars first, and the directory
+//! fsynced once ([`StagedFiles`]). torchcachex does no fsync: a crash could leave a renamed, partly
+//! written segment. A reader never sees a partial segment (temporary names are not segment
+//! names), and a segment in place always has its sidecars (a sidecar without its segment is a
+//! leftover of a crash, ignored and later replaced).
 
 use std::io;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use arrow_ipc::writer::FileWriter;
+use arrow_ipc::writer::{FileWriter, IpcWriteOptions};
 use arrow_schema::Schema;
-use stowage_core::bytes::Bytes;
-use stowage_core::file_safety::{atomic_write_with, fsync_dir};
+use stowage_core::file_safety::{StagedFiles, fsync_dir};
 use stowage_core::{Error, IoResultExt, Result, Sample, Value};
 
 use crate::encode::{FieldColumns, encode_batch};
 use crate::key_sidecar;
 use crate::layout::Layout;
+use crate::options::Compression;
 use crate::row_sums;
 
-/// Writes `rows` as segment `id` of the cache at `layout` (one record batch) and returns its path.
+/// What a segment needs to be written: where, in which columns, and how.
+#[derive(Debug, Clone)]
+pub struct SegmentFormat {
+    /// The cache.
+    pub layout: Layout,
+    /// The segments' Arrow schema (from [`crate::encode::arrow_schema`]).
+    pub arrow_schema: Arc<Schema>,
+    /// The sample fields as columns.
+    pub fields: Vec<FieldColumns>,
+    /// Largest payload of one segment.
+    pub max_segment_bytes: u64,
+    /// Fsync the files before and the directory after publishing them.
+    pub durable: bool,
+    /// IPC buffer compression, `None` for torchcachex's uncompressed files.
+    pub compression: Option<Compression>,
+}
+
+impl SegmentFormat {
+    /// Durable, uncompressed segments of at most 256 MiB in `layout` with `arrow_schema` and
+    /// `fields` (the defaults of [`crate::ArrowOptions`]).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use stowage_arrow::encode::{arrow_schema, columns_for};
+    /// use stowage_arrow::layout::Layout;
+    /// use stowage_arrow::segment_writer::{SegmentFormat, write_segment};
+    /// use stowage_core::{DType, Sample, Schema, ShapeRule, Tensor};
+    /// let dir = tempfile::tempdir()?;
+    /// let (structure, fields) =
+    ///     columns_for(&Schema::new().tensor("tensor", DType::F32, ShapeRule::Any));
+    /// let schema = Arc::new(arrow_schema(structure, &fields));
+    /// let format = SegmentFormat::new(Layout::new(dir.path()), schema, fields);
+    /// let sample = Sample::new().with("tensor", Tensor::from_slice(&[2], &[1f32, 2.0])?);
+    /// let path = write_segment(&format, 0, &[("a", &sample)])?;
+    /// assert!(path.ends_with("segments/segment_000000.arrow"));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn new(layout: Layout, arrow_schema: Arc<Schema>, fields: Vec<FieldColumns>) -> Self {
+        let defaults = crate::ArrowOptions::default();
+        SegmentFormat {
+            layout,
+            arrow_schema,
+            fields,
+            max_segment_bytes: defaults.max_segment_bytes,
+            durable: defaults.durable,
+            compression: defaults.compression,
+        }
+    }
+}
+
+/// Writes `rows` as segment `id` (one record batch) and returns its path.
 ///
 /// Errors: [`Error::AlreadyExists`] when the segment exists (segments are immutable);
 /// [`Error::InvalidArgument`] naming the key and field of a value that does not fit its column;
 /// [`Error::Io`] naming the path that failed.
-pub fn write_segment(
-    layout: &Layout,
-    id: u64,
-    schema: Arc<Schema>,
-    fields: &[FieldColumns],
-    rows: &[(&str, &Sample)],
-) -> Result<PathBuf> {
-    let batch = encode_batch(schema.clone(), fields, rows)?;
+pub fn write_segment(format: &SegmentFormat, id: u64, rows: &[(&str, &Sample)]) -> Result<PathBuf> {
+    let batch = encode_batch(format.arrow_schema.clone(), &format.fields, rows)?;
+    let layout = &format.layout;
     let dir = layout.segments_dir();
     if !dir.is_dir() {
         std::fs::create_dir_all(&dir).at(&dir)?;
@@ -43,37 +88,41 @@ pub fn write_segment(
     if path.try_exists().at(&path)? {
         return Err(Error::AlreadyExists { path });
     }
-    key_sidecar::write(&path, &rows.iter().map(|(key, _)| *key).collect::<Vec<_>>())?;
+    let keys: Vec<&str> = rows.iter().map(|(key, _)| *key).collect();
     let sums: Vec<u64> = rows
         .iter()
-        .map(|(key, sample)| row_sums::of_sample(key, &stored_form(fields, sample)))
+        .map(|(key, sample)| row_sums::of_sample(key, &stored_form(&format.fields, sample)))
         .collect();
-    row_sums::write(&path, &sums)?;
-    atomic_write_with(&path, |out| {
-        let mut writer = FileWriter::try_new(out, &schema).map_err(io::Error::other)?;
+    let options = IpcWriteOptions::default()
+        .try_with_compression(format.compression.map(Compression::ipc))
+        .map_err(|e| Error::invalid(format!("IPC compression: {e}")))?;
+    let mut staged = StagedFiles::new(format.durable);
+    let sidecar = key_sidecar::build(&keys)?;
+    staged.stage(key_sidecar::sidecar_path(&path), |out| io::Write::write_all(out, &sidecar))?;
+    let sums = row_sums::encode(&sums);
+    staged.stage(row_sums::sums_path(&path), |out| io::Write::write_all(out, &sums))?;
+    staged.stage(&path, |out| {
+        let schema = &format.arrow_schema;
+        let mut writer =
+            FileWriter::try_new_with_options(out, schema, options).map_err(io::Error::other)?;
         writer.write(&batch).map_err(io::Error::other)?;
         writer.finish().map_err(io::Error::other)
     })?;
+    staged.publish()?;
     Ok(path)
 }
 
-/// `sample` as a reader decodes it back: exactly the stored fields, a missing tensor as null and a
-/// missing or null blob as empty bytes (torchcachex's placeholders), so the row checksum a writer
-/// records is the one a reader recomputes.
+/// `sample` as a reader decodes it back: exactly the stored fields, a missing one as null, so the
+/// row checksum a writer records is the one a reader recomputes.
 fn stored_form(fields: &[FieldColumns], sample: &Sample) -> Sample {
     let mut stored = Sample::new();
     for field in fields {
-        let (name, value) = match field {
-            FieldColumns::Tensor { name, .. } => match sample.get(name) {
-                Some(Value::Tensor(tensor)) => (name, Value::Tensor(tensor.clone())),
-                _ => (name, Value::Null),
-            },
-            FieldColumns::Blob { name } => match sample.get(name) {
-                Some(Value::Bytes(bytes)) => (name, Value::Bytes(bytes.clone())),
-                _ => (name, Value::Bytes(Bytes::new())),
-            },
+        let name = match field {
+            FieldColumns::Tensor { name, .. }
+            | FieldColumns::Blob { name }
+            | FieldColumns::Json { name } => name,
         };
-        stored.insert(name.as_str(), value);
+        stored.insert(name.as_str(), sample.get(name).cloned().unwrap_or(Value::Null));
     }
     stored
 }

@@ -49,11 +49,15 @@ impl CacheReader {
             }
             segment_keys.push((id, keys.iter().map(|k| (*k).to_owned()).collect()));
             check_sidecar(&mut report, &segment, &keys, &last_row);
-            let names: Vec<&str> =
-                segment.schema().fields().iter().map(|f| f.name().as_str()).collect();
-            let Some(groups) = structure.and_then(|s| column_groups(&names, s).ok()) else {
-                report.problem(Some(&path), None, "columns do not fit the output structure");
-                continue;
+            let groups = structure
+                .ok_or_else(|| "schema.json names no output structure".to_owned())
+                .and_then(|s| column_groups(segment.schema(), s));
+            let groups = match groups {
+                Ok(groups) => groups,
+                Err(why) => {
+                    report.problem(Some(&path), None, format!("columns do not fit: {why}"));
+                    continue;
+                }
             };
             let sums_path = row_sums::sums_path(&path);
             let sums = match RowSums::open(&sums_path) {

@@ -1,7 +1,8 @@
 //! The shared conformance suite, run against the Arrow segment backend with small segments and
 //! an early merge, so that flushes write several segments, lookups go through both the merged
 //! key index and the sidecars, and corruption cases touch every kind of file; then again with
-//! segments written on a background thread.
+//! segments written on a background thread; and again with compressed segments written without
+//! fsync (the options a throughput-first user picks).
 
 use stowage_arrow::{ArrowFactory, ArrowOptions};
 
@@ -19,6 +20,19 @@ mod background_flush {
     fn factory() -> ArrowFactory {
         let options = super::factory().options;
         ArrowFactory { options: ArrowOptions { background_flush: true, ..options } }
+    }
+
+    stowage_conformance::backend_conformance!(factory());
+}
+
+mod compressed_not_durable {
+    use super::*;
+    use stowage_arrow::Compression;
+
+    fn factory() -> ArrowFactory {
+        let options = super::factory().options;
+        let compression = Some(Compression::Lz4);
+        ArrowFactory { options: ArrowOptions { compression, durable: false, ..options } }
     }
 
     stowage_conformance::backend_conformance!(factory());

@@ -1,13 +1,17 @@
 //! Segments stowage writes are read by pyarrow the way torchcachex reads them: `ipc.open_file`,
 //! one table, `tensor_keys` from the schema metadata, each tensor rebuilt from its flat values
-//! and shape with the dtype of the Arrow column, blobs as the stored bytes.
+//! and shape with the dtype of the Arrow column, blobs as the stored bytes. What torchcachex
+//! cannot express reads back losslessly too: bfloat16 as its raw bits named by the field's
+//! `stowage_dtype` metadata, JSON as a utf8 column (an Arrow null for a null value). Compressed
+//! segments (LZ4, ZSTD) read the same way.
 
 use std::sync::Arc;
 
+use stowage_arrow::Compression;
 use stowage_arrow::encode::{FieldColumns, arrow_schema};
 use stowage_arrow::layout::Layout;
 use stowage_arrow::schema_json::OutputStructure;
-use stowage_arrow::segment_writer::write_segment;
+use stowage_arrow::segment_writer::{SegmentFormat, write_segment};
 use stowage_core::bytes::Bytes;
 use stowage_core::{DType, Sample, Tensor, Value};
 
@@ -21,9 +25,13 @@ path, expected = sys.argv[1], json.load(sys.stdin)
 with pa.memory_map(path, "r") as source:
     table = pa.ipc.open_file(source).read_all()
 tensor_keys = json.loads(table.schema.metadata[b"tensor_keys"])
-assert tensor_keys == ["feat", "flag", "small"], tensor_keys
+assert tensor_keys == ["feat", "flag", "small", "brain"], tensor_keys
 assert table.column_names == ["key", "feat_data", "feat_shape", "flag_data", "flag_shape",
-                              "small_data", "small_shape", "meta_blob"], table.column_names
+                              "small_data", "small_shape", "brain_data", "brain_shape",
+                              "meta_blob", "info_json"], table.column_names
+brain = table.schema.field("brain_data")
+assert brain.metadata == {b"stowage_dtype": b"bfloat16"}, brain.metadata
+assert brain.type.value_type == pa.uint16(), brain.type
 rows = table.to_pylist()
 assert [r["key"] for r in rows] == [e["key"] for e in expected]
 types = {f.name: f.type.value_type for f in table.schema if f.name.endswith("_data")}
@@ -31,9 +39,13 @@ for row, want in zip(rows, expected):
     for name in tensor_keys:
         dtype = types[name + "_data"].to_pandas_dtype()
         got = np.array(row[name + "_data"], dtype=dtype).reshape(row[name + "_shape"])
+        if name == "brain":  # bfloat16 bits are the high half of a float32
+            got = (got.astype(np.uint32) << 16).view(np.float32)
         assert got.dtype == np.dtype(want[name]["dtype"]), (name, got.dtype)
         assert got.tolist() == want[name]["values"], (row["key"], name, got.tolist())
     assert row["meta_blob"] == want["meta"].encode(), row["meta_blob"]
+    info = row["info_json"]
+    assert (info if info is None else json.loads(info)) == want["info"], (row["key"], info)
 print(len(rows))
 "#;
 
@@ -43,7 +55,19 @@ fn sample(i: usize) -> Sample {
         .with("feat", Tensor::from_slice(&[2, 3], &feat).unwrap())
         .with("flag", Tensor::from_bools(&[2], &[i % 2 == 1, true]).unwrap())
         .with("small", Tensor::from_slice(&[], &[i as i8 - 5]).unwrap())
+        .with("brain", Tensor::from_slice(&[2], &brain_values(i)).unwrap())
         .with("meta", Value::Bytes(Bytes::from(format!("meta-{i}").into_bytes())))
+        .with("info", info(i).map_or(Value::Null, |v| Value::Json(v.to_string())))
+}
+
+/// bfloat16 values exact in both bfloat16 and float32.
+fn brain_values(i: usize) -> [stowage_core::half::bf16; 2] {
+    [i as f32 + 0.5, -(i as f32) * 256.0].map(stowage_core::half::bf16::from_f32)
+}
+
+/// The JSON of sample `i`; every third sample has none (null).
+fn info(i: usize) -> Option<serde_json::Value> {
+    (!i.is_multiple_of(3)).then(|| serde_json::json!({"index": i, "tags": ["a", i.to_string()]}))
 }
 
 fn expected(i: usize) -> serde_json::Value {
@@ -54,14 +78,16 @@ fn expected(i: usize) -> serde_json::Value {
         "feat": {"dtype": "float32", "values": feat},
         "flag": {"dtype": "bool", "values": [i % 2 == 1, true]},
         "small": {"dtype": "int8", "values": i as i64 - 5},
+        "brain": {"dtype": "float32", "values": brain_values(i).map(|v| v.to_f64())},
         "meta": format!("meta-{i}"),
+        "info": info(i),
     })
 }
 
 #[test]
-fn pyarrow_reads_a_segment_stowage_wrote() {
+fn pyarrow_reads_segments_stowage_wrote() {
     let Some(python) = stowage_conformance::python::python_with(
-        "pyarrow_reads_a_segment_stowage_wrote",
+        "pyarrow_reads_segments_stowage_wrote",
         &["numpy", "pyarrow", "pyarrow.ipc"],
     ) else {
         return;
@@ -72,22 +98,30 @@ fn pyarrow_reads_a_segment_stowage_wrote() {
         FieldColumns::Tensor { name: "feat".into(), dtype: DType::F32 },
         FieldColumns::Tensor { name: "flag".into(), dtype: DType::Bool },
         FieldColumns::Tensor { name: "small".into(), dtype: DType::I8 },
+        FieldColumns::Tensor { name: "brain".into(), dtype: DType::BF16 },
         FieldColumns::Blob { name: "meta".into() },
+        FieldColumns::Json { name: "info".into() },
     ];
-    let schema = Arc::new(arrow_schema(OutputStructure::Dict, &fields).unwrap());
+    let schema = Arc::new(arrow_schema(OutputStructure::Dict, &fields));
     let keys: Vec<String> = (0..7).map(|i| format!("sample-{i}")).collect();
     let samples: Vec<Sample> = (0..7).map(sample).collect();
     let rows: Vec<(&str, &Sample)> = keys.iter().map(String::as_str).zip(&samples).collect();
-    let path = write_segment(&layout, 0, schema, &fields, &rows).unwrap();
-
     let expected: Vec<serde_json::Value> = (0..7).map(expected).collect();
     let stdin = serde_json::to_vec(&expected).unwrap();
-    let out = stowage_conformance::python::run_script(
-        python,
-        READER,
-        &[path.to_str().unwrap()],
-        &stdin,
-        "pyarrow read",
-    );
-    assert_eq!(out, "7");
+    // Uncompressed as torchcachex writes, then with each IPC compression codec.
+    let mut format = SegmentFormat::new(layout, schema, fields);
+    for (id, compression) in
+        [None, Some(Compression::Lz4), Some(Compression::Zstd)].into_iter().enumerate()
+    {
+        format.compression = compression;
+        let path = write_segment(&format, id as u64, &rows).unwrap();
+        let out = stowage_conformance::python::run_script(
+            python,
+            READER,
+            &[path.to_str().unwrap()],
+            &stdin,
+            &format!("pyarrow read of a segment compressed with {compression:?}"),
+        );
+        assert_eq!(out, "7", "{compression:?}");
+    }
 }

@@ -1,5 +1,6 @@
 //! Segments stowage writes read back through the same reader as torchcachex's, for every element
-//! type torchcachex writes plus the unsigned widths it cannot, in the dict and tensor structures.
+//! type torchcachex writes plus what it cannot express (unsigned widths, bfloat16, JSON, null
+//! blobs), in the dict and tensor structures.
 
 use std::sync::Arc;
 
@@ -7,7 +8,7 @@ use stowage_arrow::encode::{FieldColumns, arrow_schema};
 use stowage_arrow::layout::Layout;
 use stowage_arrow::reader::CacheReader;
 use stowage_arrow::schema_json::OutputStructure;
-use stowage_arrow::segment_writer::write_segment;
+use stowage_arrow::segment_writer::{SegmentFormat, write_segment};
 use stowage_core::bytes::Bytes;
 use stowage_core::{DType, Error, Sample, Tensor, Value};
 
@@ -19,7 +20,9 @@ fn dict_fields() -> Vec<FieldColumns> {
         tensor("mask", DType::Bool),
         tensor("half", DType::F16),
         tensor("count", DType::U32),
+        tensor("brain", DType::BF16),
         FieldColumns::Blob { name: "meta".into() },
+        FieldColumns::Json { name: "info".into() },
     ]
 }
 
@@ -27,6 +30,8 @@ fn dict_sample(i: usize) -> Sample {
     let feat: Vec<f32> = (0..6).map(|j| (i * 6 + j) as f32 - 0.5).collect();
     let half: Vec<stowage_core::half::f16> =
         (0..3).map(|j| stowage_core::half::f16::from_f32(i as f32 + j as f32 / 4.0)).collect();
+    // Bit patterns float16 could not hold: bfloat16 keeps float32's exponent range.
+    let brain = [1e30f32 * i as f32, -1e-30].map(stowage_core::half::bf16::from_f32);
     let mut sample = Sample::new()
         .with("feat", Tensor::from_slice(&[2, 3], &feat).unwrap())
         .with("label", Tensor::from_slice(&[], &[i as i64 - 3]).unwrap())
@@ -36,8 +41,10 @@ fn dict_sample(i: usize) -> Sample {
                 .unwrap(),
         )
         .with("half", Tensor::from_slice(&[3], &half).unwrap())
-        .with("count", Tensor::from_slice(&[2], &[u32::MAX - i as u32, 7]).unwrap());
+        .with("count", Tensor::from_slice(&[2], &[u32::MAX - i as u32, 7]).unwrap())
+        .with("brain", Tensor::from_slice(&[2], &brain).unwrap());
     sample.insert("meta", Value::Bytes(Bytes::from(format!("pickle-{i}").into_bytes())));
+    sample.insert("info", Value::Json(format!(r#"{{"i": {i}}}"#)));
     sample
 }
 
@@ -46,18 +53,26 @@ fn dict_segments_round_trip_and_later_segments_win() {
     let dir = tempfile::tempdir().unwrap();
     let layout = Layout::new(dir.path());
     let fields = dict_fields();
-    let schema = Arc::new(arrow_schema(OutputStructure::Dict, &fields).unwrap());
-    assert_eq!(schema.metadata()["tensor_keys"], r#"["feat", "label", "mask", "half", "count"]"#);
+    let schema = Arc::new(arrow_schema(OutputStructure::Dict, &fields));
+    assert_eq!(
+        schema.metadata()["tensor_keys"],
+        r#"["feat", "label", "mask", "half", "count", "brain"]"#
+    );
     let keys: Vec<String> = (0..5).map(|i| format!("k{i}")).collect();
     let samples: Vec<Sample> = (0..5).map(dict_sample).collect();
     let rows: Vec<(&str, &Sample)> = keys.iter().map(String::as_str).zip(&samples).collect();
-    write_segment(&layout, 0, schema.clone(), &fields, &rows).unwrap();
-    // Segment 1 overwrites k2; a missing tensor and a null blob become torchcachex's placeholders.
-    let mut partial = dict_sample(20);
+    let format = SegmentFormat::new(layout.clone(), schema, fields);
+    write_segment(&format, 0, &rows).unwrap();
+    // Segment 1 overwrites k2; a null tensor becomes torchcachex's placeholder, a null blob and
+    // a missing JSON value Arrow nulls: all read back as null, never as b"" or "".
+    let mut partial = Sample::new();
+    for (name, value) in dict_sample(20).fields().filter(|(name, _)| *name != "info") {
+        partial.insert(name, value.clone());
+    }
     partial.insert("label", Value::Null);
     partial.insert("meta", Value::Null);
-    write_segment(&layout, 1, schema.clone(), &fields, &[("k2", &partial)]).unwrap();
-    let err = write_segment(&layout, 1, schema, &fields, &rows).unwrap_err();
+    write_segment(&format, 1, &[("k2", &partial)]).unwrap();
+    let err = write_segment(&format, 1, &rows).unwrap_err();
     assert!(matches!(err, Error::AlreadyExists { .. }), "{err}");
 
     let reader = CacheReader::open(dir.path()).unwrap();
@@ -82,7 +97,11 @@ fn dict_segments_round_trip_and_later_segments_win() {
     assert_eq!(reader.locate("k2"), Some((1, 0)));
     assert_eq!(k2.get("feat"), partial.get("feat"));
     assert_eq!(k2.get("label"), Some(&Value::Null));
-    assert_eq!(k2.get("meta"), Some(&Value::Bytes(Bytes::new())), "b\"\" as torchcachex writes it");
+    assert_eq!(k2.get("meta"), Some(&Value::Null));
+    assert_eq!(k2.get("info"), Some(&Value::Null));
+    assert_eq!(k2.get("brain"), partial.get("brain"));
+    let brain = k2.get("brain").and_then(Value::as_tensor).unwrap();
+    assert_eq!(brain.dtype(), DType::BF16, "from the field metadata, not the uint16 column");
 }
 
 #[test]
@@ -90,7 +109,7 @@ fn tensor_structure_round_trips_with_torch_dtype_metadata() {
     let dir = tempfile::tempdir().unwrap();
     let layout = Layout::new(dir.path());
     let fields = vec![FieldColumns::Tensor { name: "tensor".into(), dtype: DType::F64 }];
-    let schema = Arc::new(arrow_schema(OutputStructure::Tensor, &fields).unwrap());
+    let schema = Arc::new(arrow_schema(OutputStructure::Tensor, &fields));
     assert_eq!(schema.metadata()["torch_dtype"], "torch.float64");
     let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
     assert_eq!(names, ["key", "data", "shape"]);
@@ -100,7 +119,7 @@ fn tensor_structure_round_trips_with_torch_dtype_metadata() {
         })
         .collect();
     let rows: Vec<(&str, &Sample)> = ["a", "b", "c"].into_iter().zip(&samples).collect();
-    write_segment(&layout, 0, schema, &fields, &rows).unwrap();
+    write_segment(&SegmentFormat::new(layout.clone(), schema, fields), 0, &rows).unwrap();
     let reader = CacheReader::open(dir.path()).unwrap();
     assert_eq!(reader.output_structure().unwrap(), OutputStructure::Tensor);
     for (key, sample) in rows {
@@ -113,11 +132,15 @@ fn tensor_structure_round_trips_with_torch_dtype_metadata() {
 fn a_value_that_does_not_fit_its_column_is_refused_naming_key_and_field() {
     let dir = tempfile::tempdir().unwrap();
     let fields = dict_fields();
-    let schema = Arc::new(arrow_schema(OutputStructure::Dict, &fields).unwrap());
+    let schema = Arc::new(arrow_schema(OutputStructure::Dict, &fields));
     let mut wrong = dict_sample(0);
     wrong.insert("feat", Tensor::from_slice(&[1], &[1i32]).unwrap());
-    let err = write_segment(&Layout::new(dir.path()), 0, schema, &fields, &[("bad", &wrong)])
-        .unwrap_err();
+    let err = write_segment(
+        &SegmentFormat::new(Layout::new(dir.path()), schema, fields.clone()),
+        0,
+        &[("bad", &wrong)],
+    )
+    .unwrap_err();
     assert!(err.to_string().contains("\"bad\"") && err.to_string().contains("\"feat\""), "{err}");
     assert!(Layout::new(dir.path()).list_segments().unwrap().is_empty(), "nothing written");
 }
@@ -131,7 +154,8 @@ fn merged_and_recent_indexes_agree_with_reading_every_segment_in_order() {
     let dir = tempfile::tempdir().unwrap();
     let layout = Layout::new(dir.path());
     let fields = vec![FieldColumns::Tensor { name: "tensor".into(), dtype: DType::I32 }];
-    let schema = Arc::new(arrow_schema(OutputStructure::Tensor, &fields).unwrap());
+    let schema = Arc::new(arrow_schema(OutputStructure::Tensor, &fields));
+    let format = SegmentFormat::new(layout.clone(), schema, fields);
     let mut oracle: HashMap<String, (u64, usize, i32)> = HashMap::new();
     // Five segments of 40 rows; keys repeat across segments and within segment 3.
     for segment in 0..5u64 {
@@ -153,7 +177,7 @@ fn merged_and_recent_indexes_agree_with_reading_every_segment_in_order() {
             oracle.insert(key.clone(), (segment, row, segment as i32 * 1000 + row as i32));
         }
         let rows: Vec<(&str, &Sample)> = keys.iter().map(String::as_str).zip(&samples).collect();
-        write_segment(&layout, segment, schema.clone(), &fields, &rows).unwrap();
+        write_segment(&format, segment, &rows).unwrap();
         if segment == 2 {
             let merged = stowage_arrow::merged_index::merge_segments(&layout, 2).unwrap();
             assert_eq!(merged as usize, oracle.len(), "distinct keys of segments 0..=2");
@@ -190,14 +214,15 @@ fn a_flipped_value_byte_is_refused_by_the_row_checksum() {
     let dir = tempfile::tempdir().unwrap();
     let layout = Layout::new(dir.path());
     let fields = vec![FieldColumns::Tensor { name: "tensor".into(), dtype: DType::F64 }];
-    let schema = Arc::new(arrow_schema(OutputStructure::Tensor, &fields).unwrap());
+    let schema = Arc::new(arrow_schema(OutputStructure::Tensor, &fields));
     let marker = 1234.5678f64;
     let samples: Vec<Sample> = [1.0, marker, 3.0]
         .iter()
         .map(|&v| Sample::new().with("tensor", Tensor::from_slice(&[1], &[v]).unwrap()))
         .collect();
     let rows: Vec<(&str, &Sample)> = ["a", "b", "c"].into_iter().zip(&samples).collect();
-    let path = write_segment(&layout, 0, schema, &fields, &rows).unwrap();
+    let path =
+        write_segment(&SegmentFormat::new(layout.clone(), schema, fields), 0, &rows).unwrap();
     assert_eq!(
         CacheReader::open(dir.path()).unwrap().get("b").unwrap().as_ref(),
         Some(&samples[1])
@@ -237,7 +262,8 @@ fn validate_reports_each_damage_with_its_file_and_key() {
     let dir = tempfile::tempdir().unwrap();
     let layout = Layout::new(dir.path());
     let fields = vec![FieldColumns::Tensor { name: "tensor".into(), dtype: DType::F64 }];
-    let schema = Arc::new(arrow_schema(OutputStructure::Tensor, &fields).unwrap());
+    let schema = Arc::new(arrow_schema(OutputStructure::Tensor, &fields));
+    let format = SegmentFormat::new(layout.clone(), schema, fields);
     let marker = 4321.875f64;
     for segment in 0..3u64 {
         let samples: Vec<Sample> = (0..20)
@@ -248,7 +274,7 @@ fn validate_reports_each_damage_with_its_file_and_key() {
             .collect();
         let keys: Vec<String> = (0..20).map(|i| format!("s{segment}-{i}")).collect();
         let rows: Vec<(&str, &Sample)> = keys.iter().map(String::as_str).zip(&samples).collect();
-        write_segment(&layout, segment, schema.clone(), &fields, &rows).unwrap();
+        write_segment(&format, segment, &rows).unwrap();
     }
     stowage_arrow::merged_index::merge_segments(&layout, 1).unwrap();
     let report = CacheReader::open(dir.path()).unwrap().validate().unwrap();
@@ -289,4 +315,38 @@ fn validate_reports_each_damage_with_its_file_and_key() {
         report.problems.iter().any(|p| p.path.as_deref() == Some(merged_path.as_path())),
         "{text:#?}"
     );
+}
+
+/// Compressed segments (LZ4, ZSTD) read back equal, through decompression, and are smaller than
+/// the uncompressed one when the values compress.
+#[test]
+fn compressed_segments_read_back_and_are_smaller() {
+    use stowage_arrow::Compression;
+    let fields = vec![FieldColumns::Tensor { name: "tensor".into(), dtype: DType::F32 }];
+    let schema = Arc::new(arrow_schema(OutputStructure::Tensor, &fields));
+    let samples: Vec<Sample> = (0..64)
+        .map(|i| {
+            let values: Vec<f32> = (0..256).map(|j| ((i + j) % 8) as f32).collect();
+            Sample::new().with("tensor", Tensor::from_slice(&[16, 16], &values).unwrap())
+        })
+        .collect();
+    let keys: Vec<String> = (0..64).map(|i| format!("k{i}")).collect();
+    let rows: Vec<(&str, &Sample)> = keys.iter().map(String::as_str).zip(&samples).collect();
+    let mut sizes = Vec::new();
+    for compression in [None, Some(Compression::Lz4), Some(Compression::Zstd)] {
+        let dir = tempfile::tempdir().unwrap();
+        let mut format =
+            SegmentFormat::new(Layout::new(dir.path()), schema.clone(), fields.clone());
+        format.compression = compression;
+        format.durable = compression.is_none(); // both paths publish complete files
+        let path = write_segment(&format, 0, &rows).unwrap();
+        sizes.push(std::fs::metadata(&path).unwrap().len());
+        let reader = CacheReader::open(dir.path()).unwrap();
+        for (key, sample) in &rows {
+            assert_eq!(&reader.get(key).unwrap().unwrap(), *sample, "{key} {compression:?}");
+        }
+        let damage = reader.validate().unwrap();
+        assert!(damage.is_clean(), "{compression:?}: {damage:?}");
+    }
+    assert!(sizes[1] < sizes[0] / 2 && sizes[2] < sizes[0] / 2, "{sizes:?}");
 }

@@ -72,13 +72,7 @@ impl Writer {
         let mut segments = Vec::new();
         for chunk in kept.chunks(self.format.max_segment_bytes) {
             let id = self.next_id;
-            let path = write_segment(
-                &self.layout,
-                id,
-                self.format.arrow_schema.clone(),
-                &self.format.fields,
-                &chunk,
-            )?;
+            let path = write_segment(&self.format, id, &chunk)?;
             let bytes = std::fs::metadata(&path).map_err(|e| Error::io(&path, e))?.len();
             segments.push(crate::commit_log::SegmentEntry { id, rows: chunk.len() as u64, bytes });
             self.next_id += 1;

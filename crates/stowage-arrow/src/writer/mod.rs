@@ -13,11 +13,12 @@ use stowage_core::file_safety::{AppendLog, WriterLock, atomic_write, fsync_dir};
 use stowage_core::{Error, Result, Sample};
 
 use crate::commit_log::{CompleteMarker, MergedEntry, Record};
-use crate::committer::{Committer, SegmentFormat, Work};
+use crate::committer::{Committer, Work};
 use crate::layout::Layout;
 use crate::merged_index::merge_committed;
 use crate::pending::Pending;
 use crate::reader::CacheReader;
+use crate::segment_writer::SegmentFormat;
 
 mod compaction;
 pub use compaction::Compaction;
