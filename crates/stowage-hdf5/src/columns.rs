@@ -1,0 +1,178 @@
+//! Variable-length columns: a chunked, extendible 1-D `VLEN<element>` dataset with one row per
+//! cached entry, written in batches and read one row at a time. Both the aenet sections and the
+//! generic sections are made of them.
+
+use std::path::{Path, PathBuf};
+
+use hdf5::types::VarLenArray;
+use hdf5::{Dataset, Group, H5Type};
+use stowage_core::{Error, Result};
+
+use crate::error::{read_error, write_error};
+use crate::ffi::{self, Element, VlenType};
+use crate::layout::{DEFLATE_LEVEL, VLEN_CHUNK_ROWS};
+
+/// Rows buffered before a batch is written (bounded memory, few calls into libhdf5).
+const BATCH_ROWS: usize = 256;
+/// Bytes buffered before a batch is written.
+const BATCH_BYTES: usize = 32 << 20;
+
+/// How a column's dataset is created.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ColumnFilters {
+    /// Per-chunk Fletcher32 checksums (PyTables and h5py read them transparently).
+    pub fletcher32: bool,
+}
+
+fn create_typed<T: H5Type + Copy>(group: &Group, name: &str, filters: ColumnFilters) -> hdf5::Result<Dataset> {
+    let builder = group
+        .new_dataset::<VarLenArray<T>>()
+        .chunk(VLEN_CHUNK_ROWS)
+        .shuffle()
+        .deflate(DEFLATE_LEVEL);
+    let builder = if filters.fletcher32 { builder.fletcher32() } else { builder };
+    builder.shape(0..).create(name)
+}
+
+/// Creates an empty extendible `VLEN<stored>` dataset `name` in `group`: chunked, shuffle +
+/// deflate 5 (and Fletcher32 when asked), as aenet's PyTables writer lays it out.
+pub(crate) fn create_dataset(
+    group: &Group,
+    name: &str,
+    stored: Element,
+    filters: ColumnFilters,
+) -> hdf5::Result<Dataset> {
+    match stored {
+        Element::U8 => create_typed::<u8>(group, name, filters),
+        Element::U16 => create_typed::<u16>(group, name, filters),
+        Element::U32 => create_typed::<u32>(group, name, filters),
+        Element::U64 => create_typed::<u64>(group, name, filters),
+        Element::I8 => create_typed::<i8>(group, name, filters),
+        Element::I16 => create_typed::<i16>(group, name, filters),
+        Element::I32 => create_typed::<i32>(group, name, filters),
+        Element::I64 => create_typed::<i64>(group, name, filters),
+        Element::F32 => create_typed::<f32>(group, name, filters),
+        Element::F64 => create_typed::<f64>(group, name, filters),
+    }
+}
+
+/// Reads rows of one variable-length dataset, converted to a chosen element type.
+pub(crate) struct ColumnReader {
+    dataset: Dataset,
+    memory: VlenType,
+    rows: u64,
+    /// `<file>:<dataset path>`, for errors.
+    file: PathBuf,
+    name: String,
+}
+
+impl ColumnReader {
+    /// Opens dataset `name` of `group` (in `file`) for reading as `element` values.
+    pub fn open(file: &Path, group: &Group, name: &str, element: Element) -> Result<ColumnReader> {
+        let full = format!("{}/{name}", group.name());
+        let dataset = group
+            .dataset(name)
+            .map_err(|e| read_error(file, &format!("opening dataset {full}"), e))?;
+        let rows = ffi::row_count(dataset.id())
+            .map_err(|e| read_error(file, &format!("dataset {full}"), e))?;
+        let memory = VlenType::new(element).map_err(|e| read_error(file, &full, e))?;
+        Ok(ColumnReader { dataset, memory, rows, file: file.to_path_buf(), name: full })
+    }
+
+    /// Rows in the dataset.
+    pub fn rows(&self) -> u64 {
+        self.rows
+    }
+
+    /// Row `row` as the bytes of its elements. Damage libhdf5 detects is `Error::Corrupted`
+    /// naming the file, the dataset and the row.
+    pub fn read(&self, row: u64) -> Result<Vec<u8>> {
+        ffi::read_vlen_row(self.dataset.id(), row, &self.memory)
+            .map_err(|e| read_error(&self.file, &format!("{} row {row}", self.name), e))
+    }
+
+    /// Row `row` as exactly `elements` elements, or `Error::Corrupted` naming both counts.
+    pub fn read_exact(&self, row: u64, elements: usize, what: &str) -> Result<Vec<u8>> {
+        let bytes = self.read(row)?;
+        let got = bytes.len() / self.memory.element().size();
+        if got != elements {
+            return Err(Error::corrupted(
+                &self.file,
+                format!(
+                    "{} row {row} ({what}) holds {got} elements, the index says {elements}",
+                    self.name
+                ),
+            ));
+        }
+        Ok(bytes)
+    }
+}
+
+/// Appends rows to one variable-length dataset in batches.
+pub(crate) struct ColumnWriter {
+    dataset: Dataset,
+    memory: VlenType,
+    pending: Vec<Vec<u8>>,
+    pending_bytes: usize,
+    written: u64,
+    file: PathBuf,
+}
+
+impl ColumnWriter {
+    /// Creates dataset `name` in `group` storing `element` values, for appending.
+    pub fn create(
+        file: &Path,
+        group: &Group,
+        name: &str,
+        element: Element,
+        filters: ColumnFilters,
+    ) -> Result<ColumnWriter> {
+        let dataset = create_dataset(group, name, element, filters)
+            .map_err(|e| write_error(file, &format!("creating dataset {name}"), e))?;
+        let memory = VlenType::new(element).map_err(|e| write_error(file, name, e))?;
+        Ok(ColumnWriter {
+            dataset,
+            memory,
+            pending: Vec::new(),
+            pending_bytes: 0,
+            written: 0,
+            file: file.to_path_buf(),
+        })
+    }
+
+    /// Queues one row (the bytes of whole elements); writes a batch when enough is queued.
+    pub fn push(&mut self, row: Vec<u8>) -> Result<()> {
+        self.pending_bytes += row.len();
+        self.pending.push(row);
+        if self.pending.len() >= BATCH_ROWS || self.pending_bytes >= BATCH_BYTES {
+            self.write_pending()?;
+        }
+        Ok(())
+    }
+
+    /// Rows pushed so far (written or queued).
+    pub fn rows(&self) -> u64 {
+        self.written + self.pending.len() as u64
+    }
+
+    /// Writes every queued row.
+    pub fn write_pending(&mut self) -> Result<()> {
+        let rows: Vec<&[u8]> = self.pending.iter().map(Vec::as_slice).collect();
+        ffi::write_vlen_rows(self.dataset.id(), self.written, &rows, &self.memory)
+            .map_err(|e| write_error(&self.file, &self.dataset.name(), e))?;
+        self.written += rows.len() as u64;
+        self.pending.clear();
+        self.pending_bytes = 0;
+        Ok(())
+    }
+}
+
+/// The bytes of `values` little-endian.
+pub(crate) fn le_bytes_i64(values: &[i64]) -> Vec<u8> {
+    values.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+/// `i64` values from little-endian bytes (a whole number of 8-byte elements).
+pub(crate) fn i64s(bytes: &[u8]) -> Vec<i64> {
+    bytes.chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().expect("8 bytes"))).collect()
+}

@@ -1,0 +1,61 @@
+//! The compound index tables of the aenet sections, members in PyTables' alphabetical packed
+//! order (24 and 28 bytes), and reading and writing them.
+
+use std::path::Path;
+
+use hdf5::{Dataset, Group, H5Type};
+use stowage_core::Result;
+
+use crate::error::{read_error, write_error};
+use crate::layout::{DEFLATE_LEVEL, INDEX, INDEX_CHUNK_ROWS};
+
+/// One row of `features/index`.
+#[derive(H5Type, Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(C, packed)]
+pub(crate) struct FeatureIndexRow {
+    pub cache_row: i64,
+    pub entry_idx: i64,
+    pub n_atoms: i32,
+    pub n_features: i32,
+}
+
+/// One row of `force_derivatives/index`.
+#[derive(H5Type, Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(C, packed)]
+pub(crate) struct DerivativeIndexRow {
+    pub cache_row: i64,
+    pub entry_idx: i64,
+    pub n_angular_triplets: i32,
+    pub n_atoms: i32,
+    pub n_radial_edges: i32,
+}
+
+/// Writes `rows` as the chunked, extendible, shuffled and deflated table `index` of `group`.
+pub(crate) fn write_index<T: H5Type>(
+    file: &Path,
+    group: &Group,
+    rows: &[T],
+    fletcher32: bool,
+) -> Result<Dataset> {
+    let failed = |e| write_error(file, &format!("{}/{INDEX}", group.name()), e);
+    let builder = group
+        .new_dataset::<T>()
+        .chunk(INDEX_CHUNK_ROWS)
+        .shuffle()
+        .deflate(DEFLATE_LEVEL);
+    let builder = if fletcher32 { builder.fletcher32() } else { builder };
+    let dataset = builder.shape(0..).create(INDEX).map_err(failed)?;
+    if !rows.is_empty() {
+        dataset.resize(rows.len()).map_err(failed)?;
+        dataset.write_raw(rows).map_err(failed)?;
+    }
+    Ok(dataset)
+}
+
+/// Reads the whole table `index` of `group`; members are matched by name, so a foreign table with
+/// other member order, padding or extra members reads the same.
+pub(crate) fn read_index<T: H5Type>(file: &Path, group: &Group) -> Result<Vec<T>> {
+    let what = format!("{}/{INDEX}", group.name());
+    let dataset = group.dataset(INDEX).map_err(|e| read_error(file, &what, e))?;
+    dataset.read_raw::<T>().map_err(|e| read_error(file, &what, e))
+}
