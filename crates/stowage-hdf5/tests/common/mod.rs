@@ -1,0 +1,93 @@
+//! A small aenet dataset for the writer tests: a file with `/entries` and root `energy_filter_*`
+//! attributes, and deterministic features and derivatives for the reference descriptor
+//! (species A, B; rad_order 1; ang_order 0).
+
+#![allow(dead_code)] // Each test file uses part of it.
+
+use std::path::Path;
+
+use hdf5::types::VarLenArray;
+use stowage_core::Tensor;
+use stowage_hdf5::{AngularDerivatives, DescriptorCompat, LocalDerivatives, RadialDerivatives, ffi};
+
+/// The reference descriptor.
+pub fn compat() -> DescriptorCompat {
+    DescriptorCompat::chebyshev(&["A", "B"], 1, 2.0, 0, 2.0, 0.1)
+}
+
+/// Atoms of entry `i` (3 entries).
+pub fn atoms(i: i64) -> usize {
+    [3, 2, 4][i as usize]
+}
+
+/// Entry `i`'s features (n_atoms, 6), float64, exact in float32 too.
+pub fn features(i: i64) -> Tensor {
+    let n = atoms(i);
+    let values: Vec<f64> = (0..n * 6).map(|j| i as f64 * 10.0 + j as f64 * 0.25).collect();
+    Tensor::from_slice(&[n, 6], &values).unwrap()
+}
+
+/// Entry `i`'s derivatives: 2 edges per atom, 1 triplet per atom.
+pub fn derivatives(i: i64) -> LocalDerivatives {
+    let n = atoms(i);
+    let (e, t) = (2 * n, n);
+    let floats = |count: usize, base: f64| -> Vec<f64> {
+        (0..count).map(|j| base + i as f64 + j as f64 * 0.5).collect()
+    };
+    let idx = |count: usize, shift: usize| -> Vec<i64> {
+        (0..count).map(|j| ((j + shift) % n) as i64).collect()
+    };
+    let tensor = |dims: &[usize], base: f64| {
+        Tensor::from_slice(dims, &floats(dims.iter().product(), base)).unwrap()
+    };
+    LocalDerivatives {
+        n_atoms: n,
+        radial: RadialDerivatives {
+            center_idx: idx(e, 0),
+            neighbor_idx: idx(e, 1),
+            dg_drij: tensor(&[e, 2, 3], 1.0),
+            neighbor_typespin: Some(tensor(&[e], -1.0)),
+        },
+        angular: AngularDerivatives {
+            center_idx: idx(t, 0),
+            neighbor_j_idx: idx(t, 1),
+            neighbor_k_idx: idx(t, 2),
+            grads_i: tensor(&[t, 1, 3], 2.0),
+            grads_j: tensor(&[t, 1, 3], 3.0),
+            grads_k: tensor(&[t, 1, 3], 4.0),
+            triplet_typespin: Some(tensor(&[t], 5.0)),
+        },
+    }
+}
+
+/// Writes a dataset file without a cache: `/entries/structures` (3 opaque rows) and root
+/// attributes like aenet's, including an empty string with a NULL dataspace.
+pub fn write_plain_dataset(path: &Path) {
+    let file = hdf5::File::create(path).unwrap();
+    let entries = file.create_group("entries").unwrap();
+    let rows: Vec<VarLenArray<u8>> =
+        (0..3u8).map(|i| VarLenArray::from_slice(&[i, 0x80, 0x04, i])).collect();
+    entries
+        .new_dataset_builder()
+        .with_data(&rows)
+        .chunk(2)
+        .create("structures")
+        .unwrap();
+    ffi::write_utf8_attribute(file.id(), "energy_filter_semantics", "referenced_energy_per_atom")
+        .unwrap();
+    ffi::write_utf8_attribute(file.id(), "energy_filter_atomic_energies_json", "").unwrap();
+    ffi::write_bool_attribute(file.id(), "energy_filter_enabled", false).unwrap();
+}
+
+/// The `/entries/structures` rows of the file at `path`.
+pub fn structures(path: &Path) -> Vec<Vec<u8>> {
+    let file = hdf5::File::open(path).unwrap();
+    let rows = file.dataset("entries/structures").unwrap().read_raw::<VarLenArray<u8>>().unwrap();
+    rows.iter().map(|r| r.to_vec()).collect()
+}
+
+/// Root attribute `name` of the file at `path`.
+pub fn root_attribute(path: &Path, name: &str) -> Option<ffi::AttributeValue> {
+    let file = hdf5::File::open(path).unwrap();
+    ffi::read_attribute(file.id(), name).unwrap()
+}
