@@ -17,42 +17,31 @@ const BATCH_ROWS: usize = 256;
 /// Bytes buffered before a batch is written.
 const BATCH_BYTES: usize = 32 << 20;
 
-/// How a column's dataset is created.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct ColumnFilters {
-    /// Per-chunk Fletcher32 checksums (PyTables and h5py read them transparently).
-    pub fletcher32: bool,
-}
-
-fn create_typed<T: H5Type + Copy>(group: &Group, name: &str, filters: ColumnFilters) -> hdf5::Result<Dataset> {
-    let builder = group
+fn create_typed<T: H5Type + Copy>(group: &Group, name: &str) -> hdf5::Result<Dataset> {
+    group
         .new_dataset::<VarLenArray<T>>()
         .chunk(VLEN_CHUNK_ROWS)
         .shuffle()
-        .deflate(DEFLATE_LEVEL);
-    let builder = if filters.fletcher32 { builder.fletcher32() } else { builder };
-    builder.shape(0..).create(name)
+        .deflate(DEFLATE_LEVEL)
+        .shape(0..)
+        .create(name)
 }
 
 /// Creates an empty extendible `VLEN<stored>` dataset `name` in `group`: chunked, shuffle +
-/// deflate 5 (and Fletcher32 when asked), as aenet's PyTables writer lays it out.
-pub(crate) fn create_dataset(
-    group: &Group,
-    name: &str,
-    stored: Element,
-    filters: ColumnFilters,
-) -> hdf5::Result<Dataset> {
+/// deflate 5, as aenet's PyTables writer lays it out. (libhdf5 refuses Fletcher32 on
+/// variable-length datasets: their chunks hold only references into the global heap.)
+pub(crate) fn create_dataset(group: &Group, name: &str, stored: Element) -> hdf5::Result<Dataset> {
     match stored {
-        Element::U8 => create_typed::<u8>(group, name, filters),
-        Element::U16 => create_typed::<u16>(group, name, filters),
-        Element::U32 => create_typed::<u32>(group, name, filters),
-        Element::U64 => create_typed::<u64>(group, name, filters),
-        Element::I8 => create_typed::<i8>(group, name, filters),
-        Element::I16 => create_typed::<i16>(group, name, filters),
-        Element::I32 => create_typed::<i32>(group, name, filters),
-        Element::I64 => create_typed::<i64>(group, name, filters),
-        Element::F32 => create_typed::<f32>(group, name, filters),
-        Element::F64 => create_typed::<f64>(group, name, filters),
+        Element::U8 => create_typed::<u8>(group, name),
+        Element::U16 => create_typed::<u16>(group, name),
+        Element::U32 => create_typed::<u32>(group, name),
+        Element::U64 => create_typed::<u64>(group, name),
+        Element::I8 => create_typed::<i8>(group, name),
+        Element::I16 => create_typed::<i16>(group, name),
+        Element::I32 => create_typed::<i32>(group, name),
+        Element::I64 => create_typed::<i64>(group, name),
+        Element::F32 => create_typed::<f32>(group, name),
+        Element::F64 => create_typed::<f64>(group, name),
     }
 }
 
@@ -91,6 +80,12 @@ impl ColumnReader {
             .map_err(|e| read_error(&self.file, &format!("{} row {row}", self.name), e))
     }
 
+    /// Every row, in one read.
+    pub fn read_all(&self) -> Result<Vec<Vec<u8>>> {
+        ffi::read_vlen_rows(self.dataset.id(), 0, self.rows, &self.memory)
+            .map_err(|e| read_error(&self.file, &self.name, e))
+    }
+
     /// Row `row` as exactly `elements` elements, or `Error::Corrupted` naming both counts.
     pub fn read_exact(&self, row: u64, elements: usize, what: &str) -> Result<Vec<u8>> {
         let bytes = self.read(row)?;
@@ -125,9 +120,8 @@ impl ColumnWriter {
         group: &Group,
         name: &str,
         element: Element,
-        filters: ColumnFilters,
     ) -> Result<ColumnWriter> {
-        let dataset = create_dataset(group, name, element, filters)
+        let dataset = create_dataset(group, name, element)
             .map_err(|e| write_error(file, &format!("creating dataset {name}"), e))?;
         let memory = VlenType::new(element).map_err(|e| write_error(file, name, e))?;
         Ok(ColumnWriter {

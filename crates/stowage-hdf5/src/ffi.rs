@@ -249,7 +249,72 @@ pub fn read_vlen_row(dataset: hid_t, row: u64, vlen: &VlenType) -> Outcome<Vec<u
         // SAFETY: `cell` was filled by H5Dread with this memory type and space; reclaiming frees
         // what libhdf5 allocated, once.
         unsafe {
-            H5Dvlen_reclaim(vlen.id.0, memory_space.0, H5P_DEFAULT, (&raw mut cell).cast::<c_void>())
+            H5Dvlen_reclaim(
+                vlen.id.0,
+                memory_space.0,
+                H5P_DEFAULT,
+                (&raw mut cell).cast::<c_void>(),
+            )
+        };
+        copied
+    })
+}
+
+/// Reads rows `start..start + count` of a 1-D `VLEN<...>` dataset in one call, each as the bytes
+/// of `vlen.element()` values.
+pub fn read_vlen_rows(
+    dataset: hid_t,
+    start: u64,
+    count: u64,
+    vlen: &VlenType,
+) -> Outcome<Vec<Vec<u8>>> {
+    locked(|| {
+        let rows = row_count(dataset)?;
+        if start.checked_add(count).is_none_or(|end| end > rows) {
+            return Err(Failure(format!(
+                "rows {start}..{start}+{count} exceed the dataset's {rows} rows"
+            )));
+        }
+        if count == 0 {
+            return Ok(Vec::new());
+        }
+        // SAFETY: `dataset` is a valid dataset id held open by the caller.
+        let file_space = Id::new(unsafe { H5Dget_space(dataset) }, "H5Dget_space")?;
+        select_rows(&file_space, start, count)?;
+        let dims = [count as hsize_t];
+        // SAFETY: a rank-1 simple dataspace of `count` elements.
+        let memory_space = Id::new(
+            unsafe { H5Screate_simple(1, dims.as_ptr(), ptr::null()) },
+            "H5Screate_simple",
+        )?;
+        let mut cells = vec![hvl_t { len: 0, p: ptr::null_mut() }; count as usize];
+        // SAFETY: `count` elements are selected in each space and `cells` holds `count` `hvl_t`s.
+        let read = unsafe {
+            H5Dread(
+                dataset,
+                vlen.id.0,
+                memory_space.0,
+                file_space.0,
+                H5P_DEFAULT,
+                cells.as_mut_ptr().cast(),
+            )
+        };
+        check(read, "H5Dread of variable-length rows")?;
+        let size = vlen.element.size();
+        let copied = cells
+            .iter()
+            .map(|cell| match cell.len.checked_mul(size) {
+                Some(0) => Ok(Vec::new()),
+                // SAFETY: libhdf5 allocated `cell.len` elements at `cell.p`, valid until reclaimed.
+                Some(n) if !cell.p.is_null() => {
+                    Ok(unsafe { std::slice::from_raw_parts(cell.p.cast::<u8>(), n) }.to_vec())
+                }
+                _ => Err(Failure(format!("variable-length row of {} elements", cell.len))),
+            })
+            .collect();
+        // SAFETY: frees what H5Dread allocated for these cells, once.
+        unsafe {
+            H5Dvlen_reclaim(vlen.id.0, memory_space.0, H5P_DEFAULT, cells.as_mut_ptr().cast())
         };
         copied
     })
@@ -364,7 +429,9 @@ pub fn write_utf8_attribute(object: hid_t, name: &str, value: &str) -> Outcome<(
 /// Writes `value` as a scalar `H5T_NATIVE_B8` bitfield attribute (PyTables' bool; never an enum,
 /// which PyTables reads as `None`).
 pub fn write_bool_attribute(object: hid_t, name: &str, value: bool) -> Outcome<()> {
-    locked(|| write_attribute(object, name, *hdf5_sys::h5t::H5T_NATIVE_B8, Some(&[u8::from(value)])))
+    locked(|| {
+        write_attribute(object, name, *hdf5_sys::h5t::H5T_NATIVE_B8, Some(&[u8::from(value)]))
+    })
 }
 
 /// Writes `value` as a scalar little-endian i64 attribute.
@@ -460,7 +527,9 @@ fn read_scalar(
             // SAFETY: `datatype` is a valid string type.
             let pad = unsafe { H5Tget_strpad(datatype.0) };
             let end = match pad {
-                H5T_str_t::H5T_STR_SPACEPAD => buffer.iter().rposition(|&b| b != b' ').map_or(0, |i| i + 1),
+                H5T_str_t::H5T_STR_SPACEPAD => {
+                    buffer.iter().rposition(|&b| b != b' ').map_or(0, |i| i + 1)
+                }
                 _ => buffer.iter().position(|&b| b == 0).unwrap_or(buffer.len()),
             };
             buffer.truncate(end);
@@ -539,12 +608,16 @@ pub fn copy_attribute(source: hid_t, target: hid_t, name: &str) -> Outcome<()> {
         // SAFETY: valid ids.
         let (points, size) =
             unsafe { (H5Sget_simple_extent_npoints(space.0), H5Tget_size(datatype.0)) };
-        let points = usize::try_from(points).map_err(|_| failure("H5Sget_simple_extent_npoints"))?;
-        let bytes = points.checked_mul(size).ok_or_else(|| Failure("attribute too large".into()))?;
+        let points =
+            usize::try_from(points).map_err(|_| failure("H5Sget_simple_extent_npoints"))?;
+        let bytes =
+            points.checked_mul(size).ok_or_else(|| Failure("attribute too large".into()))?;
         delete_attribute(target, &c)?;
         // SAFETY: valid ids; `c` is NUL-terminated.
         let copy = Id::new(
-            unsafe { H5Acreate2(target, c.as_ptr(), datatype.0, space.0, H5P_DEFAULT, H5P_DEFAULT) },
+            unsafe {
+                H5Acreate2(target, c.as_ptr(), datatype.0, space.0, H5P_DEFAULT, H5P_DEFAULT)
+            },
             "H5Acreate2",
         )?;
         if points == 0 {

@@ -38,11 +38,7 @@ pub(crate) fn write_index<T: H5Type>(
     fletcher32: bool,
 ) -> Result<Dataset> {
     let failed = |e| write_error(file, &format!("{}/{INDEX}", group.name()), e);
-    let builder = group
-        .new_dataset::<T>()
-        .chunk(INDEX_CHUNK_ROWS)
-        .shuffle()
-        .deflate(DEFLATE_LEVEL);
+    let builder = group.new_dataset::<T>().chunk(INDEX_CHUNK_ROWS).shuffle().deflate(DEFLATE_LEVEL);
     let builder = if fletcher32 { builder.fletcher32() } else { builder };
     let dataset = builder.shape(0..).create(INDEX).map_err(failed)?;
     if !rows.is_empty() {

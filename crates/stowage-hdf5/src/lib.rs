@@ -18,3 +18,10 @@ pub use derivatives::{AngularDerivatives, LocalDerivatives, RadialDerivatives};
 pub use error::BACKEND;
 pub use reader::{CacheSignature, CacheVersion, DerivativeLayout, TorchCache};
 pub use writer::{CacheSections, TorchCacheWriter};
+
+pub mod backend;
+pub mod commit_log;
+pub mod segment;
+mod validate;
+
+pub use backend::{Hdf5Backend, Hdf5Factory, capabilities};

@@ -227,7 +227,11 @@ impl TorchCache {
             CacheVersion::V1Legacy => {
                 let found = attributes.int(attr::SCHEMA_VERSION)?;
                 if found != layout::DERIVATIVE_SCHEMA_VERSION {
-                    return Err(unsupported_version(path, found, layout::DERIVATIVE_SCHEMA_VERSION));
+                    return Err(unsupported_version(
+                        path,
+                        found,
+                        layout::DERIVATIVE_SCHEMA_VERSION,
+                    ));
                 }
                 (signature(path, &attributes)?, None, Some(Self::open_derivatives(path, &root)?))
             }
@@ -246,9 +250,8 @@ impl TorchCache {
     fn open_features(path: &Path, group: &Group) -> Result<FeatureSection> {
         let values = FloatColumn::open(path, group, layout::VALUES)?;
         let rows = read_index::<FeatureIndexRow>(path, group)?;
-        let by_entry = by_entry(path, "features", rows, values.rows(), |r| {
-            (r.entry_idx, r.cache_row)
-        })?;
+        let by_entry =
+            by_entry(path, "features", rows, values.rows(), |r| (r.entry_idx, r.cache_row))?;
         Ok(FeatureSection { by_entry, values })
     }
 
@@ -279,7 +282,8 @@ impl TorchCache {
         let ints = |name| ColumnReader::open(path, group, name, Element::I64);
         let floats = |name| FloatColumn::open(path, group, name);
         let index_columns = [ints(c)?, ints(n)?, ints(ac)?, ints(aj)?, ints(ak)?];
-        let float_columns = [floats(dg)?, floats(nts)?, floats(gi)?, floats(gj)?, floats(gk)?, floats(tts)?];
+        let float_columns =
+            [floats(dg)?, floats(nts)?, floats(gi)?, floats(gj)?, floats(gk)?, floats(tts)?];
         // The 11 datasets and the index stay in lockstep: a shorter one is damage.
         let payload_rows = index_columns
             .iter()
@@ -288,9 +292,8 @@ impl TorchCache {
             .min()
             .unwrap_or(0);
         let rows = read_index::<DerivativeIndexRow>(path, group)?;
-        let by_entry = by_entry(path, &group.name(), rows, payload_rows, |r| {
-            (r.entry_idx, r.cache_row)
-        })?;
+        let by_entry =
+            by_entry(path, &group.name(), rows, payload_rows, |r| (r.entry_idx, r.cache_row))?;
         Ok(DerivativeSection { layout, by_entry, index_columns, float_columns })
     }
 
@@ -398,7 +401,9 @@ impl TorchCache {
         let ints = |i: usize, n: usize| -> Result<Vec<i64>> {
             Ok(i64s(&section.index_columns[i].read_exact(cache_row, n, &what)?))
         };
-        let floats = |i: usize, shape: Vec<usize>| section.float_columns[i].read(cache_row, dtype, shape, &what);
+        let floats = |i: usize, shape: Vec<usize>| {
+            section.float_columns[i].read(cache_row, dtype, shape, &what)
+        };
         let typespin = |i: usize, n: usize| multi.then(|| floats(i, vec![n])).transpose();
         Ok(Some(LocalDerivatives {
             n_atoms,
@@ -426,4 +431,3 @@ fn sorted_keys<T>(map: Option<&HashMap<i64, T>>) -> Vec<i64> {
     keys.sort_unstable();
     keys
 }
-

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use hdf5::Group;
 use stowage_core::{DType, Error, Result, Tensor};
 
-use crate::columns::{ColumnFilters, ColumnWriter, le_bytes_i64};
+use crate::columns::{ColumnWriter, le_bytes_i64};
 use crate::compat::{DescriptorCompat, StorageDtype};
 use crate::derivatives::LocalDerivatives;
 use crate::error::{read_error, write_error};
@@ -48,13 +48,17 @@ fn float_bytes(tensor: &Tensor, storage: StorageDtype, what: &str) -> Result<Vec
         (DType::F64, StorageDtype::Float64) | (DType::F32, StorageDtype::Float32) => {
             Ok(tensor.bytes().to_vec())
         }
-        (DType::F32, StorageDtype::Float64) => {
-            Ok(tensor.to_vec::<f32>()?.into_iter().flat_map(|v| f64::from(v).to_le_bytes()).collect())
-        }
+        (DType::F32, StorageDtype::Float64) => Ok(tensor
+            .to_vec::<f32>()?
+            .into_iter()
+            .flat_map(|v| f64::from(v).to_le_bytes())
+            .collect()),
         (DType::F64, StorageDtype::Float32) => {
             Ok(tensor.to_vec::<f64>()?.into_iter().flat_map(|v| (v as f32).to_le_bytes()).collect())
         }
-        (other, _) => Err(Error::invalid(format!("{what} is {other}, expected float32 or float64"))),
+        (other, _) => {
+            Err(Error::invalid(format!("{what} is {other}, expected float32 or float64")))
+        }
     }
 }
 
@@ -137,13 +141,12 @@ impl TorchCacheWriter {
         let cache = file
             .create_group(layout::TORCH_CACHE)
             .map_err(|e| write_error(&path, "creating /torch_cache", e))?;
-        let filters = ColumnFilters { fletcher32: false };
         let element = storage_element(storage);
         let features = if sections.features {
             let group = cache
                 .create_group(layout::FEATURES)
                 .map_err(|e| write_error(&path, "creating the feature group", e))?;
-            let values = ColumnWriter::create(&path, &group, layout::VALUES, element, filters)?;
+            let values = ColumnWriter::create(&path, &group, layout::VALUES, element)?;
             Some(FeatureWriter { group, index: Vec::new(), values, entries: HashSet::new() })
         } else {
             None
@@ -160,7 +163,7 @@ impl TorchCacheWriter {
                 .map(|name| {
                     let is_index = name.ends_with("_idx");
                     let element = if is_index { Element::I64 } else { element };
-                    ColumnWriter::create(&path, &group, name, element, filters)
+                    ColumnWriter::create(&path, &group, name, element)
                 })
                 .collect::<Result<Vec<_>>>()?;
             Some(DerivativeWriter { group, index: Vec::new(), columns, entries: HashSet::new() })
@@ -182,9 +185,10 @@ impl TorchCacheWriter {
     /// Adds entry `entry_idx`'s feature matrix `(n_atoms, n_features)` (float32 or float64; cast to
     /// the storage dtype). Its `cache_row` is the number of feature rows before it.
     pub fn add_features(&mut self, entry_idx: i64, features: &Tensor) -> Result<()> {
-        let section = self.features.as_mut().ok_or_else(|| {
-            Error::invalid("this cache was created without the feature section")
-        })?;
+        let section = self
+            .features
+            .as_mut()
+            .ok_or_else(|| Error::invalid("this cache was created without the feature section"))?;
         let what = format!("features of entry {entry_idx}");
         let &[n_atoms, n_features] = features.shape() else {
             return Err(Error::invalid(format!(
@@ -208,9 +212,16 @@ impl TorchCacheWriter {
 
     /// Adds entry `entry_idx`'s local derivatives, checked against the descriptor's feature counts
     /// and species (typespin exactly when more than one species; an empty row is stored when not).
-    pub fn add_derivatives(&mut self, entry_idx: i64, derivatives: &LocalDerivatives) -> Result<()> {
-        let (nr, na, multi) =
-            (self.compat.n_radial_features(), self.compat.n_angular_features(), self.compat.multi());
+    pub fn add_derivatives(
+        &mut self,
+        entry_idx: i64,
+        derivatives: &LocalDerivatives,
+    ) -> Result<()> {
+        let (nr, na, multi) = (
+            self.compat.n_radial_features(),
+            self.compat.n_angular_features(),
+            self.compat.multi(),
+        );
         let section = self.derivatives.as_mut().ok_or_else(|| {
             Error::invalid("this cache was created without the force-derivative section")
         })?;
@@ -273,16 +284,32 @@ impl TorchCacheWriter {
             let id = section.group.id();
             let written = signature_attributes(id)
                 .and_then(|()| {
-                    ffi::write_i64_attribute(id, attr::SCHEMA_VERSION, layout::DERIVATIVE_SCHEMA_VERSION)
+                    ffi::write_i64_attribute(
+                        id,
+                        attr::SCHEMA_VERSION,
+                        layout::DERIVATIVE_SCHEMA_VERSION,
+                    )
                 })
                 .and_then(|()| {
-                    ffi::write_utf8_attribute(id, attr::PAYLOAD_FORMAT, layout::DERIVATIVE_PAYLOAD_FORMAT)
+                    ffi::write_utf8_attribute(
+                        id,
+                        attr::PAYLOAD_FORMAT,
+                        layout::DERIVATIVE_PAYLOAD_FORMAT,
+                    )
                 })
                 .and_then(|()| {
-                    ffi::write_i64_attribute(id, attr::N_RADIAL_FEATURES, self.compat.n_radial_features() as i64)
+                    ffi::write_i64_attribute(
+                        id,
+                        attr::N_RADIAL_FEATURES,
+                        self.compat.n_radial_features() as i64,
+                    )
                 })
                 .and_then(|()| {
-                    ffi::write_i64_attribute(id, attr::N_ANGULAR_FEATURES, self.compat.n_angular_features() as i64)
+                    ffi::write_i64_attribute(
+                        id,
+                        attr::N_ANGULAR_FEATURES,
+                        self.compat.n_angular_features() as i64,
+                    )
                 })
                 .and_then(|()| ffi::write_bool_attribute(id, attr::MULTI, self.compat.multi()))
                 .and_then(|()| ffi::write_bool_attribute(id, attr::CONTAINS_FEATURES, false))
@@ -291,11 +318,21 @@ impl TorchCacheWriter {
         }
         let id = self.cache.id();
         signature_attributes(id)
-            .and_then(|()| ffi::write_i64_attribute(id, attr::SCHEMA_VERSION, layout::CACHE_SCHEMA_VERSION))
-            .and_then(|()| ffi::write_utf8_attribute(id, attr::CACHE_FORMAT, layout::CACHE_FORMAT_V2))
-            .and_then(|()| ffi::write_bool_attribute(id, attr::CONTAINS_FEATURES, self.features.is_some()))
             .and_then(|()| {
-                ffi::write_bool_attribute(id, attr::CONTAINS_DERIVATIVES, self.derivatives.is_some())
+                ffi::write_i64_attribute(id, attr::SCHEMA_VERSION, layout::CACHE_SCHEMA_VERSION)
+            })
+            .and_then(|()| {
+                ffi::write_utf8_attribute(id, attr::CACHE_FORMAT, layout::CACHE_FORMAT_V2)
+            })
+            .and_then(|()| {
+                ffi::write_bool_attribute(id, attr::CONTAINS_FEATURES, self.features.is_some())
+            })
+            .and_then(|()| {
+                ffi::write_bool_attribute(
+                    id,
+                    attr::CONTAINS_DERIVATIVES,
+                    self.derivatives.is_some(),
+                )
             })
             .map_err(|e| write_error(&path, "/torch_cache attributes", e))?;
         let TorchCacheWriter { features, derivatives, cache, file, temp, target, .. } = self;

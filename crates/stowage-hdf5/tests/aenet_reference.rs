@@ -58,13 +58,18 @@ fn cast(tensor: &Tensor, to: StorageDtype) -> Tensor {
 }
 
 fn check_file(set: &Path, name: &str) -> usize {
-    let expected: Value =
-        serde_json::from_slice(&std::fs::read(set.join("expected").join(format!("{name}.json"))).unwrap())
-            .unwrap();
+    let expected: Value = serde_json::from_slice(
+        &std::fs::read(set.join("expected").join(format!("{name}.json"))).unwrap(),
+    )
+    .unwrap();
     let arrays = set.join("expected").join(name);
     let opened = TorchCache::open(set.join(format!("{name}.h5"))).unwrap();
     let Some(cache) = opened else {
-        assert!(expected["version"].is_null(), "{name}: no cache found, expected {}", expected["version"]);
+        assert!(
+            expected["version"].is_null(),
+            "{name}: no cache found, expected {}",
+            expected["version"]
+        );
         return 0;
     };
     let version = match cache.version() {
@@ -88,7 +93,9 @@ fn check_file(set: &Path, name: &str) -> usize {
     let other = DescriptorCompat::chebyshev(species, 2, 2.0, 0, 2.0, 0.1);
     let refused = cache.check_compatible(&other).unwrap_err().to_string();
     assert!(
-        refused.contains("incompatible persisted cache; rebuild with matching species/order/cutoff settings"),
+        refused.contains(
+            "incompatible persisted cache; rebuild with matching species/order/cutoff settings"
+        ),
         "{refused}"
     );
 

@@ -4,7 +4,9 @@
 
 mod common;
 
-use common::{atoms, compat, derivatives, features, root_attribute, structures, write_plain_dataset};
+use common::{
+    atoms, compat, derivatives, features, root_attribute, structures, write_plain_dataset,
+};
 use stowage_core::{DType, Error};
 use stowage_hdf5::ffi::{self, AttributeValue};
 use stowage_hdf5::{CacheSections, StorageDtype, TorchCache, TorchCacheWriter};
@@ -35,9 +37,13 @@ fn cache_written_into_a_dataset_reads_back_and_leaves_the_dataset_untouched() {
         root_attribute(&path, "energy_filter_semantics"),
         Some(AttributeValue::Text("referenced_energy_per_atom".into()))
     );
-    assert_eq!(root_attribute(&path, "energy_filter_atomic_energies_json"), Some(AttributeValue::Text(String::new())));
+    assert_eq!(
+        root_attribute(&path, "energy_filter_atomic_energies_json"),
+        Some(AttributeValue::Text(String::new()))
+    );
     assert_eq!(root_attribute(&path, "energy_filter_enabled"), Some(AttributeValue::Bool(false)));
-    let leftovers: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    let leftovers: Vec<_> =
+        std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(leftovers.len(), 1, "no temporary file is left: {leftovers:?}");
 
     let cache = TorchCache::open(&path).unwrap().expect("a cache");
@@ -81,7 +87,11 @@ fn bad_inputs_are_refused_naming_the_entry() {
         TorchCacheWriter::create(&path, &compat(), StorageDtype::Float64, only_features).unwrap();
     writer.add_features(0, &features(0)).unwrap();
     let twice = writer.add_features(0, &features(0)).unwrap_err().to_string();
-    assert!(twice.contains("entry 0 already has a feature row") || twice.contains("features of entry 0"), "{twice}");
+    assert!(
+        twice.contains("entry 0 already has a feature row")
+            || twice.contains("features of entry 0"),
+        "{twice}"
+    );
     let no_section = writer.add_derivatives(0, &derivatives(0)).unwrap_err().to_string();
     assert!(no_section.contains("without the force-derivative section"), "{no_section}");
     let mut single = compat();
@@ -110,7 +120,8 @@ fn open_with_root_attribute(change: impl Fn(hdf5_sys::h5i::hid_t)) -> Error {
 
 #[test]
 fn foreign_versions_give_aenets_errors() {
-    let version = open_with_root_attribute(|id| ffi::write_i64_attribute(id, "schema_version", 3).unwrap());
+    let version =
+        open_with_root_attribute(|id| ffi::write_i64_attribute(id, "schema_version", 3).unwrap());
     assert!(matches!(version, Error::Incompatible { .. }), "{version}");
     assert!(
         version.to_string().ends_with("Unsupported torch cache schema version 3; expected 2"),
@@ -120,7 +131,9 @@ fn foreign_versions_give_aenets_errors() {
         ffi::write_utf8_attribute(id, "cache_format", "aenet.torch_training.cache.v9").unwrap()
     });
     assert!(
-        format.to_string().ends_with("Unsupported torch cache format 'aenet.torch_training.cache.v9'"),
+        format
+            .to_string()
+            .ends_with("Unsupported torch cache format 'aenet.torch_training.cache.v9'"),
         "{format}"
     );
     let missing = open_with_root_attribute(|id| {
@@ -128,7 +141,10 @@ fn foreign_versions_give_aenets_errors() {
         ffi::write_i64_attribute(id, "storage_dtype", 5).unwrap()
     });
     assert!(matches!(missing, Error::Corrupted { .. }), "{missing}");
-    assert!(missing.to_string().contains("storage_dtype is int (Int(5)), expected a string"), "{missing}");
+    assert!(
+        missing.to_string().contains("storage_dtype is int (Int(5)), expected a string"),
+        "{missing}"
+    );
 }
 
 #[test]
@@ -141,5 +157,7 @@ fn a_signature_mismatch_names_both_signatures() {
     other.rad_cutoff = 3.0;
     let error = cache.check_compatible(&other).unwrap_err().to_string();
     assert!(error.contains(&compat().sha256()) && error.contains(&other.sha256()), "{error}");
-    assert!(error.contains("incompatible persisted cache; rebuild with matching species/order/cutoff settings"));
+    assert!(error.contains(
+        "incompatible persisted cache; rebuild with matching species/order/cutoff settings"
+    ));
 }

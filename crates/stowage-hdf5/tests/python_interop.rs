@@ -107,7 +107,9 @@ fn pytables_loads_a_cache_stowage_wrote_the_way_aenet_does() {
     writer.finish().unwrap();
 
     let feature_rows: Vec<_> = (0..3)
-        .map(|i| serde_json::json!({"entry_idx": i, "cache_row": i, "values": nested(&features(i))}))
+        .map(
+            |i| serde_json::json!({"entry_idx": i, "cache_row": i, "values": nested(&features(i))}),
+        )
         .collect();
     let derivative_rows: Vec<_> = [0i64, 2]
         .into_iter()

@@ -8,7 +8,9 @@ use std::path::Path;
 
 use hdf5::types::VarLenArray;
 use stowage_core::Tensor;
-use stowage_hdf5::{AngularDerivatives, DescriptorCompat, LocalDerivatives, RadialDerivatives, ffi};
+use stowage_hdf5::{
+    AngularDerivatives, DescriptorCompat, LocalDerivatives, RadialDerivatives, ffi,
+};
 
 /// The reference descriptor.
 pub fn compat() -> DescriptorCompat {
@@ -67,12 +69,7 @@ pub fn write_plain_dataset(path: &Path) {
     let entries = file.create_group("entries").unwrap();
     let rows: Vec<VarLenArray<u8>> =
         (0..3u8).map(|i| VarLenArray::from_slice(&[i, 0x80, 0x04, i])).collect();
-    entries
-        .new_dataset_builder()
-        .with_data(&rows)
-        .chunk(2)
-        .create("structures")
-        .unwrap();
+    entries.new_dataset_builder().with_data(&rows).chunk(2).create("structures").unwrap();
     ffi::write_utf8_attribute(file.id(), "energy_filter_semantics", "referenced_energy_per_atom")
         .unwrap();
     ffi::write_utf8_attribute(file.id(), "energy_filter_atomic_energies_json", "").unwrap();

@@ -1,0 +1,379 @@
+//! The generic `Backend`: any stowage schema in segment files of the `/torch_cache` container
+//! style ([`crate::segment`]), committed through a checksummed log ([`crate::commit_log`]).
+//!
+//! ```text
+//! <dir>/stowage.log                  commit log: header with the schema, segments, finalize
+//! <dir>/stowage.complete             record count at the last finalize
+//! <dir>/segments/segment_<id>.h5     one HDF5 file per flush
+//! <dir>/.stowage.lock                the writer lock
+//! ```
+//!
+//! `put` buffers; `flush` writes the buffer as a new segment (temporary name, fsync, rename,
+//! directory fsync), then appends and fsyncs its log record: the commit point. A flush costs its
+//! own rows only. A later segment's row for a key replaces an earlier one (overwrite).
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use stowage_core::file_safety::{AppendLog, WriterLock, atomic_write};
+use stowage_core::{
+    Backend, BackendFactory, Capabilities, DType, DynBackend, Error, IoResultExt, OpenMode, Result,
+    Sample, Schema, ValidationLevel, ValidationReport,
+};
+
+use crate::commit_log::{self, CacheHeader, Committed, CompleteMarker, Record, SegmentEntry};
+use crate::error::BACKEND;
+use crate::publish::TempBeside;
+use crate::segment::{self, Segment};
+
+pub(crate) const LOG_NAME: &str = "stowage.log";
+pub(crate) const COMPLETE_NAME: &str = "stowage.complete";
+const SEGMENTS: &str = "segments";
+
+/// What the generic HDF5 backend supports: every dtype, shape rule and field kind, overwrite,
+/// resume and append after finalize, per-row checksums; no zero-copy (values are copied out of
+/// libhdf5). Readers may share a handle across threads; their libhdf5 calls are serialized by
+/// hdf5-metno's global lock (Debian's libhdf5 is not thread-safe).
+///
+/// ```
+/// assert!(stowage_hdf5::capabilities().checksums);
+/// assert!(!stowage_hdf5::capabilities().zero_copy_get);
+/// ```
+pub fn capabilities() -> Capabilities {
+    Capabilities { zero_copy_get: false, dtypes: DType::ALL.to_vec(), ..Capabilities::everything() }
+}
+
+pub(crate) fn segment_path(dir: &Path, id: u64) -> PathBuf {
+    dir.join(SEGMENTS).join(format!("segment_{id:06}.h5"))
+}
+
+/// Where a committed key's sample lives.
+#[derive(Debug, Clone, Copy)]
+struct Location {
+    segment: usize,
+    row: usize,
+}
+
+/// Writing state of an append-mode handle.
+struct WriteState {
+    log: AppendLog,
+    _lock: WriterLock,
+    /// A failed flush poisons the handle.
+    failed: bool,
+}
+
+/// A generic stowage cache stored as HDF5 segments.
+///
+/// ```
+/// use stowage_core::{Backend, DType, OpenMode, Sample, Schema, ShapeRule, Tensor};
+/// use stowage_hdf5::Hdf5Backend;
+/// let dir = tempfile::tempdir()?;
+/// let schema = Schema::new().tensor("x", DType::F64, ShapeRule::RaggedLeading(vec![2]));
+/// let mut cache = Hdf5Backend::create(dir.path(), &schema)?;
+/// cache.put("a", &Sample::new().with("x", Tensor::from_slice(&[1, 2], &[1.0f64, 2.0])?))?;
+/// cache.finalize()?;
+/// drop(cache);
+/// let reader = Hdf5Backend::open(dir.path(), OpenMode::ReadOnly)?;
+/// assert_eq!(reader.get("a")?.unwrap().tensor("x").unwrap().shape(), &[1, 2]);
+/// # Ok::<(), stowage_core::Error>(())
+/// ```
+pub struct Hdf5Backend {
+    dir: PathBuf,
+    schema: Schema,
+    capabilities: Capabilities,
+    committed: Committed,
+    segments: Vec<Segment>,
+    index: HashMap<String, Location>,
+    /// Every key in order of first put.
+    order: Vec<String>,
+    pending: Vec<(String, Sample)>,
+    pending_index: HashMap<String, usize>,
+    writer: Option<WriteState>,
+    /// `finalize` was called on this handle.
+    finalized_here: bool,
+}
+
+impl Hdf5Backend {
+    /// Creates an empty cache in `dir` (absent or empty).
+    ///
+    /// Errors: `Error::Unsupported` for a schema outside [`capabilities`];
+    /// `Error::AlreadyExists` when `dir` holds a cache; `Error::Locked` when a writer holds it.
+    pub fn create(dir: impl AsRef<Path>, schema: &Schema) -> Result<Hdf5Backend> {
+        let dir = dir.as_ref();
+        let capabilities = capabilities();
+        capabilities.check_schema(schema, BACKEND)?;
+        std::fs::create_dir_all(dir.join(SEGMENTS)).at(dir)?;
+        let lock = WriterLock::acquire(dir)?;
+        let log_path = dir.join(LOG_NAME);
+        if log_path.exists() {
+            return Err(Error::AlreadyExists { path: dir.to_path_buf() });
+        }
+        let header = CacheHeader {
+            format: commit_log::FORMAT_NAME.into(),
+            version: commit_log::FORMAT_VERSION,
+            schema: schema.clone(),
+        };
+        let (mut log, _) = AppendLog::open(&log_path, true)?;
+        log.append(&Record::Cache(header.clone()).to_bytes())?;
+        log.sync()?;
+        Ok(Hdf5Backend {
+            dir: dir.to_path_buf(),
+            schema: schema.clone(),
+            capabilities,
+            committed: Committed { header, segments: Vec::new(), finalized: false, records: 1 },
+            segments: Vec::new(),
+            index: HashMap::new(),
+            order: Vec::new(),
+            pending: Vec::new(),
+            pending_index: HashMap::new(),
+            writer: Some(WriteState { log, _lock: lock, failed: false }),
+            finalized_here: false,
+        })
+    }
+
+    /// Opens the cache in `dir`.
+    ///
+    /// Errors: `Error::NotFound` when `dir` holds no cache; `Error::Locked` in append mode when a
+    /// writer holds it; `Error::Corrupted` for a damaged log, a missing or resized segment, or a
+    /// segment libhdf5 refuses.
+    pub fn open(dir: impl AsRef<Path>, mode: OpenMode) -> Result<Hdf5Backend> {
+        let dir = dir.as_ref();
+        let log_path = dir.join(LOG_NAME);
+        if !log_path.is_file() {
+            return Err(Error::NotFound {
+                what: format!("stowage HDF5 cache (no {})", log_path.display()),
+            });
+        }
+        let (committed, writer) = match mode {
+            OpenMode::ReadOnly => {
+                let recovered = AppendLog::read_all(&log_path)?;
+                (commit_log::interpret(&log_path, &recovered)?, None)
+            }
+            OpenMode::Append => {
+                let lock = WriterLock::acquire(dir)?;
+                let (log, recovered) = AppendLog::open(&log_path, false)?;
+                let committed = commit_log::interpret(&log_path, &recovered)?;
+                (committed, Some(WriteState { log, _lock: lock, failed: false }))
+            }
+        };
+        CompleteMarker::read(&dir.join(COMPLETE_NAME))?;
+        let schema = committed.header.schema.clone();
+        let mut backend = Hdf5Backend {
+            dir: dir.to_path_buf(),
+            schema,
+            capabilities: capabilities(),
+            committed: committed.clone(),
+            segments: Vec::new(),
+            index: HashMap::new(),
+            order: Vec::new(),
+            pending: Vec::new(),
+            pending_index: HashMap::new(),
+            writer,
+            finalized_here: false,
+        };
+        for entry in &committed.segments {
+            let segment = backend.open_segment(entry)?;
+            backend.add_segment(segment, true);
+        }
+        Ok(backend)
+    }
+
+    fn open_segment(&self, entry: &SegmentEntry) -> Result<Segment> {
+        let path = segment_path(&self.dir, entry.id);
+        let bytes = std::fs::metadata(&path)
+            .map_err(|e| Error::corrupted(&path, format!("committed segment {}: {e}", entry.id)))?
+            .len();
+        if bytes != entry.bytes {
+            return Err(Error::corrupted(
+                &path,
+                format!("segment holds {bytes} bytes, the commit log says {}", entry.bytes),
+            ));
+        }
+        Segment::open(&path, &self.schema, entry)
+    }
+
+    /// Makes `segment`'s keys resolve to it; `new_keys_in_order` when its keys are not yet in
+    /// `order` (a segment read at open; a flushed one's keys were ordered at put).
+    fn add_segment(&mut self, segment: Segment, new_keys_in_order: bool) {
+        let number = self.segments.len();
+        for (row, key) in segment.keys().iter().enumerate() {
+            let known = self.index.insert(key.clone(), Location { segment: number, row }).is_some();
+            if new_keys_in_order && !known {
+                self.order.push(key.clone());
+            }
+        }
+        self.segments.push(segment);
+    }
+
+    fn writer(&mut self, operation: &str) -> Result<&mut WriteState> {
+        match &mut self.writer {
+            None => Err(Error::unsupported(BACKEND, format!("{operation} on a read-only handle"))),
+            Some(w) if w.failed => Err(Error::invalid(format!(
+                "{operation}: an earlier flush of {} failed; reopen the cache",
+                self.dir.display()
+            ))),
+            Some(w) => Ok(w),
+        }
+    }
+
+    fn write_pending(&mut self) -> Result<()> {
+        let id = self.committed.next_segment_id();
+        let path = segment_path(&self.dir, id);
+        let temp = TempBeside::new(&path)?;
+        let rows: Vec<(&str, &Sample)> =
+            self.pending.iter().map(|(k, s)| (k.as_str(), s)).collect();
+        segment::write(temp.path(), &self.schema, &rows)?;
+        temp.publish(true)?;
+        let (bytes, xxh3) = segment::file_checksum(&path)?;
+        let entry = SegmentEntry { id, rows: rows.len() as u64, bytes, xxh3 };
+        let writer = self.writer.as_mut().expect("checked by the caller");
+        writer.log.append(&Record::Segment(entry).to_bytes())?;
+        writer.log.sync()?;
+        self.committed.segments.push(entry);
+        self.committed.records += 1;
+        self.committed.finalized = false;
+        let segment = self.open_segment(&entry)?;
+        self.add_segment(segment, false);
+        self.pending.clear();
+        self.pending_index.clear();
+        Ok(())
+    }
+
+    fn poison_on_error<T>(&mut self, result: Result<T>) -> Result<T> {
+        if result.is_err()
+            && let Some(writer) = &mut self.writer
+        {
+            writer.failed = true;
+        }
+        result
+    }
+}
+
+impl Backend for Hdf5Backend {
+    fn name(&self) -> &'static str {
+        BACKEND
+    }
+
+    fn capabilities(&self) -> &Capabilities {
+        &self.capabilities
+    }
+
+    fn schema(&self) -> &Schema {
+        &self.schema
+    }
+
+    fn path(&self) -> &Path {
+        &self.dir
+    }
+
+    fn put(&mut self, key: &str, sample: &Sample) -> Result<()> {
+        self.writer("put")?;
+        // A handle refuses puts after its own finalize; a handle reopened in append mode on a
+        // finalized cache takes them (append_after_finalize).
+        if self.finalized_here {
+            return Err(Error::Finalized { path: self.dir.clone() });
+        }
+        self.capabilities.check_key(key, BACKEND)?;
+        self.schema.validate(sample)?;
+        match self.pending_index.get(key) {
+            Some(&at) => self.pending[at].1 = sample.clone(),
+            None => {
+                if !self.index.contains_key(key) {
+                    self.order.push(key.to_owned());
+                }
+                self.pending_index.insert(key.to_owned(), self.pending.len());
+                self.pending.push((key.to_owned(), sample.clone()));
+            }
+        }
+        Ok(())
+    }
+
+    fn get(&self, key: &str) -> Result<Option<Sample>> {
+        if let Some(&at) = self.pending_index.get(key) {
+            return Ok(Some(self.pending[at].1.clone()));
+        }
+        match self.index.get(key) {
+            Some(location) => {
+                self.segments[location.segment].read(&self.schema, location.row).map(Some)
+            }
+            None => Ok(None),
+        }
+    }
+
+    fn contains(&self, key: &str) -> Result<bool> {
+        Ok(self.pending_index.contains_key(key) || self.index.contains_key(key))
+    }
+
+    fn len(&self) -> usize {
+        self.order.len()
+    }
+
+    fn keys(&self) -> Result<Vec<String>> {
+        Ok(self.order.clone())
+    }
+
+    fn flush(&mut self) -> Result<()> {
+        self.writer("flush")?;
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let result = self.write_pending();
+        self.poison_on_error(result)
+    }
+
+    fn finalize(&mut self) -> Result<()> {
+        self.flush()?;
+        let result = (|| {
+            let writer = self.writer("finalize")?;
+            writer.log.append(&Record::Finalized(()).to_bytes())?;
+            writer.log.sync()?;
+            self.committed.records += 1;
+            self.committed.finalized = true;
+            let marker = CompleteMarker { log_records: self.committed.records };
+            atomic_write(
+                self.dir.join(COMPLETE_NAME),
+                &serde_json::to_vec(&marker).expect("serializes"),
+            )
+        })();
+        let result = self.poison_on_error(result);
+        if result.is_ok() {
+            self.finalized_here = true;
+        }
+        result
+    }
+
+    fn is_finalized(&self) -> bool {
+        self.committed.finalized && self.pending.is_empty()
+    }
+
+    fn validate(&self, level: ValidationLevel) -> Result<ValidationReport> {
+        crate::validate::validate(&self.dir, &self.schema, level)
+    }
+}
+
+/// Creates and opens [`Hdf5Backend`] caches.
+///
+/// ```
+/// use stowage_core::BackendFactory;
+/// assert_eq!(stowage_hdf5::Hdf5Factory.name(), "hdf5");
+/// ```
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Hdf5Factory;
+
+impl BackendFactory for Hdf5Factory {
+    fn name(&self) -> &'static str {
+        BACKEND
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        capabilities()
+    }
+
+    fn create(&self, dir: &Path, schema: &Schema) -> Result<Box<DynBackend>> {
+        Ok(Box::new(Hdf5Backend::create(dir, schema)?))
+    }
+
+    fn open(&self, dir: &Path, mode: OpenMode) -> Result<Box<DynBackend>> {
+        Ok(Box::new(Hdf5Backend::open(dir, mode)?))
+    }
+}

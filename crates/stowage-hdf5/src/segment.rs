@@ -1,0 +1,285 @@
+//! One segment of a generic cache: an HDF5 file in the `/torch_cache` container style holding any
+//! stowage schema as one section.
+//!
+//! ```text
+//! /torch_cache                 attrs: cache_format "stowage.hdf5.samples.v1", schema_json
+//! /torch_cache/samples/index   compound {cache_row i64, checksum u64}, one row per sample
+//! /torch_cache/samples/keys    VLEN<u8>: the key's UTF-8 bytes
+//! /torch_cache/samples/shapes  VLEN<i64>: per field, -1 for null, else the rank then the dims
+//! /torch_cache/samples/fields/<i>  VLEN<element>: field i's C-order values (bytes and JSON as u8)
+//! ```
+//!
+//! Every dataset is chunked and extendible with shuffle + deflate 5 + Fletcher32, so damage to a
+//! chunk is an error when it is read. Variable-length values live in HDF5's global heap, which has
+//! no checksum: `checksum` (xxh3-64 over the key, the shape row and every field's bytes, in the
+//! Fletcher32-protected index) covers them, so damaged bytes are never returned as data.
+
+use std::path::{Path, PathBuf};
+
+use hdf5::{Group, H5Type};
+use stowage_core::bytes::Bytes;
+use stowage_core::{DType, Error, FieldKind, IoResultExt, Result, Sample, Schema, Tensor, Value};
+use xxhash_rust::xxh3::Xxh3;
+
+use crate::columns::{ColumnReader, ColumnWriter, i64s, le_bytes_i64};
+use crate::commit_log::SegmentEntry;
+use crate::error::{read_error, write_error};
+use crate::ffi::{self, Element};
+use crate::index_tables::{read_index, write_index};
+use crate::layout::TORCH_CACHE;
+
+/// `cache_format` of a generic segment.
+pub const SAMPLES_FORMAT: &str = "stowage.hdf5.samples.v1";
+/// The section's group inside `/torch_cache`.
+pub const SAMPLES: &str = "samples";
+
+/// One row of `samples/index`.
+#[derive(H5Type, Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(C, packed)]
+pub(crate) struct SampleIndexRow {
+    pub cache_row: i64,
+    pub checksum: u64,
+}
+
+/// How field values are stored: the element type of their variable-length dataset.
+fn element(kind: &FieldKind) -> Element {
+    match kind {
+        FieldKind::Tensor { dtype, .. } => match dtype {
+            DType::Bool | DType::U8 => Element::U8,
+            DType::U16 | DType::F16 | DType::BF16 => Element::U16,
+            DType::U32 => Element::U32,
+            DType::U64 => Element::U64,
+            DType::I8 => Element::I8,
+            DType::I16 => Element::I16,
+            DType::I32 => Element::I32,
+            DType::I64 => Element::I64,
+            DType::F32 => Element::F32,
+            DType::F64 => Element::F64,
+        },
+        FieldKind::Bytes | FieldKind::Json { .. } => Element::U8,
+    }
+}
+
+/// The shape row and the field bytes of one sample, and their checksum.
+fn encode(schema: &Schema, key: &str, sample: &Sample) -> (Vec<i64>, Vec<Vec<u8>>, u64) {
+    let mut shapes = Vec::new();
+    let mut fields = Vec::with_capacity(schema.fields.len());
+    for spec in &schema.fields {
+        let bytes: Vec<u8> = match sample.get(&spec.name) {
+            None | Some(Value::Null) => {
+                shapes.push(-1);
+                Vec::new()
+            }
+            Some(Value::Tensor(t)) => {
+                shapes.push(t.shape().len() as i64);
+                shapes.extend(t.shape().iter().map(|&d| d as i64));
+                t.bytes().to_vec()
+            }
+            Some(Value::Bytes(b)) => {
+                shapes.extend([1, b.len() as i64]);
+                b.to_vec()
+            }
+            Some(Value::Json(text)) => {
+                shapes.extend([1, text.len() as i64]);
+                text.as_bytes().to_vec()
+            }
+        };
+        fields.push(bytes);
+    }
+    let checksum = checksum(key.as_bytes(), &le_bytes_i64(&shapes), &fields);
+    (shapes, fields, checksum)
+}
+
+/// xxh3-64 over the key, the shape row and each field's bytes, each length-prefixed.
+fn checksum(key: &[u8], shapes: &[u8], fields: &[Vec<u8>]) -> u64 {
+    let mut hasher = Xxh3::new();
+    for part in
+        std::iter::once(key).chain(std::iter::once(shapes)).chain(fields.iter().map(Vec::as_slice))
+    {
+        hasher.update(&(part.len() as u64).to_le_bytes());
+        hasher.update(part);
+    }
+    hasher.digest()
+}
+
+/// Writes `rows` (already validated against `schema`) as a segment file at `path` (built by the
+/// caller under a temporary name).
+pub(crate) fn write(path: &Path, schema: &Schema, rows: &[(&str, &Sample)]) -> Result<()> {
+    let failed = |what: &str| {
+        let what = what.to_owned();
+        move |e| write_error(path, &what, e)
+    };
+    let file = hdf5::File::with_options()
+        .with_fapl(|fapl| fapl.libver_v110())
+        .create(path)
+        .map_err(failed("creating"))?;
+    let root = file.create_group(TORCH_CACHE).map_err(failed("creating /torch_cache"))?;
+    let schema_json = serde_json::to_string(schema).expect("schemas serialize");
+    ffi::write_utf8_attribute(root.id(), "cache_format", SAMPLES_FORMAT)
+        .and_then(|()| ffi::write_utf8_attribute(root.id(), "schema_json", &schema_json))
+        .map_err(|e| write_error(path, "/torch_cache attributes", e))?;
+    let section = root.create_group(SAMPLES).map_err(failed("creating the section"))?;
+    let fields = section.create_group("fields").map_err(failed("creating fields"))?;
+    let mut keys = ColumnWriter::create(path, &section, "keys", Element::U8)?;
+    let mut shapes = ColumnWriter::create(path, &section, "shapes", Element::I64)?;
+    let mut columns = schema
+        .fields
+        .iter()
+        .enumerate()
+        .map(|(i, spec)| ColumnWriter::create(path, &fields, &i.to_string(), element(&spec.kind)))
+        .collect::<Result<Vec<_>>>()?;
+    let mut index = Vec::with_capacity(rows.len());
+    for (row, (key, sample)) in rows.iter().enumerate() {
+        let (shape_row, field_rows, checksum) = encode(schema, key, sample);
+        keys.push(key.as_bytes().to_vec())?;
+        shapes.push(le_bytes_i64(&shape_row))?;
+        for (column, bytes) in columns.iter_mut().zip(field_rows) {
+            column.push(bytes)?;
+        }
+        index.push(SampleIndexRow { cache_row: row as i64, checksum });
+    }
+    for column in columns.iter_mut().chain([&mut keys, &mut shapes]) {
+        column.write_pending()?;
+    }
+    write_index(path, &section, &index, true)?;
+    drop((keys, shapes, columns, fields, section, root));
+    file.close().map_err(failed("closing"))
+}
+
+/// The size and xxh3-64 of the file at `path`, streamed.
+pub(crate) fn file_checksum(path: &Path) -> Result<(u64, u64)> {
+    use std::io::Read;
+    let mut file = std::fs::File::open(path).at(path)?;
+    let mut hasher = Xxh3::new();
+    let mut buffer = vec![0u8; 1 << 20];
+    let mut total = 0u64;
+    loop {
+        let n = file.read(&mut buffer).at(path)?;
+        if n == 0 {
+            return Ok((total, hasher.digest()));
+        }
+        hasher.update(&buffer[..n]);
+        total += n as u64;
+    }
+}
+
+/// An open segment: keys and shape rows in memory, field values read per `get`.
+pub(crate) struct Segment {
+    path: PathBuf,
+    keys: Vec<String>,
+    shapes: Vec<Vec<i64>>,
+    checksums: Vec<u64>,
+    columns: Vec<ColumnReader>,
+    _file: hdf5::File,
+}
+
+impl Segment {
+    /// Opens the segment at `path` committed as `entry`: its size and whole-file checksum are
+    /// checked before libhdf5 parses it, then that it holds `entry.rows` samples of `schema`.
+    pub fn open(path: &Path, schema: &Schema, entry: &SegmentEntry) -> Result<Segment> {
+        let (bytes, xxh3) = file_checksum(path)?;
+        if (bytes, xxh3) != (entry.bytes, entry.xxh3) {
+            return Err(Error::corrupted(
+                path,
+                format!(
+                    "segment of {bytes} bytes with xxh3 {xxh3:016x}, the commit log records {} \
+                     bytes with xxh3 {:016x}",
+                    entry.bytes, entry.xxh3
+                ),
+            ));
+        }
+        let rows = entry.rows;
+        let file = hdf5::File::open(path).map_err(|e| read_error(path, "opening", e))?;
+        let section: Group = file
+            .group(&format!("{TORCH_CACHE}/{SAMPLES}"))
+            .map_err(|e| read_error(path, "opening the samples section", e))?;
+        let fields = section.group("fields").map_err(|e| read_error(path, "fields", e))?;
+        let index = read_index::<SampleIndexRow>(path, &section)?;
+        let keys = ColumnReader::open(path, &section, "keys", Element::U8)?.read_all()?;
+        let shapes = ColumnReader::open(path, &section, "shapes", Element::I64)?.read_all()?;
+        let columns = schema
+            .fields
+            .iter()
+            .enumerate()
+            .map(|(i, spec)| ColumnReader::open(path, &fields, &i.to_string(), element(&spec.kind)))
+            .collect::<Result<Vec<_>>>()?;
+        let counts = [index.len() as u64, keys.len() as u64, shapes.len() as u64];
+        let short = columns.iter().map(ColumnReader::rows).chain(counts).find(|&n| n != rows);
+        if let Some(found) = short {
+            return Err(Error::corrupted(
+                path,
+                format!("a dataset of the segment holds {found} rows, the commit log says {rows}"),
+            ));
+        }
+        let keys = keys
+            .into_iter()
+            .enumerate()
+            .map(|(row, bytes)| {
+                String::from_utf8(bytes)
+                    .map_err(|_| Error::corrupted(path, format!("key of row {row} is not UTF-8")))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Segment {
+            path: path.to_path_buf(),
+            keys,
+            shapes: shapes.iter().map(|b| i64s(b)).collect(),
+            checksums: index.iter().map(|r| r.checksum).collect(),
+            columns,
+            _file: file,
+        })
+    }
+
+    /// The keys, by row.
+    pub fn keys(&self) -> &[String] {
+        &self.keys
+    }
+
+    /// The sample of row `row`, checked against its checksum.
+    pub fn read(&self, schema: &Schema, row: usize) -> Result<Sample> {
+        let key = &self.keys[row];
+        let corrupted =
+            |detail: String| Error::corrupted(&self.path, format!("key {key:?}: {detail}"));
+        let fields: Vec<Vec<u8>> =
+            self.columns.iter().map(|c| c.read(row as u64)).collect::<Result<_>>()?;
+        let shapes = &self.shapes[row];
+        let stored = self.checksums[row];
+        let computed = checksum(key.as_bytes(), &le_bytes_i64(shapes), &fields);
+        if computed != stored {
+            return Err(corrupted(format!(
+                "checksum {computed:016x} of the stored bytes != recorded {stored:016x}"
+            )));
+        }
+        let mut dims = shapes.iter().copied();
+        let mut sample = Sample::new();
+        for (spec, bytes) in schema.fields.iter().zip(fields) {
+            let rank = dims.next().ok_or_else(|| corrupted("shape row too short".into()))?;
+            if rank < 0 {
+                sample.insert(spec.name.as_str(), Value::Null);
+                continue;
+            }
+            let shape = (0..rank)
+                .map(|_| dims.next().and_then(|d| usize::try_from(d).ok()))
+                .collect::<Option<Vec<usize>>>()
+                .ok_or_else(|| corrupted(format!("field {:?}: bad shape row", spec.name)))?;
+            let value = match &spec.kind {
+                FieldKind::Tensor { dtype, .. } => Value::Tensor(
+                    Tensor::new(*dtype, shape, bytes)
+                        .map_err(|e| corrupted(format!("field {:?}: {e}", spec.name)))?,
+                ),
+                FieldKind::Bytes => Value::Bytes(Bytes::from(bytes)),
+                FieldKind::Json { .. } => {
+                    Value::Json(String::from_utf8(bytes).map_err(|_| {
+                        corrupted(format!("field {:?}: JSON is not UTF-8", spec.name))
+                    })?)
+                }
+            };
+            sample.insert(spec.name.as_str(), value);
+        }
+        Ok(sample)
+    }
+
+    /// Rows in the segment.
+    pub fn rows(&self) -> usize {
+        self.keys.len()
+    }
+}
