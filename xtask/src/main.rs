@@ -18,9 +18,11 @@ cargo xtask <command> [flag]
 
 Commands:
   test            Run every test of the project, stopping at the first failure:
-                    1. prerequisites: python3 with numpy and xxhash (installed with pip when
-                       missing), rustfmt and clippy (rustup component add when missing), the
-                       reference caches (required when CI is set)
+                    1. prerequisites: libhdf5-dev and pkg-config for stowage-hdf5 (apt-get
+                       install -y when missing; the error names them when apt-get fails),
+                       python3 with numpy, xxhash, pyarrow, tables and h5py (installed with
+                       pip when missing), rustfmt and clippy (rustup component add when
+                       missing), the reference caches (required when CI is set)
                     2. cargo fmt --all -- --check
                     3. cargo clippy --workspace --all-targets -- -D warnings
                     4. cargo test --workspace   (STOWAGE_REQUIRE_PYTHON=1; STOWAGE_REQUIRE_REFERENCE=1

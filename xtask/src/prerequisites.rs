@@ -13,6 +13,9 @@ pub const PYTHON: &str = "python3";
 
 const PYTHON_INTEROP: &str = "the Python interop tests";
 
+/// stowage-hdf5 links the system libhdf5 (found through pkg-config) at build time.
+const HDF5_BACKEND: &str = "the HDF5 backend (stowage-hdf5 links libhdf5)";
+
 /// How a prerequisite is checked and installed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Installer {
@@ -46,7 +49,6 @@ const fn pip(
     Prerequisite { package, installer: Installer::Pip { module }, needed_for }
 }
 
-#[allow(dead_code)] // The apt machinery is in place for the HDF5 backend's `libhdf5-dev`.
 const fn apt(package: &'static str, needed_for: &'static str) -> Prerequisite {
     Prerequisite { package, installer: Installer::Apt, needed_for }
 }
@@ -61,9 +63,13 @@ const fn apt(package: &'static str, needed_for: &'static str) -> Prerequisite {
 /// apt("libhdf5-dev", "the HDF5 backend"),
 /// ```
 pub const PREREQUISITES: &[Prerequisite] = &[
+    apt("libhdf5-dev", HDF5_BACKEND),
+    apt("pkg-config", HDF5_BACKEND),
     pip("numpy", "numpy", PYTHON_INTEROP),
     pip("xxhash", "xxhash", PYTHON_INTEROP),
     pip("pyarrow", "pyarrow", PYTHON_INTEROP),
+    pip("tables", "tables", PYTHON_INTEROP),
+    pip("h5py", "h5py", PYTHON_INTEROP),
 ];
 
 /// Checks every prerequisite in `wanted` and installs the missing ones, saying so.
@@ -259,12 +265,21 @@ mod tests {
 
     #[test]
     fn install_line_names_packages_and_purpose_once() {
-        let line = format!(
-            "xtask: installing {} for {}",
-            package_names(PREREQUISITES),
-            purposes(PREREQUISITES)
+        let python: Vec<Prerequisite> = PREREQUISITES
+            .iter()
+            .copied()
+            .filter(|p| matches!(p.installer, Installer::Pip { .. }))
+            .collect();
+        let line =
+            format!("xtask: installing {} for {}", package_names(&python), purposes(&python));
+        assert_eq!(
+            line,
+            "xtask: installing numpy xxhash pyarrow tables h5py for the Python interop tests"
         );
-        assert_eq!(line, "xtask: installing numpy xxhash pyarrow for the Python interop tests");
+        assert_eq!(
+            purposes(PREREQUISITES),
+            "the HDF5 backend (stowage-hdf5 links libhdf5) and the Python interop tests"
+        );
     }
 
     #[test]

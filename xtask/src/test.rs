@@ -18,7 +18,7 @@ pub fn run(quick: bool) -> Result<(), String> {
     let step_started = Instant::now();
     let python = prerequisites::python_version()?;
     prerequisites::ensure(PREREQUISITES)?;
-    println!("xtask: {python} with numpy and xxhash");
+    println!("xtask: {python} with numpy, xxhash, pyarrow, tables and h5py; libhdf5-dev present");
     if !quick {
         prerequisites::ensure_rust_components()?;
         println!("xtask: rustfmt and clippy present");

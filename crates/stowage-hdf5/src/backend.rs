@@ -67,7 +67,7 @@ struct WriteState {
 /// ```
 /// use stowage_core::{Backend, DType, OpenMode, Sample, Schema, ShapeRule, Tensor};
 /// use stowage_hdf5::Hdf5Backend;
-/// let dir = tempfile::tempdir()?;
+/// let dir = tempfile::tempdir().map_err(|e| stowage_core::Error::io("tempdir", e))?;
 /// let schema = Schema::new().tensor("x", DType::F64, ShapeRule::RaggedLeading(vec![2]));
 /// let mut cache = Hdf5Backend::create(dir.path(), &schema)?;
 /// cache.put("a", &Sample::new().with("x", Tensor::from_slice(&[1, 2], &[1.0f64, 2.0])?))?;

@@ -181,10 +181,8 @@ pub fn row_count(dataset: hid_t) -> Outcome<u64> {
             return Err(Failure(format!("dataset has rank {rank}, expected 1")));
         }
         // SAFETY: rank is 1, so one element of `dims` is written.
-        check(
-            unsafe { H5Sget_simple_extent_dims(space.0, dims.as_mut_ptr(), ptr::null_mut()) },
-            "H5Sget_simple_extent_dims",
-        )?;
+        let ret = unsafe { H5Sget_simple_extent_dims(space.0, dims.as_mut_ptr(), ptr::null_mut()) };
+        check(ret, "H5Sget_simple_extent_dims")?;
         Ok(dims[0])
     })
 }
@@ -305,9 +303,11 @@ pub fn read_vlen_rows(
             .iter()
             .map(|cell| match cell.len.checked_mul(size) {
                 Some(0) => Ok(Vec::new()),
-                // SAFETY: libhdf5 allocated `cell.len` elements at `cell.p`, valid until reclaimed.
                 Some(n) if !cell.p.is_null() => {
-                    Ok(unsafe { std::slice::from_raw_parts(cell.p.cast::<u8>(), n) }.to_vec())
+                    // SAFETY: libhdf5 allocated `cell.len` elements at `cell.p`, valid until
+                    // the reclaim below.
+                    let bytes = unsafe { std::slice::from_raw_parts(cell.p.cast::<u8>(), n) };
+                    Ok(bytes.to_vec())
                 }
                 _ => Err(Failure(format!("variable-length row of {} elements", cell.len))),
             })
