@@ -2,22 +2,24 @@
 //! byte as data (torchcachex stores no checksums; it never sees this file).
 //!
 //! ```text
-//! header (crate::framed): magic "STWSUMS1" | rows
+//! header (crate::framed): magic "STWSUMS2" | rows
 //! body: one u64 per row, xxh3 of the row's key and sample (see `of_sample`)
 //! ```
 //!
 //! A row's checksum covers what a reader decodes: the key, then every field by name, sorted,
-//! with its kind, and for a tensor its dtype, shape and bytes. A writer hashes a sample in its
-//! stored form (a null blob is stored, and read back, as empty bytes).
+//! with its kind, and for a tensor its dtype, shape and the xxh3 of its bytes (version 2; version
+//! 1, `STWSUMS1`, streamed the bytes themselves and is refused as damage). A writer hashes a sample in its
+//! stored form (a field it lacks is stored, and read back, as null).
 
 use std::path::{Path, PathBuf};
 
+use stowage_core::prefetch::{PREFETCH_BLOCK, consume_prefetched, prefetch};
 use stowage_core::{Result, Sample, Value};
-use xxhash_rust::xxh3::Xxh3;
+use xxhash_rust::xxh3::{Xxh3, xxh3_64};
 
 use crate::framed::{self, Framed, HEADER};
 
-const MAGIC: &[u8; 8] = b"STWSUMS1";
+const MAGIC: &[u8; 8] = b"STWSUMS2";
 
 /// The checksum file's path beside its segment: `segment_<id>.sums`.
 pub fn sums_path(segment: &Path) -> PathBuf {
@@ -37,35 +39,59 @@ pub fn sums_path(segment: &Path) -> PathBuf {
 /// ```
 pub fn of_sample(key: &str, sample: &Sample) -> u64 {
     let mut hasher = Xxh3::new();
-    let mut field = |bytes: &[u8]| {
-        hasher.update(&(bytes.len() as u64).to_le_bytes());
-        hasher.update(bytes);
-    };
-    field(key.as_bytes());
-    let mut fields: Vec<(&str, &Value)> = sample.fields().collect();
-    fields.sort_unstable_by_key(|(name, _)| *name);
-    for (name, value) in fields {
-        field(name.as_bytes());
-        match value {
-            Value::Null => field(b"null"),
-            Value::Tensor(tensor) => {
-                field(tensor.dtype().torch_name().as_bytes());
-                let dims: Vec<u8> =
-                    tensor.shape().iter().flat_map(|&d| (d as u64).to_le_bytes()).collect();
-                field(&dims);
-                field(tensor.bytes());
-            }
-            Value::Bytes(bytes) => {
-                field(b"bytes");
-                field(&bytes[..]);
-            }
-            Value::Json(text) => {
-                field(b"json");
-                field(text.as_bytes());
-            }
-        }
+    field(&mut hasher, key.as_bytes());
+    if sample.field_names().is_sorted() {
+        sample.fields().for_each(|(name, value)| named_value(&mut hasher, name, value));
+    } else {
+        let mut fields: Vec<(&str, &Value)> = sample.fields().collect();
+        fields.sort_unstable_by_key(|(name, _)| *name);
+        fields.into_iter().for_each(|(name, value)| named_value(&mut hasher, name, value));
     }
     hasher.digest()
+}
+
+/// A tensor's bytes enter the checksum as their own xxh3 digest: hashing them in one pass, in
+/// place, is about twice as fast as streaming them (the streaming hasher copies its input through
+/// a buffer), and a read's row is usually not in the CPU cache, so its lines are requested first.
+fn tensor_digest(bytes: &[u8]) -> u64 {
+    if bytes.len() <= PREFETCH_BLOCK {
+        prefetch(bytes);
+        return xxh3_64(bytes);
+    }
+    let mut hasher = Xxh3::new();
+    consume_prefetched(bytes, |block| hasher.update(block));
+    hasher.digest()
+}
+
+/// One length-prefixed field of the checksum.
+fn field(hasher: &mut Xxh3, bytes: &[u8]) {
+    hasher.update(&(bytes.len() as u64).to_le_bytes());
+    hasher.update(bytes);
+}
+
+/// A sample field's part of the checksum: its name, kind and content.
+fn named_value(hasher: &mut Xxh3, name: &str, value: &Value) {
+    field(hasher, name.as_bytes());
+    match value {
+        Value::Null => field(hasher, b"null"),
+        Value::Tensor(tensor) => {
+            field(hasher, tensor.dtype().torch_name().as_bytes());
+            // The shape as one field of little-endian u64 dims, without collecting it.
+            hasher.update(&(tensor.shape().len() as u64 * 8).to_le_bytes());
+            for &dim in tensor.shape() {
+                hasher.update(&(dim as u64).to_le_bytes());
+            }
+            field(hasher, &tensor_digest(tensor.bytes()).to_le_bytes());
+        }
+        Value::Bytes(bytes) => {
+            field(hasher, b"bytes");
+            field(hasher, &bytes[..]);
+        }
+        Value::Json(text) => {
+            field(hasher, b"json");
+            field(hasher, text.as_bytes());
+        }
+    }
 }
 
 /// The bytes of the checksum file of a segment whose rows have checksums `sums`.
@@ -110,6 +136,13 @@ impl RowSums {
         Some(u64::from_le_bytes(bytes.try_into().expect("8 bytes")))
     }
 
+    /// Asks the CPU to load the checksum of row `row` (a hint for batched reads).
+    pub fn prefetch(&self, row: usize) {
+        if let Some(sum) = self.file.body().get(row.saturating_mul(8)..) {
+            stowage_core::prefetch::prefetch(&sum[..sum.len().min(8)]);
+        }
+    }
+
     /// Checks the stored checksums against their own checksum.
     pub fn verify(&self) -> Result<()> {
         self.file.verify()
@@ -125,6 +158,45 @@ impl RowSums {
 mod tests {
     use super::*;
     use stowage_core::{Error, Tensor};
+
+    /// The checksum as the module docs define it, built as one byte string and hashed at once:
+    /// the streaming form (sorted in place or not, tensors larger than a prefetch block) must
+    /// give the same value, or every stored checksum would stop matching.
+    #[test]
+    fn the_checksum_is_xxh3_of_the_length_prefixed_fields_sorted_by_name_tensors_by_digest() {
+        let big: Vec<u16> = (0..5000).collect();
+        let tensor = Tensor::from_slice(&[2, 2500], &big).unwrap();
+        let sample = Sample::new()
+            .with("z", Value::Json("{}".into()))
+            .with("a", tensor.clone())
+            .with("m", Value::Bytes(stowage_core::bytes::Bytes::from_static(b"raw")))
+            .with("b", Value::Null);
+        let mut bytes = Vec::new();
+        let mut field = |part: &[u8]| {
+            bytes.extend_from_slice(&(part.len() as u64).to_le_bytes());
+            bytes.extend_from_slice(part);
+        };
+        field(b"key");
+        field(b"a");
+        field(b"torch.uint16");
+        field(&[2u64, 2500].iter().flat_map(|d| d.to_le_bytes()).collect::<Vec<u8>>());
+        field(&xxhash_rust::xxh3::xxh3_64(tensor.bytes()).to_le_bytes());
+        field(b"b");
+        field(b"null");
+        field(b"m");
+        field(b"bytes");
+        field(b"raw");
+        field(b"z");
+        field(b"json");
+        field(b"{}");
+        let expected = xxhash_rust::xxh3::xxh3_64(&bytes);
+        assert_eq!(of_sample("key", &sample), expected);
+        let mut sorted = Sample::new();
+        for name in ["a", "b", "m", "z"] {
+            sorted.insert(name, sample.get(name).unwrap().clone());
+        }
+        assert_eq!(of_sample("key", &sorted), expected, "already sorted: the same value");
+    }
 
     #[test]
     fn written_sums_read_back_and_damage_is_corruption() {

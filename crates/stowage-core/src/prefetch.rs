@@ -24,6 +24,30 @@ pub fn prefetch(bytes: &[u8]) {
     }
 }
 
+/// Feeds `bytes` to `consume` in blocks of [`PREFETCH_BLOCK`], the first block requested before
+/// `consume` starts and each next one while the current one is consumed: a streaming hash over a
+/// cold row then overlaps its loads as a copy would.
+///
+/// ```
+/// let row: Vec<u8> = (0..10_000u32).map(|i| i as u8).collect();
+/// let mut seen = Vec::new();
+/// stowage_core::prefetch::consume_prefetched(&row, |block| seen.extend_from_slice(block));
+/// assert_eq!(seen, row);
+/// ```
+#[inline]
+pub fn consume_prefetched(bytes: &[u8], mut consume: impl FnMut(&[u8])) {
+    let mut blocks = bytes.chunks(PREFETCH_BLOCK).peekable();
+    if let Some(first) = blocks.peek() {
+        prefetch(first);
+    }
+    while let Some(block) = blocks.next() {
+        if let Some(next) = blocks.peek() {
+            prefetch(next);
+        }
+        consume(block);
+    }
+}
+
 /// Asks the CPU to start loading the first cache line of `value` (a hint, as [`prefetch`]): for an
 /// index entry a lookup will read next.
 ///

@@ -4,7 +4,7 @@
 //! (see [`stowage_core::prefetch`]). The first block of lines is requested before hashing starts,
 //! each next block while the current one is hashed.
 
-use stowage_core::prefetch::{PREFETCH_BLOCK, prefetch};
+use stowage_core::prefetch::{PREFETCH_BLOCK, consume_prefetched, prefetch};
 use xxhash_rust::xxh64::Xxh64;
 
 /// The NUMPY_10 checksum (xxh64, seed 0) of `bytes`, equal to [`crate::record::xxh64`], computed
@@ -14,15 +14,8 @@ pub fn xxh64_cold(bytes: &[u8]) -> u64 {
         prefetch(bytes);
         return crate::record::xxh64(bytes);
     }
-    prefetch(&bytes[..PREFETCH_BLOCK]);
     let mut hasher = Xxh64::new(0);
-    let mut blocks = bytes.chunks(PREFETCH_BLOCK).peekable();
-    while let Some(block) = blocks.next() {
-        if let Some(next) = blocks.peek() {
-            prefetch(next);
-        }
-        hasher.update(block);
-    }
+    consume_prefetched(bytes, |block| hasher.update(block));
     hasher.digest()
 }
 

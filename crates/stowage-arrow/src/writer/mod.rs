@@ -223,20 +223,24 @@ impl Writer {
         reader.reload_merged(through)
     }
 
-    /// Merges every committed segment into the key index now, on this thread.
+    /// Merges every committed segment into the key index now, on this thread (nothing to do when
+    /// the merged index already covers them all).
     pub fn merge_now(&mut self, reader: &mut CacheReader) -> Result<()> {
         self.collect(true, reader)?;
         self.finish_merge(true, reader)?;
         let Some(&through) = self.committed.last() else { return Ok(()) };
+        if self.merged_through == Some(through) {
+            return Ok(());
+        }
         let keys = merge_committed(&self.layout, &self.committed, self.merged_through)?;
         self.record_merge(through, keys, reader)
     }
 
-    /// Waits for every write and merge, then commits the `finalized` record and writes
-    /// `stowage.complete`.
+    /// Waits for every write, merges every segment into the key index (so that a lookup in a
+    /// finalized cache probes one table, not up to `merge_after` sidecars), then commits the
+    /// `finalized` record and writes `stowage.complete`.
     pub fn finalize(&mut self, reader: &mut CacheReader) -> Result<()> {
-        self.collect(true, reader)?;
-        self.finish_merge(true, reader)?;
+        self.merge_now(reader)?;
         self.submit_record(Record::Finalized(()));
         self.collect(true, reader)?;
         // The log counts records through the committer; ask the file.
