@@ -13,10 +13,19 @@
 //! torchcachex's placeholder for a missing value: null, as is an Arrow null. Pickled values stay
 //! opaque bytes.
 
-use arrow_array::{
-    Array, BinaryArray, BooleanArray, Int64Array, ListArray, RecordBatch, StringArray,
+use std::sync::Arc;
+
+use arrow_array::types::{
+    ArrowPrimitiveType, Float16Type, Float32Type, Float64Type, Int8Type, Int16Type, Int32Type,
+    Int64Type, UInt8Type, UInt16Type, UInt32Type, UInt64Type,
 };
+use arrow_array::{
+    Array, BinaryArray, BooleanArray, Int64Array, ListArray, PrimitiveArray, RecordBatch,
+    StringArray,
+};
+use arrow_buffer::Buffer;
 use stowage_core::bytes::Bytes;
+use stowage_core::prefetch::{prefetch, prefetch_value};
 use stowage_core::{DType, Sample, Tensor, Value};
 
 use crate::schema_json::OutputStructure;
@@ -31,8 +40,8 @@ pub const BLOB_FIELD: &str = "blob";
 pub enum ColumnGroup {
     /// A tensor.
     Tensor {
-        /// The sample field name.
-        name: String,
+        /// The sample field name (shared by every decoded sample: no allocation per row).
+        name: Arc<str>,
         /// The element type (from the `_data` column's type and metadata).
         dtype: DType,
         /// Position of its `_data` (`list<T>`) column.
@@ -43,14 +52,14 @@ pub enum ColumnGroup {
     /// Opaque bytes.
     Blob {
         /// The sample field name.
-        name: String,
+        name: Arc<str>,
         /// Position of its `_blob` (binary) column.
         column: usize,
     },
     /// JSON text.
     Json {
         /// The sample field name.
-        name: String,
+        name: Arc<str>,
         /// Position of its `_json` (utf8) column.
         column: usize,
     },
@@ -59,6 +68,10 @@ pub enum ColumnGroup {
 impl ColumnGroup {
     /// The sample field name.
     pub fn name(&self) -> &str {
+        self.shared_name()
+    }
+
+    fn shared_name(&self) -> &Arc<str> {
         match self {
             ColumnGroup::Tensor { name, .. }
             | ColumnGroup::Blob { name, .. }
@@ -146,7 +159,7 @@ pub fn decode_row(
                 }
             }
         };
-        sample.insert(group.name(), value);
+        sample.insert(group.shared_name().clone(), value);
     }
     Ok(sample)
 }
@@ -176,16 +189,7 @@ fn decode_tensor(
     if data.is_null(row) || shape.is_null(row) {
         return Ok(Value::Null);
     }
-    let dims = shape.value(row);
-    let dims = dims.as_any().downcast_ref::<Int64Array>().ok_or("shape is not a list of int64")?;
-    if dims.null_count() > 0 {
-        return Err("shape holds a null".into());
-    }
-    let dims: Vec<usize> = dims
-        .values()
-        .iter()
-        .map(|&d| usize::try_from(d).map_err(|_| format!("shape holds {d}")))
-        .collect::<std::result::Result<_, _>>()?;
+    let dims = shape_of(shape, row)?;
     let offsets = data.value_offsets();
     let (start, end) = (offsets[row] as usize, offsets[row + 1] as usize);
     if dims.is_empty() && start == end {
@@ -209,10 +213,85 @@ fn decode_tensor(
         return Tensor::from_bools(&dims, &flags).map(Value::Tensor).map_err(|e| e.to_string());
     }
     let item = dtype.item_size();
-    let array_data = values.to_data();
-    let first = (array_data.offset() + start) * item;
-    let buffer = array_data.buffers()[0].slice_with_length(first, (end - start) * item);
+    let buffer = value_buffer(values.as_ref(), dtype).expect("a primitive type, checked above");
+    let buffer = buffer.slice_with_length(start * item, (end - start) * item);
     Tensor::shared(dtype, dims, Bytes::from(buffer)).map(Value::Tensor).map_err(|e| e.to_string())
+}
+
+/// The dims of row `row` of a `list<int64>` shape column, read in place.
+fn shape_of(shape: &ListArray, row: usize) -> std::result::Result<Vec<usize>, String> {
+    let dims = shape.values().as_any().downcast_ref::<Int64Array>();
+    let dims = dims.ok_or("shape is not a list of int64")?;
+    let offsets = shape.value_offsets();
+    let (start, end) = (offsets[row] as usize, offsets[row + 1] as usize);
+    if dims.null_count() > 0 && (start..end).any(|i| dims.is_null(i)) {
+        return Err("shape holds a null".into());
+    }
+    dims.values()[start..end]
+        .iter()
+        .map(|&d| usize::try_from(d).map_err(|_| format!("shape holds {d}")))
+        .collect()
+}
+
+/// The value buffer of a primitive array of `dtype` (starting at the array's first value), without
+/// building an `ArrayData`; `None` for bool (bit-packed) or when the array is not of that type.
+fn value_buffer(values: &dyn Array, dtype: DType) -> Option<&Buffer> {
+    fn inner<T: ArrowPrimitiveType>(values: &dyn Array) -> Option<&Buffer> {
+        values.as_any().downcast_ref::<PrimitiveArray<T>>().map(|a| a.values().inner())
+    }
+    match dtype {
+        DType::F16 => inner::<Float16Type>(values),
+        DType::F32 => inner::<Float32Type>(values),
+        DType::F64 => inner::<Float64Type>(values),
+        DType::I8 => inner::<Int8Type>(values),
+        DType::I16 => inner::<Int16Type>(values),
+        DType::I32 => inner::<Int32Type>(values),
+        DType::I64 => inner::<Int64Type>(values),
+        DType::U8 => inner::<UInt8Type>(values),
+        DType::U16 | DType::BF16 => inner::<UInt16Type>(values),
+        DType::U32 => inner::<UInt32Type>(values),
+        DType::U64 => inner::<UInt64Type>(values),
+        DType::Bool => None,
+    }
+}
+
+/// Asks the CPU to load what decoding row `row` reads first: every tensor's list offsets (the
+/// first stage of a batched read; [`prefetch_values`] is the second).
+pub fn prefetch_offsets(batch: &RecordBatch, row: usize, groups: &[ColumnGroup]) {
+    for group in groups {
+        if let ColumnGroup::Tensor { data, shape, .. } = group {
+            for column in [*data, *shape] {
+                if let Ok(list) = typed_column::<ListArray>(batch, column, "a list")
+                    && let Some(offset) = list.value_offsets().get(row)
+                {
+                    prefetch_value(offset);
+                }
+            }
+        }
+    }
+}
+
+/// Asks the CPU to load every tensor's values and dims of row `row`. It reads the offsets, so it
+/// pays off once [`prefetch_offsets`] has had time to bring them in.
+pub fn prefetch_values(batch: &RecordBatch, row: usize, groups: &[ColumnGroup]) {
+    for group in groups {
+        let ColumnGroup::Tensor { dtype, data, shape, .. } = group else { continue };
+        let lists = [(*data, *dtype), (*shape, DType::I64)];
+        for (column, dtype) in lists {
+            let Ok(list) = typed_column::<ListArray>(batch, column, "a list") else { continue };
+            let offsets = list.value_offsets();
+            let (Some(&start), Some(&end)) = (offsets.get(row), offsets.get(row + 1)) else {
+                continue;
+            };
+            let item = dtype.item_size();
+            if let Some(buffer) = value_buffer(list.values().as_ref(), dtype) {
+                let range = start as usize * item..end as usize * item;
+                if let Some(bytes) = buffer.as_slice().get(range) {
+                    prefetch(bytes);
+                }
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -271,6 +271,21 @@ impl MergedIndex {
         None
     }
 
+    /// Asks the CPU to load the slot a lookup of `key` reads first (a hint for batched lookups).
+    pub fn prefetch(&self, key: &str) {
+        let hash = xxh3_64_with_seed(key.as_bytes(), self.seed);
+        let at = (hash as usize & (self.capacity - 1)) * SLOT;
+        if let Some(slot) = self.file.body().get(at..at + SLOT) {
+            stowage_core::prefetch::prefetch(slot);
+        }
+    }
+
+    /// The first slot's (segment id, row) whose hash matches `key`'s, unconfirmed: what a
+    /// batched lookup prefetches the confirming key of.
+    pub fn first_candidate(&self, key: &str) -> Option<(u64, usize)> {
+        self.find(key, |_, _| true)
+    }
+
     /// Every occupied slot: (key hash, segment id, row).
     fn slots(&self) -> impl Iterator<Item = (u64, u32, u32)> + '_ {
         self.file.body().chunks_exact(SLOT).filter_map(|slot| {

@@ -314,19 +314,61 @@ impl CacheReader {
     /// The samples of `keys`, in order (`None` for a missing key), read segment by segment in
     /// row order so that each segment's pages are visited together.
     ///
+    /// Lookups and reads are software-pipelined: what the lookup of a key a few places ahead will
+    /// read (its slot in the merged table, then the key that confirms it) and what the read of a
+    /// row a few places ahead will decode (its offsets, then its values and checksum) is requested
+    /// from memory while the current one is worked on, so the cache misses of a random batch
+    /// overlap instead of following one another.
+    ///
     /// Errors: as [`CacheReader::get`], for the first key that fails.
     pub fn get_batch(&self, keys: &[&str]) -> Result<Vec<Option<Sample>>> {
-        let mut located: Vec<(u64, usize, usize)> = keys
-            .iter()
-            .enumerate()
-            .filter_map(|(at, key)| self.locate(key).map(|(id, row)| (id, row, at)))
-            .collect();
+        let mut located: Vec<(u64, usize, usize)> = Vec::with_capacity(keys.len());
+        let lookup = [LookupStage::Slot, LookupStage::KeyOffsets, LookupStage::KeyBytes];
+        let prefetch_lookup = |stage: usize, key: &&str| self.prefetch_lookup(key, lookup[stage]);
+        pipelined(keys, lookup.len(), prefetch_lookup, |at, key| {
+            if let Some((id, row)) = self.locate(key) {
+                located.push((id, row, at));
+            }
+            Ok(())
+        })?;
         located.sort_unstable();
         let mut samples = vec![None; keys.len()];
-        for (id, row, at) in located {
+        // Stage 0 brings the row's offsets, stage 1 its values and checksum.
+        let prefetch_read = |stage: usize, &(id, row, _): &(u64, usize, usize)| {
+            self.prefetch_read(id, row, stage == 1)
+        };
+        pipelined(&located, 2, prefetch_read, |_, &(id, row, at)| {
             samples[at] = Some(self.read_row(keys[at], id, row)?);
-        }
+            Ok(())
+        })?;
         Ok(samples)
+    }
+
+    /// Prefetches one stage of the lookup of `key` in the merged table (see
+    /// [`CacheReader::get_batch`]); the sidecars of recent segments are not prefetched.
+    fn prefetch_lookup(&self, key: &str, stage: LookupStage) {
+        let Some(merged) = &self.merged else { return };
+        if stage == LookupStage::Slot {
+            return merged.prefetch(key);
+        }
+        let Some((id, row)) = merged.first_candidate(key) else { return };
+        let Some(Ok(segment)) = self.position(id).map(|p| self.segment(p)) else { return };
+        segment.prefetch_key(row, stage == LookupStage::KeyBytes);
+    }
+
+    /// Prefetches the offsets (or, with `values`, the values and checksum) of row `row` of
+    /// segment `id` (see [`CacheReader::get_batch`]).
+    fn prefetch_read(&self, id: u64, row: usize, values: bool) {
+        let Some(Ok(open)) = self.position(id).map(|p| self.opened(p)) else { return };
+        let Some((batch, at)) = open.segment.locate(row) else { return };
+        if values {
+            crate::decode::prefetch_values(batch, at, &open.groups);
+            if let Ok(Some(sums)) = &open.sums {
+                sums.prefetch(row);
+            }
+        } else {
+            crate::decode::prefetch_offsets(batch, at, &open.groups);
+        }
     }
 
     /// Row `row` of segment `id`, which holds `key`, checked against its row checksum.
@@ -403,6 +445,46 @@ impl CacheReader {
     }
 }
 
+/// A stage of the prefetched lookup of a key in the merged table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum LookupStage {
+    /// The slot the probe starts at.
+    Slot,
+    /// The offsets of the key its first candidate names.
+    KeyOffsets,
+    /// That key's bytes.
+    KeyBytes,
+}
+
+/// Items between two prefetch stages of a pipelined loop: far enough for a load from memory to
+/// land, near enough for what it brings to stay in the L1 cache.
+const PREFETCH_DISTANCE: usize = 4;
+
+/// Calls `work(position, item)` on each item in order, having called `prefetch(k, item)` for
+/// every stage `k` of `stages` on the item `(stages - k) * PREFETCH_DISTANCE` places ahead: stage
+/// 0 runs furthest ahead, and by the time an item is worked on every stage has run on it.
+fn pipelined<T>(
+    items: &[T],
+    stages: usize,
+    prefetch: impl Fn(usize, &T),
+    mut work: impl FnMut(usize, &T) -> Result<()>,
+) -> Result<()> {
+    let lead = stages * PREFETCH_DISTANCE;
+    for step in 0..items.len() + lead {
+        for stage in 0..stages {
+            if let Some(item) =
+                step.checked_sub(stage * PREFETCH_DISTANCE).and_then(|i| items.get(i))
+            {
+                prefetch(stage, item);
+            }
+        }
+        if let Some(position) = step.checked_sub(lead) {
+            work(position, &items[position])?;
+        }
+    }
+    Ok(())
+}
+
 /// The structure a segment's columns imply when `schema.json` cannot tell.
 fn infer_structure(segment: &Segment) -> OutputStructure {
     let has = |name: &str| segment.schema().fields().iter().any(|f| f.name() == name);
@@ -412,5 +494,46 @@ fn infer_structure(segment: &Segment) -> OutputStructure {
         (_, true, _) => OutputStructure::Blob,
         (_, _, true) => OutputStructure::Tuple,
         _ => OutputStructure::Dict,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every item gets every stage, in stage order, before its work, and is worked on in order;
+    /// a failed work stops the loop with its error.
+    #[test]
+    fn pipelined_runs_every_stage_on_every_item_before_its_work() {
+        for len in [0, 1, 3, PREFETCH_DISTANCE, 2 * PREFETCH_DISTANCE + 1, 40] {
+            let items: Vec<usize> = (0..len).collect();
+            let events = std::cell::RefCell::new(Vec::new());
+            let prefetch = |stage: usize, item: &usize| events.borrow_mut().push((*item, stage));
+            pipelined(&items, 3, prefetch, |position, item| {
+                assert_eq!(position, *item);
+                events.borrow_mut().push((*item, 99));
+                Ok(())
+            })
+            .unwrap();
+            let events = events.into_inner();
+            for item in 0..len {
+                let of_item: Vec<usize> =
+                    events.iter().filter(|(i, _)| *i == item).map(|(_, s)| *s).collect();
+                assert_eq!(of_item, [0, 1, 2, 99], "item {item} of {len}");
+            }
+            let works: Vec<usize> =
+                events.iter().filter(|(_, s)| *s == 99).map(|(i, _)| *i).collect();
+            assert_eq!(works, items);
+        }
+        let failed = pipelined(
+            &[1, 2, 3],
+            1,
+            |_, _| {},
+            |_, item| match item {
+                2 => Err(Error::invalid("stop")),
+                _ => Ok(()),
+            },
+        );
+        assert!(failed.unwrap_err().to_string().contains("stop"));
     }
 }

@@ -116,6 +116,25 @@ impl Segment {
     }
 }
 
+impl Segment {
+    /// Asks the CPU to load what [`Segment::key`] reads for `row`: the key's offsets or, once
+    /// they have arrived (`bytes`), the key's bytes (hints for batched lookups).
+    pub fn prefetch_key(&self, row: usize, bytes: bool) {
+        let Some((batch, at)) = self.locate(row) else { return };
+        let Some(column) = key_column(batch) else { return };
+        let offsets = column.value_offsets();
+        if !bytes {
+            if let Some(offset) = offsets.get(at) {
+                stowage_core::prefetch::prefetch_value(offset);
+            }
+        } else if let (Some(&start), Some(&end)) = (offsets.get(at), offsets.get(at + 1))
+            && let Some(key) = column.value_data().get(start as usize..end as usize)
+        {
+            stowage_core::prefetch::prefetch(key);
+        }
+    }
+}
+
 /// A batch's `key` column, when it is utf8.
 fn key_column(batch: &RecordBatch) -> Option<&StringArray> {
     batch.column_by_name("key")?.as_any().downcast_ref::<StringArray>()
