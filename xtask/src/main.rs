@@ -2,8 +2,9 @@
 //!
 //! - `cargo xtask test`: checks and installs what the tests need, then runs every check the project
 //!   has (format, clippy, tests, docs), stopping at the first failure.
-//! - `cargo xtask bench`: runs every benchmark suite (numpy10, memmap) and its Python peer, prints
-//!   each comparison table and records it in the suite's section of `docs/benchmarks.md`.
+//! - `cargo xtask bench`: runs every benchmark suite (numpy10, memmap, arrow, hdf5) and its Python
+//!   peer, prints each comparison table and records it in the suite's section of
+//!   `docs/benchmarks.md`.
 
 mod bench;
 mod prerequisites;
@@ -35,10 +36,17 @@ Commands:
                              python3 xtask/py/numpy10_peer.py <target>/bench-data
                     memmap   cargo bench -p stowage-memmap --bench memmap_rows -- --noplot
                              python3 xtask/py/memmap_peer.py <target>/bench-data/memmap
+                    arrow    cargo bench -p stowage-arrow --bench arrow_segments -- --noplot
+                             python3 xtask/py/arrow_peer.py <target>/bench-data/arrow
+                             (its index-at-scale part builds a 10-million-key cache once,
+                             about 2 GB, kept for later runs)
+                    hdf5     cargo bench -p stowage-hdf5 --bench hdf5_cache -- --noplot
+                             python3 xtask/py/hdf5_peer.py <target>/bench-data/hdf5
                   then write the table, the machine and the command to the suite's section of
                   docs/benchmarks.md. A suite that fails is reported and the others still run;
                   the command then exits non-zero.
-    --suite NAME  run only this suite (numpy10 or memmap); may be given more than once
+    --suite NAME  run only this suite (numpy10, memmap, arrow or hdf5); may be given more
+                  than once
     --report-only do not run the benchmarks; report the last criterion results
                   (the Python peers still run when the bench data exists)
 

@@ -215,19 +215,19 @@ mod tests {
 
         let get = rate(&results, "get_checksum").unwrap();
         assert_eq!(get.unit, Unit::Rows);
-        assert!((get.per_second - 1e6).abs() < 1e-6, "{}", get.per_second);
+        assert!((get.value - 1e6).abs() < 1e-6, "{}", get.value);
         assert_eq!(get.mean_ns, Some(1e6));
 
         let put = rate(&results, "put_flush").unwrap();
-        assert!((put.per_second - 500.0).abs() < 1e-9);
+        assert!((put.value - 500.0).abs() < 1e-9);
 
         let open = rate(&results, "open").unwrap();
         assert_eq!(open.unit, Unit::Iterations);
-        assert!((open.per_second - 5e5).abs() < 1e-6);
+        assert!((open.value - 5e5).abs() < 1e-6);
 
         let raw = rate(&results, "reference_raw_copy").unwrap();
         assert_eq!(raw.unit, Unit::Bytes);
-        assert!((raw.per_second - 4096e6).abs() < 1e-3);
+        assert!((raw.value - 4096e6).abs() < 1e-3);
 
         let no_checksum = rate(&results, "get_no_checksum").unwrap();
         assert_eq!(no_checksum.per_iteration, Some(Throughput::Rows(10)));

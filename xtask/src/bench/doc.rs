@@ -71,6 +71,13 @@ impl Section<'_> {
         );
         let _ = writeln!(text, "{}\n", suite.description);
         text.push_str(self.table);
+        for level in suite.levels {
+            if let Some(Row { measured: Ok(_), .. }) =
+                self.benchmarks.iter().find(|row| row.name == level.name)
+            {
+                let _ = writeln!(text, "\n`{}`: {}.", level.name, level.description);
+            }
+        }
         match self.peer {
             Ok(output) => {
                 for (rate, measured) in suite.peer.rates.iter().zip(&output.rates) {

@@ -3,12 +3,14 @@
 //! and target ratios that its own section of `docs/benchmarks.md` records.
 //!
 //! The modules, one concept each: [`suite`] what the suites are (data only), [`criterion`] reading
-//! criterion's results, [`peer`] running a Python peer, [`rate`] the measured rates both become,
+//! criterion's results, [`levels`] the bench's other measurements, [`peer`] running a Python
+//! peer, [`rate`] the measured rates all become,
 //! [`table`] the table and its verdicts, [`machine`] what the numbers were measured on, [`doc`] a
 //! suite's section and its place in `docs/benchmarks.md`. This file is the run loop.
 
 mod criterion;
 mod doc;
+mod levels;
 mod machine;
 mod peer;
 mod rate;
@@ -177,6 +179,7 @@ fn run_suite(suite: &Suite, options: &Options, paths: &Paths) -> Result<(), Stri
 
     let mut rows =
         criterion::read_criterion(&paths.criterion_home, suite.group, suite.benchmark_ids);
+    rows.extend(levels::read_levels(&bench_data, suite.levels));
     for row in &rows {
         if let Err(reason) = &row.measured {
             println!("xtask: {} is missing: {reason}", row.name);
@@ -249,7 +252,10 @@ mod tests {
     #[test]
     fn options_choose_suites_and_report_only_in_any_order() {
         let all = parse(&[]).unwrap();
-        assert_eq!((names(&all), all.report_only), (vec!["numpy10", "memmap"], false));
+        assert_eq!(
+            (names(&all), all.report_only),
+            (vec!["numpy10", "memmap", "arrow", "hdf5"], false)
+        );
         assert_eq!(all.command_line(), "cargo xtask bench");
 
         let memmap = parse(&["--report-only", "--suite", "memmap"]).unwrap();
@@ -262,7 +268,9 @@ mod tests {
 
         let both = parse(&["--suite", "memmap", "--suite", "numpy10"]).unwrap();
         assert_eq!(names(&both), ["numpy10", "memmap"]);
-        assert_eq!(both.command_line(), "cargo xtask bench");
+        assert_eq!(both.command_line(), "cargo xtask bench --suite numpy10 --suite memmap");
+        let every = ["hdf5", "arrow", "memmap", "numpy10"].map(|name| ["--suite", name]).concat();
+        assert_eq!(parse(&every).unwrap().command_line(), "cargo xtask bench");
     }
 
     /// Unknown suites, a `--suite` without a name and stray arguments are errors that say what
@@ -270,12 +278,12 @@ mod tests {
     #[test]
     fn options_reject_what_they_do_not_know() {
         assert_eq!(
-            parse(&["--suite", "hdf5"]).unwrap_err(),
-            "unknown suite `hdf5`; the suites are numpy10, memmap"
+            parse(&["--suite", "zarr"]).unwrap_err(),
+            "unknown suite `zarr`; the suites are numpy10, memmap, arrow, hdf5"
         );
         assert_eq!(
             parse(&["--suite"]).unwrap_err(),
-            "`--suite` needs a suite name: numpy10, memmap"
+            "`--suite` needs a suite name: numpy10, memmap, arrow, hdf5"
         );
         assert!(parse(&["--quick"]).unwrap_err().contains("`--suite NAME` and `--report-only`"));
     }
@@ -320,7 +328,8 @@ mod tests {
         assert!(position("# Benchmarks\n\n<!-- xtask-bench:numpy10:begin -->\n## numpy10: ") == 0);
         assert!(position("<!-- xtask-bench:numpy10:end -->") < position("### Reading the numbers"));
         assert!(position("- notes\n\n<!-- xtask-bench:memmap:begin -->\n## memmap: ") > 0);
-        assert!(doc.ends_with("<!-- xtask-bench:memmap:end -->\n"));
+        assert!(position("<!-- xtask-bench:memmap:end -->") < position("xtask-bench:arrow:begin"));
+        assert!(doc.ends_with("<!-- xtask-bench:hdf5:end -->\n"));
         assert!(
             doc.contains("| get_checksum / reference_copy_xxh64 |  | 0.80x | >= 0.70x | PASS |")
         );

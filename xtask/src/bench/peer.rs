@@ -135,7 +135,7 @@ mod tests {
         assert!(parse_output(&NUMPY10.peer, "{\"other\": 1}\nnot json\n").is_none());
         let peer =
             parse_output(&NUMPY10.peer, "{\"python_slice_xxhash_rows_per_s\": 12.5}").unwrap();
-        assert_eq!(peer.rates[0].row.measured.as_ref().unwrap().per_second, 12.5);
+        assert_eq!(peer.rates[0].row.measured.as_ref().unwrap().value, 12.5);
         assert_eq!(peer.rates[0].rows, None);
         assert_eq!(peer.versions, None);
     }
@@ -164,9 +164,9 @@ mod tests {
         assert_eq!(peer.versions.as_deref(), Some("Python 3.11.7, numpy 2.4.6"));
         let names: Vec<&str> = peer.rates.iter().map(|rate| rate.row.name.as_str()).collect();
         assert_eq!(names, ["python_memmap_copy", "python_memmap_copy_dnanet"]);
-        assert_eq!(peer.rates[0].row.measured.as_ref().unwrap().per_second, 400_000.0);
+        assert_eq!(peer.rates[0].row.measured.as_ref().unwrap().value, 400_000.0);
         assert_eq!((peer.rates[0].rows, peer.rates[0].seconds), (Some(200_000), Some(0.5)));
-        assert_eq!(peer.rates[1].row.measured.as_ref().unwrap().per_second, 20_000.0);
+        assert_eq!(peer.rates[1].row.measured.as_ref().unwrap().value, 20_000.0);
         assert_eq!((peer.rates[1].rows, peer.rates[1].seconds), (Some(40_000), Some(2.0)));
 
         let half = parse_output(

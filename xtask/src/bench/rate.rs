@@ -34,17 +34,25 @@ pub enum Unit {
     Bits,
     /// The benchmark declared no throughput: iterations per second.
     Iterations,
+    /// Mebibytes: a level the bench measured (resident memory, say), not a rate.
+    Mebibytes,
 }
 
 impl Unit {
-    /// The unit as the table writes it (`rows/s`, `B/s`).
+    /// The unit as the table writes it (`rows/s`, `B/s`, `MiB`).
     pub fn name(self) -> &'static str {
         match self {
             Unit::Rows => "rows",
             Unit::Bytes => "B",
             Unit::Bits => "bit",
             Unit::Iterations => "iter",
+            Unit::Mebibytes => "MiB",
         }
+    }
+
+    /// Whether it counts an amount rather than an amount per second.
+    pub fn is_level(self) -> bool {
+        self == Unit::Mebibytes
     }
 }
 
@@ -55,9 +63,9 @@ pub struct Measured {
     pub mean_ns: Option<f64>,
     /// What one iteration processes (none for a Python peer or without a declared throughput).
     pub per_iteration: Option<Throughput>,
-    /// Units per second.
-    pub per_second: f64,
-    /// What `per_second` counts.
+    /// Units per second for a rate, the amount itself for a level ([`Unit::is_level`]).
+    pub value: f64,
+    /// What `value` counts.
     pub unit: Unit,
 }
 
@@ -69,14 +77,19 @@ impl Measured {
         Measured {
             mean_ns: Some(mean_ns),
             per_iteration,
-            per_second: amount as f64 / (mean_ns * 1e-9),
+            value: amount as f64 / (mean_ns * 1e-9),
             unit,
         }
     }
 
+    /// A level the bench left in its measurements file, in `unit`.
+    pub fn level(value: f64, unit: Unit) -> Measured {
+        Measured { mean_ns: None, per_iteration: None, value, unit }
+    }
+
     /// A rate a Python peer reported: rows per second, with no iteration behind it.
     pub fn rows_per_second(per_second: f64) -> Measured {
-        Measured { mean_ns: None, per_iteration: None, per_second, unit: Unit::Rows }
+        Measured { mean_ns: None, per_iteration: None, value: per_second, unit: Unit::Rows }
     }
 }
 

@@ -34,7 +34,9 @@ pub struct Suite {
     pub description: &'static str,
     /// The Python peer that reads the same data the way the original tool does.
     pub peer: Peer,
-    /// The ratios the table evaluates, in table order.
+    /// Levels the bench leaves in `measurements.json`, in table order (after the benchmarks).
+    pub levels: &'static [Level],
+    /// The ratios and bounds the table evaluates, in table order.
     pub targets: &'static [Target],
     /// Whether this suite's section is the one once written between the unnamed markers
     /// `<!-- xtask-bench:begin -->` / `<!-- xtask-bench:end -->` (from before there were several
@@ -71,25 +73,68 @@ pub struct PeerRate {
     pub description: &'static str,
 }
 
-/// A ratio of two rates (benchmark ids or peer rate names) and what the project wants of it.
+/// What the project wants of its measurements: a ratio of two rates, or a bound on one.
 #[derive(Clone, Copy, Debug)]
-pub struct Target {
-    /// The rate on top.
-    pub numerator: &'static str,
-    /// The rate below.
-    pub denominator: &'static str,
-    /// The smallest ratio that passes, or none for a ratio the table only reports.
-    pub minimum: Option<f64>,
+pub enum Target {
+    /// `numerator / denominator` (benchmark ids or peer rate names, in the same unit).
+    Ratio {
+        /// The rate on top.
+        numerator: &'static str,
+        /// The rate below.
+        denominator: &'static str,
+        /// The smallest ratio that passes, or none for a ratio the table only reports.
+        minimum: Option<f64>,
+    },
+    /// An upper bound on one measurement: a benchmark's mean time per iteration, in
+    /// milliseconds, or a level ([`Level`]) in its own unit.
+    AtMost {
+        /// The benchmark id or level name.
+        name: &'static str,
+        /// The largest value that passes.
+        maximum: f64,
+    },
+}
+
+impl Target {
+    /// The measurements it reads.
+    #[cfg(test)]
+    pub fn names(&self) -> Vec<&'static str> {
+        match *self {
+            Target::Ratio { numerator, denominator, .. } => vec![numerator, denominator],
+            Target::AtMost { name, .. } => vec![name],
+        }
+    }
+
+    /// Whether it passes or fails (a report-only ratio does neither).
+    pub fn is_goal(&self) -> bool {
+        !matches!(self, Target::Ratio { minimum: None, .. })
+    }
 }
 
 /// A target that passes when `numerator / denominator >= minimum`.
 const fn at_least(numerator: &'static str, denominator: &'static str, minimum: f64) -> Target {
-    Target { numerator, denominator, minimum: Some(minimum) }
+    Target::Ratio { numerator, denominator, minimum: Some(minimum) }
 }
 
 /// A ratio worth showing beside the targets that neither passes nor fails.
 const fn report(numerator: &'static str, denominator: &'static str) -> Target {
-    Target { numerator, denominator, minimum: None }
+    Target::Ratio { numerator, denominator, minimum: None }
+}
+
+/// A target that passes when the mean time per iteration of benchmark `name` (or level `name`)
+/// is at most `maximum` (milliseconds, or the level's unit).
+const fn at_most(name: &'static str, maximum: f64) -> Target {
+    Target::AtMost { name, maximum }
+}
+
+/// A level the bench measures that criterion cannot hold (resident memory, say), read from
+/// `measurements.json` in the bench data: `{"<name>": {"value": <number>, "unit": "MiB"}}`.
+#[derive(Debug)]
+pub struct Level {
+    /// The level's name in the file and in the table.
+    pub name: &'static str,
+    /// What it measures, for the line below the table.
+    pub description: &'static str,
 }
 
 impl Suite {
@@ -103,9 +148,9 @@ impl Suite {
         }
     }
 
-    /// How many targets have a minimum (the report-only ratios do not count).
+    /// How many targets pass or fail (the report-only ratios do not count).
     pub fn goal_count(&self) -> usize {
-        self.targets.iter().filter(|target| target.minimum.is_some()).count()
+        self.targets.iter().filter(|target| target.is_goal()).count()
     }
 }
 
@@ -151,6 +196,7 @@ pub const NUMPY10: Suite = Suite {
                           ...])` then `xxhash.xxh64_hexdigest(a.tobytes())`",
         }],
     },
+    levels: &[],
     targets: &[
         at_least("get_checksum", "reference_copy_xxh64", 0.70),
         at_least("get_checksum", "python_slice_xxhash", 3.0),
@@ -223,6 +269,7 @@ pub const MEMMAP: Suite = Suite {
             },
         ],
     },
+    levels: &[],
     targets: &[
         at_least("get_no_checksum", "reference_raw_copy", 0.70),
         at_least("get_checksum", "reference_raw_copy", 0.40),
@@ -243,8 +290,164 @@ pub const MEMMAP: Suite = Suite {
     owns_unnamed_markers: false,
 };
 
+/// arrow: stowage-arrow against the reference loops and torchcachex's read and write paths, and
+/// its key index at 10 thousand to 10 million keys.
+pub const ARROW: Suite = Suite {
+    name: "arrow",
+    heading: "arrow: stowage-arrow against the reference loops and torchcachex's read and write paths",
+    package: "stowage-arrow",
+    bench_target: "arrow_segments",
+    bench_source: "crates/stowage-arrow/benches/arrow_segments/main.rs",
+    group: "arrow",
+    benchmark_ids: &[
+        "reference_raw_copy",
+        "reference_xxh3_in_place",
+        "get_batch",
+        "get_batch_no_checksum",
+        "get",
+        "get_no_checksum",
+        "reference_write_fsync",
+        "put_flush",
+        "put_flush_no_fsync",
+        "open",
+        "flush_2048_10k",
+        "flush_2048_1m",
+        "flush_2048_10m",
+        "merge_10k",
+        "merge_1m",
+        "merge_10m",
+        "open_10k",
+        "open_1m",
+        "open_10m",
+    ],
+    bench_data_subdir: "arrow",
+    description: "`f32x512/`: 100,000 samples of float32[512] in torchcachex's `tensor` structure, \
+                  written with the default options (a segment per 2,048 samples, 49 segments, \
+                  the key index merged as the writer does). Maps warm: the bench and the peer \
+                  touch every page before timing. Rows not in the CPU cache: every read benchmark \
+                  walks one shuffled epoch over all samples, 1,000 keys per iteration (one \
+                  `get_batch`, or 1,000 `get`s); the references copy or hash the same samples' \
+                  bytes in place in the same order, with their addresses known in advance. \
+                  `put_flush*` put 2,048 samples and flush into a new cache, with fsync (the \
+                  default) and without (torchcachex's durability); `reference_write_fsync` writes \
+                  the same bytes to a new file and fdatasyncs it. The `_10k`/`_1m`/`_10m` ids run \
+                  on caches of float32[4] samples with 10 thousand, 1 million and 10 million keys: \
+                  one durable flush of 2,048 new samples, extending the merged key index by 32 \
+                  segments of 2,048 keys (per key), and a read-only open (per open).",
+    peer: Peer {
+        script: "xtask/py/arrow_peer.py",
+        packages: &["numpy", "pyarrow"],
+        needs: &["f32x512/stowage.log"],
+        rates: &[
+            PeerRate {
+                name: "python_get_batch",
+                key: "python_get_batch_rows_per_s",
+                rows_at: "/rows/get_batch",
+                seconds_at: "/seconds/get_batch",
+                description: "torchcachex's `get_batch` of 1,000 random keys on an LRU miss: \
+                              keys grouped by segment, each segment `pa.memory_map` + \
+                              `ipc.open_file` + `read_all` + `take`, columns `to_numpy`, each \
+                              sample rebuilt as a writable array of its shape",
+            },
+            PeerRate {
+                name: "python_put_flush",
+                key: "python_put_flush_rows_per_s",
+                rows_at: "/rows/put_flush",
+                seconds_at: "/seconds/put_flush",
+                description: "torchcachex's put of 2,048 samples (`.flatten().tolist()`) and \
+                              flush: `RecordBatch.from_pydict`, `ipc.new_file` to `.tmp`, rename, \
+                              the whole key index re-pickled to `index.pkl`; no fsync",
+            },
+        ],
+    },
+    levels: &[
+        Level {
+            name: "open_rss_10k",
+            description: "resident memory an open of the 10-thousand-key cache adds before the \
+                          first get",
+        },
+        Level { name: "open_rss_1m", description: "the same at 1 million keys" },
+        Level { name: "open_rss_10m", description: "the same at 10 million keys" },
+    ],
+    targets: &[
+        at_least("get_batch", "python_get_batch", 20.0),
+        at_least("get_batch", "reference_raw_copy", 0.30),
+        report("get_batch_no_checksum", "reference_raw_copy"),
+        report("get_batch", "reference_xxh3_in_place"),
+        report("get", "reference_raw_copy"),
+        at_least("put_flush_no_fsync", "python_put_flush", 10.0),
+        at_least("put_flush", "reference_write_fsync", 0.50),
+        // The 10M flush within 1.25x of the 10k flush's time: rates at least 1 / 1.25 apart.
+        at_least("flush_2048_10m", "flush_2048_10k", 0.80),
+        report("flush_2048_1m", "flush_2048_10k"),
+        report("merge_10m", "merge_10k"),
+        at_most("open_10m", 100.0),
+        at_most("open_rss_10m", 100.0),
+    ],
+    owns_unnamed_markers: false,
+};
+
+/// hdf5: stowage-hdf5 against a raw copy of the same bytes and aenet's PyTables loads and writes.
+pub const HDF5: Suite = Suite {
+    name: "hdf5",
+    heading: "hdf5: stowage-hdf5 against aenet's PyTables loads and writes",
+    package: "stowage-hdf5",
+    bench_target: "hdf5_cache",
+    bench_source: "crates/stowage-hdf5/benches/hdf5_cache.rs",
+    group: "hdf5",
+    benchmark_ids: &["load_features", "load_entry", "reference_read_copy", "build_cache"],
+    bench_data_subdir: "hdf5",
+    description: "One aenet dataset file with a v2 `/torch_cache`: 10,000 entries of 20-200 atoms, \
+                  F = 64 float64 features per atom; every 10th entry has force derivatives (30 \
+                  radial edges and 10 angular triplets per atom, 4 radial and 4 angular features, \
+                  two species). `load_features` reads one random entry's features, \
+                  `load_entry` one random entry with forces (features and derivatives), \
+                  `reference_read_copy` copies the same feature bytes out of a warm map of a flat \
+                  file, `build_cache` writes the first 1,000 entries into a new dataset file and \
+                  publishes it (per entry).",
+    peer: Peer {
+        script: "xtask/py/hdf5_peer.py",
+        packages: &["numpy", "tables"],
+        needs: &["dataset.h5", "workload.json"],
+        rates: &[
+            PeerRate {
+                name: "pytables_load_features",
+                key: "pytables_load_features_rows_per_s",
+                rows_at: "/rows/features",
+                seconds_at: "/seconds/features",
+                description: "aenet's feature load of one random entry, `index[entry]` then \
+                              `values[cache_row].reshape(n_atoms, n_features)`",
+            },
+            PeerRate {
+                name: "pytables_load_entry",
+                key: "pytables_load_entry_rows_per_s",
+                rows_at: "/rows/entry",
+                seconds_at: "/seconds/entry",
+                description: "aenet's feature and derivative load of one random entry with \
+                              forces (index row, then the 11 VLEN rows reshaped)",
+            },
+            PeerRate {
+                name: "pytables_build",
+                key: "pytables_build_rows_per_s",
+                rows_at: "/rows/build",
+                seconds_at: "/seconds/build",
+                description: "aenet's PyTables writer appending the same 1,000 entries' \
+                              payloads to a new file",
+            },
+        ],
+    },
+    levels: &[],
+    targets: &[
+        at_least("load_features", "pytables_load_features", 3.0),
+        at_least("load_entry", "pytables_load_entry", 3.0),
+        at_least("build_cache", "pytables_build", 2.0),
+        report("load_features", "reference_read_copy"),
+    ],
+    owns_unnamed_markers: false,
+};
+
 /// Every suite, in the order `cargo xtask bench` runs them and their sections appear.
-pub const SUITES: &[Suite] = &[NUMPY10, MEMMAP];
+pub const SUITES: &[Suite] = &[NUMPY10, MEMMAP, ARROW, HDF5];
 
 /// The suite called `name`, or an error listing the known names.
 pub fn find(name: &str) -> Result<&'static Suite, String> {
@@ -254,7 +457,7 @@ pub fn find(name: &str) -> Result<&'static Suite, String> {
         .ok_or_else(|| format!("unknown suite `{name}`; the suites are {}", names()))
 }
 
-/// The names of the suites, in order, for messages: `numpy10, memmap`.
+/// The names of the suites, in order, for messages: `numpy10, memmap, arrow, hdf5`.
 pub fn names() -> String {
     SUITES.iter().map(|suite| suite.name).collect::<Vec<_>>().join(", ")
 }
@@ -272,9 +475,10 @@ mod tests {
                 .iter()
                 .copied()
                 .chain(suite.peer.rates.iter().map(|rate| rate.name))
+                .chain(suite.levels.iter().map(|level| level.name))
                 .collect();
             for target in suite.targets {
-                for name in [target.numerator, target.denominator] {
+                for name in target.names() {
                     assert!(
                         rates.contains(&name),
                         "{}: target names unknown rate {name}",
@@ -296,6 +500,7 @@ mod tests {
         for suite in SUITES {
             let mut rates: Vec<&str> = suite.benchmark_ids.to_vec();
             rates.extend(suite.peer.rates.iter().map(|rate| rate.name));
+            rates.extend(suite.levels.iter().map(|level| level.name));
             let count = rates.len();
             rates.sort_unstable();
             rates.dedup();
@@ -321,13 +526,15 @@ mod tests {
     fn suites_are_found_by_name_and_report_only_ratios_are_not_goals() {
         assert_eq!(find("memmap").unwrap().package, "stowage-memmap");
         assert_eq!(find("numpy10").unwrap().bench_target, "numpy10");
+        assert_eq!(find("hdf5").unwrap().package, "stowage-hdf5");
         assert_eq!(
-            find("hdf5").unwrap_err(),
-            "unknown suite `hdf5`; the suites are numpy10, memmap"
+            find("zarr").unwrap_err(),
+            "unknown suite `zarr`; the suites are numpy10, memmap, arrow, hdf5"
         );
         assert_eq!(NUMPY10.goal_count(), 6);
         assert_eq!(MEMMAP.goal_count(), 9);
         assert_eq!(MEMMAP.targets.len(), 14);
+        assert_eq!(ARROW.goal_count(), 7);
     }
 
     /// numpy10's data stays where it always was; memmap's goes to its own subdirectory.

@@ -1,4 +1,5 @@
-//! The markdown table of a suite: one line per rate, then one per target ratio with its verdict.
+//! The markdown table of a suite: one line per rate or level, then one per target (a ratio or a
+//! bound) with its verdict.
 
 use std::fmt::Write as _;
 
@@ -18,26 +19,70 @@ pub enum Verdict {
     NotApplicable,
 }
 
-/// The ratio text and verdict of one target.
+/// The value text and verdict of one target.
 pub fn evaluate(rows: &[Row], target: &Target) -> (String, Verdict) {
     let find = |name: &str| rows.iter().find(|row| row.name == name).map(|row| &row.measured);
-    match (find(target.numerator), find(target.denominator)) {
-        (Some(Ok(numerator)), Some(Ok(denominator))) => {
+    match *target {
+        Target::Ratio { numerator, denominator, minimum } => {
+            let (Some(Ok(numerator)), Some(Ok(denominator))) = (find(numerator), find(denominator))
+            else {
+                return ("missing".to_owned(), Verdict::NotApplicable);
+            };
             if numerator.unit != denominator.unit {
                 return (
                     format!("n/a ({} vs {})", numerator.unit.name(), denominator.unit.name()),
                     Verdict::NotApplicable,
                 );
             }
-            let ratio = numerator.per_second / denominator.per_second;
-            let verdict = match target.minimum {
+            let ratio = numerator.value / denominator.value;
+            let verdict = match minimum {
                 Some(minimum) if ratio >= minimum => Verdict::Pass,
                 Some(_) => Verdict::Fail,
                 None => Verdict::Report,
             };
             (format!("{ratio:.2}x"), verdict)
         }
-        _ => ("missing".to_owned(), Verdict::NotApplicable),
+        Target::AtMost { name, maximum } => {
+            let Some(Ok(measured)) = find(name) else {
+                return ("missing".to_owned(), Verdict::NotApplicable);
+            };
+            let (value, text) = match measured.mean_ns {
+                _ if measured.unit.is_level() => {
+                    (measured.value, format_rate(measured.value, measured.unit))
+                }
+                Some(ns) => (ns / 1e6, format_duration(ns)),
+                None => return ("n/a (no time)".to_owned(), Verdict::NotApplicable),
+            };
+            let verdict = if value <= maximum { Verdict::Pass } else { Verdict::Fail };
+            (text, verdict)
+        }
+    }
+}
+
+/// The goal column of a target: `>= 0.70x`, `<= 100 ms`, `<= 100 MiB`, or empty when reported.
+fn goal(rows: &[Row], target: &Target) -> String {
+    match *target {
+        Target::Ratio { minimum, .. } => {
+            minimum.map(|minimum| format!(">= {minimum:.2}x")).unwrap_or_default()
+        }
+        Target::AtMost { name, maximum } => {
+            let level = rows.iter().find(|row| row.name == name).and_then(|row| {
+                row.measured.as_ref().ok().filter(|m| m.unit.is_level()).map(|m| m.unit)
+            });
+            match level {
+                Some(unit) => format!("<= {maximum} {}", unit.name()),
+                None => format!("<= {maximum} ms"),
+            }
+        }
+    }
+}
+
+/// The first column of a target's line: `a / b` for a ratio, `name bound` for a bound (its
+/// measurement has a line of its own above).
+fn label(target: &Target) -> String {
+    match *target {
+        Target::Ratio { numerator, denominator, .. } => format!("{numerator} / {denominator}"),
+        Target::AtMost { name, .. } => format!("{name} bound"),
     }
 }
 
@@ -63,7 +108,7 @@ pub fn render_table(rows: &[Row], targets: &[Target]) -> String {
                     (Some(ns), None) => format_duration(ns),
                     (None, _) => String::new(),
                 };
-                (mean, format_rate(measured.per_second, measured.unit))
+                (mean, format_rate(measured.value, measured.unit))
             }
             Err(_) => ("missing".to_owned(), String::new()),
         };
@@ -77,11 +122,11 @@ pub fn render_table(rows: &[Row], targets: &[Target]) -> String {
             Verdict::Report => "report",
             Verdict::NotApplicable => "n/a",
         };
-        let goal = target.minimum.map(|minimum| format!(">= {minimum:.2}x")).unwrap_or_default();
         let _ = writeln!(
             table,
-            "| {} / {} |  | {ratio} | {goal} | {result} |",
-            target.numerator, target.denominator
+            "| {} |  | {ratio} | {} | {result} |",
+            label(target),
+            goal(rows, target)
         );
     }
     table
@@ -100,8 +145,11 @@ pub fn format_duration(ns: f64) -> String {
     }
 }
 
-/// `12.35 M rows/s`, `1.20 G B/s`, `950 iter/s`: readable at any scale.
+/// `12.35 M rows/s`, `1.20 G B/s`, `950 iter/s`: readable at any scale; a level as `12.3 MiB`.
 pub fn format_rate(per_second: f64, unit: Unit) -> String {
+    if unit.is_level() {
+        return format!("{per_second:.1} {}", unit.name());
+    }
     let unit = unit.name();
     if per_second >= 1e9 {
         format!("{:.2} G {unit}/s", per_second / 1e9)
@@ -126,7 +174,7 @@ pub mod fake {
             measured: Ok(Measured {
                 mean_ns: Some(1e9 / per_second * 100.0),
                 per_iteration: Some(Throughput::Rows(100)),
-                per_second,
+                value: per_second,
                 unit: Unit::Rows,
             }),
         }
@@ -143,7 +191,7 @@ mod tests {
     use super::fake::{missing, rows_per_second};
     use super::*;
     use crate::bench::rate::Measured;
-    use crate::bench::suite::{MEMMAP, NUMPY10};
+    use crate::bench::suite::{MEMMAP, NUMPY10, Target};
 
     /// Each of `expected` is the line of `table` for its first cell (a rate or a ratio).
     fn assert_lines(table: &str, expected: &[&str]) {
@@ -211,6 +259,35 @@ mod tests {
         assert_eq!(passing(&rows, MEMMAP.targets), 1);
         let lines = table.lines().count();
         assert_eq!(lines, 2 + rows.len() + MEMMAP.targets.len());
+    }
+
+    /// A bound on a benchmark reads its mean time per iteration, a bound on a level the level;
+    /// each passes at or below its maximum, and a missing measurement is n/a.
+    #[test]
+    fn bounds_read_mean_times_and_levels() {
+        let rows = vec![
+            rows_per_second("open_10m", 100.0 / 0.0123), // 12.3 ms per open
+            Row {
+                name: "open_rss_10m".to_owned(),
+                measured: Ok(Measured::level(140.5, Unit::Mebibytes)),
+            },
+        ];
+        let targets = [
+            Target::AtMost { name: "open_10m", maximum: 100.0 },
+            Target::AtMost { name: "open_rss_10m", maximum: 100.0 },
+            Target::AtMost { name: "absent", maximum: 1.0 },
+        ];
+        let table = render_table(&rows, &targets);
+        assert_lines(
+            &table,
+            &[
+                "| open_rss_10m |  | 140.5 MiB |  |  |",
+                "| open_10m bound |  | 12.30 ms | <= 100 ms | PASS |",
+                "| open_rss_10m bound |  | 140.5 MiB | <= 100 MiB | FAIL |",
+                "| absent bound |  | missing | <= 1 ms | n/a |",
+            ],
+        );
+        assert_eq!(passing(&rows, &targets), 1);
     }
 
     /// Rows per second against bytes per second is no ratio.

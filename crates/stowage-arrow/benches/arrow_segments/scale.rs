@@ -1,28 +1,28 @@
-//! Arrow segment backend at scale: does a flush cost the same with 10 thousand, 1 million and 10
-//! million keys cached, and what does opening a 10-million-key cache cost?
+//! The key index at scale: does a flush cost the same with 10 thousand, 1 million and 10 million
+//! keys cached, and what does opening a 10-million-key cache cost?
 //!
 //! Caches of float32[4] samples (small, so that 10 million fit this machine's disk and time) are
-//! built once in `$STOWAGE_BENCH_DIR/arrow-scale/<keys>` (rebuilt when the build recipe changes),
-//! with one merged key index over all their keys, as the writer leaves a cache after its
-//! background merges.
+//! built once in `<bench dir>/scale/<keys>` (rebuilt when the build recipe changes), with one
+//! merged key index over all their keys, as the writer leaves a cache after its background
+//! merges.
 //!
-//! - `flush_2048/<keys>`: one `flush` of 2,048 new samples (opened in append mode and put before
+//! - `flush_2048_<keys>`: one `flush` of 2,048 new samples (opened in append mode and put before
 //!   timing) with default options (durable: segment, sidecars and log fsynced). Each timed flush
 //!   is undone afterwards (its segment files deleted, the commit log cut back), so every flush
 //!   meets exactly `<keys>` cached keys and no background merge: the merge the writer runs every
 //!   32 segments is measured on its own.
-//! - `merge/<keys>`: extending the merged key index of `<keys>` keys with 32 segments of 2,048
+//! - `merge_<keys>`: extending the merged key index of `<keys>` keys with 32 segments of 2,048
 //!   new keys (what the writer does in the background every 32 flushes), per new key.
-//! - `open/<keys>`: `ArrowBackend::open` read-only, then drop.
-//! - After the benchmarks, the resident memory an open adds (before the first get) is printed
-//!   per cache as `open_rss/<keys>: <MiB>` and written to `arrow-scale/open_rss.json`.
+//! - `open_<keys>`: `ArrowBackend::open` read-only, then drop (no throughput: per open).
+//! - The resident memory an open adds before the first get, returned as `open_rss_<keys>` in MiB
+//!   for `measurements.json`.
 //!
 //! `STOWAGE_BENCH_ARROW_SCALE` lists the key counts (default `10000,1000000,10000000`).
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use criterion::Throughput;
 use stowage_arrow::{ArrowBackend, ArrowOptions};
 use stowage_core::{Backend, DType, OpenMode, Sample, Schema, ShapeRule, Tensor};
 
@@ -61,16 +61,9 @@ fn label(keys: u64) -> String {
     }
 }
 
-fn bench_root() -> PathBuf {
-    let base = std::env::var_os("STOWAGE_BENCH_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| std::env::temp_dir().join("stowage-bench"));
-    base.join("arrow-scale")
-}
-
 /// The cache of `keys` samples, built unless an intact one of this recipe is there.
-fn cache_of(keys: u64) -> PathBuf {
-    let dir = bench_root().join(label(keys));
+fn cache_of(root: &Path, keys: u64) -> PathBuf {
+    let dir = root.join(label(keys));
     let stamp = dir.join("recipe.txt");
     if std::fs::read_to_string(&stamp).is_ok_and(|s| s == RECIPE) {
         return dir;
@@ -90,19 +83,20 @@ fn cache_of(keys: u64) -> PathBuf {
     dir
 }
 
-fn flush_at_scale(c: &mut Criterion) {
-    let mut group = c.benchmark_group("arrow_scale");
+/// Runs the scale benchmarks on caches below `root`; returns each cache's open RSS (MiB) under
+/// its name, `open_rss_<keys>`.
+pub fn benches(group: &mut super::Group<'_>, root: &Path) -> Vec<(String, f64)> {
     group.sample_size(20).warm_up_time(Duration::from_secs(1));
     group.measurement_time(Duration::from_secs(10));
     let mut rss = Vec::new();
     for keys in sizes() {
-        let dir = cache_of(keys);
+        let dir = cache_of(root, keys);
         group.throughput(Throughput::Elements(FLUSH_ROWS as u64));
         // Default options, but puts never flush by themselves: the timed flush writes them.
         let options =
             ArrowOptions { flush_every: 2 * FLUSH_ROWS, rank: Some(0), ..ArrowOptions::default() };
         let pristine = Snapshot::take(&dir);
-        group.bench_function(format!("flush_2048/{}", label(keys)), |b| {
+        group.bench_function(format!("flush_2048_{}", label(keys)), |b| {
             b.iter_custom(|iters| {
                 let mut total = Duration::ZERO;
                 for _ in 0..iters {
@@ -124,7 +118,7 @@ fn flush_at_scale(c: &mut Criterion) {
         // 32 segments of 2,048, merged by hand rather than in the background.
         let unmerged =
             ArrowOptions { flush_every: FLUSH_ROWS, merge_after: usize::MAX, ..options.clone() };
-        group.bench_function(format!("merge/{}", label(keys)), |b| {
+        group.bench_function(format!("merge_{}", label(keys)), |b| {
             b.iter_custom(|iters| {
                 let mut total = Duration::ZERO;
                 for _ in 0..iters {
@@ -143,20 +137,16 @@ fn flush_at_scale(c: &mut Criterion) {
                 total
             })
         });
+        // Per open: no throughput, so the rate is opens per second.
         group.throughput(Throughput::Elements(1));
-        group.bench_function(format!("open/{}", label(keys)), |b| {
+        group.bench_function(format!("open_{}", label(keys)), |b| {
             b.iter(|| drop(ArrowBackend::open(&dir, OpenMode::ReadOnly, options.clone()).unwrap()))
         });
-        rss.push((keys, open_rss(&dir, &options)));
+        let mib = open_rss(&dir, &options);
+        eprintln!("open_rss_{}: {mib:.1} MiB", label(keys));
+        rss.push((format!("open_rss_{}", label(keys)), mib));
     }
-    group.finish();
-    let mut json = String::from("{");
-    for (i, (keys, mib)) in rss.iter().enumerate() {
-        println!("open_rss/{}: {mib:.1} MiB", label(*keys));
-        json.push_str(&format!("{}\"{}\": {mib:.2}", if i > 0 { ", " } else { "" }, label(*keys)));
-    }
-    json.push('}');
-    std::fs::write(bench_root().join("open_rss.json"), json).unwrap();
+    rss
 }
 
 /// A cache's files as built, to undo what a benchmark appended.
@@ -211,6 +201,3 @@ fn resident_bytes() -> u64 {
     let pages: u64 = statm.split_whitespace().nth(1).and_then(|p| p.parse().ok()).unwrap_or(0);
     pages * 4096
 }
-
-criterion_group!(benches, flush_at_scale);
-criterion_main!(benches);

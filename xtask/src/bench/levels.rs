@@ -1,0 +1,79 @@
+//! Levels a bench measured that criterion cannot hold (resident memory, say): read from the
+//! `measurements.json` the bench leaves in its bench data.
+
+use std::path::Path;
+
+use serde_json::Value;
+
+use super::rate::{Measured, Row, Unit};
+use super::suite::Level;
+
+/// The file in the bench data that holds the levels.
+pub const FILE: &str = "measurements.json";
+
+/// One row per level of `levels`: its value from `<bench data>/measurements.json`
+/// (`{"<name>": {"value": <number>, "unit": "MiB"}}`), or why it is missing.
+pub fn read_levels(bench_data: &Path, levels: &[Level]) -> Vec<Row> {
+    if levels.is_empty() {
+        return Vec::new();
+    }
+    let path = bench_data.join(FILE);
+    let json: Result<Value, String> = std::fs::read_to_string(&path)
+        .map_err(|error| format!("cannot read {}: {error}", path.display()))
+        .and_then(|text| {
+            serde_json::from_str(&text)
+                .map_err(|error| format!("{} is not JSON: {error}", path.display()))
+        });
+    levels
+        .iter()
+        .map(|level| Row {
+            name: level.name.to_owned(),
+            measured: json.clone().and_then(|json| level_of(&json, level.name, &path)),
+        })
+        .collect()
+}
+
+fn level_of(json: &Value, name: &str, path: &Path) -> Result<Measured, String> {
+    let entry = json.get(name).ok_or_else(|| format!("{} has no {name}", path.display()))?;
+    let value = entry.get("value").and_then(Value::as_f64).filter(|v| v.is_finite() && *v >= 0.0);
+    let unit = match entry.get("unit").and_then(Value::as_str) {
+        Some("MiB") => Some(Unit::Mebibytes),
+        _ => None,
+    };
+    match (value, unit) {
+        (Some(value), Some(unit)) => Ok(Measured::level(value, unit)),
+        _ => Err(format!(
+            "{}: {name} is not {{\"value\": <number >= 0>, \"unit\": \"MiB\"}}: {entry}",
+            path.display()
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LEVELS: &[Level] = &[
+        Level { name: "open_rss_10m", description: "resident memory" },
+        Level { name: "absent", description: "not in the file" },
+        Level { name: "bad_unit", description: "a unit the table does not know" },
+    ];
+
+    #[test]
+    fn levels_come_from_the_file_and_each_problem_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = read_levels(dir.path(), LEVELS);
+        assert!(missing[0].measured.as_ref().unwrap_err().contains("cannot read"));
+        std::fs::write(
+            dir.path().join(FILE),
+            r#"{"open_rss_10m": {"value": 12.5, "unit": "MiB"}, "bad_unit": {"value": 1, "unit": "GB"}}"#,
+        )
+        .unwrap();
+        let rows = read_levels(dir.path(), LEVELS);
+        let level = rows[0].measured.as_ref().unwrap();
+        assert_eq!((level.value, level.unit, level.mean_ns), (12.5, Unit::Mebibytes, None));
+        assert!(rows[1].measured.as_ref().unwrap_err().contains("has no absent"));
+        assert!(rows[2].measured.as_ref().unwrap_err().contains("\"GB\""));
+        assert!(read_levels(dir.path(), &[]).is_empty());
+    }
+}
