@@ -45,6 +45,17 @@ pub enum FieldColumns {
     },
 }
 
+impl FieldColumns {
+    /// The sample field name.
+    pub fn name(&self) -> &str {
+        match self {
+            FieldColumns::Tensor { name, .. }
+            | FieldColumns::Blob { name }
+            | FieldColumns::Json { name } => name,
+        }
+    }
+}
+
 /// The `_data` field metadata key naming a tensor dtype the Arrow type alone does not tell.
 pub const DTYPE_METADATA: &str = "stowage_dtype";
 
@@ -273,8 +284,15 @@ fn tensor_columns(
     dtype: DType,
     rows: &[(&str, &Sample)],
 ) -> Result<(ArrayRef, ArrayRef)> {
-    // Arrow wants each values buffer aligned to its element type; MutableBuffer is.
-    let mut bytes = MutableBuffer::new(0);
+    // Arrow wants each values buffer aligned to its element type; MutableBuffer is. Sized up
+    // front: growing it would copy the segment's values again on every doubling.
+    let total: usize = rows
+        .iter()
+        .filter_map(|(_, sample)| sample.tensor(name))
+        .filter(|tensor| dtype != DType::Bool && tensor.dtype() == dtype)
+        .map(|tensor| tensor.bytes().len())
+        .sum();
+    let mut bytes = MutableBuffer::new(total);
     let mut bools = Vec::new();
     let mut value_offsets = vec![0i32];
     let mut dims = Vec::new();

@@ -3,14 +3,17 @@
 //! so a segment never holds a key twice.
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
 use stowage_core::{Sample, Value};
 
 /// Samples waiting for the next segment, in order of first put.
 #[derive(Debug, Default)]
 pub struct Pending {
-    rows: Vec<(String, Sample)>,
-    position: HashMap<String, usize>,
+    /// Each key stored once, shared by the row and the position map.
+    rows: Vec<(Arc<str>, Sample)>,
+    /// foldhash: keys are the caller's, and a put must not pay SipHash's cost.
+    position: HashMap<Arc<str>, usize, foldhash::fast::RandomState>,
     bytes: u64,
 }
 
@@ -24,8 +27,9 @@ impl Pending {
                 self.rows[at].1 = sample.clone();
             }
             None => {
-                self.position.insert(key.to_owned(), self.rows.len());
-                self.rows.push((key.to_owned(), sample.clone()));
+                let key: Arc<str> = Arc::from(key);
+                self.position.insert(key.clone(), self.rows.len());
+                self.rows.push((key, sample.clone()));
             }
         }
         self.bytes += size;
@@ -53,7 +57,7 @@ impl Pending {
 
     /// Pending keys, in order of first put.
     pub fn keys(&self) -> impl Iterator<Item = &str> {
-        self.rows.iter().map(|(key, _)| key.as_str())
+        self.rows.iter().map(|(key, _)| &**key)
     }
 
     /// The pending rows split into runs of at most `max_bytes` payload each (at least one row
@@ -68,7 +72,7 @@ impl Pending {
                 chunks.push(std::mem::take(&mut chunk));
                 bytes = 0;
             }
-            chunk.push((key.as_str(), sample));
+            chunk.push((&**key, sample));
             bytes += size;
         }
         if !chunk.is_empty() {

@@ -50,6 +50,28 @@ pub fn of_sample(key: &str, sample: &Sample) -> u64 {
     hasher.digest()
 }
 
+/// The checksum of a row as a reader decodes it back: exactly the fields `names` (sorted by
+/// name), a field `sample` lacks as null. Equal to [`of_sample`] of that decoded sample, without
+/// building it.
+///
+/// ```
+/// use stowage_core::{Sample, Tensor, Value};
+/// use stowage_arrow::row_sums::{of_sample, of_stored_row};
+/// let put = Sample::new().with("x", Tensor::from_slice(&[1], &[1.5f32])?);
+/// let read = put.clone().with("meta", Value::Null);
+/// assert_eq!(of_stored_row("k", &["meta", "x"], &put), of_sample("k", &read));
+/// # Ok::<(), stowage_core::Error>(())
+/// ```
+pub fn of_stored_row(key: &str, names: &[&str], sample: &Sample) -> u64 {
+    debug_assert!(names.is_sorted(), "stored field names must be sorted");
+    let mut hasher = Xxh3::new();
+    field(&mut hasher, key.as_bytes());
+    for name in names {
+        named_value(&mut hasher, name, sample.get(name).unwrap_or(&Value::Null));
+    }
+    hasher.digest()
+}
+
 /// A tensor's bytes enter the checksum as their own xxh3 digest: hashing them in one pass, in
 /// place, is about twice as fast as streaming them (the streaming hasher copies its input through
 /// a buffer), and a read's row is usually not in the CPU cache, so its lines are requested first.

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use arrow_ipc::writer::{FileWriter, IpcWriteOptions};
 use arrow_schema::Schema;
 use stowage_core::file_safety::{StagedFiles, fsync_dir};
-use stowage_core::{Error, IoResultExt, Result, Sample, Value};
+use stowage_core::{Error, IoResultExt, Result, Sample};
 
 use crate::encode::{FieldColumns, encode_batch};
 use crate::key_sidecar;
@@ -77,7 +77,6 @@ impl SegmentFormat {
 /// [`Error::InvalidArgument`] naming the key and field of a value that does not fit its column;
 /// [`Error::Io`] naming the path that failed.
 pub fn write_segment(format: &SegmentFormat, id: u64, rows: &[(&str, &Sample)]) -> Result<PathBuf> {
-    let batch = encode_batch(format.arrow_schema.clone(), &format.fields, rows)?;
     let layout = &format.layout;
     let dir = layout.segments_dir();
     if !dir.is_dir() {
@@ -88,18 +87,22 @@ pub fn write_segment(format: &SegmentFormat, id: u64, rows: &[(&str, &Sample)]) 
     if path.try_exists().at(&path)? {
         return Err(Error::AlreadyExists { path });
     }
-    let keys: Vec<&str> = rows.iter().map(|(key, _)| *key).collect();
-    let sums: Vec<u64> = rows
-        .iter()
-        .map(|(key, sample)| row_sums::of_sample(key, &stored_form(&format.fields, sample)))
-        .collect();
     let options = IpcWriteOptions::default()
         .try_with_compression(format.compression.map(Compression::ipc))
         .map_err(|e| Error::invalid(format!("IPC compression: {e}")))?;
+    // The row checksums and the key sidecar are built on a second core while this one encodes
+    // the batch: both read every row, and a flush is on the caller's critical path.
+    let (batch, sidecars) = std::thread::scope(|scope| {
+        let sidecars = scope.spawn(|| sidecar_bytes(&format.fields, rows));
+        let batch = encode_batch(format.arrow_schema.clone(), &format.fields, rows);
+        let sidecars = sidecars.join().unwrap_or_else(|_| {
+            Err(Error::invalid("building a segment's key sidecar and checksums panicked"))
+        });
+        (batch, sidecars)
+    });
+    let (batch, (sidecar, sums)) = (batch?, sidecars?);
     let mut staged = StagedFiles::new(format.durable);
-    let sidecar = key_sidecar::build(&keys)?;
     staged.stage(key_sidecar::sidecar_path(&path), |out| io::Write::write_all(out, &sidecar))?;
-    let sums = row_sums::encode(&sums);
     staged.stage(row_sums::sums_path(&path), |out| io::Write::write_all(out, &sums))?;
     staged.stage(&path, |out| {
         let schema = &format.arrow_schema;
@@ -112,17 +115,14 @@ pub fn write_segment(format: &SegmentFormat, id: u64, rows: &[(&str, &Sample)]) 
     Ok(path)
 }
 
-/// `sample` as a reader decodes it back: exactly the stored fields, a missing one as null, so the
-/// row checksum a writer records is the one a reader recomputes.
-fn stored_form(fields: &[FieldColumns], sample: &Sample) -> Sample {
-    let mut stored = Sample::new();
-    for field in fields {
-        let name = match field {
-            FieldColumns::Tensor { name, .. }
-            | FieldColumns::Blob { name }
-            | FieldColumns::Json { name } => name,
-        };
-        stored.insert(name.as_str(), sample.get(name).cloned().unwrap_or(Value::Null));
-    }
-    stored
+/// The bytes of the key sidecar and of the row checksum file of a segment of `rows`; each
+/// checksum is of the row as a reader decodes it back (exactly the stored fields, a missing one
+/// as null).
+fn sidecar_bytes(fields: &[FieldColumns], rows: &[(&str, &Sample)]) -> Result<(Vec<u8>, Vec<u8>)> {
+    let keys: Vec<&str> = rows.iter().map(|(key, _)| *key).collect();
+    let mut names: Vec<&str> = fields.iter().map(FieldColumns::name).collect();
+    names.sort_unstable();
+    let sums: Vec<u64> =
+        rows.iter().map(|(key, sample)| row_sums::of_stored_row(key, &names, sample)).collect();
+    Ok((key_sidecar::build(&keys)?, row_sums::encode(&sums)))
 }
