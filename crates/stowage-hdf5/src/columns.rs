@@ -1,15 +1,17 @@
 //! Variable-length columns: a chunked, extendible 1-D `VLEN<element>` dataset with one row per
-//! cached entry, written in batches and read one row at a time. Both the aenet sections and the
-//! generic sections are made of them.
+//! cached entry, written in batches and read one row at a time (directly from the file's bytes
+//! where possible). Both the aenet sections and the generic sections are made of them.
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use hdf5::types::VarLenArray;
 use hdf5::{Dataset, Group, H5Type};
 use stowage_core::{Error, Result};
 
+use crate::direct::{DirectColumn, MappedFile};
 use crate::error::{read_error, write_error};
-use crate::ffi::{self, Element, VlenType};
+use crate::ffi::{self, Element, Failure, VlenType};
 use crate::layout::{DEFLATE_LEVEL, VLEN_CHUNK_ROWS};
 
 /// Rows buffered before a batch is written (bounded memory, few calls into libhdf5).
@@ -45,10 +47,11 @@ pub(crate) fn create_dataset(group: &Group, name: &str, stored: Element) -> hdf5
     }
 }
 
-/// Reads rows of one variable-length dataset, converted to a chosen element type.
+/// Reads rows of one variable-length dataset: through the direct reader ([`crate::direct`]) when
+/// the file is mapped and the dataset's layout is one it decodes, else through libhdf5.
 pub(crate) struct ColumnReader {
     dataset: Dataset,
-    memory: VlenType,
+    direct: Option<DirectColumn>,
     rows: u64,
     /// `<file>:<dataset path>`, for errors.
     file: PathBuf,
@@ -56,16 +59,22 @@ pub(crate) struct ColumnReader {
 }
 
 impl ColumnReader {
-    /// Opens dataset `name` of `group` (in `file`) for reading as `element` values.
-    pub fn open(file: &Path, group: &Group, name: &str, element: Element) -> Result<ColumnReader> {
+    /// Opens dataset `name` of `group` (in `file`); its rows are read from `mapped` when given.
+    pub fn open(
+        file: &Path,
+        group: &Group,
+        name: &str,
+        mapped: Option<&Arc<MappedFile>>,
+    ) -> Result<ColumnReader> {
         let full = format!("{}/{name}", group.name());
-        let dataset = group
-            .dataset(name)
-            .map_err(|e| read_error(file, &format!("opening dataset {full}"), e))?;
-        let rows = ffi::row_count(dataset.id())
-            .map_err(|e| read_error(file, &format!("dataset {full}"), e))?;
-        let memory = VlenType::new(element).map_err(|e| read_error(file, &full, e))?;
-        Ok(ColumnReader { dataset, memory, rows, file: file.to_path_buf(), name: full })
+        let failed = |e: Failure| read_error(file, &format!("dataset {full}"), e);
+        let dataset = group.dataset(name).map_err(|e| failed(e.into()))?;
+        let rows = ffi::row_count(dataset.id()).map_err(failed)?;
+        let direct = match mapped {
+            Some(mapped) => DirectColumn::open(mapped, &dataset, rows).map_err(failed)?,
+            None => None,
+        };
+        Ok(ColumnReader { dataset, direct, rows, file: file.to_path_buf(), name: full })
     }
 
     /// Rows in the dataset.
@@ -73,23 +82,50 @@ impl ColumnReader {
         self.rows
     }
 
-    /// Row `row` as the bytes of its elements. Damage libhdf5 detects is `Error::Corrupted`
-    /// naming the file, the dataset and the row.
-    pub fn read(&self, row: u64) -> Result<Vec<u8>> {
-        ffi::read_vlen_row(self.dataset.id(), row, &self.memory)
-            .map_err(|e| read_error(&self.file, &format!("{} row {row}", self.name), e))
+    /// Whether rows of `element` values are read without libhdf5.
+    pub fn reads_directly(&self, element: Element) -> bool {
+        self.direct.as_ref().is_some_and(|d| d.converts_to(element))
     }
 
-    /// Every row, in one read.
-    pub fn read_all(&self) -> Result<Vec<Vec<u8>>> {
-        ffi::read_vlen_rows(self.dataset.id(), 0, self.rows, &self.memory)
+    /// Row `row` as the bytes of `element` values (converted from the stored type). Damage is
+    /// `Error::Corrupted` naming the file, the dataset, the row and `what` it holds.
+    pub fn read(&self, row: u64, element: Element, what: &str) -> Result<Vec<u8>> {
+        let context = || format!("{} row {row} ({what})", self.name);
+        match &self.direct {
+            Some(direct) if direct.converts_to(element) => direct
+                .read(row, element)
+                .map_err(|e| Error::corrupted(&self.file, format!("{}: {e}", context()))),
+            _ => {
+                let memory =
+                    VlenType::new(element).map_err(|e| read_error(&self.file, &context(), e))?;
+                ffi::read_vlen_row(self.dataset.id(), row, &memory)
+                    .map_err(|e| read_error(&self.file, &context(), e))
+            }
+        }
+    }
+
+    /// Every row as `element` values.
+    pub fn read_all(&self, element: Element) -> Result<Vec<Vec<u8>>> {
+        if self.reads_directly(element) {
+            return (0..self.rows)
+                .map(|row| self.read(row, element, "reading every row"))
+                .collect();
+        }
+        let memory = VlenType::new(element).map_err(|e| read_error(&self.file, &self.name, e))?;
+        ffi::read_vlen_rows(self.dataset.id(), 0, self.rows, &memory)
             .map_err(|e| read_error(&self.file, &self.name, e))
     }
 
-    /// Row `row` as exactly `elements` elements, or `Error::Corrupted` naming both counts.
-    pub fn read_exact(&self, row: u64, elements: usize, what: &str) -> Result<Vec<u8>> {
-        let bytes = self.read(row)?;
-        let got = bytes.len() / self.memory.element().size();
+    /// Row `row` as exactly `elements` `element` values, or `Error::Corrupted` naming both counts.
+    pub fn read_exact(
+        &self,
+        row: u64,
+        element: Element,
+        elements: usize,
+        what: &str,
+    ) -> Result<Vec<u8>> {
+        let bytes = self.read(row, element, what)?;
+        let got = bytes.len() / element.size();
         if got != elements {
             return Err(Error::corrupted(
                 &self.file,

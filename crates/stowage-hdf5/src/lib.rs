@@ -5,6 +5,7 @@ mod attributes;
 mod columns;
 pub mod compat;
 pub mod derivatives;
+mod direct;
 mod error;
 pub mod ffi;
 mod index_tables;
@@ -16,7 +17,7 @@ pub mod writer;
 pub use compat::{DescriptorCompat, StorageDtype};
 pub use derivatives::{AngularDerivatives, LocalDerivatives, RadialDerivatives};
 pub use error::BACKEND;
-pub use reader::{CacheSignature, CacheVersion, DerivativeLayout, TorchCache};
+pub use reader::{CacheSignature, CacheVersion, DerivativeLayout, ReadPath, TorchCache};
 pub use writer::{CacheSections, TorchCacheWriter};
 
 pub mod backend;

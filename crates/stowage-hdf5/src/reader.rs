@@ -4,6 +4,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use hdf5::Group;
 use stowage_core::{Error, Result, Tensor};
@@ -12,6 +13,7 @@ use crate::attributes::Attributes;
 use crate::columns::{ColumnReader, i64s};
 use crate::compat::{DescriptorCompat, StorageDtype};
 use crate::derivatives::{AngularDerivatives, LocalDerivatives, RadialDerivatives};
+use crate::direct::MappedFile;
 use crate::error::read_error;
 use crate::ffi::Element;
 use crate::index_tables::{DerivativeIndexRow, FeatureIndexRow, read_index};
@@ -48,45 +50,57 @@ pub struct DerivativeLayout {
     pub multi: bool,
 }
 
-/// A float column readable as float32 or float64 (HDF5 converts on read).
-struct FloatColumn {
-    as_f32: ColumnReader,
-    as_f64: ColumnReader,
+/// How [`TorchCache`] reads the variable-length rows.
+///
+/// ```
+/// assert_eq!(stowage_hdf5::ReadPath::default(), stowage_hdf5::ReadPath::Direct);
+/// ```
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum ReadPath {
+    /// From a memory map of the file, chunks and global heap decoded by stowage with every byte
+    /// bounds-checked (see [`crate::ffi::storage`] for what libhdf5 is still asked); datasets in
+    /// a layout it does not decode are read through libhdf5.
+    #[default]
+    Direct,
+    /// Every row through libhdf5's `H5Dread` conversion path: slower, for cross-checks.
+    Libhdf5,
 }
 
-impl FloatColumn {
-    fn open(file: &Path, group: &Group, name: &str) -> Result<FloatColumn> {
-        Ok(FloatColumn {
-            as_f32: ColumnReader::open(file, group, name, Element::F32)?,
-            as_f64: ColumnReader::open(file, group, name, Element::F64)?,
-        })
+/// The element type rows of `dtype` are read as.
+fn float_element(dtype: StorageDtype) -> Element {
+    match dtype {
+        StorageDtype::Float32 => Element::F32,
+        StorageDtype::Float64 => Element::F64,
     }
+}
 
-    fn rows(&self) -> u64 {
-        self.as_f64.rows()
-    }
-
-    /// Row `row` as a tensor of `dtype` and `shape` (element count checked).
-    fn read(&self, row: u64, dtype: StorageDtype, shape: Vec<usize>, what: &str) -> Result<Tensor> {
-        let column = match dtype {
-            StorageDtype::Float32 => &self.as_f32,
-            StorageDtype::Float64 => &self.as_f64,
-        };
-        let bytes = column.read_exact(row, shape.iter().product(), what)?;
-        Tensor::new(dtype.dtype(), shape, bytes)
-    }
+/// Row `row` of a float column as a tensor of `dtype` and `shape` (element count checked).
+fn read_floats(
+    column: &ColumnReader,
+    row: u64,
+    dtype: StorageDtype,
+    shape: Vec<usize>,
+    what: &str,
+) -> Result<Tensor> {
+    let bytes = column.read_exact(row, float_element(dtype), shape.iter().product(), what)?;
+    Tensor::new(dtype.dtype(), shape, bytes)
 }
 
 struct FeatureSection {
     by_entry: HashMap<i64, FeatureIndexRow>,
-    values: FloatColumn,
+    values: ColumnReader,
 }
 
 struct DerivativeSection {
     layout: DerivativeLayout,
     by_entry: HashMap<i64, DerivativeIndexRow>,
     index_columns: [ColumnReader; 5],
-    float_columns: [FloatColumn; 6],
+    float_columns: [ColumnReader; 6],
+}
+
+/// Whether a float column is read without libhdf5 at both dtypes.
+fn floats_read_directly(column: &ColumnReader) -> bool {
+    column.reads_directly(Element::F32) && column.reads_directly(Element::F64)
 }
 
 /// An open torch cache: look up cached features and derivatives by entry index.
@@ -108,6 +122,18 @@ pub struct TorchCache {
     derivatives: Option<DerivativeSection>,
     // Declared last: the datasets above close before the file.
     _file: hdf5::File,
+}
+
+/// Opens the payload datasets of one file, to be read from its map when there is one.
+struct Columns<'a> {
+    path: &'a Path,
+    mapped: Option<&'a Arc<MappedFile>>,
+}
+
+impl Columns<'_> {
+    fn open(&self, group: &Group, name: &str) -> Result<ColumnReader> {
+        ColumnReader::open(self.path, group, name, self.mapped)
+    }
 }
 
 /// Parses `storage_dtype` with the error naming the file.
@@ -177,11 +203,21 @@ impl TorchCache {
     /// `Error::Corrupted` naming the file for anything libhdf5 or the layout checks refuse;
     /// `Error::NotFound` when the file does not exist.
     pub fn open(path: impl AsRef<Path>) -> Result<Option<TorchCache>> {
+        Self::open_with(path, ReadPath::Direct)
+    }
+
+    /// Like [`TorchCache::open`], reading rows the way `read_path` says.
+    pub fn open_with(path: impl AsRef<Path>, read_path: ReadPath) -> Result<Option<TorchCache>> {
         let path = path.as_ref();
         if !path.is_file() {
             return Err(Error::NotFound { what: format!("HDF5 file {}", path.display()) });
         }
         let file = hdf5::File::open(path).map_err(|e| read_error(path, "opening", e))?;
+        let mapped = match read_path {
+            ReadPath::Direct => MappedFile::open(path, &file)?,
+            ReadPath::Libhdf5 => None,
+        };
+        let columns = Columns { path, mapped: mapped.as_ref() };
         let exists = |name: &str| file.link_exists(name);
         let (version, group) = if exists(layout::TORCH_CACHE) {
             (CacheVersion::V2, layout::TORCH_CACHE)
@@ -210,7 +246,7 @@ impl TorchCache {
                     let group = root
                         .group(layout::FEATURES)
                         .map_err(|e| read_error(path, "contains_features is true but", e))?;
-                    Some(Self::open_features(path, &group)?)
+                    Some(Self::open_features(&columns, &group)?)
                 } else {
                     None
                 };
@@ -218,7 +254,7 @@ impl TorchCache {
                     let group = root.group(layout::DERIVATIVES).map_err(|e| {
                         read_error(path, "contains_force_derivatives is true but", e)
                     })?;
-                    Some(Self::open_derivatives(path, &group)?)
+                    Some(Self::open_derivatives(&columns, &group)?)
                 } else {
                     None
                 };
@@ -233,7 +269,11 @@ impl TorchCache {
                         layout::DERIVATIVE_SCHEMA_VERSION,
                     ));
                 }
-                (signature(path, &attributes)?, None, Some(Self::open_derivatives(path, &root)?))
+                (
+                    signature(path, &attributes)?,
+                    None,
+                    Some(Self::open_derivatives(&columns, &root)?),
+                )
             }
         };
         Ok(Some(TorchCache {
@@ -247,15 +287,17 @@ impl TorchCache {
         }))
     }
 
-    fn open_features(path: &Path, group: &Group) -> Result<FeatureSection> {
-        let values = FloatColumn::open(path, group, layout::VALUES)?;
+    fn open_features(columns: &Columns<'_>, group: &Group) -> Result<FeatureSection> {
+        let path = columns.path;
+        let values = columns.open(group, layout::VALUES)?;
         let rows = read_index::<FeatureIndexRow>(path, group)?;
         let by_entry =
             by_entry(path, "features", rows, values.rows(), |r| (r.entry_idx, r.cache_row))?;
         Ok(FeatureSection { by_entry, values })
     }
 
-    fn open_derivatives(path: &Path, group: &Group) -> Result<DerivativeSection> {
+    fn open_derivatives(columns: &Columns<'_>, group: &Group) -> Result<DerivativeSection> {
+        let path = columns.path;
         let attributes = Attributes { file: path, object: group };
         let format = attributes.text(attr::PAYLOAD_FORMAT)?;
         if format != layout::DERIVATIVE_PAYLOAD_FORMAT {
@@ -279,22 +321,27 @@ impl TorchCache {
             multi: attributes.flag(attr::MULTI)?,
         };
         let [c, n, dg, nts, ac, aj, ak, gi, gj, gk, tts] = layout::DERIVATIVE_ARRAYS;
-        let ints = |name| ColumnReader::open(path, group, name, Element::I64);
-        let floats = |name| FloatColumn::open(path, group, name);
-        let index_columns = [ints(c)?, ints(n)?, ints(ac)?, ints(aj)?, ints(ak)?];
-        let float_columns =
-            [floats(dg)?, floats(nts)?, floats(gi)?, floats(gj)?, floats(gk)?, floats(tts)?];
+        let open = |name| columns.open(group, name);
+        let index_columns = [open(c)?, open(n)?, open(ac)?, open(aj)?, open(ak)?];
+        let float_columns = [open(dg)?, open(nts)?, open(gi)?, open(gj)?, open(gk)?, open(tts)?];
         // The 11 datasets and the index stay in lockstep: a shorter one is damage.
-        let payload_rows = index_columns
-            .iter()
-            .map(ColumnReader::rows)
-            .chain(float_columns.iter().map(FloatColumn::rows))
-            .min()
-            .unwrap_or(0);
+        let payload_rows =
+            index_columns.iter().chain(&float_columns).map(ColumnReader::rows).min().unwrap_or(0);
         let rows = read_index::<DerivativeIndexRow>(path, group)?;
         let by_entry =
             by_entry(path, &group.name(), rows, payload_rows, |r| (r.entry_idx, r.cache_row))?;
         Ok(DerivativeSection { layout, by_entry, index_columns, float_columns })
+    }
+
+    /// Whether every row of the cache is read without libhdf5 ([`ReadPath::Direct`] on a file in
+    /// the layout aenet and stowage write), at the stored dtype and cast.
+    pub fn reads_directly(&self) -> bool {
+        let features = self.features.as_ref().is_none_or(|s| floats_read_directly(&s.values));
+        let derivatives = self.derivatives.as_ref().is_none_or(|s| {
+            s.index_columns.iter().all(|c| c.reads_directly(Element::I64))
+                && s.float_columns.iter().all(floats_read_directly)
+        });
+        (self.features.is_some() || self.derivatives.is_some()) && features && derivatives
     }
 
     /// The file.
@@ -373,7 +420,7 @@ impl TorchCache {
         let n_atoms = count(&self.path, row.n_atoms, "n_atoms", entry_idx)?;
         let n_features = count(&self.path, row.n_features, "n_features", entry_idx)?;
         let shape = vec![n_atoms, n_features];
-        section.values.read(row.cache_row as u64, dtype, shape, &what).map(Some)
+        read_floats(&section.values, row.cache_row as u64, dtype, shape, &what).map(Some)
     }
 
     /// Entry `entry_idx`'s local derivatives at the stored dtype, or `None` when the entry has no
@@ -399,10 +446,11 @@ impl TorchCache {
             section.layout;
         let what = format!("derivatives of entry {entry_idx}");
         let ints = |i: usize, n: usize| -> Result<Vec<i64>> {
-            Ok(i64s(&section.index_columns[i].read_exact(cache_row, n, &what)?))
+            let column = &section.index_columns[i];
+            Ok(i64s(&column.read_exact(cache_row, Element::I64, n, &what)?))
         };
         let floats = |i: usize, shape: Vec<usize>| {
-            section.float_columns[i].read(cache_row, dtype, shape, &what)
+            read_floats(&section.float_columns[i], cache_row, dtype, shape, &what)
         };
         let typespin = |i: usize, n: usize| multi.then(|| floats(i, vec![n])).transpose();
         Ok(Some(LocalDerivatives {

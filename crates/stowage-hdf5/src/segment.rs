@@ -23,6 +23,7 @@ use xxhash_rust::xxh3::Xxh3;
 
 use crate::columns::{ColumnReader, ColumnWriter, i64s, le_bytes_i64};
 use crate::commit_log::SegmentEntry;
+use crate::direct::MappedFile;
 use crate::error::{read_error, write_error};
 use crate::ffi::{self, Element};
 use crate::index_tables::{read_index, write_index};
@@ -169,7 +170,8 @@ pub(crate) struct Segment {
     keys: Vec<String>,
     shapes: Vec<Vec<i64>>,
     checksums: Vec<u64>,
-    columns: Vec<ColumnReader>,
+    /// Each field's column and the element type its values are read as.
+    columns: Vec<(ColumnReader, Element)>,
     _file: hdf5::File,
 }
 
@@ -194,17 +196,20 @@ impl Segment {
             .group(&format!("{TORCH_CACHE}/{SAMPLES}"))
             .map_err(|e| read_error(path, "opening the samples section", e))?;
         let fields = section.group("fields").map_err(|e| read_error(path, "fields", e))?;
+        let mapped = MappedFile::open(path, &file)?;
         let index = read_index::<SampleIndexRow>(path, &section)?;
-        let keys = ColumnReader::open(path, &section, "keys", Element::U8)?.read_all()?;
-        let shapes = ColumnReader::open(path, &section, "shapes", Element::I64)?.read_all()?;
+        let open =
+            |group: &Group, name: &str| ColumnReader::open(path, group, name, mapped.as_ref());
+        let keys = open(&section, "keys")?.read_all(Element::U8)?;
+        let shapes = open(&section, "shapes")?.read_all(Element::I64)?;
         let columns = schema
             .fields
             .iter()
             .enumerate()
-            .map(|(i, spec)| ColumnReader::open(path, &fields, &i.to_string(), element(&spec.kind)))
+            .map(|(i, spec)| Ok((open(&fields, &i.to_string())?, element(&spec.kind))))
             .collect::<Result<Vec<_>>>()?;
         let counts = [index.len() as u64, keys.len() as u64, shapes.len() as u64];
-        let short = columns.iter().map(ColumnReader::rows).chain(counts).find(|&n| n != rows);
+        let short = columns.iter().map(|(c, _)| c.rows()).chain(counts).find(|&n| n != rows);
         if let Some(found) = short {
             return Err(Error::corrupted(
                 path,
@@ -239,8 +244,12 @@ impl Segment {
         let key = &self.keys[row];
         let corrupted =
             |detail: String| Error::corrupted(&self.path, format!("key {key:?}: {detail}"));
-        let fields: Vec<Vec<u8>> =
-            self.columns.iter().map(|c| c.read(row as u64)).collect::<Result<_>>()?;
+        let what = format!("key {key:?}");
+        let fields: Vec<Vec<u8>> = self
+            .columns
+            .iter()
+            .map(|(column, element)| column.read(row as u64, *element, &what))
+            .collect::<Result<_>>()?;
         let shapes = &self.shapes[row];
         let stored = self.checksums[row];
         let computed = checksum(key.as_bytes(), &le_bytes_i64(shapes), &fields);

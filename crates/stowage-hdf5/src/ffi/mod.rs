@@ -2,7 +2,8 @@
 //! (`hdf5_sys`): variable-length rows of numeric elements (read one, write a batch), attributes in
 //! the exact encodings PyTables accepts (fixed-length UTF-8 strings, `H5T_NATIVE_B8` bools, i64),
 //! a tolerant attribute reader (NULL-dataspace strings, enum bools, variable-length strings), and
-//! copying an object's attributes between files.
+//! copying an object's attributes between files; [`storage`] asks where a file keeps its bytes,
+//! for the direct reader.
 //!
 //! Every call runs under hdf5-metno's global reentrant lock ([`locked`]): Debian's libhdf5 is not
 //! built thread-safe, and the same lock serializes the high-level API, so the two never run
@@ -29,6 +30,8 @@ use hdf5_sys::h5t::{
     H5Tget_size, H5Tget_strpad, H5Tis_variable_str, H5Tset_cset, H5Tset_size, H5Tset_strpad,
     H5Tvlen_create, hvl_t,
 };
+
+pub mod storage;
 
 /// A failed HDF5 call: what was being done and libhdf5's own message.
 #[derive(Debug, Clone)]

@@ -1,0 +1,79 @@
+//! A read-only memory map of the very file libhdf5 opened, with its global heap collections
+//! parsed on first use: the bytes the direct reader takes rows from.
+
+use std::fs::File;
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::sync::Arc;
+
+use memmap2::Mmap;
+use stowage_core::Result;
+
+use super::global_heap::GlobalHeap;
+use crate::error::read_error;
+use crate::ffi::{Failure, storage};
+
+/// One mapped HDF5 file.
+#[derive(Debug)]
+pub(crate) struct MappedFile {
+    map: Mmap,
+    /// Byte offset of address 0 (the user block size).
+    base: u64,
+    heap: GlobalHeap,
+}
+
+impl MappedFile {
+    /// Maps the file behind libhdf5's `file` (opened from `path`), or `None` when its rows are
+    /// better left to libhdf5: another driver than POSIX, addresses and lengths that are not
+    /// 8 bytes (what the direct reader decodes), or a path that no longer names the file libhdf5
+    /// opened.
+    pub fn open(path: &Path, file: &hdf5::File) -> Result<Option<Arc<MappedFile>>> {
+        let failed = |e: Failure| read_error(path, "locating the file's bytes", e);
+        let Some(storage) = storage::file_storage(file.id()).map_err(failed)? else {
+            return Ok(None);
+        };
+        if (storage.address_size, storage.length_size) != (8, 8) {
+            return Ok(None);
+        }
+        let opened = File::open(path).and_then(|f| Ok((f.metadata()?, f)));
+        let (metadata, opened) =
+            opened.map_err(|e| read_error(path, "opening", Failure(e.to_string())))?;
+        if (metadata.dev(), metadata.ino()) != storage.identity {
+            return Ok(None);
+        }
+        // SAFETY: mapping is unsafe because another process could truncate or rewrite the file
+        // while it is mapped (SIGBUS on truncation, changed bytes otherwise). aenet and stowage
+        // replace a dataset file by renaming a new one over it, which leaves this mapping on the
+        // old file intact; a file rewritten in place under a reader is already unreadable for
+        // libhdf5 (its metadata cache would be stale), and callers are documented not to do it.
+        // The map is read-only and every byte read from it is bounds-checked as untrusted.
+        let map = unsafe { Mmap::map(&opened) }
+            .map_err(|e| read_error(path, "mapping the file", Failure(e.to_string())))?;
+        Ok(Some(Arc::new(MappedFile { map, base: storage.base, heap: GlobalHeap::default() })))
+    }
+
+    /// File offset of the HDF5 `address`, if it can be one.
+    fn offset(&self, address: u64) -> Result<u64, String> {
+        self.base
+            .checked_add(address)
+            .ok_or_else(|| format!("address {address} is past any file's end"))
+    }
+
+    /// The `len` bytes at HDF5 `address`.
+    pub fn bytes(&self, address: u64, len: u64) -> Result<&[u8], String> {
+        let start = self.offset(address)?;
+        let end = start.checked_add(len).filter(|&end| end <= self.map.len() as u64);
+        match end {
+            Some(end) => Ok(&self.map[start as usize..end as usize]),
+            None => Err(format!(
+                "{len} bytes at address {address} lie past the file's end ({} bytes)",
+                self.map.len()
+            )),
+        }
+    }
+
+    /// The data of global heap object `index` of the collection at HDF5 `address`.
+    pub fn heap_object(&self, address: u64, index: u32) -> Result<&[u8], String> {
+        self.heap.object(&self.map, self.offset(address)?, index)
+    }
+}

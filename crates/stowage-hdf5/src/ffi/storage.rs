@@ -1,0 +1,231 @@
+//! Where libhdf5 keeps a file's bytes: what the direct reader needs to read variable-length rows
+//! itself. The identity of the file libhdf5 has open, its base address and address sizes; a
+//! dataset's chunking, filter pipeline and element type; the location of one chunk. Only metadata
+//! is asked here, once per file, dataset or chunk; no row goes through libhdf5.
+
+use std::fs::File;
+use std::os::fd::{BorrowedFd, RawFd};
+use std::os::unix::fs::MetadataExt;
+use std::ptr;
+
+use hdf5_sys::h5::{HADDR_UNDEF, haddr_t, hsize_t};
+use hdf5_sys::h5d::{H5D_layout_t, H5Dget_chunk_info_by_coord, H5Dget_create_plist, H5Dget_type};
+use hdf5_sys::h5f::{H5Fget_access_plist, H5Fget_create_plist, H5Fget_vfd_handle};
+use hdf5_sys::h5i::hid_t;
+use hdf5_sys::h5p::{
+    H5Pget_chunk, H5Pget_driver, H5Pget_filter2, H5Pget_layout, H5Pget_nfilters, H5Pget_sizes,
+    H5Pget_userblock,
+};
+use hdf5_sys::h5t::{H5T_class_t, H5Tequal, H5Tget_class, H5Tget_super};
+
+use super::{Element, Failure, Id, Outcome, check, locked};
+
+/// The storage facts of an open file a reader of its raw bytes needs.
+#[derive(Debug)]
+pub struct FileStorage {
+    /// Device and inode of the file libhdf5 has open: a reader opening the path again checks it
+    /// got the same file (the path may have been replaced since).
+    pub identity: (u64, u64),
+    /// Byte offset that file addresses are relative to (the user block size).
+    pub base: u64,
+    /// Bytes of a file address (`H5Pget_sizes`' `sizeof_addr`).
+    pub address_size: usize,
+    /// Bytes of a length field (`sizeof_size`).
+    pub length_size: usize,
+}
+
+/// The storage of an open file, or `None` when libhdf5 does not read it through the POSIX
+/// (`sec2`) driver, whose handle is a plain file descriptor.
+pub fn file_storage(file: hid_t) -> Outcome<Option<FileStorage>> {
+    locked(|| {
+        // SAFETY: `file` is a valid file id held open by the caller.
+        let access = Id::new(unsafe { H5Fget_access_plist(file) }, "H5Fget_access_plist")?;
+        // SAFETY: `access` is a valid file access property list.
+        let driver = unsafe { H5Pget_driver(access.0) };
+        if driver < 0 || driver != *hdf5::globals::H5FD_SEC2 {
+            return Ok(None);
+        }
+        let mut handle: *mut std::ffi::c_void = ptr::null_mut();
+        // SAFETY: valid file and property list ids; libhdf5 stores one pointer in `handle`.
+        check(unsafe { H5Fget_vfd_handle(file, access.0, &raw mut handle) }, "H5Fget_vfd_handle")?;
+        if handle.is_null() {
+            return Ok(None);
+        }
+        // SAFETY: for the sec2 driver the handle points at the `int` descriptor of the open file,
+        // which stays open while `file` is (the caller holds it); it is only borrowed here to be
+        // duplicated.
+        let fd: RawFd = unsafe { *handle.cast::<RawFd>() };
+        // SAFETY: as above: `fd` is open for the duration of this borrow.
+        let borrowed = unsafe { BorrowedFd::borrow_raw(fd) };
+        // A duplicate only to ask the inode, closed at once: kept open (or mapped) it would keep
+        // libhdf5's open file description, and with it libhdf5's file lock, alive after close.
+        let metadata = borrowed
+            .try_clone_to_owned()
+            .map(File::from)
+            .and_then(|file| file.metadata())
+            .map_err(|e| Failure(format!("inspecting libhdf5's file descriptor: {e}")))?;
+        // SAFETY: `file` is a valid file id.
+        let create = Id::new(unsafe { H5Fget_create_plist(file) }, "H5Fget_create_plist")?;
+        let (mut base, mut address_size, mut length_size) = (0 as hsize_t, 0usize, 0usize);
+        // SAFETY: `create` is a valid file creation property list; each out-pointer is ours.
+        unsafe {
+            check(H5Pget_userblock(create.0, &raw mut base), "H5Pget_userblock")?;
+            check(
+                H5Pget_sizes(create.0, &raw mut address_size, &raw mut length_size),
+                "H5Pget_sizes",
+            )?;
+        }
+        let identity = (metadata.dev(), metadata.ino());
+        Ok(Some(FileStorage { identity, base, address_size, length_size }))
+    })
+}
+
+/// HDF5's identifier of the deflate filter.
+pub const FILTER_DEFLATE: i32 = hdf5_sys::h5z::H5Z_FILTER_DEFLATE;
+/// HDF5's identifier of the shuffle filter.
+pub const FILTER_SHUFFLE: i32 = hdf5_sys::h5z::H5Z_FILTER_SHUFFLE;
+
+/// One filter of a dataset's pipeline, as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Filter {
+    /// The filter's identifier ([`FILTER_DEFLATE`], [`FILTER_SHUFFLE`], ...).
+    pub id: i32,
+    /// Its client data (for shuffle, the element size; for deflate, the level).
+    pub client_data: Vec<u32>,
+}
+
+/// How a 1-D `VLEN<number>` dataset stores its rows, when it is chunked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VlenStorage {
+    /// Rows per chunk.
+    pub chunk_rows: u64,
+    /// The filter pipeline in the order it was applied on write.
+    pub filters: Vec<Filter>,
+    /// The stored element type, when it is one of the little-endian standard types of
+    /// [`Element`] (`None` for anything else: another byte order, a compound, ...).
+    pub element: Option<Element>,
+}
+
+impl Element {
+    /// The little-endian standard type of the element as libhdf5 names it.
+    fn standard_le(self) -> hid_t {
+        use hdf5_sys::h5t as t;
+        match self {
+            Element::U8 => *t::H5T_STD_U8LE,
+            Element::U16 => *t::H5T_STD_U16LE,
+            Element::U32 => *t::H5T_STD_U32LE,
+            Element::U64 => *t::H5T_STD_U64LE,
+            Element::I8 => *t::H5T_STD_I8LE,
+            Element::I16 => *t::H5T_STD_I16LE,
+            Element::I32 => *t::H5T_STD_I32LE,
+            Element::I64 => *t::H5T_STD_I64LE,
+            Element::F32 => *t::H5T_IEEE_F32LE,
+            Element::F64 => *t::H5T_IEEE_F64LE,
+        }
+    }
+}
+
+/// The chunking, filters and stored element of the variable-length dataset `dataset`, or `None`
+/// when it is not a chunked rank-1 `VLEN` sequence.
+pub fn vlen_storage(dataset: hid_t) -> Outcome<Option<VlenStorage>> {
+    locked(|| {
+        // SAFETY: `dataset` is a valid dataset id held open by the caller.
+        let datatype = Id::new(unsafe { H5Dget_type(dataset) }, "H5Dget_type")?;
+        // SAFETY: valid datatype id.
+        if unsafe { H5Tget_class(datatype.0) } != H5T_class_t::H5T_VLEN {
+            return Ok(None);
+        }
+        // SAFETY: a VLEN type has a base type.
+        let base = Id::new(unsafe { H5Tget_super(datatype.0) }, "H5Tget_super")?;
+        let element = ELEMENTS.into_iter().find(|e| {
+            // SAFETY: both are valid datatype ids; H5Tequal only compares them.
+            unsafe { H5Tequal(base.0, e.standard_le()) > 0 }
+        });
+        // SAFETY: as above.
+        let create = Id::new(unsafe { H5Dget_create_plist(dataset) }, "H5Dget_create_plist")?;
+        // SAFETY: valid dataset creation property list.
+        if unsafe { H5Pget_layout(create.0) } != H5D_layout_t::H5D_CHUNKED {
+            return Ok(None);
+        }
+        let mut dims = [0 as hsize_t; 1];
+        // SAFETY: at most one dimension is written into `dims`.
+        let rank = unsafe { H5Pget_chunk(create.0, 1, dims.as_mut_ptr()) };
+        if check(rank, "H5Pget_chunk")? != 1 || dims[0] == 0 {
+            return Ok(None);
+        }
+        // SAFETY: valid property list.
+        let count = check(unsafe { H5Pget_nfilters(create.0) }, "H5Pget_nfilters")?;
+        let mut filters = Vec::with_capacity(count as usize);
+        for index in 0..count as u32 {
+            let mut flags = 0u32;
+            let mut client_data = [0u32; 8];
+            let mut elements = client_data.len();
+            let mut config = 0u32;
+            // SAFETY: `elements` tells libhdf5 how many values `client_data` holds (it writes at
+            // most that many and returns the stored count); no name buffer is asked for.
+            let id = unsafe {
+                H5Pget_filter2(
+                    create.0,
+                    index,
+                    &raw mut flags,
+                    &raw mut elements,
+                    client_data.as_mut_ptr(),
+                    0,
+                    ptr::null_mut(),
+                    &raw mut config,
+                )
+            };
+            check(id, "H5Pget_filter2")?;
+            let kept = elements.min(client_data.len());
+            filters.push(Filter { id, client_data: client_data[..kept].to_vec() });
+        }
+        Ok(Some(VlenStorage { chunk_rows: dims[0], filters, element }))
+    })
+}
+
+/// Every element type, for lookups.
+const ELEMENTS: [Element; 10] = [
+    Element::U8,
+    Element::U16,
+    Element::U32,
+    Element::U64,
+    Element::I8,
+    Element::I16,
+    Element::I32,
+    Element::I64,
+    Element::F32,
+    Element::F64,
+];
+
+/// Where one stored chunk lies in the file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChunkLocation {
+    /// File address (relative to [`FileStorage::base`]).
+    pub address: u64,
+    /// Stored (filtered) bytes.
+    pub size: u64,
+    /// Bit `i` set: filter `i` of the pipeline was skipped for this chunk.
+    pub filter_mask: u32,
+}
+
+/// The chunk of the 1-D chunked `dataset` starting at row `first_row`, or `None` when that chunk
+/// was never written (its rows read as the fill value).
+pub fn chunk_location(dataset: hid_t, first_row: u64) -> Outcome<Option<ChunkLocation>> {
+    locked(|| {
+        let offset = [first_row as hsize_t];
+        let (mut filter_mask, mut address, mut size) = (0u32, HADDR_UNDEF as haddr_t, 0 as hsize_t);
+        // SAFETY: `dataset` is a valid chunked rank-1 dataset; `offset` has rank elements and
+        // each out-pointer is ours.
+        let ret = unsafe {
+            H5Dget_chunk_info_by_coord(
+                dataset,
+                offset.as_ptr(),
+                &raw mut filter_mask,
+                &raw mut address,
+                &raw mut size,
+            )
+        };
+        check(ret, "H5Dget_chunk_info_by_coord")?;
+        Ok((address != HADDR_UNDEF).then_some(ChunkLocation { address, size, filter_mask }))
+    })
+}
