@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use hdf5::types::VarLenArray;
 use hdf5::{Dataset, Group, H5Type};
+use stowage_core::bytes::Bytes;
 use stowage_core::{Error, Result};
 
 use crate::direct::{DirectColumn, MappedFile};
@@ -143,7 +144,8 @@ impl ColumnReader {
 pub(crate) struct ColumnWriter {
     dataset: Dataset,
     memory: VlenType,
-    pending: Vec<Vec<u8>>,
+    /// Queued rows; a tensor's own bytes are shared, not copied.
+    pending: Vec<Bytes>,
     pending_bytes: usize,
     written: u64,
     file: PathBuf,
@@ -171,7 +173,8 @@ impl ColumnWriter {
     }
 
     /// Queues one row (the bytes of whole elements); writes a batch when enough is queued.
-    pub fn push(&mut self, row: Vec<u8>) -> Result<()> {
+    pub fn push(&mut self, row: impl Into<Bytes>) -> Result<()> {
+        let row = row.into();
         self.pending_bytes += row.len();
         self.pending.push(row);
         if self.pending.len() >= BATCH_ROWS || self.pending_bytes >= BATCH_BYTES {
@@ -187,7 +190,7 @@ impl ColumnWriter {
 
     /// Writes every queued row.
     pub fn write_pending(&mut self) -> Result<()> {
-        let rows: Vec<&[u8]> = self.pending.iter().map(Vec::as_slice).collect();
+        let rows: Vec<&[u8]> = self.pending.iter().map(|row| &row[..]).collect();
         ffi::write_vlen_rows(self.dataset.id(), self.written, &rows, &self.memory)
             .map_err(|e| write_error(&self.file, &self.dataset.name(), e))?;
         self.written += rows.len() as u64;

@@ -6,6 +6,7 @@ use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 
 use hdf5::Group;
+use stowage_core::bytes::Bytes;
 use stowage_core::{DType, Error, Result, Tensor};
 
 use crate::columns::{ColumnWriter, le_bytes_i64};
@@ -42,20 +43,25 @@ fn as_i32(value: usize, what: &str) -> Result<i32> {
     i32::try_from(value).map_err(|_| Error::invalid(format!("{what} {value} does not fit an i32")))
 }
 
-/// The bytes of a float tensor as `storage` elements (cast when the dtypes differ).
-fn float_bytes(tensor: &Tensor, storage: StorageDtype, what: &str) -> Result<Vec<u8>> {
+/// The bytes of a float tensor as `storage` elements: the tensor's own bytes when the dtypes
+/// match (shared, not copied), else cast.
+fn float_bytes(tensor: &Tensor, storage: StorageDtype, what: &str) -> Result<Bytes> {
     match (tensor.dtype(), storage) {
         (DType::F64, StorageDtype::Float64) | (DType::F32, StorageDtype::Float32) => {
-            Ok(tensor.bytes().to_vec())
+            Ok(tensor.to_shared_bytes())
         }
         (DType::F32, StorageDtype::Float64) => Ok(tensor
             .to_vec::<f32>()?
             .into_iter()
             .flat_map(|v| f64::from(v).to_le_bytes())
-            .collect()),
-        (DType::F64, StorageDtype::Float32) => {
-            Ok(tensor.to_vec::<f64>()?.into_iter().flat_map(|v| (v as f32).to_le_bytes()).collect())
-        }
+            .collect::<Vec<u8>>()
+            .into()),
+        (DType::F64, StorageDtype::Float32) => Ok(tensor
+            .to_vec::<f64>()?
+            .into_iter()
+            .flat_map(|v| (v as f32).to_le_bytes())
+            .collect::<Vec<u8>>()
+            .into()),
         (other, _) => {
             Err(Error::invalid(format!("{what} is {other}, expected float32 or float64")))
         }
@@ -231,18 +237,19 @@ impl TorchCacheWriter {
             return Err(Error::invalid(format!("{what}: the entry already has a derivative row")));
         }
         let storage = self.storage;
-        let floats = |tensor: Option<&Tensor>| -> Result<Vec<u8>> {
-            tensor.map_or(Ok(Vec::new()), |t| float_bytes(t, storage, &what))
+        let floats = |tensor: Option<&Tensor>| -> Result<Bytes> {
+            tensor.map_or(Ok(Bytes::new()), |t| float_bytes(t, storage, &what))
         };
+        let ints = |values: &[i64]| Bytes::from(le_bytes_i64(values));
         let (r, a) = (&derivatives.radial, &derivatives.angular);
         let rows = [
-            le_bytes_i64(&r.center_idx),
-            le_bytes_i64(&r.neighbor_idx),
+            ints(&r.center_idx),
+            ints(&r.neighbor_idx),
             floats(Some(&r.dg_drij))?,
             floats(r.neighbor_typespin.as_ref())?,
-            le_bytes_i64(&a.center_idx),
-            le_bytes_i64(&a.neighbor_j_idx),
-            le_bytes_i64(&a.neighbor_k_idx),
+            ints(&a.center_idx),
+            ints(&a.neighbor_j_idx),
+            ints(&a.neighbor_k_idx),
             floats(Some(&a.grads_i))?,
             floats(Some(&a.grads_j))?,
             floats(Some(&a.grads_k))?,
