@@ -4,8 +4,9 @@
 //! `max_segment_bytes` are pending) writes them as one or more segments, each crash-safely
 //! ([`crate::segment_writer`]) with its key sidecar and row checksums, then commits each in the
 //! commit log ([`crate::commit_log`]). Nothing rewrites what is already cached, so a flush costs
-//! its own rows only. Once `merge_after` segments are not in the merged key index, the writer
-//! rebuilds it on a background thread ([`crate::merged_index`]).
+//! its own rows only. Once `merge_after` segments are in no key index run, the writer merges them
+//! into a run on a background thread, folding in the newest runs no larger than that
+//! ([`crate::merged_index`]).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -145,7 +146,7 @@ impl ArrowBackend {
         let parent = layout.root().parent().filter(|p| !p.as_os_str().is_empty());
         fsync_dir(parent.unwrap_or(Path::new(".")))?;
         let (log, _) = AppendLog::open(layout.commit_log(), false)?;
-        let reader = CacheReader::open_segments(layout.root(), [], structure, None)?
+        let reader = CacheReader::open_segments(layout.root(), [], structure, &[])?
             .with_checksums(options.verify_checksums)
             .requiring_checksums();
         let writer = Writer::new(WriterSetup {
@@ -156,7 +157,7 @@ impl ArrowBackend {
             merge_after: options.merge_after,
             next_id: 0,
             committed: Vec::new(),
-            merged_through: None,
+            runs: Vec::new(),
             complete_marker: false,
             replaced: Vec::new(),
         });
@@ -203,6 +204,7 @@ impl ArrowBackend {
         let committed = commit_log::interpret(&layout.commit_log(), &recovered)?;
         let (log, _) = AppendLog::open(layout.commit_log(), false)?;
         remove_uncommitted(&layout, committed.next_segment_id())?;
+        remove_stale_runs(&layout, &committed.runs)?;
         let marker = CompleteMarker::read(&layout.complete_marker())?;
         let complete_marker = match marker {
             // A crash between the `finalized` record and the marker: finish the finalize.
@@ -219,7 +221,7 @@ impl ArrowBackend {
             other => other.is_some(),
         };
         let (next_id, ids) = (committed.next_segment_id(), committed.ids());
-        let merged_through = committed.merged.map(|m| m.through);
+        let runs = committed.runs.clone();
         let replaced = committed.removed.clone();
         let mut backend = Self::assemble(layout, committed, options, Role::Reader)?;
         let format = segment_format(
@@ -236,7 +238,7 @@ impl ArrowBackend {
             merge_after: backend.options.merge_after,
             next_id,
             committed: ids,
-            merged_through,
+            runs,
             complete_marker,
             replaced,
         })));
@@ -255,7 +257,7 @@ impl ArrowBackend {
                 },
                 segments: Vec::new(),
                 finalized: false,
-                merged: None,
+                runs: Vec::new(),
                 removed: Vec::new(),
                 records: 0,
             },
@@ -274,8 +276,7 @@ impl ArrowBackend {
         let schema = committed.header.schema;
         let (structure, fields) = columns_for(&schema);
         let arrow = Arc::new(arrow_schema(structure, &fields));
-        let merged = committed.merged.map(|m| m.through);
-        let reader = CacheReader::open_segments(layout.root(), ids, structure, merged)?
+        let reader = CacheReader::open_segments(layout.root(), ids, structure, &committed.runs)?
             .with_checksums(options.verify_checksums)
             .requiring_checksums();
         Ok(ArrowBackend {
@@ -336,11 +337,12 @@ impl ArrowBackend {
         Ok(())
     }
 
-    /// Merges every committed segment into the key index now, on this thread (the writer also
-    /// does it in the background every `merge_after` segments).
+    /// Merges every committed segment and key index run into one run now, on this thread (the
+    /// writer also merges in the background every `merge_after` segments, and `finalize` does
+    /// this).
     ///
     /// Errors: `Unsupported` on a read-only handle; an earlier failed write; as
-    /// [`crate::merged_index::merge_segments`].
+    /// [`crate::merged_index::merge_run`].
     pub fn merge_index(&mut self) -> Result<()> {
         self.writer()?;
         match &mut self.role {
@@ -412,7 +414,7 @@ impl ArrowBackend {
         let report = writer.compact(&mut self.reader, small_bytes)?;
         if !report.removed.is_empty() {
             let ids = writer.committed().to_vec();
-            self.reader = CacheReader::open_segments(self.layout.root(), ids, structure, None)?
+            self.reader = CacheReader::open_segments(self.layout.root(), ids, structure, &[])?
                 .with_checksums(self.options.verify_checksums)
                 .requiring_checksums();
             writer.merge_now(&mut self.reader)?;
@@ -436,6 +438,22 @@ fn segment_format(
         durable: options.durable,
         compression: options.compression,
     }
+}
+
+/// Deletes the key index run files the commit log does not vouch for (`runs`): a merge whose
+/// record a crash cut off, or the inputs of a committed merge a crash kept from being deleted.
+fn remove_stale_runs(layout: &Layout, runs: &[commit_log::RunEntry]) -> Result<()> {
+    let mut removed = false;
+    for (first, through, path) in layout.list_index_runs()? {
+        if !runs.iter().any(|run| (run.first, run.through) == (first, through)) {
+            std::fs::remove_file(&path).at(&path)?;
+            removed = true;
+        }
+    }
+    if removed {
+        fsync_dir(layout.root())?;
+    }
+    Ok(())
 }
 
 /// Deletes segment files (and their sidecars and temporary files) with ids from `next_id` on,

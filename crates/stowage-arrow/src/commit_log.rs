@@ -4,7 +4,8 @@
 //! ```text
 //! record 0   {"cache": {"format": "stowage-arrow", "version": 1, "schema": {...}}}
 //! then       {"segment": {"id": 0, "rows": 2048, "bytes": 4251832}}   one per committed segment
-//!            {"merged": {"through": 31, "keys": 65536}}               a merged key index
+//!            {"run": {"first": 0, "through": 31, "keys": 65536, "new_keys": 65536}}
+//!                                                                     a merged key index run
 //!            {"compacted": {"segments": [...], "removed": [0, 1, 2]}}  a compaction
 //!            {"finalized": null}                                      after finalize
 //! ```
@@ -20,9 +21,11 @@
 //! append to a finalized cache) makes it unfinalized again until the next finalize. Finalize then
 //! writes `stowage.complete` ([`CompleteMarker`]) with the number of records, so that a log cut
 //! short (which would silently drop the `finalized` record and later commits) is damage that
-//! `validate` reports, not an unfinished cache. A `merged` record says the merged key index
-//! exists, so that its loss is reported too (nothing is lost with it: the sidecars find every
-//! key).
+//! `validate` reports, not an unfinished cache. A `run` record says a merged key index run
+//! exists ([`crate::merged_index`]) and replaces the runs inside its range, so that its loss is
+//! reported too (nothing is lost with it: the sidecars find every key).
+//!
+//! Version 2: version 1 had one merged index (`merged` records) instead of runs.
 
 use std::path::Path;
 
@@ -33,7 +36,7 @@ use stowage_core::{Error, Result, Schema};
 /// The log's format name.
 pub const FORMAT_NAME: &str = "stowage-arrow";
 /// The log's format version.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 
 /// The first record: what the cache is.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -57,13 +60,18 @@ pub struct SegmentEntry {
     pub bytes: u64,
 }
 
-/// A merged key index written over the segments up to `through`.
+/// A merged key index run over the segments `first..=through`
+/// ([`crate::merged_index::MergedIndex`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct MergedEntry {
+pub struct RunEntry {
+    /// The lowest segment id it covers.
+    pub first: u64,
     /// The highest segment id it covers.
     pub through: u64,
     /// Distinct keys in it.
     pub keys: u64,
+    /// Its keys that no older run holds.
+    pub new_keys: u64,
 }
 
 /// `stowage.complete`: written after the `finalized` record, with the log's record count then.
@@ -111,9 +119,9 @@ pub enum Record {
     Cache(CacheHeader),
     /// A committed segment.
     Segment(SegmentEntry),
-    /// A merged key index was written.
-    Merged(MergedEntry),
-    /// Segments were compacted (the merged key index no longer holds).
+    /// A merged key index run was written; it replaces the runs inside its range.
+    Run(RunEntry),
+    /// Segments were compacted (no key index run holds any longer).
     Compacted(CompactedEntry),
     /// The cache was finalized.
     Finalized(()),
@@ -136,8 +144,9 @@ pub struct Committed {
     pub segments: Vec<SegmentEntry>,
     /// Whether the last record is `finalized`.
     pub finalized: bool,
-    /// The merged key index the log vouches for: the latest, unless a compaction followed it.
-    pub merged: Option<MergedEntry>,
+    /// The key index runs the log vouches for, oldest first: each run's record replaced the
+    /// runs inside its range, and a compaction drops them all.
+    pub runs: Vec<RunEntry>,
     /// Segments compactions replaced, oldest first (their files may linger for readers that
     /// opened before; the next compaction deletes them).
     pub removed: Vec<u64>,
@@ -166,6 +175,22 @@ impl Committed {
             ));
         }
         self.segments.push(entry);
+        Ok(())
+    }
+
+    /// Adds `entry`, replacing the runs inside its range; it must end at a committed segment
+    /// and follow the runs it does not replace.
+    fn add_run(&mut self, path: &Path, record: usize, entry: RunEntry) -> Result<()> {
+        self.runs.retain(|run| run.first < entry.first || run.through > entry.through);
+        let follows = self.runs.last().is_none_or(|run| run.through < entry.first);
+        let ends_at_segment = self.segments.iter().any(|s| s.id == entry.through);
+        if entry.first > entry.through || !follows || !ends_at_segment {
+            return Err(Error::corrupted(
+                path,
+                format!("record {record}: run {entry:?} does not follow {:?}", self.runs),
+            ));
+        }
+        self.runs.push(entry);
         Ok(())
     }
 
@@ -231,7 +256,7 @@ pub fn interpret(path: &Path, recovered: &Recovered) -> Result<Committed> {
         header,
         segments: Vec::new(),
         finalized: false,
-        merged: None,
+        runs: Vec::new(),
         removed: Vec::new(),
         records: recovered.records.len() as u64,
     };
@@ -255,9 +280,9 @@ pub fn interpret(path: &Path, recovered: &Recovered) -> Result<Committed> {
                 for entry in compaction.segments {
                     committed.add(path, i + 1, entry)?;
                 }
-                committed.merged = None;
+                committed.runs.clear();
             }
-            Record::Merged(entry) => committed.merged = Some(entry),
+            Record::Run(entry) => committed.add_run(path, i + 1, entry)?,
             Record::Finalized(()) => committed.finalized = true,
             Record::Cache(_) => {
                 return Err(Error::corrupted(path, format!("record {}: a second header", i + 1)));
@@ -313,5 +338,33 @@ mod tests {
         });
         write(&path, &[other]);
         assert!(matches!(read(&path).unwrap_err(), Error::Incompatible { .. }));
+    }
+
+    /// A run record replaces the runs inside its range and must follow the others and end at a
+    /// committed segment; a compaction withdraws every run.
+    #[test]
+    fn runs_replace_the_runs_inside_their_range() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("stowage.log");
+        let segments: Vec<Record> =
+            (0..6).map(|id| Record::Segment(SegmentEntry { id, rows: 3, bytes: 100 })).collect();
+        let run = |first, through| Record::Run(RunEntry { first, through, keys: 3, new_keys: 3 });
+        let mut records = vec![header()];
+        records.extend(segments.iter().cloned());
+        records.extend([run(0, 1), run(2, 3), run(4, 4), run(2, 5)]);
+        write(&path, &records);
+        let ranges: Vec<(u64, u64)> =
+            read(&path).unwrap().runs.iter().map(|r| (r.first, r.through)).collect();
+        assert_eq!(ranges, [(0, 1), (2, 5)]);
+        for bad in [run(1, 2), run(3, 2), run(2, 9)] {
+            let mut records = records.clone();
+            records.push(bad);
+            write(&path, &records);
+            let err = read(&path).unwrap_err();
+            assert!(err.to_string().contains("does not follow"), "{err}");
+        }
+        records.push(Record::Compacted(CompactedEntry { segments: Vec::new(), removed: vec![0] }));
+        write(&path, &records);
+        assert!(read(&path).unwrap().runs.is_empty());
     }
 }

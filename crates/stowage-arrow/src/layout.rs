@@ -8,7 +8,7 @@
 //! <cache>/schema.json                         fields, metadata and output structure
 //! <cache>/stowage.log                         stowage's commit log (caches stowage writes)
 //! <cache>/stowage.complete                    stowage's mark of a finalized cache
-//! <cache>/stowage_index.bin                   stowage's merged key index
+//! <cache>/stowage_index_000000_000031.bin     stowage's key index run over segments 0..=31
 //! <cache>/segments/segment_000000.keys        stowage's key sidecar of a segment
 //! <cache>/segments/segment_000000.sums        stowage's row checksums of a segment
 //! ```
@@ -59,9 +59,29 @@ impl Layout {
         self.root.join("schema.json")
     }
 
-    /// `stowage_index.bin`, stowage's merged key index ([`crate::merged_index`]).
-    pub fn merged_index(&self) -> PathBuf {
-        self.root.join("stowage_index.bin")
+    /// `stowage_index_<first:06>_<through:06>.bin`, a run of stowage's merged key index over
+    /// segments `first..=through` ([`crate::merged_index`]).
+    pub fn index_run(&self, first: u64, through: u64) -> PathBuf {
+        self.root.join(format!("stowage_index_{first:06}_{through:06}.bin"))
+    }
+
+    /// Every key index run file in the cache directory: (first, through, path), in no order.
+    ///
+    /// Errors: [`stowage_core::Error::Io`] naming the directory when it cannot be listed.
+    pub fn list_index_runs(&self) -> Result<Vec<(u64, u64, PathBuf)>> {
+        let entries = match std::fs::read_dir(&self.root) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(e).at(&self.root),
+        };
+        let mut runs = Vec::new();
+        for entry in entries {
+            let entry = entry.at(&self.root)?;
+            if let Some((first, through)) = entry.file_name().to_str().and_then(parse_run_name) {
+                runs.push((first, through, entry.path()));
+            }
+        }
+        Ok(runs)
     }
 
     /// `stowage.log`, the commit log of a cache stowage writes ([`crate::commit_log`]).
@@ -100,6 +120,18 @@ impl Layout {
         segments.sort_unstable_by_key(|&(id, _)| id);
         Ok(segments)
     }
+}
+
+/// The (first, through) of a key index run file name, `stowage_index_<first>_<through>.bin`;
+/// `None` for anything else (a temporary file included).
+fn parse_run_name(name: &str) -> Option<(u64, u64)> {
+    let number = |s: &str| {
+        let digits = !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit());
+        digits.then(|| s.parse::<u64>().ok()).flatten()
+    };
+    let (first, through) =
+        name.strip_prefix("stowage_index_")?.strip_suffix(".bin")?.split_once('_')?;
+    Some((number(first)?, number(through)?))
 }
 
 /// `segment_<id:06>.arrow`: at least six digits, more past 999,999.
@@ -161,6 +193,26 @@ mod tests {
         ] {
             assert_eq!(parse_segment_file_name(stray), None, "{stray}");
         }
+    }
+
+    #[test]
+    fn index_runs_are_listed_by_name_and_strays_skipped() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = Layout::new(dir.path());
+        std::fs::write(layout.index_run(0, 31), b"").unwrap();
+        std::fs::write(layout.index_run(32, 1_000_000), b"").unwrap();
+        for stray in [
+            ".stowage_index_000000_000031.bin.tmp-1-2",
+            "stowage_index_000000.bin",
+            "stowage_index_00000a_000001.bin",
+            "stowage_index_000000_000001.bin.bench-pristine",
+        ] {
+            std::fs::write(dir.path().join(stray), b"").unwrap();
+        }
+        let mut runs: Vec<(u64, u64)> =
+            layout.list_index_runs().unwrap().into_iter().map(|(f, t, _)| (f, t)).collect();
+        runs.sort_unstable();
+        assert_eq!(runs, [(0, 31), (32, 1_000_000)]);
     }
 
     #[test]

@@ -1,60 +1,189 @@
-//! `stowage_index.bin`: the winning (segment, row) of every key of the segments up to one id, as
-//! one memory-mapped hash table.
+//! Merged key index runs: `stowage_index_<first>_<through>.bin`, the winning (segment, row) of
+//! every key of segments `first..=through`, as one memory-mapped hash table.
 //!
 //! Per-segment sidecars ([`crate::key_sidecar`]) make a flush cost only its own rows, but a
-//! lookup through them probes every segment. A merged table, built off the write path (by
-//! compaction or an explicit merge) over segments `..= through`, answers for all of them with one
-//! probe; only segments written after it are probed one by one. torchcachex never sees the file;
-//! it can always be rebuilt from the segments, and a damaged one is ignored by readers (the
-//! segments are the truth) and reported by `validate`.
+//! lookup through them probes every segment. A run answers for a whole range of segments with
+//! one probe. Runs are built off the write path and kept the way a log-structured merge tree
+//! keeps its runs: every `merge_after` segments the writer turns the newest segments into a run,
+//! folding in the newest runs that are not larger than what it has gathered so far
+//! ([`plan_merge`]). Run sizes then shrink geometrically from the oldest to the newest, so a
+//! cache of `n` keys has about `log2(n / keys per merge)` runs and each key is copied that many
+//! times over its life: background merging costs O(log n) per key, not a rewrite of the whole
+//! index every few flushes. Finalize (and compaction) merges everything into one run, so a
+//! finished cache answers every lookup with one probe.
+//!
+//! torchcachex never sees these files; they can always be rebuilt from the segments, a damaged
+//! one is ignored by readers (the segments are the truth) and reported by `validate`.
 //!
 //! ```text
-//! header (crate::framed): magic "STWIDX01" | keys | capacity (a power of two) | seed | through
+//! header (crate::framed): magic "STWIDX02" | keys | capacity (a power of two) | first | through
+//!                         | new keys (keys no older run holds)
 //! slots (capacity x 16 bytes): key hash u64 | segment id u32 | row + 1 u32 (0: empty)
 //! ```
 //!
 //! As with the sidecars, a slot holds a hash: every candidate is confirmed against the segment's
-//! `key` column, so a damaged or colliding slot can hide a key but never return another key's row.
+//! `key` column, so a damaged or colliding slot can hide a key but never return another key's
+//! row.
 
 use std::collections::HashMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use stowage_core::file_safety::atomic_write;
 use stowage_core::{Error, Result};
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
+use crate::commit_log::RunEntry;
 use crate::framed::{self, Framed, HEADER};
+use crate::layout::Layout;
 use crate::segment::Segment;
 
-const MAGIC: &[u8; 8] = b"STWIDX01";
+const MAGIC: &[u8; 8] = b"STWIDX02";
 const SLOT: usize = 16;
 const SEED: u64 = 0x5354_5749_4458_3031;
 
-/// The bytes of a merged table over `entries`: (key, segment id, row) in segment and row order,
-/// a later entry of a key winning, covering the segments up to `through`.
-///
-/// Errors: [`Error::InvalidArgument`] when a segment id or row does not fit 32 bits.
-pub fn build<'a>(
-    entries: impl IntoIterator<Item = (&'a str, u64, usize)>,
-    through: u64,
-) -> Result<Vec<u8>> {
-    extend(None, entries, through, |_, _, _| false)
+/// The keys of a cache's segments, each segment opened at most once and only when needed: a
+/// merge reads the keys of the segments it adds, and one key of an older segment only when two
+/// slots' hashes match.
+#[derive(Debug)]
+pub struct SegmentKeys {
+    listed: Vec<(u64, PathBuf)>,
+    opened: Vec<OnceLock<Segment>>,
 }
 
-/// The bytes of a merged table holding every slot of `old` (when given) plus `entries` (see
-/// [`build`]) over segments up to `through`. A new entry replaces an old slot of the same key;
-/// `same_key(key, segment, row)` tells whether an old slot whose hash matches holds `key` (it
-/// reads that segment's key), so a hash collision never merges two keys. Costs one pass over
-/// the old slots plus the new entries: merging a flush's worth of segments into a table of a
-/// billion keys never re-reads the segments the table already covers.
+impl SegmentKeys {
+    /// Over `listed`: (segment id, path), ascending ids.
+    pub fn new(listed: Vec<(u64, PathBuf)>) -> SegmentKeys {
+        let opened = listed.iter().map(|_| OnceLock::new()).collect();
+        SegmentKeys { listed, opened }
+    }
+
+    /// Over the segments `ids` of `layout` (ascending).
+    pub fn of_ids(layout: &Layout, ids: &[u64]) -> SegmentKeys {
+        SegmentKeys::new(ids.iter().map(|&id| (id, layout.segment(id))).collect())
+    }
+
+    fn segment(&self, id: u64) -> Result<&Segment> {
+        let position = self
+            .listed
+            .binary_search_by_key(&id, |(i, _)| *i)
+            .map_err(|_| Error::invalid(format!("segment {id} is not committed")))?;
+        if let Some(segment) = self.opened[position].get() {
+            return Ok(segment);
+        }
+        let segment = Segment::open(id, &self.listed[position].1)?;
+        Ok(self.opened[position].get_or_init(|| segment))
+    }
+
+    /// Every row's key of segment `id`.
+    ///
+    /// Errors: the segment is not listed, cannot be read or has no `key` column.
+    pub fn keys(&self, id: u64) -> Result<Vec<&str>> {
+        self.segment(id)?.keys()
+    }
+
+    /// The key of row `row` of segment `id`; `None` when it cannot be read.
+    pub fn key(&self, id: u64, row: usize) -> Option<&str> {
+        self.segment(id).ok()?.key(row)
+    }
+}
+
+/// Builds the run over the segments from the first of `inputs` (or of `fresh`) through the last
+/// of `fresh` (or of `inputs`): every slot of `inputs` (runs over consecutive segment ranges,
+/// oldest first) plus every key of the `fresh` segments (ascending ids, after the inputs), a
+/// later row of a key winning. `older` are the runs before it, consulted only to count the keys
+/// the new run holds that no older run does. Writes it atomically to its
+/// [`Layout::index_run`] path and returns its entry.
 ///
-/// Errors: [`Error::InvalidArgument`] when a segment id or row does not fit 32 bits.
-pub fn extend<'a>(
-    old: Option<&MergedIndex>,
+/// Costs one pass over the inputs' slots plus the fresh segments' keys: the segments the inputs
+/// cover are never re-read (one key of one is read when two slots' hashes match, to tell an
+/// overwrite from a collision).
+///
+/// Errors: [`Error::InvalidArgument`] when there is nothing to merge or a segment id or row does
+/// not fit 32 bits; [`Error::Corrupted`] naming a segment that cannot be read; [`Error::Io`].
+pub fn merge_run(
+    layout: &Layout,
+    segments: &SegmentKeys,
+    inputs: &[MergedIndex],
+    fresh: &[u64],
+    older: &[MergedIndex],
+) -> Result<RunEntry> {
+    let first = inputs.first().map(MergedIndex::first).or(fresh.first().copied());
+    let through = fresh.last().copied().or(inputs.last().map(MergedIndex::through));
+    let (Some(first), Some(through)) = (first, through) else {
+        return Err(Error::invalid("a merge needs a run or a segment"));
+    };
+    let mut fresh_keys = Vec::new();
+    for &id in fresh {
+        fresh_keys.push((id, segments.keys(id)?));
+    }
+    let entries = fresh_keys
+        .iter()
+        .flat_map(|(id, keys)| keys.iter().enumerate().map(move |(row, key)| (*key, *id, row)));
+    let same_key = |a: (u32, u32), b: (u32, u32)| {
+        let key = |(s, r): (u32, u32)| segments.key(u64::from(s), r as usize);
+        key(a).is_some_and(|k| key(b) == Some(k))
+    };
+    let in_older = |key: &str| {
+        older
+            .iter()
+            .any(|run| run.find(key, |id, row| segments.key(id, row) == Some(key)).is_some())
+    };
+    let bytes = build_run(inputs, entries, first, through, same_key, in_older)?;
+    let run = entry_of(&bytes);
+    atomic_write(layout.index_run(first, through), &bytes)?;
+    Ok(run)
+}
+
+/// Rebuilds one run over every segment of `layout` up to `through` (listed from `segments/`),
+/// from their keys alone, and writes it; returns its entry. For caches without a commit log
+/// (tools, tests); a cache stowage writes merges through its writer.
+///
+/// Errors: as [`merge_run`].
+pub fn merge_segments(layout: &Layout, through: u64) -> Result<RunEntry> {
+    let listed: Vec<(u64, PathBuf)> =
+        layout.list_segments()?.into_iter().filter(|(id, _)| *id <= through).collect();
+    let ids: Vec<u64> = listed.iter().map(|(id, _)| *id).collect();
+    merge_run(layout, &SegmentKeys::new(listed), &[], &ids, &[])
+}
+
+/// Which of `runs` (oldest first) the next merge folds in with `fresh_rows` new rows: the newest
+/// runs, as long as each is no larger than everything gathered so far (fresh rows and the runs
+/// already taken), so that runs halve in size from the oldest to the newest. Returns how many of
+/// the newest runs to take.
+///
+/// ```
+/// use stowage_arrow::merged_index::plan_merge;
+/// // 65,536 new rows: the equal-sized newest run is taken, then the one of 131,072 too;
+/// // the oldest (1M keys) stays.
+/// assert_eq!(plan_merge(&[1_000_000, 131_072, 65_536], 65_536), 2);
+/// assert_eq!(plan_merge(&[1_000_000, 262_144], 65_536), 0);
+/// ```
+pub fn plan_merge(run_keys: &[u64], fresh_rows: u64) -> usize {
+    let mut gathered = fresh_rows;
+    let mut taken = 0;
+    for &keys in run_keys.iter().rev() {
+        if keys > gathered {
+            break;
+        }
+        gathered += keys;
+        taken += 1;
+    }
+    taken
+}
+
+/// The bytes of a run over segments `first..=through`: the slots of `inputs` (oldest first, a
+/// later one's slot replacing an earlier one's for the same key) plus `entries` (key, segment
+/// id, row, in segment and row order, a later entry of a key winning). `same_key(a, b)` tells
+/// whether two slots (segment, row) whose hashes match hold the same key; `in_older(key)`
+/// whether a run older than `first` holds `key`.
+fn build_run<'a>(
+    inputs: &[MergedIndex],
     entries: impl IntoIterator<Item = (&'a str, u64, usize)>,
+    first: u64,
     through: u64,
-    same_key: impl Fn(&str, u64, usize) -> bool,
+    same_key: impl Fn((u32, u32), (u32, u32)) -> bool,
+    in_older: impl Fn(&str) -> bool,
 ) -> Result<Vec<u8>> {
     let mut winners: HashMap<&str, (u32, u32)> = HashMap::new();
     for (key, segment, row) in entries {
@@ -66,25 +195,40 @@ pub fn extend<'a>(
             .ok_or_else(|| Error::invalid(format!("row {row} beyond 32 bits")))?;
         winners.insert(key, (segment, row));
     }
-    let old_keys = old.map_or(0, |o| o.keys as usize);
-    let seed = old.map_or(SEED, |o| o.seed);
-    let capacity = (((old_keys + winners.len()) * 8 / 7) + 1).next_power_of_two().max(16);
+    let input_keys: u64 = inputs.iter().map(|run| run.keys).sum();
+    let capacity = ((input_keys as usize + winners.len()) * 8 / 7 + 1).next_power_of_two().max(16);
     let mut table = Table { body: vec![0u8; capacity * SLOT], mask: capacity - 1 };
-    if let Some(old) = old {
-        for (hash, segment, row) in old.slots() {
-            let i = table.probe(hash, |_| false);
+    let mut keys = 0u64;
+    let mut new_keys: u64 = inputs.iter().map(|run| run.new_keys).sum();
+    for (position, run) in inputs.iter().enumerate() {
+        for (hash, segment, row) in run.slots() {
+            // The oldest input holds each key once: none of its slots can replace another.
+            let i = match position {
+                0 => table.probe(hash, |_| false),
+                _ => table.probe(hash, |slot| same_key(slot, (segment, row))),
+            };
+            // Each input counted as new only the keys no run before it holds: the counts add.
+            keys += u64::from(table.is_empty(i));
             table.set(i, hash, segment, row);
         }
     }
-    let mut keys = old_keys;
     for (key, (segment, row)) in &winners {
-        let hash = xxh3_64_with_seed(key.as_bytes(), seed);
-        let i = table.probe(hash, |(s, r)| same_key(key, u64::from(s), r as usize));
-        keys += usize::from(table.is_empty(i));
+        let hash = xxh3_64_with_seed(key.as_bytes(), SEED);
+        let i = table.probe(hash, |slot| same_key(slot, (*segment, *row)));
+        if table.is_empty(i) {
+            keys += 1;
+            new_keys += u64::from(!in_older(key));
+        }
         table.set(i, hash, *segment, *row);
     }
-    let fields = [keys as u64, capacity as u64, seed, through];
+    let fields = [keys, capacity as u64, first, through, new_keys];
     Ok(framed::encode(MAGIC, &fields, &table.body))
+}
+
+/// The entry of a run from its bytes (as [`build_run`] encodes them).
+fn entry_of(bytes: &[u8]) -> RunEntry {
+    let field = |i: usize| u64::from_le_bytes(bytes[8 + 8 * i..16 + 8 * i].try_into().expect("8"));
+    RunEntry { keys: field(0), first: field(2), through: field(3), new_keys: field(4) }
 }
 
 /// Slots being filled.
@@ -123,96 +267,15 @@ impl Table {
     }
 }
 
-/// Builds and writes the merged table at `path` atomically.
-pub fn write<'a>(
-    path: &Path,
-    entries: impl IntoIterator<Item = (&'a str, u64, usize)>,
-    through: u64,
-) -> Result<()> {
-    atomic_write(path, &build(entries, through)?)
-}
-
-/// Merges the keys of every segment of `layout` up to id `through` into `stowage_index.bin`
-/// (replacing it atomically); returns the number of distinct keys.
-///
-/// An intact table already in place (its checksum holds and its last segment is there) is
-/// extended with the newer segments only ([`extend`]); otherwise the table is rebuilt from
-/// every segment.
-///
-/// Errors: [`Error::Corrupted`] naming a segment that cannot be read; [`Error::Io`].
-pub fn merge_segments(layout: &crate::layout::Layout, through: u64) -> Result<u64> {
-    let listed: Vec<(u64, std::path::PathBuf)> =
-        layout.list_segments()?.into_iter().filter(|(id, _)| *id <= through).collect();
-    let old = MergedIndex::open(&layout.merged_index()).ok().filter(|old| {
-        old.through() <= through && listed.iter().any(|(id, _)| *id == old.through())
-    });
-    merge_listed(layout, &listed, old, through)
-}
-
-/// As [`merge_segments`], over exactly the segments `ids` (ascending; a cache's committed ones),
-/// extending the table in place only when `extend_through` names its last segment (the table
-/// the commit log vouches for); otherwise rebuilding it. The table covers up to the last id.
-///
-/// Errors: as [`merge_segments`]; [`Error::InvalidArgument`] for an empty `ids`.
-pub fn merge_committed(
-    layout: &crate::layout::Layout,
-    ids: &[u64],
-    extend_through: Option<u64>,
-) -> Result<u64> {
-    let through = *ids.last().ok_or_else(|| Error::invalid("no segment to merge"))?;
-    let listed: Vec<(u64, std::path::PathBuf)> =
-        ids.iter().map(|&id| (id, layout.segment(id))).collect();
-    let old = extend_through
-        .and_then(|_| MergedIndex::open(&layout.merged_index()).ok())
-        .filter(|old| Some(old.through()) == extend_through && old.through() <= through);
-    merge_listed(layout, &listed, old, through)
-}
-
-fn merge_listed(
-    layout: &crate::layout::Layout,
-    listed: &[(u64, std::path::PathBuf)],
-    old: Option<MergedIndex>,
-    through: u64,
-) -> Result<u64> {
-    let old = old.filter(|old| old.verify().is_ok());
-    let after = old.as_ref().map(MergedIndex::through);
-    // Each segment opened at most once: the new ones for their keys, an old one only when a
-    // hash collision needs one of its keys.
-    let opened: Vec<OnceLock<Segment>> = listed.iter().map(|_| OnceLock::new()).collect();
-    let segment = |position: usize| -> Result<&Segment> {
-        if let Some(segment) = opened[position].get() {
-            return Ok(segment);
-        }
-        let (id, path) = &listed[position];
-        let segment = Segment::open(*id, path)?;
-        Ok(opened[position].get_or_init(|| segment))
-    };
-    let mut keys = Vec::new();
-    for (position, (id, _)) in listed.iter().enumerate() {
-        if after.is_none_or(|a| *id > a) {
-            keys.push((*id, segment(position)?.keys()?));
-        }
-    }
-    let entries = keys
-        .iter()
-        .flat_map(|(id, rows)| rows.iter().enumerate().map(move |(row, key)| (*key, *id, row)));
-    let same_key = |key: &str, id: u64, row: usize| {
-        let Ok(position) = listed.binary_search_by_key(&id, |(i, _)| *i) else { return false };
-        segment(position).ok().and_then(|s| s.key(row)) == Some(key)
-    };
-    let bytes = extend(old.as_ref(), entries, through, same_key)?;
-    atomic_write(layout.merged_index(), &bytes)?;
-    Ok(u64::from_le_bytes(bytes[8..16].try_into().expect("8 bytes")))
-}
-
-/// An open merged table.
+/// An open run.
 #[derive(Debug)]
 pub struct MergedIndex {
     file: Framed,
     keys: u64,
     capacity: usize,
-    seed: u64,
+    first: u64,
     through: u64,
+    new_keys: u64,
 }
 
 impl MergedIndex {
@@ -222,8 +285,8 @@ impl MergedIndex {
     /// cannot be opened (`NotFound` included).
     pub fn open(path: &Path) -> Result<MergedIndex> {
         let file = Framed::open(path, MAGIC, "merged index")?;
-        let (keys, capacity, seed, through) =
-            (file.field(0), file.field(1), file.field(2), file.field(3));
+        let (keys, capacity, first, through, new_keys) =
+            (file.field(0), file.field(1), file.field(2), file.field(3), file.field(4));
         let fits =
             usize::try_from(capacity).ok().filter(|c| c.is_power_of_two() && keys <= *c as u64);
         let Some(capacity) = fits.filter(|c| c.checked_mul(SLOT) == Some(file.body().len())) else {
@@ -233,7 +296,35 @@ impl MergedIndex {
                 HEADER + file.body().len()
             )));
         };
-        Ok(MergedIndex { file, keys, capacity, seed, through })
+        if first > through || new_keys > keys {
+            return Err(file.corrupted(format!(
+                "segments {first} to {through}, {new_keys} of its {keys} keys new"
+            )));
+        }
+        Ok(MergedIndex { file, keys, capacity, first, through, new_keys })
+    }
+
+    /// Opens the run `entry` of `layout` and checks that its header says what the entry says.
+    ///
+    /// Errors: as [`MergedIndex::open`]; [`Error::Corrupted`] when the header disagrees.
+    pub fn open_entry(layout: &Layout, entry: &RunEntry) -> Result<MergedIndex> {
+        let run = MergedIndex::open(&layout.index_run(entry.first, entry.through))?;
+        if run.entry() != *entry {
+            return Err(run
+                .file
+                .corrupted(format!("holds {:?}, the commit log records {entry:?}", run.entry())));
+        }
+        Ok(run)
+    }
+
+    /// What the run holds, as the commit log records it.
+    pub fn entry(&self) -> RunEntry {
+        RunEntry {
+            first: self.first,
+            through: self.through,
+            keys: self.keys,
+            new_keys: self.new_keys,
+        }
     }
 
     /// Distinct keys in the segments it covers.
@@ -241,15 +332,30 @@ impl MergedIndex {
         self.keys
     }
 
+    /// Its keys that no older run holds: the cache's distinct keys are the sum over its runs.
+    pub fn new_keys(&self) -> u64 {
+        self.new_keys
+    }
+
+    /// The lowest segment id it covers.
+    pub fn first(&self) -> u64 {
+        self.first
+    }
+
     /// The highest segment id it covers.
     pub fn through(&self) -> u64 {
         self.through
     }
 
+    /// The file.
+    pub fn path(&self) -> &Path {
+        self.file.path()
+    }
+
     /// The (segment id, row) of `key`: each candidate whose slot hash matches is offered to
     /// `confirm` (the caller compares that segment's key of that row).
     pub fn find(&self, key: &str, confirm: impl Fn(u64, usize) -> bool) -> Option<(u64, usize)> {
-        let hash = xxh3_64_with_seed(key.as_bytes(), self.seed);
+        let hash = xxh3_64_with_seed(key.as_bytes(), SEED);
         let mask = self.capacity - 1;
         let mut i = hash as usize & mask;
         let body = self.file.body();
@@ -262,8 +368,8 @@ impl MergedIndex {
                 return None;
             }
             let candidate = (u64::from(segment), row as usize - 1);
-            if slot_hash == hash && candidate.0 <= self.through && confirm(candidate.0, candidate.1)
-            {
+            let inside = (self.first..=self.through).contains(&candidate.0);
+            if slot_hash == hash && inside && confirm(candidate.0, candidate.1) {
                 return Some(candidate);
             }
             i = (i + 1) & mask;
@@ -273,7 +379,7 @@ impl MergedIndex {
 
     /// Asks the CPU to load the slot a lookup of `key` reads first (a hint for batched lookups).
     pub fn prefetch(&self, key: &str) {
-        let hash = xxh3_64_with_seed(key.as_bytes(), self.seed);
+        let hash = xxh3_64_with_seed(key.as_bytes(), SEED);
         let at = (hash as usize & (self.capacity - 1)) * SLOT;
         if let Some(slot) = self.file.body().get(at..at + SLOT) {
             stowage_core::prefetch::prefetch(slot);
@@ -304,27 +410,74 @@ impl MergedIndex {
     }
 }
 
+/// The runs a reader without a commit log can trust among the run files in `layout`: those that
+/// open and verify, cover only segments in `listed` (ascending ids) and end at a listed one,
+/// chosen newest first and never overlapping (so a merged run shadows the inputs a crash left
+/// beside it). Returned oldest first.
+pub fn discover_runs(layout: &Layout, listed: &[u64]) -> Vec<MergedIndex> {
+    let mut found: Vec<MergedIndex> = layout
+        .list_index_runs()
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|(_, _, path)| MergedIndex::open(&path).ok())
+        .filter(|run| listed.binary_search(&run.through).is_ok() && run.verify().is_ok())
+        .collect();
+    // Newest end first; of two ending together, the wider.
+    found.sort_by_key(|run| (std::cmp::Reverse(run.through), run.first));
+    let mut chosen: Vec<MergedIndex> = Vec::new();
+    for run in found {
+        if chosen.iter().all(|c| run.through < c.first) {
+            chosen.push(run);
+        }
+    }
+    chosen.reverse();
+    // Only a chain from the first segment, each run starting at the segment after the previous
+    // one's last: a run's new-key count assumes older runs cover every segment before it.
+    let mut next = listed.first().copied();
+    let chain = chosen.iter().take_while(|run| {
+        let starts_there = Some(run.first) == next;
+        next = listed.iter().copied().find(|&id| id > run.through);
+        starts_there
+    });
+    let keep = chain.count();
+    chosen.truncate(keep);
+    chosen
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    /// (key, segment, row) entries of `segments` (each a list of keys), in order.
+    fn entries(segments: &[Vec<String>]) -> Vec<(&str, u64, usize)> {
+        segments
+            .iter()
+            .enumerate()
+            .flat_map(|(segment, keys)| {
+                keys.iter().enumerate().map(move |(row, key)| (key.as_str(), segment as u64, row))
+            })
+            .collect()
+    }
+
+    /// Writes the run of `bytes` at `path` and opens it.
+    fn open_run(path: &Path, bytes: Vec<u8>) -> MergedIndex {
+        std::fs::write(path, bytes).unwrap();
+        MergedIndex::open(path).unwrap()
+    }
+
     #[test]
     fn later_entries_win_and_candidates_are_confirmed() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("stowage_index.bin");
         // Three segments of 100 keys; segment 2 repeats keys 0..50 of segment 0.
         let keys: Vec<Vec<String>> = vec![
             (0..100).map(|i| format!("k{i}")).collect(),
             (100..200).map(|i| format!("k{i}")).collect(),
             (0..50).map(|i| format!("k{i}")).collect(),
         ];
-        let entries = keys.iter().enumerate().flat_map(|(segment, rows)| {
-            rows.iter().enumerate().map(move |(row, key)| (key.as_str(), segment as u64, row))
-        });
-        write(&path, entries, 2).unwrap();
-        let index = MergedIndex::open(&path).unwrap();
+        let bytes = build_run(&[], entries(&keys), 0, 2, |_, _| false, |_| false).unwrap();
+        let index = open_run(&dir.path().join("run"), bytes);
         index.verify().unwrap();
-        assert_eq!((index.keys(), index.through()), (200, 2));
+        assert_eq!(index.entry(), RunEntry { first: 0, through: 2, keys: 200, new_keys: 200 });
         let find = |key: &str| {
             index
                 .find(key, |segment, row| keys[segment as usize].get(row).is_some_and(|k| k == key))
@@ -336,49 +489,79 @@ mod tests {
         assert_eq!(index.find("k7", |_, _| false), None, "an unconfirmed candidate is not found");
     }
 
+    /// Merging runs: a newer run's slot replaces an older run's for the same key, colliding
+    /// hashes of different keys stay apart, and the new-key counts add up.
     #[test]
-    fn extending_replaces_the_same_key_and_keeps_colliding_ones_apart() {
+    fn merging_runs_keeps_the_newest_slot_and_counts_new_keys() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("stowage_index.bin");
-        let old_keys: Vec<String> = (0..1000).map(|i| format!("k{i}")).collect();
-        write(&path, old_keys.iter().enumerate().map(|(row, k)| (k.as_str(), 0, row)), 0).unwrap();
-        let old = MergedIndex::open(&path).unwrap();
-        // Segment 1 repeats k5 and adds k1000: the same key replaces its slot.
-        let same = |key: &str, segment: u64, row: usize| {
-            segment == 0 && old_keys.get(row).is_some_and(|k| k == key)
+        // Segments 0 and 1 (run A), 2 (run B), 3 (fresh): k5 is in all of them, k1000 only in
+        // segment 3, k2000 in segment 2 and in an older run (before segment 0).
+        let keys: Vec<Vec<String>> = vec![
+            (0..500).map(|i| format!("k{i}")).collect(),
+            (500..1000).map(|i| format!("k{i}")).collect(),
+            vec!["k5".into(), "k2000".into()],
+            vec!["k5".into(), "k1000".into()],
+        ];
+        let key_of = |(s, r): (u32, u32)| keys.get(s as usize).and_then(|k| k.get(r as usize));
+        let same = |a: (u32, u32), b: (u32, u32)| key_of(a).is_some_and(|k| key_of(b) == Some(k));
+        let a = open_run(
+            &dir.path().join("a"),
+            build_run(&[], entries(&keys[..2]), 0, 1, |_, _| false, |_| false).unwrap(),
+        );
+        let b_entries = [("k5", 2, 0), ("k2000", 2, 1)];
+        // Before segment 2: run A (k5) and a run before segment 0 (k2000).
+        let before_b = |key: &str| key == "k2000" || key == "k5";
+        let b = build_run(&[], b_entries, 2, 2, same, before_b).unwrap();
+        let b = open_run(&dir.path().join("b"), b);
+        assert_eq!((b.keys(), b.new_keys()), (2, 0), "both are in older runs");
+        let before_a = |key: &str| key == "k2000";
+        let merged = build_run(&[a, b], [("k5", 3, 0), ("k1000", 3, 1)], 0, 3, same, before_a);
+        let merged = open_run(&dir.path().join("m"), merged.unwrap());
+        // k0..k999, k1000 and k2000; new to the cache: the same minus k2000.
+        assert_eq!(merged.entry(), RunEntry { first: 0, through: 3, keys: 1002, new_keys: 1001 });
+        let find = |key: &str| {
+            merged.find(key, |s, r| key_of((s as u32, r as u32)).is_some_and(|k| k == key))
         };
-        let bytes = extend(Some(&old), [("k5", 1, 0), ("k1000", 1, 1)], 1, same).unwrap();
-        std::fs::write(&path, &bytes).unwrap();
-        let merged = MergedIndex::open(&path).unwrap();
-        assert_eq!((merged.keys(), merged.through()), (1001, 1));
-        let key_of = |segment: u64, row: usize| match segment {
-            0 => old_keys.get(row).cloned(),
-            1 => ["k5", "k1000"].get(row).map(|k| k.to_string()),
-            _ => None,
-        };
-        for key in old_keys.iter().map(String::as_str).chain(["k1000"]) {
-            let found = merged.find(key, |s, r| key_of(s, r).as_deref() == Some(key)).unwrap();
-            let want = match key {
-                "k5" => (1, 0),
-                "k1000" => (1, 1),
-                _ => (0, key[1..].parse().unwrap()),
-            };
-            assert_eq!(found, want, "{key}");
+        assert_eq!(find("k5"), Some((3, 0)));
+        assert_eq!(find("k2000"), Some((2, 1)));
+        assert_eq!(find("k1000"), Some((3, 1)));
+        assert_eq!(find("k777"), Some((1, 277)));
+        // The same slots with `same` never true (every match a collision) keep both apart.
+        let c = open_run(
+            &dir.path().join("c"),
+            build_run(&[], entries(&keys[..1]), 0, 0, |_, _| false, |_| false).unwrap(),
+        );
+        let apart = build_run(&[c], [("k5", 1, 0)], 0, 1, |_, _| false, |_| false).unwrap();
+        assert_eq!(open_run(&dir.path().join("d"), apart).keys(), 501);
+    }
+
+    #[test]
+    fn merges_take_the_newest_runs_no_larger_than_what_they_gathered() {
+        assert_eq!(plan_merge(&[], 10), 0);
+        assert_eq!(plan_merge(&[10], 10), 1);
+        assert_eq!(plan_merge(&[11], 10), 0);
+        assert_eq!(plan_merge(&[40, 20, 10], 10), 3);
+        assert_eq!(plan_merge(&[100, 20, 10], 10), 2);
+        // Merging 64 batches of 10 one after another leaves runs whose sizes are the binary
+        // digits of 640: at most log2(64) + 1 runs, each key copied at most 7 times.
+        let mut runs: Vec<u64> = Vec::new();
+        for _ in 0..64 {
+            let taken = plan_merge(&runs, 10);
+            let merged = 10 + runs.drain(runs.len() - taken..).sum::<u64>();
+            runs.push(merged);
+            assert!(runs.windows(2).all(|w| w[0] > w[1]), "{runs:?}");
+            assert!(runs.len() <= 7, "{runs:?}");
         }
-        // A slot whose hash matches but whose key is another one (a collision) is kept apart.
-        let old = MergedIndex::open(&path).unwrap();
-        let bytes = extend(Some(&old), [("k5", 2, 0)], 2, |_, _, _| false).unwrap();
-        std::fs::write(&path, &bytes).unwrap();
-        assert_eq!(MergedIndex::open(&path).unwrap().keys(), 1002);
+        assert_eq!(runs, [640]);
     }
 
     #[test]
     fn damaged_tables_are_refused_or_never_misdirect() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("stowage_index.bin");
+        let path = dir.path().join("run");
         let keys: Vec<String> = (0..300).map(|i| format!("k{i}")).collect();
-        write(&path, keys.iter().enumerate().map(|(row, k)| (k.as_str(), 0, row)), 0).unwrap();
-        let good = std::fs::read(&path).unwrap();
+        let entries = keys.iter().enumerate().map(|(row, k)| (k.as_str(), 0, row));
+        let good = build_run(&[], entries, 0, 0, |_, _| false, |_| false).unwrap();
         for len in [0, 8, HEADER, good.len() - 1] {
             std::fs::write(&path, &good[..len]).unwrap();
             assert!(matches!(MergedIndex::open(&path).unwrap_err(), Error::Corrupted { .. }));

@@ -24,7 +24,7 @@ pub struct ArrowOptions {
     /// the next call reports a failure; `flush` and `finalize` wait for every queued segment
     /// (off by default).
     pub background_flush: bool,
-    /// Segments not yet in the merged key index after which the writer merges them, on a
+    /// Segments in no key index run after which the writer merges them into one, on a
     /// background thread (a lookup probes one table per unmerged segment).
     pub merge_after: usize,
     /// Check every row against its checksum on `get` (on by default).

@@ -2,18 +2,19 @@
 //!
 //! The segments are the source of truth: `index.pkl` is never read (it may be stale, missing or
 //! corrupt, and a segment renamed into place just before a crash is absent from it). A key is
-//! found through the merged table ([`crate::merged_index`]) for the segments it covers, and
-//! through each newer segment's sidecar ([`crate::key_sidecar`]; built in memory from the
-//! segment's `key` column when the segment has none, as torchcachex's do), newest first: a later
-//! row of a segment and a higher segment both win, as torchcachex writes them. A merged table
-//! with a damaged header is ignored, and so is one whose last segment is gone; damage inside its
-//! slots can hide a key but never return another key's row (every candidate is confirmed against
-//! the segment's `key` column), and `validate` is what finds it. A newer segment's sidecar is
-//! checked whole and rebuilt in memory when damaged. A missing or damaged `schema.json` does not
-//! make the data unreadable: the structure is then inferred from the columns (a `list` then
-//! reads as a `tuple`, which has the same columns).
+//! found through the merged key index runs ([`crate::merged_index`]) for the segments they
+//! cover, newest first, and through each newer segment's sidecar ([`crate::key_sidecar`]; built
+//! in memory from the segment's `key` column when the segment has none, as torchcachex's do),
+//! newest first and before any run: a later row of a segment and a higher segment both win, as
+//! torchcachex writes them. A run that cannot be opened is ignored with every newer one (their
+//! segments are then found through their sidecars, so the newest data still comes first); damage
+//! inside a run's slots can hide a key but never return another key's row (every candidate is
+//! confirmed against the segment's `key` column), and `validate` is what finds it. A newer
+//! segment's sidecar is checked whole and rebuilt in memory when damaged. A missing or damaged
+//! `schema.json` does not make the data unreadable: the structure is then inferred from the
+//! columns (a `list` then reads as a `tuple`, which has the same columns).
 //!
-//! Opening maps the merged table and reads the keys of the segments it does not cover (to count
+//! Opening maps the runs and reads the keys of the segments they do not cover (to count
 //! distinct keys); covered segments are opened on their first read.
 
 use std::collections::HashSet;
@@ -22,10 +23,11 @@ use std::sync::OnceLock;
 
 use stowage_core::{Error, Result, Sample};
 
+use crate::commit_log::RunEntry;
 use crate::decode::{ColumnGroup, column_groups, decode_row};
 use crate::key_sidecar::{self, KeySidecar};
 use crate::layout::Layout;
-use crate::merged_index::MergedIndex;
+use crate::merged_index::{MergedIndex, discover_runs};
 use crate::row_sums::{self, RowSums};
 use crate::schema_json::{OutputStructure, SchemaJson};
 use crate::segment::Segment;
@@ -55,8 +57,9 @@ pub struct CacheReader {
     structure: Option<OutputStructure>,
     /// Every segment, in id order.
     segments: Vec<SegmentSlot>,
-    merged: Option<MergedIndex>,
-    /// Sidecars of the segments the merged table does not cover: (position in `segments`,
+    /// Key index runs in use, oldest first, over consecutive segment ranges from the first.
+    runs: Vec<MergedIndex>,
+    /// Sidecars of the segments no run covers: (position in `segments`,
     /// sidecar), newest first.
     recent: Vec<(usize, KeySidecar)>,
     /// Distinct keys, counted on first use (a flush must not pay for it).
@@ -64,16 +67,19 @@ pub struct CacheReader {
     verify_checksums: bool,
     /// Every segment must have row checksums (stowage wrote them all): a missing file is damage.
     checksums_required: bool,
-    /// The merged table the caller vouches for (`Some(None)`: none), or `None` to take any.
-    expected_merge: Option<Option<u64>>,
+    /// The runs the caller's commit log vouches for, or `None` to find them in the directory.
+    expected_runs: Option<Vec<RunEntry>>,
 }
 
 impl CacheReader {
     /// Opens the cache in `dir`.
     ///
-    /// Errors: [`Error::Corrupted`] naming the segment when a segment the merged table does not
-    /// cover is not a valid Arrow IPC file or has no `key` column; [`Error::Io`] naming the path
-    /// that cannot be read.
+    /// Key index runs are taken from the directory (those that verify and chain from the first
+    /// segment, see [`discover_runs`]).
+    ///
+    /// Errors: [`Error::Corrupted`] naming the segment when a segment no key index run covers is
+    /// not a valid Arrow IPC file or has no `key` column; [`Error::Io`] naming the path that
+    /// cannot be read.
     pub fn open(dir: impl AsRef<Path>) -> Result<CacheReader> {
         let layout = Layout::new(dir.as_ref());
         let structure =
@@ -84,29 +90,28 @@ impl CacheReader {
 
     /// Opens the segments `ids` of the cache in `dir` and nothing else (the committed segments of
     /// a cache stowage writes, [`crate::commit_log`]), with a known output structure, using the
-    /// merged table only when it covers exactly up to `merged_through` (the one the commit log
-    /// vouches for; `None`: do not use one).
+    /// key index runs `runs` (the ones the commit log vouches for, oldest first) as far as they
+    /// open and agree with their entries.
     ///
     /// Errors: as [`CacheReader::open`]; a listed segment that is missing is [`Error::Io`]
-    /// naming it when the merged table does not cover it, else an error on its first read.
+    /// naming it when no run covers it, else an error on its first read.
     pub fn open_segments(
         dir: impl AsRef<Path>,
         ids: impl IntoIterator<Item = u64>,
         structure: OutputStructure,
-        merged_through: Option<u64>,
+        runs: &[RunEntry],
     ) -> Result<CacheReader> {
         let layout = Layout::new(dir.as_ref());
         let segments = ids.into_iter().map(|id| (id, layout.segment(id))).collect();
-        CacheReader::assemble(layout, segments, Some(structure), Some(merged_through))
+        CacheReader::assemble(layout, segments, Some(structure), Some(runs.to_vec()))
     }
 
-    /// `expected_merge`: `None` takes any merged table whose last segment is listed; `Some(t)`
-    /// only one through `t` (none for `Some(None)`).
+    /// `expected_runs`: the runs to use (`None`: discover them in the directory).
     fn assemble(
         layout: Layout,
         segments: Vec<(u64, PathBuf)>,
         structure: Option<OutputStructure>,
-        expected_merge: Option<Option<u64>>,
+        expected_runs: Option<Vec<RunEntry>>,
     ) -> Result<CacheReader> {
         let segments: Vec<SegmentSlot> = segments
             .into_iter()
@@ -116,15 +121,15 @@ impl CacheReader {
             layout,
             structure,
             segments,
-            merged: None,
+            runs: Vec::new(),
             recent: Vec::new(),
             len: OnceLock::new(),
             verify_checksums: true,
             checksums_required: false,
-            expected_merge,
+            expected_runs,
         };
-        reader.load_merged(expected_merge);
-        let through = reader.merged.as_ref().map(MergedIndex::through);
+        reader.load_runs();
+        let through = reader.runs_through();
         for position in 0..reader.segments.len() {
             if through.is_some_and(|t| reader.segments[position].id <= t) {
                 continue;
@@ -134,13 +139,22 @@ impl CacheReader {
         Ok(reader)
     }
 
-    /// Maps the merged table; it only counts when the last segment it covers is still there
-    /// (and it is the expected one, when one is expected).
-    fn load_merged(&mut self, expected: Option<Option<u64>>) {
-        self.merged = MergedIndex::open(&self.layout.merged_index()).ok().filter(|m| {
-            self.position(m.through()).is_some()
-                && expected.is_none_or(|through| through == Some(m.through()))
-        });
+    /// Maps the runs: the expected ones up to the first that does not open as recorded or whose
+    /// last segment is not listed (a newer run must never be probed before an older segment's
+    /// sidecar), or those found in the directory.
+    fn load_runs(&mut self) {
+        let ids: Vec<u64> = self.segments.iter().map(|s| s.id).collect();
+        self.runs = match &self.expected_runs {
+            Some(entries) => entries
+                .iter()
+                .map_while(|entry| {
+                    MergedIndex::open_entry(&self.layout, entry)
+                        .ok()
+                        .filter(|run| ids.binary_search(&run.through()).is_ok())
+                })
+                .collect(),
+            None => discover_runs(&self.layout, &ids),
+        };
         self.len = OnceLock::new();
     }
 
@@ -175,42 +189,52 @@ impl CacheReader {
         })
     }
 
-    /// Picks up the merged table through segment `through` written since this reader opened
-    /// (by [`crate::merged_index`]): the sidecars it covers leave the lookup. Nothing changes
-    /// when the table in place is another one.
-    pub fn reload_merged(&mut self, through: u64) -> Result<()> {
-        let Ok(merged) = MergedIndex::open(&self.layout.merged_index()) else { return Ok(()) };
-        let Some(covered) = self.position(merged.through()) else { return Ok(()) };
-        if merged.through() != through
-            || self.merged.as_ref().is_some_and(|m| m.through() >= merged.through())
-        {
-            return Ok(());
-        }
-        self.expected_merge = self.expected_merge.map(|_| Some(through));
-        let rest: Vec<usize> =
-            self.recent.iter().map(|(p, _)| *p).filter(|&p| p > covered).rev().collect();
-        self.merged = Some(merged);
+    /// Takes the key index runs `runs` (oldest first), written since this reader opened (by
+    /// [`crate::merged_index`]) and vouched for by the commit log: the sidecars they cover leave
+    /// the lookup.
+    ///
+    /// Errors: as [`CacheReader::open`] for a segment whose sidecar must be indexed again.
+    pub fn reload_runs(&mut self, runs: &[RunEntry]) -> Result<()> {
+        self.expected_runs = Some(runs.to_vec());
+        self.load_runs();
+        let through = self.runs_through();
+        let rest: Vec<usize> = self
+            .recent
+            .iter()
+            .map(|(p, _)| *p)
+            .filter(|&p| through.is_none_or(|t| self.segments[p].id > t))
+            .rev()
+            .collect();
         self.recent.clear();
-        self.len = OnceLock::new();
         for position in rest {
             self.index_segment(position)?;
         }
         Ok(())
     }
 
-    /// The merged table the caller vouches for (`Some(None)`: none), or `None` to take any.
-    pub(crate) fn expected_merge(&self) -> Option<Option<u64>> {
-        self.expected_merge
+    /// The runs the commit log vouches for (`None`: found in the directory).
+    pub(crate) fn expected_runs(&self) -> Option<&[RunEntry]> {
+        self.expected_runs.as_deref()
     }
 
-    /// Segment ids newer than the merged table (whose keys are found through their sidecars).
+    /// The runs in use, oldest first.
+    pub fn runs(&self) -> impl Iterator<Item = &MergedIndex> {
+        self.runs.iter()
+    }
+
+    /// Segments no run covers (whose keys are found through their sidecars).
     pub fn unmerged_segments(&self) -> usize {
         self.recent.len()
     }
 
-    /// The highest segment id the merged table covers, if there is one.
-    pub fn merged_through(&self) -> Option<u64> {
-        self.merged.as_ref().map(MergedIndex::through)
+    /// Rows of the segments no run covers (what the next merge gathers).
+    pub fn unmerged_rows(&self) -> u64 {
+        self.recent.iter().map(|(_, sidecar)| sidecar.rows() as u64).sum()
+    }
+
+    /// The highest segment id a run covers, if there is one.
+    pub fn runs_through(&self) -> Option<u64> {
+        self.runs.last().map(MergedIndex::through)
     }
 
     /// Whether `get` checks each row against its segment's row checksums (on by default;
@@ -246,24 +270,23 @@ impl CacheReader {
         }
     }
 
-    /// Number of distinct keys: the merged table's, plus the distinct keys of the newer
-    /// segments it does not hold (counted on the first call, then remembered).
+    /// Number of distinct keys: the runs' keys new to each, plus the distinct keys of the newer
+    /// segments no run holds (counted on the first call, then remembered).
     pub fn len(&self) -> usize {
         *self.len.get_or_init(|| {
-            let merged = self.merged.as_ref();
             let mut new_keys: HashSet<&str> = HashSet::new();
             for (position, _) in &self.recent {
                 // Opened when indexed, so its keys read.
                 let keys = self.segment(*position).and_then(Segment::keys).unwrap_or_default();
                 new_keys.extend(keys);
             }
-            let in_merged = |key: &&str| {
-                merged.is_some_and(|m| {
-                    m.find(key, |id, row| self.key_at(id, row) == Some(*key)).is_some()
+            let in_runs = |key: &&str| {
+                self.runs.iter().any(|run| {
+                    run.find(key, |id, row| self.key_at(id, row) == Some(*key)).is_some()
                 })
             };
-            let new = new_keys.iter().filter(|k| !in_merged(k)).count();
-            merged.map_or(0, |m| m.keys() as usize) + new
+            let new = new_keys.iter().filter(|k| !in_runs(k)).count();
+            self.runs.iter().map(|run| run.new_keys() as usize).sum::<usize>() + new
         })
     }
 
@@ -295,8 +318,10 @@ impl CacheReader {
                 return Some((id, row));
             }
         }
-        let merged = self.merged.as_ref()?;
-        merged.find(key, |id, row| self.key_at(id, row) == Some(key))
+        self.runs
+            .iter()
+            .rev()
+            .find_map(|run| run.find(key, |id, row| self.key_at(id, row) == Some(key)))
     }
 
     /// The sample stored under `key`, `Ok(None)` when absent. Tensors share the segment's map.
@@ -315,7 +340,7 @@ impl CacheReader {
     /// row order so that each segment's pages are visited together.
     ///
     /// Lookups and reads are software-pipelined: what the lookup of a key a few places ahead will
-    /// read (its slot in the merged table, then the key that confirms it) and what the read of a
+    /// read (its slot in each key index run, then the key that confirms it) and what the read of a
     /// row a few places ahead will decode (its offsets, then its values and checksum) is requested
     /// from memory while the current one is worked on, so the cache misses of a random batch
     /// overlap instead of following one another.
@@ -344,14 +369,17 @@ impl CacheReader {
         Ok(samples)
     }
 
-    /// Prefetches one stage of the lookup of `key` in the merged table (see
-    /// [`CacheReader::get_batch`]); the sidecars of recent segments are not prefetched.
+    /// Prefetches one stage of the lookup of `key` in the key index runs (see
+    /// [`CacheReader::get_batch`]): its slot in every run, then the key of the newest run's
+    /// candidate; the sidecars of recent segments are not prefetched.
     fn prefetch_lookup(&self, key: &str, stage: LookupStage) {
-        let Some(merged) = &self.merged else { return };
         if stage == LookupStage::Slot {
-            return merged.prefetch(key);
+            return self.runs.iter().rev().for_each(|run| run.prefetch(key));
         }
-        let Some((id, row)) = merged.first_candidate(key) else { return };
+        let Some((id, row)) = self.runs.iter().rev().find_map(|run| run.first_candidate(key))
+        else {
+            return;
+        };
         let Some(Ok(segment)) = self.position(id).map(|p| self.segment(p)) else { return };
         segment.prefetch_key(row, stage == LookupStage::KeyBytes);
     }
@@ -445,7 +473,7 @@ impl CacheReader {
     }
 }
 
-/// A stage of the prefetched lookup of a key in the merged table.
+/// A stage of the prefetched lookup of a key in the key index runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum LookupStage {
     /// The slot the probe starts at.

@@ -1,4 +1,4 @@
-//! `CacheReader::validate`: every segment, sidecar, checksum and merged-table entry checked
+//! `CacheReader::validate`: every segment, sidecar, checksum and key index run checked
 //! against the segments, which are the truth. Never mutates; lists every problem with its file
 //! and key.
 
@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use stowage_core::{Result, ValidationReport};
 
 use crate::commit_log;
+use crate::commit_log::RunEntry;
 use crate::decode::{column_groups, decode_row};
 use crate::key_sidecar::{self, KeySidecar};
 use crate::layout::Layout;
@@ -18,13 +19,13 @@ use crate::segment::Segment;
 impl CacheReader {
     /// Checks the whole cache: each segment decodes, every row decodes and matches its row
     /// checksum (where the segment has them), each key sidecar finds every key of its segment at
-    /// its winning row, and the merged table finds every key of the segments it covers at its
-    /// winning row. Damage is a [`stowage_core::Problem`] in the report, not an error; only a
+    /// its winning row, and each key index run finds every key of the segments it covers at its
+    /// winning row and counts them right. Damage is a [`stowage_core::Problem`] in the report, not an error; only a
     /// directory that cannot be listed is.
     pub fn validate(&self) -> Result<ValidationReport> {
         let mut report = ValidationReport::default();
         let structure = self.output_structure().ok();
-        // Every readable segment's keys, read once, for the merged table's check.
+        // Every readable segment's keys, read once, for the runs' check.
         let mut segment_keys: Vec<(u64, Vec<String>)> = Vec::new();
         for (id, path) in self.segment_paths() {
             let path = path.to_path_buf();
@@ -102,7 +103,7 @@ impl CacheReader {
                 }
             }
         }
-        check_merged(self, &mut report, &segment_keys);
+        check_runs(self, &mut report, &segment_keys);
         Ok(report)
     }
 }
@@ -140,44 +141,67 @@ fn check_sidecar(
     }
 }
 
-/// The merged table, when there is one, finds every key of the segments it covers (of
-/// `segment_keys`: every readable segment's keys, in id order) at its winner.
-fn check_merged(
+/// Each key index run finds every key of the segments it covers (of `segment_keys`: every
+/// readable segment's keys, in id order) at its winner within them, and counts its keys and the
+/// keys new to it right. The runs checked are the ones the commit log vouches for (a missing or
+/// disagreeing one is a problem: lookups then fall back to the sidecars), or for a cache without
+/// one, every run file in the directory.
+fn check_runs(
     reader: &CacheReader,
     report: &mut ValidationReport,
     segment_keys: &[(u64, Vec<String>)],
 ) {
-    let path = reader.layout().merged_index();
-    let merged = match MergedIndex::open(&path) {
-        Ok(merged) => merged,
-        Err(stowage_core::Error::Io { source, .. })
-            if source.kind() == std::io::ErrorKind::NotFound =>
-        {
-            return;
+    let runs: Vec<MergedIndex> = match reader.expected_runs() {
+        Some(entries) => entries
+            .iter()
+            .filter_map(|entry| match MergedIndex::open_entry(reader.layout(), entry) {
+                Ok(run) => Some(run),
+                Err(e) => {
+                    let path = reader.layout().index_run(entry.first, entry.through);
+                    let detail = format!(
+                        "{e} (the commit log records {entry:?}; lookups fall back to the \
+                         sidecars and the writer's next merge rebuilds it)"
+                    );
+                    report.problem(Some(&path), None, detail);
+                    None
+                }
+            })
+            .collect(),
+        // Without a commit log, every run file there is: one a reader skips as damaged is
+        // still damage.
+        None => {
+            let found = reader.layout().list_index_runs().unwrap_or_default();
+            found
+                .into_iter()
+                .filter_map(|(_, _, path)| match MergedIndex::open(&path) {
+                    Ok(run) => Some(run),
+                    Err(e) => {
+                        report.problem(Some(&path), None, e.to_string());
+                        None
+                    }
+                })
+                .collect()
         }
-        Err(e) => return report.problem(Some(&path), None, e.to_string()),
     };
-    match reader.expected_merge() {
-        // A table the commit log does not vouch for: withdrawn by a compaction, or written by a
-        // merge whose record a crash cut off. Readers never use it; the next merge replaces it.
-        Some(None) => return,
-        Some(Some(through)) if merged.through() > through => return,
-        Some(Some(through)) if through != merged.through() => {
-            let detail = format!(
-                "covers segments through {}, the commit log records one through {through}",
-                merged.through()
-            );
-            return report.problem(Some(&path), None, detail);
-        }
-        _ => {}
+    for run in &runs {
+        check_run(report, run, segment_keys);
     }
+}
+
+fn check_run(
+    report: &mut ValidationReport,
+    run: &MergedIndex,
+    segment_keys: &[(u64, Vec<String>)],
+) {
+    let path = run.path();
     report.files_checked += 1;
-    if let Err(e) = merged.verify() {
-        report.problem(Some(&path), None, e.to_string());
+    if let Err(e) = run.verify() {
+        report.problem(Some(path), None, e.to_string());
     }
     // The winners among the covered segments only: a newer segment may hold the key again.
+    let RunEntry { first, through, .. } = run.entry();
     let segments: Vec<&(u64, Vec<String>)> =
-        segment_keys.iter().filter(|(id, _)| *id <= merged.through()).collect();
+        segment_keys.iter().filter(|(id, _)| (first..=through).contains(id)).collect();
     let mut covered: HashMap<&str, (u64, usize)> = HashMap::new();
     for (id, keys) in &segments {
         for (row, key) in keys.iter().enumerate() {
@@ -188,15 +212,28 @@ fn check_merged(
         segments.iter().find(|(s, _)| *s == id).and_then(|(_, keys)| keys.get(row))
     };
     for (key, &winner) in &covered {
-        let found = merged.find(key, |id, row| key_of(id, row).is_some_and(|k| k == key));
+        let found = run.find(key, |id, row| key_of(id, row).is_some_and(|k| k == key));
         if found != Some(winner) {
             let detail = format!("finds {found:?}, the segments' winner is {winner:?}");
-            report.problem(Some(&path), Some(key), detail);
+            report.problem(Some(path), Some(key), detail);
         }
     }
-    if merged.keys() != covered.len() as u64 {
-        let detail = format!("counts {} keys, the segments hold {}", merged.keys(), covered.len());
-        report.problem(Some(&path), None, detail);
+    if run.keys() != covered.len() as u64 {
+        let detail = format!("counts {} keys, the segments hold {}", run.keys(), covered.len());
+        report.problem(Some(path), None, detail);
+    }
+    let older: std::collections::HashSet<&str> = segment_keys
+        .iter()
+        .filter(|(id, _)| *id < first)
+        .flat_map(|(_, keys)| keys.iter().map(String::as_str))
+        .collect();
+    let new_keys = covered.keys().filter(|key| !older.contains(*key)).count() as u64;
+    if run.new_keys() != new_keys {
+        let detail = format!(
+            "counts {} keys no older segment holds, the segments give {new_keys}",
+            run.new_keys()
+        );
+        report.problem(Some(path), None, detail);
     }
 }
 
@@ -262,17 +299,6 @@ pub(crate) fn check_commits(
              restores it)",
         ),
         Ok(_) => {}
-    }
-    if let Some(merged) = committed.merged
-        && !layout.merged_index().exists()
-    {
-        let detail = format!(
-            "missing, though {} records one through segment {} (lookups fall back to the \
-             sidecars; a writer rebuilds it)",
-            log_path.display(),
-            merged.through
-        );
-        report.problem(Some(&layout.merged_index()), None, detail);
     }
     let schema_path = layout.schema();
     report.files_checked += 1;

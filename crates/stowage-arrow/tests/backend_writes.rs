@@ -1,5 +1,5 @@
 //! The write path of `ArrowBackend`: segment size bound, ranks, background flushing and its
-//! errors, crash leftovers, finalize and append, the merged key index.
+//! errors, crash leftovers, finalize and append, the key index runs.
 
 use std::path::Path;
 
@@ -234,13 +234,20 @@ fn the_merged_index_is_built_in_the_background_and_its_loss_is_reported() {
     }
     cache.finalize().unwrap();
     let log = commit_log::read(&dir.path().join("stowage.log")).unwrap();
-    let merged = log.merged.expect("a merge was recorded");
-    assert_eq!(merged.keys, 100);
-    assert!(cache.reader().merged_through().is_some());
+    assert_eq!(log.runs.len(), 1, "finalize merges every run and segment into one");
+    let run = log.runs[0];
+    assert_eq!((run.first, run.through, run.keys, run.new_keys), (0, 29, 100, 100));
+    assert_eq!(cache.reader().runs_through(), Some(29));
     assert_eq!(cache.reader().unmerged_segments(), 0, "finalize merges what is left");
     drop(cache);
+    let run_files: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.starts_with("stowage_index"))
+        .collect();
+    assert_eq!(run_files, ["stowage_index_000000_000029.bin"], "replaced runs are deleted");
     let reader = ArrowBackend::open(dir.path(), OpenMode::ReadOnly, options.clone()).unwrap();
-    assert_eq!(reader.reader().unmerged_segments(), 0, "a lookup probes the merged table only");
+    assert_eq!(reader.reader().unmerged_segments(), 0, "a lookup probes the one run only");
     assert_eq!(reader.len(), 100);
     for i in 0..100 {
         let got = reader.get(&key(i)).unwrap().unwrap();
@@ -251,20 +258,89 @@ fn the_merged_index_is_built_in_the_background_and_its_loss_is_reported() {
     }
     assert!(reader.validate(stowage_core::ValidationLevel::Full).unwrap().is_clean());
     drop(reader);
-    std::fs::remove_file(dir.path().join("stowage_index.bin")).unwrap();
+    std::fs::remove_file(dir.path().join(&run_files[0])).unwrap();
     let reader = ArrowBackend::open(dir.path(), OpenMode::ReadOnly, options.clone()).unwrap();
     assert_eq!(reader.len(), 100, "the sidecars still find every key");
     let report = reader.validate(stowage_core::ValidationLevel::Full).unwrap();
     assert!(
-        report
-            .problems
-            .iter()
-            .any(|p| p.path.as_ref().is_some_and(|p| p.ends_with("stowage_index.bin")))
+        report.problems.iter().any(|p| p.path.as_ref().is_some_and(|p| p.ends_with(&run_files[0]))),
+        "{report:?}"
     );
     drop(reader);
     let mut writer = ArrowBackend::open(dir.path(), OpenMode::Append, options).unwrap();
     writer.merge_index().unwrap();
     assert!(writer.validate(stowage_core::ValidationLevel::Full).unwrap().is_clean());
+}
+
+/// Many merges while writing: the runs stay few and shrink from the oldest to the newest (so a
+/// key is copied O(log n) times, not once per merge), every lookup finds the newest row across
+/// runs and sidecars, the counts hold, and a run file the log does not vouch for (a merge a
+/// crash cut off) is deleted by the next writer.
+#[test]
+fn runs_stay_logarithmic_and_every_lookup_finds_the_newest_row() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = ArrowOptions { flush_every: 8, merge_after: 2, ..options() };
+    let mut cache = ArrowBackend::create(dir.path(), &schema(), options.clone()).unwrap();
+    let mut latest = std::collections::HashMap::new();
+    let mut most_runs = 0;
+    for i in 0..1200u32 {
+        // Every fifth put writes an earlier key again.
+        let k = if i % 5 == 4 { i / 3 } else { i };
+        cache.put(&key(k as usize), &sample(i as usize)).unwrap();
+        latest.insert(k, i);
+        most_runs = most_runs.max(cache.reader().runs().count());
+    }
+    cache.flush().unwrap();
+    cache.merge_index().ok(); // waits for a merge in flight, then merges all
+    let runs_before_final: Vec<u64> = commit_log::read(&dir.path().join("stowage.log"))
+        .unwrap()
+        .runs
+        .iter()
+        .map(|run| run.keys)
+        .collect();
+    assert_eq!(runs_before_final.len(), 1);
+    // 150 segments merged two at a time: at most about log2(150) runs at any moment.
+    assert!((2..=12).contains(&most_runs), "{most_runs} runs at most");
+    drop(cache);
+
+    // Again without the final merge, to look at the runs as the writer leaves them.
+    let dir = tempfile::tempdir().unwrap();
+    let mut cache = ArrowBackend::create(dir.path(), &schema(), options.clone()).unwrap();
+    for i in 0..1200u32 {
+        let k = if i % 5 == 4 { i / 3 } else { i };
+        cache.put(&key(k as usize), &sample(i as usize)).unwrap();
+    }
+    cache.flush().unwrap();
+    let runs = commit_log::read(&dir.path().join("stowage.log")).unwrap().runs;
+    assert!(runs.len() >= 2, "{runs:?}");
+    assert!(runs.windows(2).all(|w| w[0].keys > w[1].keys && w[0].through < w[1].first));
+    let total: u64 = runs.iter().map(|run| run.new_keys).sum();
+    assert!(total <= latest.len() as u64);
+    let check = |cache: &ArrowBackend| {
+        assert_eq!(cache.len(), latest.len());
+        for (&k, &i) in &latest {
+            let got = cache.get(&key(k as usize)).unwrap().unwrap();
+            assert_eq!(got, sample(i as usize), "key {k}");
+        }
+        let one = key(1);
+        let batch = cache.get_batch(&[one.as_str(), "absent"]).unwrap();
+        assert_eq!(batch[0].as_ref(), Some(&sample(latest[&1] as usize)));
+        assert_eq!(batch[1], None);
+    };
+    check(&cache);
+    assert!(cache.validate(stowage_core::ValidationLevel::Full).unwrap().is_clean());
+    drop(cache);
+    let reader = ArrowBackend::open(dir.path(), OpenMode::ReadOnly, options.clone()).unwrap();
+    check(&reader);
+    drop(reader);
+    // A stale run (a copy under a name the log does not record) goes at the next writer's open.
+    let first = &runs[0];
+    let layout = stowage_arrow::layout::Layout::new(dir.path());
+    let stale = layout.index_run(first.first, first.through + 1);
+    std::fs::copy(layout.index_run(first.first, first.through), &stale).unwrap();
+    let writer = ArrowBackend::open(dir.path(), OpenMode::Append, options).unwrap();
+    assert!(!stale.exists());
+    check(&writer);
 }
 
 #[test]

@@ -145,8 +145,8 @@ fn a_value_that_does_not_fit_its_column_is_refused_naming_key_and_field() {
     assert!(Layout::new(dir.path()).list_segments().unwrap().is_empty(), "nothing written");
 }
 
-/// Keys found through the merged table (older segments) and the newer segments' sidecars give
-/// the same winners as reading every segment in order; a damaged merged table, or one whose last
+/// Keys found through a key index run (older segments) and the newer segments' sidecars give
+/// the same winners as reading every segment in order; a damaged run, or one whose last
 /// segment is gone, is ignored.
 #[test]
 fn merged_and_recent_indexes_agree_with_reading_every_segment_in_order() {
@@ -179,8 +179,10 @@ fn merged_and_recent_indexes_agree_with_reading_every_segment_in_order() {
         let rows: Vec<(&str, &Sample)> = keys.iter().map(String::as_str).zip(&samples).collect();
         write_segment(&format, segment, &rows).unwrap();
         if segment == 2 {
-            let merged = stowage_arrow::merged_index::merge_segments(&layout, 2).unwrap();
-            assert_eq!(merged as usize, oracle.len(), "distinct keys of segments 0..=2");
+            let run = stowage_arrow::merged_index::merge_segments(&layout, 2).unwrap();
+            assert_eq!((run.first, run.through), (0, 2));
+            assert_eq!(run.keys as usize, oracle.len(), "distinct keys of segments 0..=2");
+            assert_eq!(run.new_keys, run.keys, "no run before it");
         }
     }
     let check = |reader: &CacheReader| {
@@ -197,14 +199,18 @@ fn merged_and_recent_indexes_agree_with_reading_every_segment_in_order() {
         want.sort();
         assert_eq!(keys.iter().collect::<Vec<_>>(), want);
     };
-    assert!(layout.merged_index().exists());
-    check(&CacheReader::open(dir.path()).unwrap());
-    // A merged table with a damaged header is ignored: every segment is then read through its
+    let run = layout.index_run(0, 2);
+    let reader = CacheReader::open(dir.path()).unwrap();
+    assert_eq!((reader.runs_through(), reader.unmerged_segments()), (Some(2), 2));
+    check(&reader);
+    // A run with a damaged header is ignored: every segment is then read through its
     // sidecar.
-    let mut bytes = std::fs::read(layout.merged_index()).unwrap();
+    let mut bytes = std::fs::read(&run).unwrap();
     bytes[40] ^= 1;
-    std::fs::write(layout.merged_index(), &bytes).unwrap();
-    check(&CacheReader::open(dir.path()).unwrap());
+    std::fs::write(&run, &bytes).unwrap();
+    let reader = CacheReader::open(dir.path()).unwrap();
+    assert_eq!((reader.runs_through(), reader.unmerged_segments()), (None, 5));
+    check(&reader);
 }
 
 /// A flipped byte inside a stored tensor is caught by the row checksums (switchable), and a
@@ -256,7 +262,7 @@ fn a_flipped_value_byte_is_refused_by_the_row_checksum() {
 }
 
 /// `validate` is clean on a cache stowage wrote and names the file and key of each kind of
-/// damage: a flipped value byte, a damaged key sidecar, a damaged merged table.
+/// damage: a flipped value byte, a damaged key sidecar, a damaged key index run.
 #[test]
 fn validate_reports_each_damage_with_its_file_and_key() {
     let dir = tempfile::tempdir().unwrap();
@@ -291,10 +297,11 @@ fn validate_reports_each_damage_with_its_file_and_key() {
     let last = damaged.len() - 1;
     damaged[last] ^= 1;
     std::fs::write(&sidecar, &damaged).unwrap();
-    let mut merged = std::fs::read(layout.merged_index()).unwrap();
+    let merged_path = layout.index_run(0, 1);
+    let mut merged = std::fs::read(&merged_path).unwrap();
     let last = merged.len() - 1;
     merged[last] ^= 1;
-    std::fs::write(layout.merged_index(), &merged).unwrap();
+    std::fs::write(&merged_path, &merged).unwrap();
 
     let report = CacheReader::open(dir.path()).unwrap().validate().unwrap();
     let text: Vec<String> = report.problems.iter().map(ToString::to_string).collect();
@@ -310,7 +317,6 @@ fn validate_reports_each_damage_with_its_file_and_key() {
         report.problems.iter().any(|p| p.path.as_deref() == Some(sidecar.as_path())),
         "{text:#?}"
     );
-    let merged_path = layout.merged_index();
     assert!(
         report.problems.iter().any(|p| p.path.as_deref() == Some(merged_path.as_path())),
         "{text:#?}"

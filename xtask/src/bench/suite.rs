@@ -332,8 +332,9 @@ pub const ARROW: Suite = Suite {
                   default) and without (torchcachex's durability); `reference_write_fsync` writes \
                   the same bytes to a new file and fdatasyncs it. The `_10k`/`_1m`/`_10m` ids run \
                   on caches of float32[4] samples with 10 thousand, 1 million and 10 million keys: \
-                  one durable flush of 2,048 new samples, extending the merged key index by 32 \
-                  segments of 2,048 keys (per key), and a read-only open (per open).",
+                  one durable flush of 2,048 new samples, the background merge the writer starts \
+                  after 32 more segments of 2,048 keys (per key), and a read-only open (per \
+                  open).",
     peer: Peer {
         script: "xtask/py/arrow_peer.py",
         packages: &["numpy", "pyarrow"],

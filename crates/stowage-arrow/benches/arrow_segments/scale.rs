@@ -2,17 +2,17 @@
 //! keys cached, and what does opening a 10-million-key cache cost?
 //!
 //! Caches of float32[4] samples (small, so that 10 million fit this machine's disk and time) are
-//! built once in `<bench dir>/scale/<keys>` (rebuilt when the build recipe changes), with one
-//! merged key index over all their keys, as the writer leaves a cache after its background
-//! merges.
+//! built once in `<bench dir>/scale/<keys>` (rebuilt when the build recipe changes) and merged
+//! into one key index run over all their keys.
 //!
 //! - `flush_2048_<keys>`: one `flush` of 2,048 new samples (opened in append mode and put before
 //!   timing) with default options (durable: segment, sidecars and log fsynced). Each timed flush
 //!   is undone afterwards (its segment files deleted, the commit log cut back), so every flush
 //!   meets exactly `<keys>` cached keys and no background merge: the merge the writer runs every
 //!   32 segments is measured on its own.
-//! - `merge_<keys>`: extending the merged key index of `<keys>` keys with 32 segments of 2,048
-//!   new keys (what the writer does in the background every 32 flushes), per new key.
+//! - `merge_<keys>`: the background merge the writer starts after 32 more segments of 2,048 new
+//!   keys ([`stowage_arrow::merged_index::plan_merge`]: here a new run over those segments, the
+//!   big run left as it is), per new key.
 //! - `open_<keys>`: `ArrowBackend::open` read-only, then drop (no throughput: per open).
 //! - The resident memory an open adds before the first get, returned as `open_rss_<keys>` in MiB
 //!   for `measurements.json`.
@@ -29,7 +29,8 @@ use stowage_core::{Backend, DType, OpenMode, Sample, Schema, ShapeRule, Tensor};
 /// Samples per timed flush.
 const FLUSH_ROWS: usize = 2048;
 /// Changes whenever the way the caches are built changes, so old ones are rebuilt.
-const RECIPE: &str = "arrow-scale v1: float32[4], keys k{i:010}, 1Mi-row segments, merged";
+const RECIPE: &str =
+    "arrow-scale v2: float32[4], keys k{i:010}, 1Mi-row segments, one key index run";
 
 fn schema() -> Schema {
     Schema::new().tensor("tensor", DType::F32, ShapeRule::Fixed(vec![4]))
@@ -128,10 +129,10 @@ pub fn benches(group: &mut super::Group<'_>, root: &Path) -> Vec<(String, f64)> 
                         cache.put(&key(i), &sample(i)).unwrap();
                     }
                     cache.flush().unwrap();
-                    let started = Instant::now();
-                    cache.merge_index().unwrap();
-                    total += started.elapsed();
                     drop(cache);
+                    let started = Instant::now();
+                    background_merge(&dir);
+                    total += started.elapsed();
                     pristine.restore();
                 }
                 total
@@ -149,6 +150,27 @@ pub fn benches(group: &mut super::Group<'_>, root: &Path) -> Vec<(String, f64)> 
     rss
 }
 
+/// The merge the writer starts in the background once `merge_after` segments are in no run
+/// (the segments no run covers, with the newest runs no larger than them), run here.
+fn background_merge(dir: &Path) {
+    use stowage_arrow::merged_index::{MergedIndex, SegmentKeys, merge_run, plan_merge};
+    let layout = stowage_arrow::layout::Layout::new(dir);
+    let committed = stowage_arrow::commit_log::read(&layout.commit_log()).unwrap();
+    let through = committed.runs.last().map_or(0, |run| run.through);
+    let fresh: Vec<&stowage_arrow::commit_log::SegmentEntry> =
+        committed.segments.iter().filter(|s| s.id > through).collect();
+    let run_keys: Vec<u64> = committed.runs.iter().map(|run| run.keys).collect();
+    let taken = plan_merge(&run_keys, fresh.iter().map(|s| s.rows).sum());
+    let open = |runs: &[stowage_arrow::commit_log::RunEntry]| -> Vec<MergedIndex> {
+        runs.iter().map(|run| MergedIndex::open_entry(&layout, run).unwrap()).collect()
+    };
+    let split = committed.runs.len() - taken;
+    let (older, inputs) = (open(&committed.runs[..split]), open(&committed.runs[split..]));
+    let segments = SegmentKeys::of_ids(&layout, &committed.ids());
+    let fresh: Vec<u64> = fresh.iter().map(|s| s.id).collect();
+    merge_run(&layout, &segments, &inputs, &fresh, &older).unwrap();
+}
+
 /// A cache's files as built, to undo what a benchmark appended.
 struct Snapshot {
     dir: PathBuf,
@@ -158,17 +180,19 @@ struct Snapshot {
 }
 
 impl Snapshot {
-    /// Remembers the commit log's length, and keeps the files a flush or merge may replace
-    /// (the merged index, the completion marker) as hard links: restoring them copies nothing,
-    /// so no benchmark pays for rewriting a 10-million-key table in the page cache.
+    /// Remembers the commit log's length, and keeps the files a flush or merge may replace or
+    /// remove (the key index run, the completion marker) as hard links: restoring them copies
+    /// nothing, so no benchmark pays for rewriting a 10-million-key table in the page cache.
     fn take(dir: &Path) -> Snapshot {
         use std::os::unix::fs::MetadataExt;
         let log_len = std::fs::metadata(dir.join("stowage.log")).unwrap().len();
-        let files = ["stowage_index.bin", "stowage.complete"]
-            .iter()
-            .filter_map(|name| {
-                let path = dir.join(name);
+        let layout = stowage_arrow::layout::Layout::new(dir);
+        let runs = layout.list_index_runs().unwrap().into_iter().map(|(_, _, path)| path);
+        let files = runs
+            .chain([layout.complete_marker()])
+            .filter_map(|path| {
                 let inode = std::fs::metadata(&path).ok()?.ino();
+                let name = path.file_name()?.to_string_lossy().into_owned();
                 let kept = dir.join(format!("{name}.bench-pristine"));
                 let _ = std::fs::remove_file(&kept);
                 std::fs::hard_link(&path, &kept).unwrap();
@@ -190,6 +214,12 @@ impl Snapshot {
         for entry in &committed.segments[kept.segments.len()..] {
             let segment = layout.segment(entry.id);
             for path in [segment.with_extension("keys"), segment.with_extension("sums"), segment] {
+                std::fs::remove_file(path).unwrap();
+            }
+        }
+        // Runs a benchmark merged (the cache as built has one, kept in `files`).
+        for (_, _, path) in layout.list_index_runs().unwrap() {
+            if !self.files.iter().any(|(kept, _, _)| *kept == path) {
                 std::fs::remove_file(path).unwrap();
             }
         }

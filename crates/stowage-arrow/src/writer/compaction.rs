@@ -6,7 +6,7 @@
 //!    uncommitted segments, deleted by the next writer). They only hold keys whose winning row
 //!    is in a replaced segment, so giving them the highest ids changes no winner;
 //! 2. one `compacted` record commits them and retires the replaced segments at once; it also
-//!    withdraws the merged key index (it points into the replaced segments), so readers opened
+//!    withdraws the key index runs (they point into the replaced segments), so readers opened
 //!    from here on find keys through the sidecars until the writer merges again;
 //! 3. the replaced segments' files stay, so readers that opened before keep reading them; the
 //!    next compaction deletes them.
@@ -86,7 +86,11 @@ impl Writer {
         }
         self.committed.retain(|id| !victims.contains(id));
         self.committed.extend(&report.written);
-        self.merged_through = None;
+        // The runs point into the replaced segments: withdrawn by the record, their files go
+        // (readers that mapped them keep their maps).
+        for run in std::mem::take(&mut self.runs) {
+            super::remove_run_file(&self.layout, &run)?;
+        }
         self.replaced.extend(&victims);
         report.removed = victims;
         Ok(report)

@@ -12,10 +12,10 @@ use std::thread::JoinHandle;
 use stowage_core::file_safety::{AppendLog, WriterLock, atomic_write, fsync_dir};
 use stowage_core::{Error, Result, Sample};
 
-use crate::commit_log::{CompleteMarker, MergedEntry, Record};
+use crate::commit_log::{CompleteMarker, Record, RunEntry};
 use crate::committer::{Committer, Work};
 use crate::layout::Layout;
-use crate::merged_index::merge_committed;
+use crate::merged_index::{MergedIndex, SegmentKeys, merge_run, plan_merge};
 use crate::pending::Pending;
 use crate::reader::CacheReader;
 use crate::segment_writer::SegmentFormat;
@@ -36,15 +36,14 @@ pub struct Writer {
     next_id: u64,
     /// The committed segments, ascending.
     committed: Vec<u64>,
-    /// The last segment of the merged key index the commit log vouches for.
-    merged_through: Option<u64>,
+    /// The key index runs the commit log vouches for, oldest first.
+    runs: Vec<RunEntry>,
     /// Submitted items whose outcome has not come back, oldest first (`None`: a bare record).
     in_flight: VecDeque<Option<Arc<Pending>>>,
     /// Why writes are refused, after a failure.
     poisoned: Option<String>,
-    /// The merged key index being rebuilt in the background: the last segment it covers, and
-    /// the thread building it.
-    merging: Option<(u64, JoinHandle<Result<u64>>)>,
+    /// The key index run being built in the background.
+    merging: Option<JoinHandle<Result<RunEntry>>>,
     /// `stowage.complete` is in place (removed by the first commit after a finalize).
     complete_marker: bool,
     /// Segments compactions replaced whose files are still there for readers that opened
@@ -69,8 +68,8 @@ pub struct WriterSetup {
     pub next_id: u64,
     /// The committed segments, ascending.
     pub committed: Vec<u64>,
-    /// The last segment of the merged key index the commit log vouches for.
-    pub merged_through: Option<u64>,
+    /// The key index runs the commit log vouches for, oldest first.
+    pub runs: Vec<RunEntry>,
     /// Whether `stowage.complete` is in place.
     pub complete_marker: bool,
     /// Segments earlier compactions replaced.
@@ -91,7 +90,7 @@ impl Writer {
             merge_after: setup.merge_after,
             next_id: setup.next_id,
             committed: setup.committed,
-            merged_through: setup.merged_through,
+            runs: setup.runs,
             in_flight: VecDeque::new(),
             poisoned: None,
             merging: None,
@@ -188,56 +187,87 @@ impl Writer {
         Ok(committed)
     }
 
-    /// Starts rebuilding the merged key index once enough segments are outside it.
+    /// Starts building a key index run once `merge_after` segments are in none: over those
+    /// segments and the newest runs no larger than what it gathers ([`plan_merge`]).
     fn start_merge(&mut self, reader: &CacheReader) {
-        let Some(&through) = self.committed.last() else { return };
         if self.merging.is_some() || reader.unmerged_segments() < self.merge_after {
             return;
         }
-        let (layout, ids, old) = (self.layout.clone(), self.committed.clone(), self.merged_through);
-        let merging = std::thread::spawn(move || merge_committed(&layout, &ids, old));
-        self.merging = Some((through, merging));
+        let run_keys: Vec<u64> = self.runs.iter().map(|run| run.keys).collect();
+        let taken = plan_merge(&run_keys, reader.unmerged_rows());
+        let job = self.merge_job(taken);
+        self.merging = Some(std::thread::spawn(move || job.run()));
+    }
+
+    /// The merge of the `taken` newest runs and every segment no run covers.
+    fn merge_job(&self, taken: usize) -> MergeJob {
+        let split = self.runs.len() - taken;
+        let through = self.runs.last().map(|run| run.through);
+        MergeJob {
+            layout: self.layout.clone(),
+            committed: self.committed.clone(),
+            older: self.runs[..split].to_vec(),
+            inputs: self.runs[split..].to_vec(),
+            fresh: self
+                .committed
+                .iter()
+                .copied()
+                .filter(|&id| through.is_none_or(|t| id > t))
+                .collect(),
+        }
     }
 
     /// Takes in a finished background merge (waits for it when `wait`): records it in the log
     /// and points `reader` at it.
     fn finish_merge(&mut self, wait: bool, reader: &mut CacheReader) -> Result<()> {
-        let done = self.merging.as_ref().is_some_and(|(_, m)| m.is_finished());
+        let done = self.merging.as_ref().is_some_and(JoinHandle::is_finished);
         if !(done || wait) {
             return Ok(());
         }
-        let Some((through, merging)) = self.merging.take() else { return Ok(()) };
+        let Some(merging) = self.merging.take() else { return Ok(()) };
         match merging.join() {
-            Ok(Ok(keys)) => self.record_merge(through, keys, reader),
+            Ok(Ok(run)) => self.record_run(run, reader),
             // A failed merge loses nothing (the sidecars still find every key); say why.
             Ok(Err(e)) => Err(e),
             Err(_) => Err(Error::invalid("the background merge of the key index panicked")),
         }
     }
 
-    /// Commits the merged key index through `through` and points `reader` at it.
-    fn record_merge(&mut self, through: u64, keys: u64, reader: &mut CacheReader) -> Result<()> {
-        self.submit_record(Record::Merged(MergedEntry { through, keys }));
+    /// Commits `run`, which replaces the runs inside its range (as the commit log replays it),
+    /// points `reader` at the runs and deletes the replaced runs' files (readers that mapped
+    /// them keep their maps).
+    fn record_run(&mut self, run: RunEntry, reader: &mut CacheReader) -> Result<()> {
+        self.submit_record(Record::Run(run));
         self.collect_outcomes(true, reader)?;
-        self.merged_through = Some(through);
-        reader.reload_merged(through)
+        let inside = |old: &RunEntry| old.first >= run.first && old.through <= run.through;
+        let (replaced, kept): (Vec<RunEntry>, Vec<RunEntry>) =
+            self.runs.iter().partition(|old| inside(old));
+        self.runs = kept;
+        self.runs.push(run);
+        reader.reload_runs(&self.runs)?;
+        for old in
+            replaced.iter().filter(|old| (old.first, old.through) != (run.first, run.through))
+        {
+            remove_run_file(&self.layout, old)?;
+        }
+        Ok(())
     }
 
-    /// Merges every committed segment into the key index now, on this thread (nothing to do when
-    /// the merged index already covers them all).
+    /// Merges every committed segment and run into one run now, on this thread (nothing to do
+    /// when one run already covers them all).
     pub fn merge_now(&mut self, reader: &mut CacheReader) -> Result<()> {
         self.collect(true, reader)?;
         self.finish_merge(true, reader)?;
         let Some(&through) = self.committed.last() else { return Ok(()) };
-        if self.merged_through == Some(through) {
+        if self.runs.len() == 1 && self.runs[0].through == through {
             return Ok(());
         }
-        let keys = merge_committed(&self.layout, &self.committed, self.merged_through)?;
-        self.record_merge(through, keys, reader)
+        let run = self.merge_job(self.runs.len()).run()?;
+        self.record_run(run, reader)
     }
 
-    /// Waits for every write, merges every segment into the key index (so that a lookup in a
-    /// finalized cache probes one table, not up to `merge_after` sidecars), then commits the
+    /// Waits for every write, merges every segment into one key index run (so that a lookup in
+    /// a finalized cache probes one table, not several runs and sidecars), then commits the
     /// `finalized` record and writes `stowage.complete`.
     pub fn finalize(&mut self, reader: &mut CacheReader) -> Result<()> {
         self.merge_now(reader)?;
@@ -249,6 +279,59 @@ impl Writer {
         atomic_write(self.layout.complete_marker(), &marker.to_bytes())?;
         self.complete_marker = true;
         Ok(())
+    }
+}
+
+/// A merge to run off the writer's thread: everything it needs, owned.
+struct MergeJob {
+    layout: Layout,
+    /// Every committed segment, ascending (whose keys a merge may read).
+    committed: Vec<u64>,
+    /// The runs before the inputs, oldest first.
+    older: Vec<RunEntry>,
+    /// The runs folded in, oldest first.
+    inputs: Vec<RunEntry>,
+    /// The segments no run covers, ascending.
+    fresh: Vec<u64>,
+}
+
+impl MergeJob {
+    /// Builds and writes the run ([`merge_run`]). An input run that does not open as recorded
+    /// or fails its checksum is rebuilt from its segments instead, and a damaged older run makes
+    /// it a rebuild of the whole index: a merge never carries damage forward.
+    fn run(mut self) -> Result<RunEntry> {
+        let open = |runs: &[RunEntry], verify: bool| -> Option<Vec<MergedIndex>> {
+            runs.iter()
+                .map(|run| {
+                    let index = MergedIndex::open_entry(&self.layout, run).ok()?;
+                    (!verify || index.verify().is_ok()).then_some(index)
+                })
+                .collect()
+        };
+        let (inputs, older) = match (open(&self.inputs, true), open(&self.older, false)) {
+            (Some(inputs), Some(older)) => (inputs, older),
+            (None, Some(older)) => {
+                let first = self.inputs.first().map_or(0, |run| run.first);
+                self.fresh = self.committed.iter().copied().filter(|&id| id >= first).collect();
+                (Vec::new(), older)
+            }
+            (_, None) => {
+                self.fresh = self.committed.clone();
+                (Vec::new(), Vec::new())
+            }
+        };
+        let segments = SegmentKeys::of_ids(&self.layout, &self.committed);
+        merge_run(&self.layout, &segments, &inputs, &self.fresh, &older)
+    }
+}
+
+/// Deletes the file of a run the commit log no longer vouches for (gone already is fine). Not
+/// synced: a crash that brings it back leaves a stale run the next writer deletes.
+fn remove_run_file(layout: &Layout, run: &RunEntry) -> Result<()> {
+    let path = layout.index_run(run.first, run.through);
+    match std::fs::remove_file(&path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::io(path, e)),
+        _ => Ok(()),
     }
 }
 
