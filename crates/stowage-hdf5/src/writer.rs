@@ -1,6 +1,7 @@
 //! Writing a `/torch_cache` (v2) into an aenet dataset file, atomically: the new file is built
 //! beside the target (the dataset's own groups and root attributes copied as stored, then the
-//! cache written), fsynced and renamed over it. A crash leaves the old file or the new one.
+//! cache written), fsynced and renamed over it. A crash leaves the old file or the new one. The
+//! file is written back to disk in the background while it is built, so the final fsync is short.
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -16,7 +17,7 @@ use crate::error::{read_error, write_error};
 use crate::ffi::{self, Element};
 use crate::index_tables::{DerivativeIndexRow, FeatureIndexRow, write_index};
 use crate::layout::{self, attr};
-use crate::publish::TempBeside;
+use crate::publish::{TempBeside, Writeback};
 
 /// Which sections a new cache holds.
 ///
@@ -124,6 +125,7 @@ pub struct TorchCacheWriter {
     derivatives: Option<DerivativeWriter>,
     cache: Group,
     file: hdf5::File,
+    writeback: Writeback,
     // Last: removed on drop (after the file is closed) unless published.
     temp: TempBeside,
 }
@@ -141,6 +143,7 @@ impl TorchCacheWriter {
         let temp = TempBeside::new(&target)?;
         let path = temp.path().to_path_buf();
         let file = hdf5::File::create(&path).map_err(|e| write_error(&path, "creating", e))?;
+        let writeback = Writeback::start(&path)?;
         if target.exists() {
             copy_dataset_content(&target, &file, &path)?;
         }
@@ -184,6 +187,7 @@ impl TorchCacheWriter {
             derivatives,
             cache,
             file,
+            writeback,
             temp,
         })
     }
@@ -342,9 +346,12 @@ impl TorchCacheWriter {
                 )
             })
             .map_err(|e| write_error(&path, "/torch_cache attributes", e))?;
-        let TorchCacheWriter { features, derivatives, cache, file, temp, target, .. } = self;
+        let TorchCacheWriter {
+            features, derivatives, cache, file, writeback, temp, target, ..
+        } = self;
         drop((features, derivatives, cache));
         file.close().map_err(|e| write_error(&path, "closing", e))?;
+        writeback.finish()?;
         temp.publish(true).map_err(|e| match e {
             Error::Io { source, .. } => Error::io(&target, source),
             other => other,
