@@ -1,6 +1,6 @@
 //! Variable-length columns: a chunked, extendible 1-D `VLEN<element>` dataset with one row per
-//! cached entry, written in batches and read one row at a time (directly from the file's bytes
-//! where possible). Both the aenet sections and the generic sections are made of them.
+//! cached entry, written in batches and read one row at a time (by [`crate::direct`] where the
+//! layout allows). Both the aenet sections and the generic sections are made of them.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -10,7 +10,7 @@ use hdf5::{Dataset, Group, H5Type};
 use stowage_core::bytes::Bytes;
 use stowage_core::{Error, Result};
 
-use crate::direct::{DirectColumn, MappedFile};
+use crate::direct::{DirectReader, DirectWriter, HeapFile, MappedFile};
 use crate::error::{read_error, write_error};
 use crate::ffi::{self, Element, Failure, VlenType};
 use crate::layout::{DEFLATE_LEVEL, VLEN_CHUNK_ROWS};
@@ -52,7 +52,7 @@ pub(crate) fn create_dataset(group: &Group, name: &str, stored: Element) -> hdf5
 /// the file is mapped and the dataset's layout is one it decodes, else through libhdf5.
 pub(crate) struct ColumnReader {
     dataset: Dataset,
-    direct: Option<DirectColumn>,
+    direct: Option<DirectReader>,
     rows: u64,
     /// `<file>:<dataset path>`, for errors.
     file: PathBuf,
@@ -72,7 +72,7 @@ impl ColumnReader {
         let dataset = group.dataset(name).map_err(|e| failed(e.into()))?;
         let rows = ffi::row_count(dataset.id()).map_err(failed)?;
         let direct = match mapped {
-            Some(mapped) => DirectColumn::open(mapped, &dataset, rows).map_err(failed)?,
+            Some(mapped) => DirectReader::open(mapped, &dataset, rows).map_err(failed)?,
             None => None,
         };
         Ok(ColumnReader { dataset, direct, rows, file: file.to_path_buf(), name: full })
@@ -140,10 +140,12 @@ impl ColumnReader {
     }
 }
 
-/// Appends rows to one variable-length dataset in batches.
+/// Appends rows to one variable-length dataset in batches: through the direct writer
+/// ([`crate::direct`]) when the file is open for it, else through libhdf5's `H5Dwrite`.
 pub(crate) struct ColumnWriter {
     dataset: Dataset,
     memory: VlenType,
+    direct: Option<DirectWriter>,
     /// Queued rows; a tensor's own bytes are shared, not copied.
     pending: Vec<Bytes>,
     pending_bytes: usize,
@@ -152,19 +154,26 @@ pub(crate) struct ColumnWriter {
 }
 
 impl ColumnWriter {
-    /// Creates dataset `name` in `group` storing `element` values, for appending.
+    /// Creates dataset `name` in `group` storing `element` values, for appending; its rows are
+    /// written by the direct writer through `heap` when given.
     pub fn create(
         file: &Path,
         group: &Group,
         name: &str,
         element: Element,
+        heap: Option<&Arc<HeapFile>>,
     ) -> Result<ColumnWriter> {
-        let dataset = create_dataset(group, name, element)
-            .map_err(|e| write_error(file, &format!("creating dataset {name}"), e))?;
-        let memory = VlenType::new(element).map_err(|e| write_error(file, name, e))?;
+        let failed = |e: Failure| write_error(file, &format!("creating dataset {name}"), e);
+        let dataset = create_dataset(group, name, element).map_err(|e| failed(e.into()))?;
+        let memory = VlenType::new(element).map_err(failed)?;
+        let direct = match heap {
+            Some(heap) => DirectWriter::new(heap, group, &dataset, element).map_err(failed)?,
+            None => None,
+        };
         Ok(ColumnWriter {
             dataset,
             memory,
+            direct,
             pending: Vec::new(),
             pending_bytes: 0,
             written: 0,
@@ -189,14 +198,34 @@ impl ColumnWriter {
     }
 
     /// Writes every queued row.
-    pub fn write_pending(&mut self) -> Result<()> {
-        let rows: Vec<&[u8]> = self.pending.iter().map(|row| &row[..]).collect();
-        ffi::write_vlen_rows(self.dataset.id(), self.written, &rows, &self.memory)
-            .map_err(|e| write_error(&self.file, &self.dataset.name(), e))?;
-        self.written += rows.len() as u64;
+    fn write_pending(&mut self) -> Result<()> {
+        let written = match &mut self.direct {
+            Some(direct) => direct.write(&self.pending),
+            None => {
+                let rows: Vec<&[u8]> = self.pending.iter().map(|row| &row[..]).collect();
+                ffi::write_vlen_rows(self.dataset.id(), self.written, &rows, &self.memory)
+            }
+        };
+        written.map_err(|e| write_error(&self.file, &self.dataset.name(), e))?;
+        self.written += self.pending.len() as u64;
         self.pending.clear();
         self.pending_bytes = 0;
         Ok(())
+    }
+
+    /// Writes every queued row and completes the dataset.
+    pub fn finish(&mut self) -> Result<()> {
+        self.write_pending()?;
+        if let Some(direct) = &mut self.direct {
+            direct.finish().map_err(|e| write_error(&self.file, &self.dataset.name(), e))?;
+        }
+        Ok(())
+    }
+
+    /// Whether rows are written by the direct writer.
+    #[cfg(test)]
+    pub fn writes_directly(&self) -> bool {
+        self.direct.is_some()
     }
 }
 
@@ -208,4 +237,50 @@ pub(crate) fn le_bytes_i64(values: &[i64]) -> Vec<u8> {
 /// `i64` values from little-endian bytes (a whole number of 8-byte elements).
 pub(crate) fn i64s(bytes: &[u8]) -> Vec<i64> {
     bytes.chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().expect("8 bytes"))).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Rows of every size class: empty, small (shared collections), large (their own), across
+    /// two chunks.
+    fn rows() -> Vec<Vec<u8>> {
+        (0..VLEN_CHUNK_ROWS + 300)
+            .map(|i| match i % 5 {
+                0 => Vec::new(),
+                1 | 2 => (0..(i % 7) * 8).map(|b| b as u8).collect(),
+                3 => vec![i as u8; 8 * 700],
+                _ => vec![(i % 251) as u8; 8 * (i % 40)],
+            })
+            .collect()
+    }
+
+    #[test]
+    fn directly_written_rows_read_back_both_ways() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rows.h5");
+        let rows = rows();
+        {
+            let file = hdf5::File::create(&path).unwrap();
+            let heap = HeapFile::open(&path, &file).unwrap().expect("a POSIX file");
+            let group = file.create_group("g").unwrap();
+            let mut column =
+                ColumnWriter::create(&path, &group, "values", Element::I64, Some(&heap)).unwrap();
+            assert!(column.writes_directly());
+            for row in &rows {
+                column.push(row.clone()).unwrap();
+            }
+            column.finish().unwrap();
+            assert_eq!(column.rows(), rows.len() as u64);
+        }
+        let file = hdf5::File::open(&path).unwrap();
+        let group = file.group("g").unwrap();
+        let mapped = MappedFile::open(&path, &file).unwrap().expect("mapped");
+        let direct = ColumnReader::open(&path, &group, "values", Some(&mapped)).unwrap();
+        let libhdf5 = ColumnReader::open(&path, &group, "values", None).unwrap();
+        assert!(direct.reads_directly(Element::I64));
+        assert_eq!(libhdf5.read_all(Element::I64).unwrap(), rows);
+        assert_eq!(direct.read_all(Element::I64).unwrap(), rows);
+    }
 }

@@ -23,7 +23,7 @@ use xxhash_rust::xxh3::Xxh3;
 
 use crate::columns::{ColumnReader, ColumnWriter, i64s, le_bytes_i64};
 use crate::commit_log::SegmentEntry;
-use crate::direct::MappedFile;
+use crate::direct::{HeapFile, MappedFile};
 use crate::error::{read_error, write_error};
 use crate::ffi::{self, Element};
 use crate::index_tables::{read_index, write_index};
@@ -111,7 +111,10 @@ pub(crate) fn write(path: &Path, schema: &Schema, rows: &[(&str, &Sample)]) -> R
         move |e| write_error(path, &what, e)
     };
     let file = hdf5::File::with_options()
-        .with_fapl(|fapl| fapl.libver_v110())
+        // No libhdf5 file lock on a file nobody else can see yet: a child process forked
+        // meanwhile would inherit the descriptor (libhdf5 does not set close-on-exec) and keep
+        // the exclusive lock, refusing readers of the published segment until it exits.
+        .with_fapl(|fapl| fapl.libver_v110().file_locking(false))
         .create(path)
         .map_err(failed("creating"))?;
     let root = file.create_group(TORCH_CACHE).map_err(failed("creating /torch_cache"))?;
@@ -121,13 +124,17 @@ pub(crate) fn write(path: &Path, schema: &Schema, rows: &[(&str, &Sample)]) -> R
         .map_err(|e| write_error(path, "/torch_cache attributes", e))?;
     let section = root.create_group(SAMPLES).map_err(failed("creating the section"))?;
     let fields = section.create_group("fields").map_err(failed("creating fields"))?;
-    let mut keys = ColumnWriter::create(path, &section, "keys", Element::U8)?;
-    let mut shapes = ColumnWriter::create(path, &section, "shapes", Element::I64)?;
+    let heap = HeapFile::open(path, &file)?;
+    let create = |group: &Group, name: &str, element: Element| {
+        ColumnWriter::create(path, group, name, element, heap.as_ref())
+    };
+    let mut keys = create(&section, "keys", Element::U8)?;
+    let mut shapes = create(&section, "shapes", Element::I64)?;
     let mut columns = schema
         .fields
         .iter()
         .enumerate()
-        .map(|(i, spec)| ColumnWriter::create(path, &fields, &i.to_string(), element(&spec.kind)))
+        .map(|(i, spec)| create(&fields, &i.to_string(), element(&spec.kind)))
         .collect::<Result<Vec<_>>>()?;
     let mut index = Vec::with_capacity(rows.len());
     for (row, (key, sample)) in rows.iter().enumerate() {
@@ -140,7 +147,7 @@ pub(crate) fn write(path: &Path, schema: &Schema, rows: &[(&str, &Sample)]) -> R
         index.push(SampleIndexRow { cache_row: row as i64, checksum });
     }
     for column in columns.iter_mut().chain([&mut keys, &mut shapes]) {
-        column.write_pending()?;
+        column.finish()?;
     }
     write_index(path, &section, &index, true)?;
     drop((keys, shapes, columns, fields, section, root));

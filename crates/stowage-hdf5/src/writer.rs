@@ -13,6 +13,7 @@ use stowage_core::{DType, Error, Result, Tensor};
 use crate::columns::{ColumnWriter, le_bytes_i64};
 use crate::compat::{DescriptorCompat, StorageDtype};
 use crate::derivatives::LocalDerivatives;
+use crate::direct::HeapFile;
 use crate::error::{read_error, write_error};
 use crate::ffi::{self, Element};
 use crate::index_tables::{DerivativeIndexRow, FeatureIndexRow, write_index};
@@ -142,8 +143,15 @@ impl TorchCacheWriter {
         let target = target.as_ref().to_path_buf();
         let temp = TempBeside::new(&target)?;
         let path = temp.path().to_path_buf();
-        let file = hdf5::File::create(&path).map_err(|e| write_error(&path, "creating", e))?;
+        // No libhdf5 file lock on the private temporary file: a child process forked meanwhile
+        // would inherit the descriptor (libhdf5 does not set close-on-exec) and keep the
+        // exclusive lock, refusing readers (aenet's too) of the published file until it exits.
+        let file = hdf5::File::with_options()
+            .with_fapl(|fapl| fapl.file_locking(false))
+            .create(&path)
+            .map_err(|e| write_error(&path, "creating", e))?;
         let writeback = Writeback::start(&path)?;
+        let heap = HeapFile::open(&path, &file)?;
         if target.exists() {
             copy_dataset_content(&target, &file, &path)?;
         }
@@ -155,7 +163,8 @@ impl TorchCacheWriter {
             let group = cache
                 .create_group(layout::FEATURES)
                 .map_err(|e| write_error(&path, "creating the feature group", e))?;
-            let values = ColumnWriter::create(&path, &group, layout::VALUES, element)?;
+            let values =
+                ColumnWriter::create(&path, &group, layout::VALUES, element, heap.as_ref())?;
             Some(FeatureWriter { group, index: Vec::new(), values, entries: HashSet::new() })
         } else {
             None
@@ -172,7 +181,7 @@ impl TorchCacheWriter {
                 .map(|name| {
                     let is_index = name.ends_with("_idx");
                     let element = if is_index { Element::I64 } else { element };
-                    ColumnWriter::create(&path, &group, name, element)
+                    ColumnWriter::create(&path, &group, name, element, heap.as_ref())
                 })
                 .collect::<Result<Vec<_>>>()?;
             Some(DerivativeWriter { group, index: Vec::new(), columns, entries: HashSet::new() })
@@ -284,12 +293,12 @@ impl TorchCacheWriter {
             ffi::write_utf8_attribute(object, attr::STORAGE_DTYPE, self.storage.name())
         };
         if let Some(section) = &mut self.features {
-            section.values.write_pending()?;
+            section.values.finish()?;
             write_index(&path, &section.group, &section.index, false)?;
         }
         if let Some(section) = &mut self.derivatives {
             for column in &mut section.columns {
-                column.write_pending()?;
+                column.finish()?;
             }
             write_index(&path, &section.group, &section.index, false)?;
             let id = section.group.id();

@@ -1,7 +1,8 @@
 //! The direct reader (chunks and global heap decoded by stowage from a map of the file) returns
 //! exactly what libhdf5's own variable-length read returns, for every aenet reference file and
-//! for files stowage writes; damaged heap bytes and chunks are `Error::Corrupted` naming the file
-//! and the entry, never a panic or a crash.
+//! for files stowage writes (with its direct writer: libhdf5 reads them back the same); damaged
+//! heap bytes and chunks are `Error::Corrupted` naming the file and the entry, never a panic or a
+//! crash.
 
 mod common;
 
@@ -70,6 +71,20 @@ fn stowage_written_files_read_the_same_as_through_libhdf5() {
         write_cache(&path, storage, 3);
         assert_eq!(same_both_ways(&path), 2 * (3 + 11 * 2));
     }
+    // One species: the typespin rows are empty (nil descriptors, no heap object).
+    let path = dir.path().join("single.h5");
+    let mut single = compat();
+    single.species = vec!["A".into()];
+    let mut writer =
+        TorchCacheWriter::create(&path, &single, StorageDtype::Float32, CacheSections::default())
+            .unwrap();
+    for i in 0..3 {
+        let mut d = derivatives(i);
+        (d.radial.neighbor_typespin, d.angular.triplet_typespin) = (None, None);
+        writer.add_derivatives(i, &d).unwrap();
+    }
+    writer.finish().unwrap();
+    assert_eq!(same_both_ways(&path), 2 * 11 * 3);
     // Past one chunk (8192 rows): the second chunk of every dataset is decoded too.
     let path = dir.path().join("two_chunks.h5");
     write_cache(&path, StorageDtype::Float64, 8200);

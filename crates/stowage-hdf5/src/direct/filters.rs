@@ -1,26 +1,28 @@
-//! Undoing a chunk's filter pipeline: the shuffle and deflate filters aenet's PyTables writer and
-//! stowage's writers apply to every variable-length dataset (Fletcher32 is refused on those by
-//! libhdf5). A pipeline with any other filter is not handled here; its datasets are read through
-//! libhdf5.
+//! A chunk's filter pipeline, undone on read and applied on write: the shuffle and deflate
+//! filters aenet's PyTables writer and stowage's writers apply to every variable-length dataset
+//! (Fletcher32 is refused on those by libhdf5). A pipeline with any other filter is not handled
+//! here; its datasets are read and written through libhdf5.
 //!
 //! libhdf5 stores shuffle on a variable-length dataset without its element size and skips it for
 //! every chunk (the chunk's filter mask says so); a chunk that claims it anyway is refused, as
 //! libhdf5 refuses it.
 //!
-//! Deflate is HDF5's zlib stream (header and Adler-32 checked by `flate2`). The output is bounded
-//! by the chunk's size, so a damaged or hostile stream cannot make the reader allocate more.
+//! Deflate is HDF5's zlib stream (header and Adler-32 checked by `flate2`), written at the
+//! pipeline's level. On read the output is bounded by the chunk's size, so a damaged or hostile
+//! stream cannot make the reader allocate more.
 
-use flate2::{Decompress, FlushDecompress, Status};
+use std::io::Write;
+
+use flate2::{Compression, Decompress, FlushDecompress, Status};
 
 use crate::ffi::storage::{FILTER_DEFLATE, FILTER_SHUFFLE, Filter};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Step {
     /// The element size, when the pipeline stores one.
-    Shuffle {
-        element_size: Option<usize>,
-    },
-    Deflate,
+    Shuffle { element_size: Option<usize> },
+    /// The level, when the pipeline stores one (needed to write).
+    Deflate { level: Option<u32> },
 }
 
 /// The filters of one dataset, in the order they were applied on write.
@@ -38,7 +40,9 @@ impl Pipeline {
                 FILTER_SHUFFLE => Some(Step::Shuffle {
                     element_size: filter.client_data.first().map(|&size| size as usize),
                 }),
-                FILTER_DEFLATE => Some(Step::Deflate),
+                FILTER_DEFLATE => {
+                    Some(Step::Deflate { level: filter.client_data.first().copied() })
+                }
                 _ => None,
             })
             .collect::<Option<Vec<_>>>()?;
@@ -59,7 +63,7 @@ impl Pipeline {
                 continue;
             }
             bytes = match *step {
-                Step::Deflate => inflate(&bytes, expected)?,
+                Step::Deflate { .. } => inflate(&bytes, expected)?,
                 Step::Shuffle { element_size: Some(size) } => unshuffle(&bytes, size),
                 Step::Shuffle { element_size: None } => {
                     return Err("chunk is shuffled but the pipeline has no element size".into());
@@ -74,6 +78,56 @@ impl Pipeline {
         }
         Ok(bytes)
     }
+}
+
+impl Pipeline {
+    /// Whether [`Pipeline::encode`] can write chunks (deflate's level is known).
+    pub fn can_encode(&self) -> bool {
+        self.steps.iter().all(|step| !matches!(step, Step::Deflate { level: None }))
+    }
+
+    /// A chunk's stored bytes and filter mask for `raw`, as libhdf5 would write them: a shuffle
+    /// without element size is skipped (its mask bit set), as libhdf5 skips it.
+    pub fn encode(&self, raw: &[u8]) -> Result<(Vec<u8>, u32), String> {
+        let mut bytes = raw.to_vec();
+        let mut mask = 0u32;
+        for (i, step) in self.steps.iter().enumerate() {
+            bytes = match *step {
+                Step::Shuffle { element_size: Some(size) } => shuffle(&bytes, size),
+                Step::Shuffle { element_size: None } if i < 32 => {
+                    mask |= 1 << i;
+                    continue;
+                }
+                Step::Deflate { level: Some(level) } => deflate(&bytes, level)?,
+                _ => return Err(format!("filter {i} of the pipeline cannot be written here")),
+            };
+        }
+        Ok((bytes, mask))
+    }
+}
+
+/// A zlib stream of `bytes` at `level`.
+fn deflate(bytes: &[u8], level: u32) -> Result<Vec<u8>, String> {
+    let mut encoder = flate2::write::ZlibEncoder::new(
+        Vec::with_capacity(bytes.len() / 4),
+        Compression::new(level.min(9)),
+    );
+    encoder.write_all(bytes).and_then(|()| encoder.finish()).map_err(|e| format!("deflate: {e}"))
+}
+
+/// HDF5's shuffle: the elements' first bytes, then their second bytes, ...; a tail shorter than
+/// one element is stored as is.
+fn shuffle(input: &[u8], element_size: usize) -> Vec<u8> {
+    let elements = input.len() / element_size.max(1);
+    if element_size <= 1 || elements <= 1 {
+        return input.to_vec();
+    }
+    let mut output = Vec::with_capacity(input.len());
+    for byte in 0..element_size {
+        output.extend((0..elements).map(|e| input[e * element_size + byte]));
+    }
+    output.extend_from_slice(&input[elements * element_size..]);
+    output
 }
 
 /// Inflates a zlib stream that must end within `limit` bytes of output.
@@ -150,6 +204,27 @@ pub(crate) mod tests {
         };
         assert_eq!(pipeline().decode(&shuffled, 0b10, raw.len()).unwrap(), raw);
         assert_eq!(unshuffle(&raw[..5], 16), &raw[..5], "shorter than one element");
+    }
+
+    #[test]
+    fn encoded_chunks_decode_back() {
+        let raw: Vec<u8> = (0..16 * 100).map(|i| (i * 13 % 256) as u8).collect();
+        let (stored, mask) = pipeline().encode(&raw).unwrap();
+        assert_eq!(mask, 0);
+        assert_eq!(pipeline().decode(&stored, mask, raw.len()).unwrap(), raw);
+        // libhdf5's VLEN pipeline: shuffle without element size (skipped), deflate 5.
+        let vlen = Pipeline::new(&[
+            Filter { id: FILTER_SHUFFLE, client_data: vec![] },
+            Filter { id: FILTER_DEFLATE, client_data: vec![5] },
+        ])
+        .unwrap();
+        let (stored, mask) = vlen.encode(&raw).unwrap();
+        assert_eq!(mask, 0b01);
+        assert_eq!(vlen.decode(&stored, mask, raw.len()).unwrap(), raw);
+        let levelless = Pipeline::new(&[Filter { id: FILTER_DEFLATE, client_data: vec![] }]);
+        assert!(!levelless.as_ref().unwrap().can_encode());
+        assert!(levelless.unwrap().encode(&raw).is_err());
+        assert!(vlen.can_encode());
     }
 
     #[test]

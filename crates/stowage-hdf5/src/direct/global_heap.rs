@@ -11,6 +11,8 @@
 //! The bytes are untrusted: every size is checked against the collection and the file, and a
 //! collection libhdf5 would loop on or read past (an object running past the collection's end, a
 //! zero-sized step) is an error here.
+//!
+//! [`lay_out`] places rows into collections the way libhdf5 does, for the direct writer.
 
 use std::collections::HashMap;
 use std::ops::Range;
@@ -123,6 +125,130 @@ impl GlobalHeap {
     }
 }
 
+/// Size of the collections small objects share (libhdf5's `H5HG_MINSIZE`).
+const SHARED_COLLECTION: usize = 4096;
+
+/// Where a row lies in a batch of collections: the collection's offset from the batch's start and
+/// the object's index in it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Placed {
+    pub collection: u64,
+    pub index: u16,
+}
+
+/// One piece of a batch's bytes, in file order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Piece {
+    /// A collection or object header.
+    Header([u8; HEADER]),
+    /// The bytes of row `i` of the batch.
+    Row(usize),
+    /// Zero bytes (padding to 8, or a collection's free space after its free-space header).
+    Zeros(usize),
+}
+
+/// Global heap collections holding a batch of rows.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Layout {
+    /// Per row: where it is, or `None` for an empty row (stored as a nil descriptor, as libhdf5
+    /// stores an empty sequence).
+    pub rows: Vec<Option<Placed>>,
+    /// The bytes to write, in order.
+    pub pieces: Vec<Piece>,
+    /// Their total size.
+    pub bytes: u64,
+}
+
+fn header(first: [u8; 8], size: u64) -> Piece {
+    let mut bytes = [0u8; HEADER];
+    bytes[..8].copy_from_slice(&first);
+    bytes[8..].copy_from_slice(&size.to_le_bytes());
+    Piece::Header(bytes)
+}
+
+fn collection_header(size: usize) -> Piece {
+    header(*b"GCOL\x01\0\0\0", size as u64)
+}
+
+fn object_header(index: u16, size: usize) -> Piece {
+    let [a, b] = index.to_le_bytes();
+    // Reference count 0 and 4 reserved bytes, as libhdf5 writes variable-length data.
+    header([a, b, 0, 0, 0, 0, 0, 0], size as u64)
+}
+
+/// The shared collection being filled.
+struct Open {
+    start: usize,
+    used: usize,
+    next_index: u16,
+}
+
+/// Lays out rows of `sizes` bytes as libhdf5 would: each object takes a 16-byte header and its
+/// bytes padded to 8; objects that fit share 4096-byte collections (their free space closed by a
+/// free-space object; at most 170 objects, far below the `u16` index limit), a larger one gets a
+/// collection of exactly its size. Collections follow each other in row order (unlike libhdf5,
+/// a shared collection is not reopened after a larger row: a little free space is left).
+pub(crate) fn lay_out(sizes: impl IntoIterator<Item = usize>) -> Layout {
+    let mut layout = Layout::default();
+    let mut open: Option<Open> = None;
+    let mut end = 0usize;
+    for (row, size) in sizes.into_iter().enumerate() {
+        if size == 0 {
+            layout.rows.push(None);
+            continue;
+        }
+        let need = HEADER + size.next_multiple_of(8);
+        if open.as_ref().is_some_and(|o| o.used + need > SHARED_COLLECTION) {
+            close(&mut layout.pieces, open.take());
+        }
+        if open.is_none() {
+            if HEADER + need > SHARED_COLLECTION {
+                // A collection of its own, exactly full.
+                layout.pieces.push(collection_header(HEADER + need));
+                layout.rows.push(Some(Placed { collection: end as u64, index: 1 }));
+                push_object(&mut layout.pieces, 1, row, size);
+                end += HEADER + need;
+                continue;
+            }
+            layout.pieces.push(collection_header(SHARED_COLLECTION));
+            open = Some(Open { start: end, used: HEADER, next_index: 1 });
+            end += SHARED_COLLECTION;
+        }
+        let shared = open.as_mut().expect("opened above");
+        layout
+            .rows
+            .push(Some(Placed { collection: shared.start as u64, index: shared.next_index }));
+        push_object(&mut layout.pieces, shared.next_index, row, size);
+        shared.used += need;
+        shared.next_index += 1;
+    }
+    close(&mut layout.pieces, open);
+    layout.bytes = end as u64;
+    layout
+}
+
+/// Ends a shared collection: its free space as a free-space object (whose size counts its own
+/// header), or plain zeros when too short for a header.
+fn close(pieces: &mut Vec<Piece>, open: Option<Open>) {
+    let Some(open) = open else { return };
+    let free = SHARED_COLLECTION - open.used;
+    if free >= HEADER {
+        pieces.push(object_header(0, free));
+        pieces.push(Piece::Zeros(free - HEADER));
+    } else if free > 0 {
+        pieces.push(Piece::Zeros(free));
+    }
+}
+
+fn push_object(pieces: &mut Vec<Piece>, index: u16, row: usize, size: usize) {
+    pieces.push(object_header(index, size));
+    pieces.push(Piece::Row(row));
+    let padding = size.next_multiple_of(8) - size;
+    if padding > 0 {
+        pieces.push(Piece::Zeros(padding));
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -197,5 +323,47 @@ pub(crate) mod tests {
         twice[40] = 1; // object 2's index becomes 1
         assert!(heap().object(&twice, 0, 1).unwrap_err().contains("twice"));
         assert!(heap().object(&good, u64::MAX, 1).unwrap_err().contains("past the file's end"));
+    }
+
+    /// The bytes of `layout` for `rows`.
+    pub fn bytes_of(layout: &Layout, rows: &[&[u8]]) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        for piece in &layout.pieces {
+            match piece {
+                Piece::Header(header) => bytes.extend_from_slice(header),
+                Piece::Row(i) => bytes.extend_from_slice(rows[*i]),
+                Piece::Zeros(n) => bytes.resize(bytes.len() + n, 0),
+            }
+        }
+        bytes
+    }
+
+    #[test]
+    fn laid_out_rows_parse_back() {
+        let big = vec![3u8; 5000];
+        let medium = vec![4u8; 2000];
+        let rows: Vec<&[u8]> = vec![b"abc", b"", &big, &[1; 8], &medium, &medium, b"z", b""];
+        let layout = lay_out(rows.iter().map(|r| r.len()));
+        let file = bytes_of(&layout, &rows);
+        assert_eq!(file.len() as u64, layout.bytes);
+        let heap = GlobalHeap::default();
+        for (row, placed) in rows.iter().zip(&layout.rows) {
+            match placed {
+                None => assert!(row.is_empty()),
+                Some(p) => {
+                    assert_eq!(heap.object(&file, p.collection, u32::from(p.index)).unwrap(), *row)
+                }
+            }
+        }
+        // "abc" alone (the 5000-byte row, which gets a collection of its own, closes it); the
+        // other four fill the next shared collection exactly (24 + 2016 + 2016 + 24 bytes).
+        let collections: Vec<u64> = layout.rows.iter().flatten().map(|p| p.collection).collect();
+        assert_eq!(collections, [0, 4096, 9128, 9128, 9128, 9128]);
+        assert_eq!(layout.bytes, 9128 + 4096);
+        assert!(heap.collections.read().unwrap().keys().all(|&at| {
+            let size = u64_at(&file, at as usize + 8);
+            size >= SHARED_COLLECTION as u64 && at + size <= file.len() as u64
+        }));
+        assert_eq!(lay_out([0, 0]), Layout { rows: vec![None, None], ..Layout::default() });
     }
 }

@@ -1,171 +1,78 @@
-//! Reading variable-length rows without libhdf5's conversion path.
+//! Variable-length rows read and written by stowage itself, not by libhdf5's conversion path.
 //!
 //! `H5Dread` of one `VLEN` element costs tens of microseconds in libhdf5 (selections, the type
 //! conversion machinery, the global heap through the metadata cache, several copies), and a
-//! damaged global heap can crash it. The direct reader asks libhdf5 only where things are
-//! ([`crate::ffi::storage`]: chunking, filters, element type, one chunk's address) and reads the
-//! rest from a memory map of the file ([`MappedFile`]):
+//! damaged global heap can crash it; `H5Dwrite` of `VLEN` rows copies every row three times
+//! (a conversion buffer, the heap collection, the cache's image) and writes one collection per
+//! call. Here libhdf5 is asked only where things are and for file space ([`crate::ffi::storage`]:
+//! chunking, filters, element type, a chunk's address, reserved space); the bytes are this
+//! module's:
 //!
-//! 1. A chunk of a `VLEN` dataset holds one 16-byte descriptor per row: `u32` element count,
-//!    `u64` global heap collection address, `u32` object index. The chunk is read from the map,
-//!    its filters undone ([`filters`]) and kept: 16 bytes per row of each dataset read.
-//! 2. The row's values are the heap object ([`global_heap`], each collection parsed once).
+//! - A chunk of a `VLEN` dataset holds one 16-byte descriptor per row ([`Descriptor`]): `u32`
+//!   element count, `u64` global heap collection address, `u32` object index (all zero for an
+//!   empty row). Chunks go through the dataset's shuffle and deflate filters ([`filters`]).
+//! - A row's values are one object of a global heap collection ([`global_heap`]).
 //!
-//! Every byte is untrusted: addresses, sizes and counts are checked against the file, the chunk,
-//! the collection and the element count, and anything off is an error naming the file, the
-//! dataset and the row. Datasets in a layout this reader does not decode (another filter, a
-//! big-endian or compound element, contiguous storage, a non-POSIX driver) are read through
-//! libhdf5 as before.
+//! Reading ([`DirectReader`]) maps the file ([`MappedFile`]), decodes a chunk on first use and
+//! keeps it (16 bytes per row of each dataset read), and takes each row from its heap object,
+//! each collection parsed once. Every byte is untrusted: addresses, sizes and counts are checked
+//! against the file, the chunk, the collection and the element count, and anything off is an
+//! error naming the file, the dataset and the row.
+//!
+//! Writing ([`DirectWriter`]) lays a batch of rows out as collections the way libhdf5 does,
+//! writes them with one vectored write into file space libhdf5 reserved ([`HeapFile`]), and
+//! writes each full chunk of descriptors as stored bytes (`H5Dwrite_chunk`). The file is the same
+//! HDF5 that libhdf5 would write: PyTables, h5py and libhdf5 read it.
+//!
+//! Datasets in a layout this module does not handle (another filter, a big-endian or compound
+//! element, contiguous storage, a non-POSIX driver, addresses that are not 8 bytes) are read and
+//! written through libhdf5 as before.
 
+mod column_reader;
+mod column_writer;
 mod filters;
 pub(crate) mod global_heap;
+mod heap_file;
 mod mapped_file;
 
-use std::sync::{Arc, OnceLock};
-
-use hdf5::Dataset;
-
-use crate::ffi::{self, Element, storage};
-use filters::Pipeline;
+pub(crate) use column_reader::DirectReader;
+pub(crate) use column_writer::DirectWriter;
+pub(crate) use heap_file::HeapFile;
 pub(crate) use mapped_file::MappedFile;
 
 /// Bytes of one row's descriptor in a chunk (8-byte addresses).
 const DESCRIPTOR: usize = 16;
-/// Largest chunk decoded here (a chunk of 8192 rows is 128 KiB).
+/// Largest chunk handled here (a chunk of 8192 rows is 128 KiB).
 const MAX_CHUNK_BYTES: u64 = 64 << 20;
 
-/// A decoded chunk: its rows' descriptors, or nothing for a chunk never written (every row empty,
-/// the fill value).
-#[derive(Debug)]
-enum Chunk {
-    Unwritten,
-    Descriptors(Box<[u8]>),
+/// A row's entry in a chunk of a `VLEN` dataset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Descriptor {
+    /// Elements in the row; 0 for an empty row (nothing in the heap).
+    count: u32,
+    /// Address of the global heap collection.
+    address: u64,
+    /// Index of the object in the collection.
+    index: u32,
 }
 
-/// Rows of one `VLEN` dataset read from the map.
-#[derive(Debug)]
-pub(crate) struct DirectColumn {
-    file: Arc<MappedFile>,
-    dataset: Dataset,
-    rows: u64,
-    chunk_rows: u64,
-    pipeline: Pipeline,
-    element: Element,
-    chunks: Box<[OnceLock<Chunk>]>,
-}
-
-impl DirectColumn {
-    /// The direct reader of `dataset` (of `rows` rows) in `file`, or `None` when its layout is
-    /// one this reader leaves to libhdf5.
-    pub fn open(
-        file: &Arc<MappedFile>,
-        dataset: &Dataset,
-        rows: u64,
-    ) -> ffi::Outcome<Option<DirectColumn>> {
-        let Some(layout) = storage::vlen_storage(dataset.id())? else { return Ok(None) };
-        let (Some(element), Some(pipeline)) = (layout.element, Pipeline::new(&layout.filters))
-        else {
-            return Ok(None);
+impl Descriptor {
+    /// The descriptor at the start of `bytes` (at least [`DESCRIPTOR`] bytes).
+    fn decode(bytes: &[u8]) -> Descriptor {
+        let field = |at: usize, n: usize| {
+            let mut value = [0u8; 8];
+            value[..n].copy_from_slice(&bytes[at..at + n]);
+            u64::from_le_bytes(value)
         };
-        let chunk_bytes = layout.chunk_rows.checked_mul(DESCRIPTOR as u64);
-        if chunk_bytes.is_none_or(|bytes| bytes > MAX_CHUNK_BYTES) || cfg!(target_endian = "big") {
-            return Ok(None);
-        }
-        let chunks = rows.div_ceil(layout.chunk_rows);
-        Ok(Some(DirectColumn {
-            file: Arc::clone(file),
-            dataset: dataset.clone(),
-            rows,
-            chunk_rows: layout.chunk_rows,
-            pipeline,
-            element,
-            chunks: (0..chunks).map(|_| OnceLock::new()).collect(),
-        }))
+        Descriptor { count: field(0, 4) as u32, address: field(4, 8), index: field(12, 4) as u32 }
     }
 
-    /// Whether rows can be returned as `element` values (the stored type, or a float of the
-    /// other width, cast as libhdf5 casts).
-    pub fn converts_to(&self, element: Element) -> bool {
-        element == self.element
-            || matches!(
-                (self.element, element),
-                (Element::F32, Element::F64) | (Element::F64, Element::F32)
-            )
-    }
-
-    /// Row `row` as `element` values (see [`DirectColumn::converts_to`]), or what is wrong with
-    /// the file.
-    pub fn read(&self, row: u64, element: Element) -> Result<Vec<u8>, String> {
-        let stored = self.stored(row)?;
-        Ok(match (self.element, element) {
-            (Element::F32, Element::F64) => stored
-                .chunks_exact(4)
-                .flat_map(|b| {
-                    f64::from(f32::from_le_bytes(b.try_into().expect("4 bytes"))).to_le_bytes()
-                })
-                .collect(),
-            (Element::F64, Element::F32) => stored
-                .chunks_exact(8)
-                .flat_map(|b| {
-                    (f64::from_le_bytes(b.try_into().expect("8 bytes")) as f32).to_le_bytes()
-                })
-                .collect(),
-            _ => stored.to_vec(),
-        })
-    }
-
-    /// Row `row`'s stored bytes, borrowed from the map.
-    fn stored(&self, row: u64) -> Result<&[u8], String> {
-        if row >= self.rows {
-            return Err(format!("row {row} is past the dataset's {} rows", self.rows));
-        }
-        let Chunk::Descriptors(descriptors) = self.chunk(row / self.chunk_rows)? else {
-            return Ok(&[]);
-        };
-        let at = (row % self.chunk_rows) as usize * DESCRIPTOR;
-        let descriptor = &descriptors[at..at + DESCRIPTOR];
-        let count = u32::from_le_bytes(descriptor[..4].try_into().expect("4 bytes"));
-        let address = u64::from_le_bytes(descriptor[4..12].try_into().expect("8 bytes"));
-        let index = u32::from_le_bytes(descriptor[12..].try_into().expect("4 bytes"));
-        if count == 0 {
-            return Ok(&[]);
-        }
-        let object = self
-            .file
-            .heap_object(address, index)
-            .map_err(|e| format!("row {row} (heap object {index} at address {address}): {e}"))?;
-        let expected = u64::from(count) * self.element.size() as u64;
-        if object.len() as u64 != expected {
-            return Err(format!(
-                "row {row}: heap object {index} at address {address} holds {} bytes, its {count} \
-                 elements need {expected}",
-                object.len()
-            ));
-        }
-        Ok(object)
-    }
-
-    /// Chunk `number`, decoded on first use.
-    fn chunk(&self, number: u64) -> Result<&Chunk, String> {
-        let cell = &self.chunks[number as usize];
-        if let Some(chunk) = cell.get() {
-            return Ok(chunk);
-        }
-        let first_row = number * self.chunk_rows;
-        let location = storage::chunk_location(self.dataset.id(), first_row)
-            .map_err(|e| format!("locating the chunk of row {first_row}: {e}"))?;
-        let chunk = match location {
-            None => Chunk::Unwritten,
-            Some(location) => {
-                let stored = self.file.bytes(location.address, location.size)?;
-                let expected = (self.chunk_rows as usize) * DESCRIPTOR;
-                let decoded = self
-                    .pipeline
-                    .decode(stored, location.filter_mask, expected)
-                    .map_err(|e| format!("chunk of rows {first_row}..: {e}"))?;
-                Chunk::Descriptors(decoded.into_boxed_slice())
-            }
-        };
-        Ok(cell.get_or_init(|| chunk))
+    /// Its 16 stored bytes.
+    fn encode(self) -> [u8; DESCRIPTOR] {
+        let mut bytes = [0u8; DESCRIPTOR];
+        bytes[..4].copy_from_slice(&self.count.to_le_bytes());
+        bytes[4..12].copy_from_slice(&self.address.to_le_bytes());
+        bytes[12..].copy_from_slice(&self.index.to_le_bytes());
+        bytes
     }
 }

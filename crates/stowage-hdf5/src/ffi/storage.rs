@@ -1,7 +1,9 @@
-//! Where libhdf5 keeps a file's bytes: what the direct reader needs to read variable-length rows
-//! itself. The identity of the file libhdf5 has open, its base address and address sizes; a
-//! dataset's chunking, filter pipeline and element type; the location of one chunk. Only metadata
-//! is asked here, once per file, dataset or chunk; no row goes through libhdf5.
+//! Where libhdf5 keeps a file's bytes: what the direct reader and writer need to read and write
+//! variable-length rows themselves. The identity of the file libhdf5 has open, its base address
+//! and address sizes; a dataset's chunking, filter pipeline and element type; the location of one
+//! chunk. For writing: file space reserved for global heap collections ([`reserve`]), a chunk
+//! written as stored ([`write_chunk`]), a dataset's row count ([`set_rows`]). Only metadata goes
+//! through here, once per file, dataset, chunk or batch; no row goes through libhdf5.
 
 use std::fs::File;
 use std::os::fd::{BorrowedFd, RawFd};
@@ -9,13 +11,19 @@ use std::os::unix::fs::MetadataExt;
 use std::ptr;
 
 use hdf5_sys::h5::{HADDR_UNDEF, haddr_t, hsize_t};
-use hdf5_sys::h5d::{H5D_layout_t, H5Dget_chunk_info_by_coord, H5Dget_create_plist, H5Dget_type};
+use hdf5_sys::h5d::{
+    H5D_alloc_time_t, H5D_fill_time_t, H5D_layout_t, H5Dcreate_anon, H5Dget_chunk_info_by_coord,
+    H5Dget_create_plist, H5Dget_offset, H5Dget_type, H5Dset_extent, H5Dwrite_chunk,
+};
 use hdf5_sys::h5f::{H5Fget_access_plist, H5Fget_create_plist, H5Fget_vfd_handle};
 use hdf5_sys::h5i::hid_t;
+use hdf5_sys::h5o::H5Oincr_refcount;
 use hdf5_sys::h5p::{
-    H5Pget_chunk, H5Pget_driver, H5Pget_filter2, H5Pget_layout, H5Pget_nfilters, H5Pget_sizes,
-    H5Pget_userblock,
+    H5P_DEFAULT, H5Pcreate, H5Pget_chunk, H5Pget_driver, H5Pget_filter2, H5Pget_layout,
+    H5Pget_nfilters, H5Pget_sizes, H5Pget_userblock, H5Pset_alloc_time, H5Pset_fill_time,
+    H5Pset_layout,
 };
+use hdf5_sys::h5s::H5Screate_simple;
 use hdf5_sys::h5t::{H5T_class_t, H5Tequal, H5Tget_class, H5Tget_super};
 
 use super::{Element, Failure, Id, Outcome, check, locked};
@@ -227,5 +235,86 @@ pub fn chunk_location(dataset: hid_t, first_row: u64) -> Outcome<Option<ChunkLoc
         };
         check(ret, "H5Dget_chunk_info_by_coord")?;
         Ok((address != HADDR_UNDEF).then_some(ChunkLocation { address, size, filter_mask }))
+    })
+}
+
+/// Reserves `bytes` contiguous bytes of file space that libhdf5 will never use for anything
+/// else, and returns their file offset (the base address included). They are the storage of an
+/// anonymous, never-linked `u8` dataset, allocated at once and never filled, whose reference
+/// count is raised so that it stays allocated when the file closes: readers never see it (it has
+/// no name), and it keeps the space from being reused or cut off. The caller writes the bytes
+/// itself.
+pub fn reserve(location: hid_t, bytes: u64) -> Outcome<u64> {
+    locked(|| {
+        let dims = [bytes as hsize_t];
+        // SAFETY: a rank-1 dataspace of `bytes` elements; `dims` has rank elements.
+        let space = Id::new(
+            unsafe { H5Screate_simple(1, dims.as_ptr(), ptr::null()) },
+            "H5Screate_simple",
+        )?;
+        // SAFETY: the class id is valid once the library is initialized (we hold the lock).
+        let create =
+            Id::new(unsafe { H5Pcreate(*hdf5_sys::h5p::H5P_CLS_DATASET_CREATE) }, "H5Pcreate")?;
+        // SAFETY: `create` is our own dataset creation property list.
+        unsafe {
+            check(H5Pset_layout(create.0, H5D_layout_t::H5D_CONTIGUOUS), "H5Pset_layout")?;
+            let early = H5D_alloc_time_t::H5D_ALLOC_TIME_EARLY;
+            check(H5Pset_alloc_time(create.0, early), "H5Pset_alloc_time")?;
+            let never = H5D_fill_time_t::H5D_FILL_TIME_NEVER;
+            check(H5Pset_fill_time(create.0, never), "H5Pset_fill_time")?;
+        }
+        // SAFETY: `location` is a valid file or group id held open by the caller; the type,
+        // space and property list ids are valid.
+        let dataset = Id::new(
+            unsafe {
+                H5Dcreate_anon(
+                    location,
+                    *hdf5_sys::h5t::H5T_STD_U8LE,
+                    space.0,
+                    create.0,
+                    H5P_DEFAULT,
+                )
+            },
+            "H5Dcreate_anon",
+        )?;
+        // SAFETY: `dataset` is the contiguous dataset just created, its storage allocated.
+        let offset = unsafe { H5Dget_offset(dataset.0) };
+        if offset == HADDR_UNDEF {
+            return Err(Failure("the reserved space has no address".into()));
+        }
+        // SAFETY: as above; one more reference keeps the unlinked object (and its space) alive.
+        check(unsafe { H5Oincr_refcount(dataset.0) }, "H5Oincr_refcount")?;
+        Ok(offset)
+    })
+}
+
+/// Writes the stored (filtered) bytes of the chunk of the 1-D chunked `dataset` starting at row
+/// `first_row`, with `filter_mask` telling readers which filters were skipped.
+pub fn write_chunk(dataset: hid_t, first_row: u64, filter_mask: u32, bytes: &[u8]) -> Outcome<()> {
+    locked(|| {
+        let offset = [first_row as hsize_t];
+        // SAFETY: `dataset` is a valid chunked rank-1 dataset whose extent covers `first_row`;
+        // `offset` has rank elements; `bytes` is readable for its length during the call.
+        let ret = unsafe {
+            H5Dwrite_chunk(
+                dataset,
+                H5P_DEFAULT,
+                filter_mask,
+                offset.as_ptr(),
+                bytes.len(),
+                bytes.as_ptr().cast(),
+            )
+        };
+        check(ret, "H5Dwrite_chunk").map(|_| ())
+    })
+}
+
+/// Sets the row count of the extendible 1-D `dataset`.
+pub fn set_rows(dataset: hid_t, rows: u64) -> Outcome<()> {
+    locked(|| {
+        let dims = [rows as hsize_t];
+        // SAFETY: `dataset` is a valid, chunked, extendible rank-1 dataset; `dims` has rank
+        // elements.
+        check(unsafe { H5Dset_extent(dataset, dims.as_ptr()) }, "H5Dset_extent").map(|_| ())
     })
 }

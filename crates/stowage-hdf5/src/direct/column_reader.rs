@@ -1,0 +1,143 @@
+//! Reading one variable-length dataset's rows from the file's map: chunk descriptors decoded on
+//! first use and kept, then each row's global heap object.
+
+use std::sync::{Arc, OnceLock};
+
+use hdf5::Dataset;
+
+use super::filters::Pipeline;
+use super::{DESCRIPTOR, Descriptor, MAX_CHUNK_BYTES, MappedFile};
+use crate::ffi::{self, Element, storage};
+
+/// A decoded chunk: its rows' descriptors, or nothing for a chunk never written (every row empty,
+/// the fill value).
+#[derive(Debug)]
+enum Chunk {
+    Unwritten,
+    Descriptors(Box<[u8]>),
+}
+
+/// Rows of one `VLEN` dataset read from the map.
+#[derive(Debug)]
+pub(crate) struct DirectReader {
+    file: Arc<MappedFile>,
+    dataset: Dataset,
+    rows: u64,
+    chunk_rows: u64,
+    pipeline: Pipeline,
+    element: Element,
+    chunks: Box<[OnceLock<Chunk>]>,
+}
+
+impl DirectReader {
+    /// The direct reader of `dataset` (of `rows` rows) in `file`, or `None` when its layout is
+    /// one this reader leaves to libhdf5.
+    pub fn open(
+        file: &Arc<MappedFile>,
+        dataset: &Dataset,
+        rows: u64,
+    ) -> ffi::Outcome<Option<DirectReader>> {
+        let Some(layout) = storage::vlen_storage(dataset.id())? else { return Ok(None) };
+        let (Some(element), Some(pipeline)) = (layout.element, Pipeline::new(&layout.filters))
+        else {
+            return Ok(None);
+        };
+        let chunk_bytes = layout.chunk_rows.checked_mul(DESCRIPTOR as u64);
+        if chunk_bytes.is_none_or(|bytes| bytes > MAX_CHUNK_BYTES) || cfg!(target_endian = "big") {
+            return Ok(None);
+        }
+        let chunks = rows.div_ceil(layout.chunk_rows);
+        Ok(Some(DirectReader {
+            file: Arc::clone(file),
+            dataset: dataset.clone(),
+            rows,
+            chunk_rows: layout.chunk_rows,
+            pipeline,
+            element,
+            chunks: (0..chunks).map(|_| OnceLock::new()).collect(),
+        }))
+    }
+
+    /// Whether rows can be returned as `element` values (the stored type, or a float of the
+    /// other width, cast as libhdf5 casts).
+    pub fn converts_to(&self, element: Element) -> bool {
+        element == self.element
+            || matches!(
+                (self.element, element),
+                (Element::F32, Element::F64) | (Element::F64, Element::F32)
+            )
+    }
+
+    /// Row `row` as `element` values (see [`DirectReader::converts_to`]), or what is wrong with
+    /// the file.
+    pub fn read(&self, row: u64, element: Element) -> Result<Vec<u8>, String> {
+        let stored = self.stored(row)?;
+        Ok(match (self.element, element) {
+            (Element::F32, Element::F64) => stored
+                .chunks_exact(4)
+                .flat_map(|b| {
+                    f64::from(f32::from_le_bytes(b.try_into().expect("4 bytes"))).to_le_bytes()
+                })
+                .collect(),
+            (Element::F64, Element::F32) => stored
+                .chunks_exact(8)
+                .flat_map(|b| {
+                    (f64::from_le_bytes(b.try_into().expect("8 bytes")) as f32).to_le_bytes()
+                })
+                .collect(),
+            _ => stored.to_vec(),
+        })
+    }
+
+    /// Row `row`'s stored bytes, borrowed from the map.
+    fn stored(&self, row: u64) -> Result<&[u8], String> {
+        if row >= self.rows {
+            return Err(format!("row {row} is past the dataset's {} rows", self.rows));
+        }
+        let Chunk::Descriptors(descriptors) = self.chunk(row / self.chunk_rows)? else {
+            return Ok(&[]);
+        };
+        let at = (row % self.chunk_rows) as usize * DESCRIPTOR;
+        let Descriptor { count, address, index } = Descriptor::decode(&descriptors[at..]);
+        if count == 0 {
+            return Ok(&[]);
+        }
+        let object = self
+            .file
+            .heap_object(address, index)
+            .map_err(|e| format!("row {row} (heap object {index} at address {address}): {e}"))?;
+        let expected = u64::from(count) * self.element.size() as u64;
+        if object.len() as u64 != expected {
+            return Err(format!(
+                "row {row}: heap object {index} at address {address} holds {} bytes, its {count} \
+                 elements need {expected}",
+                object.len()
+            ));
+        }
+        Ok(object)
+    }
+
+    /// Chunk `number`, decoded on first use.
+    fn chunk(&self, number: u64) -> Result<&Chunk, String> {
+        let cell = &self.chunks[number as usize];
+        if let Some(chunk) = cell.get() {
+            return Ok(chunk);
+        }
+        let first_row = number * self.chunk_rows;
+        let location = storage::chunk_location(self.dataset.id(), first_row)
+            .map_err(|e| format!("locating the chunk of row {first_row}: {e}"))?;
+        let chunk = match location {
+            None => Chunk::Unwritten,
+            Some(location) => {
+                let stored = self.file.bytes(location.address, location.size)?;
+                let expected = (self.chunk_rows as usize) * DESCRIPTOR;
+                let decoded = self
+                    .pipeline
+                    .decode(stored, location.filter_mask, expected)
+                    .map_err(|e| format!("chunk of rows {first_row}..: {e}"))?;
+                Chunk::Descriptors(decoded.into_boxed_slice())
+            }
+        };
+        Ok(cell.get_or_init(|| chunk))
+    }
+}
