@@ -4,7 +4,6 @@
 
 use std::fs::File;
 use std::io::{IoSlice, Seek, SeekFrom, Write};
-use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
@@ -13,6 +12,7 @@ use stowage_core::Result;
 use stowage_core::bytes::Bytes;
 
 use super::global_heap::{Layout, Piece};
+use super::reopen;
 use crate::error::write_error;
 use crate::ffi::{Failure, storage};
 
@@ -28,23 +28,12 @@ pub(crate) struct HeapFile {
 }
 
 impl HeapFile {
-    /// Opens the file libhdf5 is building at `path` (`file`), or `None` when its rows are left
-    /// to libhdf5 (another driver than POSIX, addresses or lengths that are not 8 bytes, or a
-    /// path that no longer names that file).
+    /// Opens the file libhdf5 is building at `path` (`file`) for writing, or `None` when its
+    /// rows are left to libhdf5 (see [`reopen`]).
     pub fn open(path: &Path, file: &hdf5::File) -> Result<Option<Arc<HeapFile>>> {
-        let failed = |e: Failure| write_error(path, "locating the file's bytes", e);
-        let Some(storage) = storage::file_storage(file.id()).map_err(failed)? else {
-            return Ok(None);
-        };
-        if (storage.address_size, storage.length_size) != (8, 8) {
-            return Ok(None);
-        }
-        let opened = File::options().write(true).open(path).and_then(|f| Ok((f.metadata()?, f)));
-        let (metadata, opened) = opened.map_err(|e| failed(Failure(e.to_string())))?;
-        if (metadata.dev(), metadata.ino()) != storage.identity {
-            return Ok(None);
-        }
-        Ok(Some(Arc::new(HeapFile { file: Mutex::new(opened), base: storage.base })))
+        let reopened = reopen(path, file, File::options().write(true))
+            .map_err(|e| write_error(path, "opening the file for its heap", e))?;
+        Ok(reopened.map(|(file, base)| Arc::new(HeapFile { file: Mutex::new(file), base })))
     }
 
     /// Reserves space for `layout` (through `location`, a group of the file), writes the

@@ -2,7 +2,6 @@
 //! parsed on first use: the bytes the direct reader takes rows from.
 
 use std::fs::File;
-use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -10,8 +9,9 @@ use memmap2::Mmap;
 use stowage_core::Result;
 
 use super::global_heap::GlobalHeap;
+use super::reopen;
 use crate::error::read_error;
-use crate::ffi::{Failure, storage};
+use crate::ffi::Failure;
 
 /// One mapped HDF5 file.
 #[derive(Debug)]
@@ -24,23 +24,11 @@ pub(crate) struct MappedFile {
 
 impl MappedFile {
     /// Maps the file behind libhdf5's `file` (opened from `path`), or `None` when its rows are
-    /// better left to libhdf5: another driver than POSIX, addresses and lengths that are not
-    /// 8 bytes (what the direct reader decodes), or a path that no longer names the file libhdf5
-    /// opened.
+    /// left to libhdf5 (see [`reopen`]).
     pub fn open(path: &Path, file: &hdf5::File) -> Result<Option<Arc<MappedFile>>> {
-        let failed = |e: Failure| read_error(path, "locating the file's bytes", e);
-        let Some(storage) = storage::file_storage(file.id()).map_err(failed)? else {
-            return Ok(None);
-        };
-        if (storage.address_size, storage.length_size) != (8, 8) {
-            return Ok(None);
-        }
-        let opened = File::open(path).and_then(|f| Ok((f.metadata()?, f)));
-        let (metadata, opened) =
-            opened.map_err(|e| read_error(path, "opening", Failure(e.to_string())))?;
-        if (metadata.dev(), metadata.ino()) != storage.identity {
-            return Ok(None);
-        }
+        let reopened = reopen(path, file, File::options().read(true))
+            .map_err(|e| read_error(path, "opening the file for its map", e))?;
+        let Some((opened, base)) = reopened else { return Ok(None) };
         // SAFETY: mapping is unsafe because another process could truncate or rewrite the file
         // while it is mapped (SIGBUS on truncation, changed bytes otherwise). aenet and stowage
         // replace a dataset file by renaming a new one over it, which leaves this mapping on the
@@ -49,7 +37,7 @@ impl MappedFile {
         // The map is read-only and every byte read from it is bounds-checked as untrusted.
         let map = unsafe { Mmap::map(&opened) }
             .map_err(|e| read_error(path, "mapping the file", Failure(e.to_string())))?;
-        Ok(Some(Arc::new(MappedFile { map, base: storage.base, heap: GlobalHeap::default() })))
+        Ok(Some(Arc::new(MappedFile { map, base, heap: GlobalHeap::default() })))
     }
 
     /// File offset of the HDF5 `address`, if it can be one.

@@ -35,10 +35,37 @@ pub(crate) mod global_heap;
 mod heap_file;
 mod mapped_file;
 
+use std::fs::{File, OpenOptions};
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+
+use crate::ffi::{Failure, storage};
+
 pub(crate) use column_reader::DirectReader;
 pub(crate) use column_writer::DirectWriter;
 pub(crate) use heap_file::HeapFile;
 pub(crate) use mapped_file::MappedFile;
+
+/// The file libhdf5 has open as `file`, opened again from `path` with `options`, and the byte
+/// offset of its address 0; `None` when its rows are left to libhdf5: another driver than POSIX,
+/// addresses or lengths that are not 8 bytes (what this module handles), or a path that no longer
+/// names the file libhdf5 opened.
+fn reopen(
+    path: &Path,
+    file: &hdf5::File,
+    options: &OpenOptions,
+) -> Result<Option<(File, u64)>, Failure> {
+    let Some(storage) = storage::file_storage(file.id())? else { return Ok(None) };
+    if (storage.address_size, storage.length_size) != (8, 8) {
+        return Ok(None);
+    }
+    let opened = options.open(path).and_then(|f| Ok((f.metadata()?, f)));
+    let (metadata, opened) = opened.map_err(|e| Failure(format!("opening: {e}")))?;
+    if (metadata.dev(), metadata.ino()) != storage.identity {
+        return Ok(None);
+    }
+    Ok(Some((opened, storage.base)))
+}
 
 /// Bytes of one row's descriptor in a chunk (8-byte addresses).
 const DESCRIPTOR: usize = 16;
