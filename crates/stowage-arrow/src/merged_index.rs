@@ -185,7 +185,8 @@ fn build_run<'a>(
     same_key: impl Fn((u32, u32), (u32, u32)) -> bool,
     in_older: impl Fn(&str) -> bool,
 ) -> Result<Vec<u8>> {
-    let mut winners: HashMap<&str, (u32, u32)> = HashMap::new();
+    // foldhash: a merge hashes every fresh key, and SipHash showed in its profile.
+    let mut winners: HashMap<&str, (u32, u32), foldhash::fast::RandomState> = HashMap::default();
     for (key, segment, row) in entries {
         let segment = u32::try_from(segment)
             .map_err(|_| Error::invalid(format!("segment id {segment} beyond 32 bits")))?;
