@@ -536,6 +536,43 @@ mod tests {
         assert_eq!(open_run(&dir.path().join("d"), apart).keys(), 501);
     }
 
+    /// Without a commit log, the runs used are the verified ones that chain from the first
+    /// segment: a wider run shadows the inputs a crash left beside it, a gap ends the chain,
+    /// and a damaged run is skipped.
+    #[test]
+    fn discovered_runs_chain_from_the_first_segment() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = Layout::new(dir.path());
+        let write = |first: u64, through: u64| {
+            let key = format!("k{first}-{through}");
+            let bytes = build_run(
+                &[],
+                [(key.as_str(), through, 0)],
+                first,
+                through,
+                |_, _| false,
+                |_| false,
+            )
+            .unwrap();
+            std::fs::write(layout.index_run(first, through), bytes).unwrap();
+        };
+        let ranges = |runs: Vec<MergedIndex>| -> Vec<(u64, u64)> {
+            runs.iter().map(|r| (r.first(), r.through())).collect()
+        };
+        for (first, through) in [(0, 1), (0, 2), (3, 4), (5, 5)] {
+            write(first, through);
+        }
+        let listed = [0, 1, 2, 3, 4, 5];
+        assert_eq!(ranges(discover_runs(&layout, &listed)), [(0, 2), (3, 4), (5, 5)]);
+        // Segment 4 gone (listed without it): the run ending there is not trusted, and the
+        // chain stops before the gap.
+        assert_eq!(ranges(discover_runs(&layout, &[0, 1, 2, 3, 5])), [(0, 2)]);
+        let mut bytes = std::fs::read(layout.index_run(3, 4)).unwrap();
+        *bytes.last_mut().unwrap() ^= 1;
+        std::fs::write(layout.index_run(3, 4), bytes).unwrap();
+        assert_eq!(ranges(discover_runs(&layout, &listed)), [(0, 2)], "damaged: skipped");
+    }
+
     #[test]
     fn merges_take_the_newest_runs_no_larger_than_what_they_gathered() {
         assert_eq!(plan_merge(&[], 10), 0);
