@@ -67,7 +67,7 @@ impl ColumnReader {
         name: &str,
         mapped: Option<&Arc<MappedFile>>,
     ) -> Result<ColumnReader> {
-        let full = format!("{}/{name}", group.name());
+        let full = format!("{}/{name}", group.name().trim_end_matches('/'));
         let failed = |e: Failure| read_error(file, &format!("dataset {full}"), e);
         let dataset = group.dataset(name).map_err(|e| failed(e.into()))?;
         let rows = ffi::row_count(dataset.id()).map_err(failed)?;
@@ -282,5 +282,50 @@ mod tests {
         assert!(direct.reads_directly(Element::I64));
         assert_eq!(libhdf5.read_all(Element::I64).unwrap(), rows);
         assert_eq!(direct.read_all(Element::I64).unwrap(), rows);
+    }
+
+    #[test]
+    fn damaged_descriptors_are_errors_naming_the_row() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("raw.h5");
+        let rows: Vec<Vec<u8>> = (0..6).map(|i| vec![i as u8; 8 * (i + 1)]).collect();
+        let chunk = {
+            let file = hdf5::File::create(&path).unwrap();
+            let heap = HeapFile::open(&path, &file).unwrap().unwrap();
+            // No filters: the descriptors are stored as they are, to be damaged one by one.
+            let dataset =
+                file.new_dataset::<VarLenArray<i64>>().chunk(8).shape(0..).create("raw").unwrap();
+            let mut writer =
+                DirectWriter::new(&heap, &file, &dataset, Element::I64).unwrap().unwrap();
+            writer.write(&rows.iter().cloned().map(Bytes::from).collect::<Vec<_>>()).unwrap();
+            writer.finish().unwrap();
+            crate::ffi::storage::chunk_location(dataset.id(), 0).unwrap().unwrap()
+        };
+        let intact = std::fs::read(&path).unwrap();
+        let read_row = |bytes: &[u8], row: u64| {
+            std::fs::write(&path, bytes).unwrap();
+            let file = hdf5::File::open(&path).unwrap();
+            let mapped = MappedFile::open(&path, &file).unwrap().unwrap();
+            let column = ColumnReader::open(&path, &file, "raw", Some(&mapped)).unwrap();
+            column.read(row, Element::I64, "row under test")
+        };
+        assert_eq!(read_row(&intact, 2).unwrap(), rows[2]);
+        let at = chunk.address as usize + 2 * 16;
+        let cases: [(usize, &[u8], &str); 3] = [
+            (0, &1000u32.to_le_bytes(), "elements need"),
+            (4, &u64::MAX.to_le_bytes(), "past the file's end"),
+            (12, &77u32.to_le_bytes(), "holds no object 77"),
+        ];
+        for (offset, value, expected) in cases {
+            let mut bad = intact.clone();
+            bad[at + offset..at + offset + value.len()].copy_from_slice(value);
+            let error = read_row(&bad, 2).unwrap_err();
+            assert!(matches!(error, Error::Corrupted { .. }), "{error}");
+            let text = error.to_string();
+            assert!(
+                text.contains(expected) && text.contains("raw row 2 (row under test)"),
+                "{text}"
+            );
+        }
     }
 }

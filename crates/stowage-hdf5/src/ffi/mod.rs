@@ -1,9 +1,10 @@
 //! The HDF5 operations hdf5-metno's high-level API does not cover, written once against the C API
-//! (`hdf5_sys`): variable-length rows of numeric elements (read one, write a batch), attributes in
+//! (`hdf5_sys`): variable-length rows of numeric elements through libhdf5's conversion path (read
+//! one, write a batch: for layouts the direct reader and writer leave to libhdf5), attributes in
 //! the exact encodings PyTables accepts (fixed-length UTF-8 strings, `H5T_NATIVE_B8` bools, i64),
 //! a tolerant attribute reader (NULL-dataspace strings, enum bools, variable-length strings), and
-//! copying an object's attributes between files; [`storage`] asks where a file keeps its bytes,
-//! for the direct reader.
+//! copying an object's attributes between files; [`storage`] asks where a file keeps its bytes
+//! (and reserves file space) for the direct reader and writer.
 //!
 //! Every call runs under hdf5-metno's global reentrant lock ([`locked`]): Debian's libhdf5 is not
 //! built thread-safe, and the same lock serializes the high-level API, so the two never run
