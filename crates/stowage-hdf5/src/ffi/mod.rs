@@ -217,48 +217,8 @@ pub fn read_vlen_row(dataset: hid_t, row: u64, vlen: &VlenType) -> Outcome<Vec<u
         if row >= rows {
             return Err(Failure(format!("row {row} is past the dataset's {rows} rows")));
         }
-        // SAFETY: `dataset` is a valid dataset id held open by the caller.
-        let file_space = Id::new(unsafe { H5Dget_space(dataset) }, "H5Dget_space")?;
-        select_rows(&file_space, row, 1)?;
-        let one = [1 as hsize_t];
-        // SAFETY: a rank-1 simple dataspace of one element; `one` has rank elements.
-        let memory_space =
-            Id::new(unsafe { H5Screate_simple(1, one.as_ptr(), ptr::null()) }, "H5Screate_simple")?;
-        let mut cell = hvl_t { len: 0, p: ptr::null_mut() };
-        // SAFETY: one element is selected in each space and `cell` is one `hvl_t`, the memory
-        // layout of the VLEN memory type; libhdf5 allocates `cell.p` itself.
-        let read = unsafe {
-            H5Dread(
-                dataset,
-                vlen.id.0,
-                memory_space.0,
-                file_space.0,
-                H5P_DEFAULT,
-                (&raw mut cell).cast::<c_void>(),
-            )
-        };
-        check(read, "H5Dread of a variable-length row")?;
-        let bytes = cell.len.checked_mul(vlen.element.size());
-        let copied = match bytes {
-            Some(0) => Ok(Vec::new()),
-            Some(n) if !cell.p.is_null() => {
-                // SAFETY: libhdf5 allocated `cell.len` elements of the memory element type at
-                // `cell.p`: `n` bytes, valid until the reclaim below.
-                Ok(unsafe { std::slice::from_raw_parts(cell.p.cast::<u8>(), n) }.to_vec())
-            }
-            _ => Err(Failure(format!("row {row}: variable-length row of {} elements", cell.len))),
-        };
-        // SAFETY: `cell` was filled by H5Dread with this memory type and space; reclaiming frees
-        // what libhdf5 allocated, once.
-        unsafe {
-            H5Dvlen_reclaim(
-                vlen.id.0,
-                memory_space.0,
-                H5P_DEFAULT,
-                (&raw mut cell).cast::<c_void>(),
-            )
-        };
-        copied
+        let mut one = read_vlen_rows(dataset, row, 1, vlen)?;
+        Ok(one.pop().expect("one row was read"))
     })
 }
 
