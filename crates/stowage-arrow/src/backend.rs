@@ -353,6 +353,34 @@ impl ArrowBackend {
 }
 
 impl ArrowBackend {
+    /// The checks of [`Backend::validate`] that span the whole cache, without decoding a row:
+    /// the commit log (every committed segment present with its recorded size and rows, with its
+    /// key sidecar and row checksums), `stowage.complete`, `schema.json`, and every key index run
+    /// against the key columns of the segments it covers.
+    ///
+    /// The rest of `validate` concerns one segment at a time: [`CacheReader::validate`] of a
+    /// reader over that segment alone ([`CacheReader::open_segments`] with its id and no runs).
+    /// Together they find every problem `validate` finds, so a caller can check the segments in
+    /// parallel. A segment that cannot be read is left to its own check.
+    ///
+    /// Errors: as [`Backend::validate`].
+    pub fn validate_log_and_index(&self) -> Result<ValidationReport> {
+        let mut report = ValidationReport::default();
+        let mut segment_keys: Vec<(u64, Vec<String>)> = Vec::new();
+        for (id, path) in self.reader.segment_paths() {
+            if let Ok(segment) = crate::segment::Segment::open(id, path)
+                && let Ok(keys) = segment.keys()
+            {
+                segment_keys.push((id, keys.iter().map(|k| (*k).to_owned()).collect()));
+            }
+        }
+        crate::validate::check_runs(&self.reader, &mut report, &segment_keys);
+        let expected_schema_json =
+            SchemaJson::describe(self.output_structure(), &self.arrow_schema)?.to_json();
+        crate::validate::check_commits(&mut report, &self.layout, &expected_schema_json)?;
+        Ok(report)
+    }
+
     /// The samples of `keys`, in order (`None` for a missing key): unwritten ones from memory,
     /// the rest read segment by segment in row order ([`CacheReader::get_batch`]).
     ///

@@ -146,7 +146,7 @@ fn check_sidecar(
 /// keys new to it right. The runs checked are the ones the commit log vouches for (a missing or
 /// disagreeing one is a problem: lookups then fall back to the sidecars), or for a cache without
 /// one, every run file in the directory.
-fn check_runs(
+pub(crate) fn check_runs(
     reader: &CacheReader,
     report: &mut ValidationReport,
     segment_keys: &[(u64, Vec<String>)],

@@ -8,8 +8,11 @@ use std::process::ExitCode;
 pub enum Status {
     /// Everything worked; exit status 0.
     Success,
-    /// `verify` found problems; exit status 1.
+    /// `verify` found problems, `convert --verify` mismatches, `explain` a stale cache; exit
+    /// status 1.
     ProblemsFound,
+    /// `explain` cannot tell: the format records no fingerprint; exit status 3.
+    CannotTell,
 }
 
 impl Status {
@@ -18,12 +21,15 @@ impl Status {
         match self {
             Status::Success => ExitCode::SUCCESS,
             Status::ProblemsFound => ExitCode::from(EXIT_PROBLEMS),
+            Status::CannotTell => ExitCode::from(EXIT_CANNOT_TELL),
         }
     }
 }
 
 /// Exit status when `verify` found problems.
 pub const EXIT_PROBLEMS: u8 = 1;
+/// Exit status of `explain` when the cache records no fingerprint to compare.
+pub const EXIT_CANNOT_TELL: u8 = 3;
 /// Exit status of every error: bad arguments, an unreadable path, a path that is not a cache, a
 /// missing key, corrupted data that `get` refuses to return.
 pub const EXIT_ERROR: u8 = 2;

@@ -14,9 +14,10 @@ use stowage_core::file_safety::atomic_write;
 use stowage_core::{Sample, Tensor, Value, shape};
 use stowage_npy::read_hangar_record;
 
-use crate::detect::{io_error, open_backend};
+use crate::detect::io_error;
 use crate::error::{CliError, Status};
 use crate::npy_out::{has_no_numpy_dtype, write_npy};
+use crate::open::open_source;
 use crate::out::note;
 
 /// Writes every field of the sample stored under `key` in the cache at `path` into `out_dir`
@@ -29,8 +30,8 @@ pub fn by_key(
     out_dir: &Path,
     out: &mut dyn Write,
 ) -> Result<Status, CliError> {
-    let backend = open_backend(path, "get KEY")?;
-    let sample = backend
+    let source = open_source(path, "get KEY")?;
+    let sample = source
         .get(key)?
         .ok_or_else(|| CliError::new(format!("key {key:?} not found in {}", path.display())))?;
     write_sample(&sample, out_dir, out)?;

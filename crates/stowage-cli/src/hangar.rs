@@ -68,8 +68,6 @@ pub struct HangarFile {
     pub path: PathBuf,
     /// Size in bytes.
     pub size: u64,
-    /// Bytes allocated on disk (hangar's files are sparse), where the platform says.
-    pub allocated: Option<u64>,
     /// Its marker state.
     pub marker: MarkerState,
 }
@@ -194,13 +192,7 @@ impl HangarDir {
             } else {
                 MarkerState::Unmarked
             };
-            files.push(HangarFile {
-                name,
-                size: meta.len(),
-                allocated: allocated_bytes(&meta),
-                path,
-                marker,
-            });
+            files.push(HangarFile { name, size: meta.len(), path, marker });
         }
         files.sort_by(|a, b| a.name.cmp(&b.name));
         for (dir, names) in [(&store, &store_names), (&stage, &stage_names)] {

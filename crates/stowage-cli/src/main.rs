@@ -22,24 +22,30 @@ macro_rules! say {
     };
 }
 
+mod convert;
 mod detect;
 mod error;
+mod explain;
 mod get;
 mod hangar;
 mod inspect;
 mod keys;
 mod npy_out;
+mod open;
 mod out;
+mod source;
 mod verify;
+mod walk;
 
 use error::{CliError, EXIT_ERROR, Status};
 
 const EXIT_STATUS: &str = "\
 Exit status:
-  0  success
-  1  verify found problems
+  0  success (explain: the cache is valid for the config and sources)
+  1  verify found problems; convert --verify found mismatches; explain: the cache is stale
   2  error: bad arguments, a path that cannot be read or is not a cache, a missing key,
-     corrupted data that get refuses to return";
+     corrupted data that get refuses to return, a field convert cannot translate
+  3  explain cannot tell: the format records no fingerprint";
 
 const MAIN_EXAMPLES: &str = "\
 Examples:
@@ -126,21 +132,70 @@ With --record, reads the sample a NUMPY_10 record string addresses in PATH/data/
 and writes it to FILE.npy. A corrupted sample is an error naming the file, the record and both
 digests, and nothing is written.";
 
+const CONVERT_HELP: &str = "\
+Examples:
+  stowage convert ./torchcachex-cache ./as-memmap --to memmap --verify
+  stowage convert ./dataset.h5 ./features --to arrow
+
+Reads every key of SRC in its order and puts it into DST, a new cache of the chosen backend,
+flushing every --flush-every samples, then finalizes DST and prints the number of samples and
+the throughput. The schema is translated: a field DST's backend cannot hold as SRC declares it
+(ragged shapes into memmap, nulls into NUMPY_10) is narrowed to what SRC really holds (one
+fixed shape, a maximum shape, no nulls), found by reading SRC once; a field that still does not
+fit is refused, naming it and the reason, before anything is written.
+
+Interrupted (even by kill -9)? Run the same command again: DST is opened for appending, the
+keys it has committed are skipped, and the result is the same as an uninterrupted run.
+--verify then reads every sample back from DST and compares its digest with SRC's, listing each
+key that differs.";
+
+const EXPLAIN_HELP: &str = "\
+Examples:
+  stowage explain ./cache_root/aed9b48500e9acfd --config config.json --sources '/srv/hid/rnd/*.hid'
+  stowage explain ./dataset.h5 --config descriptor.json
+
+Memmap row caches (DNANet's and stowage's) record fingerprint.json: the config and a stamp of
+every source file. The files matching --sources are stamped the same way (modification time and
+size, or content hash) and both are compared: each config field that differs (stored -> current)
+and each source added, removed or changed is listed. aenet torch caches record the descriptor
+settings they depend on (descriptor_compat_json): the config's species, orders and cutoffs are
+compared with them field by field. The other formats record no fingerprint: explain says so and
+exits 3.";
+
 /// The subcommands.
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Show what kind of cache PATH is: format, state, keys, schema, files and sizes, integrity
+    /// Show what kind of cache PATH is: format, state, keys, schema, files and sizes, checksums,
+    /// dedup, memory, integrity; for a directory, every cache below it
     #[command(after_help = format!("{INSPECT_HELP}\n\n{EXIT_STATUS}"))]
     Inspect {
-        /// The cache directory, or a directory of memmap row caches
+        /// The cache (a directory, or an aenet HDF5 file), or a directory holding caches
         path: PathBuf,
+
+        /// Print the same as one JSON document (an array when PATH holds several caches)
+        #[arg(long)]
+        json: bool,
     },
 
-    /// Check every file and every sample checksum; list each problem
+    /// Check the structure and every sample checksum (or a seeded sample); list each problem
     #[command(after_help = format!("{VERIFY_HELP}\n\n{EXIT_STATUS}"))]
     Verify {
-        /// The cache directory
+        /// The cache (a directory, or an aenet HDF5 file)
         path: PathBuf,
+
+        /// Check only this fraction of the keys' samples, chosen by a seeded hash (0 < F <= 1);
+        /// the structure is always checked whole
+        #[arg(long, value_name = "FRACTION", value_parser = parse_fraction)]
+        sample: Option<f64>,
+
+        /// Seed of --sample: the same seed checks the same keys
+        #[arg(long, value_name = "N", default_value_t = 0)]
+        seed: u64,
+
+        /// Threads checking files at once (default: the available cores); the output is the
+        /// same for any number
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=4096))]
+        jobs: Option<u32>,
     },
 
     /// Print every key, one per line
@@ -152,6 +207,50 @@ enum Command {
 
     /// Write one sample as .npy files (by key from a cache, or by NUMPY_10 record)
     Get(GetArgs),
+
+    /// Copy every sample of a cache into a new cache of another backend (resumable)
+    #[command(after_help = format!("{CONVERT_HELP}\n\n{EXIT_STATUS}"))]
+    Convert {
+        /// The cache to read (any kind with keys)
+        src: PathBuf,
+
+        /// The cache to write: a new or empty directory, or one an interrupted convert left
+        dst: PathBuf,
+
+        /// The backend to write
+        #[arg(long, value_enum)]
+        to: convert::Target,
+
+        /// Read every converted sample back and compare its digest with the source's
+        #[arg(long)]
+        verify: bool,
+
+        /// Samples between two durable flushes (what an interruption can lose)
+        #[arg(long, value_name = "N", default_value_t = 1024,
+              value_parser = clap::value_parser!(u32).range(1..))]
+        flush_every: u32,
+    },
+
+    /// Tell whether a cache is valid for a configuration and source files, and what differs
+    #[command(after_help = format!("{EXPLAIN_HELP}\n\n{EXIT_STATUS}"))]
+    Explain {
+        /// The cache (a directory, or an aenet HDF5 file)
+        path: PathBuf,
+
+        /// The configuration, a JSON file: the config payload DNANet fingerprints, or aenet's
+        /// descriptor settings
+        #[arg(long, value_name = "FILE")]
+        config: PathBuf,
+
+        /// The source files, as a glob (`*` and `?` in a name, `**` for any directories)
+        #[arg(long, value_name = "GLOB")]
+        sources: Option<String>,
+
+        /// Where relative source paths of a content-hash fingerprint start (default: the glob's
+        /// directory before its first wildcard)
+        #[arg(long, value_name = "DIR")]
+        root: Option<PathBuf>,
+    },
 }
 
 /// Arguments of `stowage get`.
@@ -194,8 +293,11 @@ fn main() -> ExitCode {
 
 fn run(command: Command, out: &mut dyn Write) -> Result<Status, CliError> {
     match command {
-        Command::Inspect { path } => inspect::run(&path, out),
-        Command::Verify { path } => verify::run(&path, out),
+        Command::Inspect { path, json } => inspect::run(&path, json, out),
+        Command::Verify { path, sample, seed, jobs } => {
+            let jobs = jobs.map_or_else(available_cores, |n| n as usize);
+            verify::run(&path, verify::VerifyOptions { sample, seed, jobs }, out)
+        }
         Command::Keys { path } => keys::run(&path, out),
         Command::Get(args) => match (&args.key, &args.record) {
             (Some(key), None) => get::by_key(&args.path, key, &args.out, out),
@@ -203,6 +305,28 @@ fn run(command: Command, out: &mut dyn Write) -> Result<Status, CliError> {
             // clap's argument group enforces exactly one.
             _ => Err(CliError::new("get needs either KEY or --record RECORD, not both")),
         },
+        Command::Convert { src, dst, to, verify, flush_every } => {
+            let options =
+                convert::ConvertOptions { target: to, verify, flush_every: flush_every as usize };
+            convert::run(&src, &dst, &options, out)
+        }
+        Command::Explain { path, config, sources, root } => {
+            explain::run(&path, &config, sources.as_deref(), root.as_deref(), out)
+        }
+    }
+}
+
+/// The cores this process may use (1 when the system does not say).
+fn available_cores() -> usize {
+    std::thread::available_parallelism().map_or(1, usize::from)
+}
+
+/// A fraction in (0, 1], for `--sample`.
+fn parse_fraction(text: &str) -> Result<f64, String> {
+    match text.parse::<f64>() {
+        Ok(f) if f > 0.0 && f <= 1.0 => Ok(f),
+        Ok(f) => Err(format!("{f} is not in (0, 1]: give the fraction of keys to check, as 0.1")),
+        Err(e) => Err(format!("{text:?} is not a number ({e})")),
     }
 }
 

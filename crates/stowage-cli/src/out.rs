@@ -48,6 +48,42 @@ impl Write for Output {
     }
 }
 
+/// A progress bar on standard error when it is a terminal ([`indicatif`]); nothing otherwise, so
+/// that logs and pipes get only results and one-line errors and notes.
+pub struct Progress {
+    bar: indicatif::ProgressBar,
+}
+
+impl Progress {
+    /// A bar of `total` steps labelled `label`, hidden unless standard error is a terminal.
+    pub fn new(total: u64, label: &str) -> Progress {
+        use std::io::IsTerminal;
+        let bar = if io::stderr().is_terminal() {
+            let bar = indicatif::ProgressBar::new(total);
+            let style = indicatif::ProgressStyle::with_template(
+                "{msg} [{elapsed_precise}] {wide_bar} {pos}/{len} ({eta} left)",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar());
+            bar.set_style(style);
+            bar.set_message(label.to_owned());
+            bar
+        } else {
+            indicatif::ProgressBar::hidden()
+        };
+        Progress { bar }
+    }
+
+    /// Advances by `steps`.
+    pub fn inc(&self, steps: u64) {
+        self.bar.inc(steps);
+    }
+
+    /// Removes the bar.
+    pub fn finish(&self) {
+        self.bar.finish_and_clear();
+    }
+}
+
 /// Prints `stowage: note: <text>` on standard error (one line; a failure to write it is ignored).
 pub fn note(text: &str) {
     let line = format!("stowage: note: {}\n", crate::error::escape_control(text));

@@ -1,68 +1,657 @@
-//! `stowage verify PATH`: checks every byte the cache can check and lists every problem.
+//! `stowage verify PATH [--sample FRACTION] [--jobs N]`: checks every byte the cache can check
+//! (or a seeded sample of its keys) and lists every problem.
+//!
+//! Each format's checks are split in two ([`Plan`]): the checks made once for the whole cache
+//! (its structure: logs, markers, sizes, indexes), and independent [`Unit`]s of sample checks,
+//! one per data file where the format allows (a collection file of NUMPY_10, a segment of an
+//! Arrow cache; rows spread over every file of a memmap cache, and libhdf5 serializes HDF5 reads,
+//! so those are split into runs of keys). The units run on `--jobs` threads; their results are
+//! put back in unit order, so the output is the same for any number of jobs.
 
+use std::collections::{BTreeMap, HashSet};
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
-use stowage_core::{Backend, ValidationLevel};
+use stowage_arrow::reader::CacheReader;
+use stowage_arrow::schema_json::SchemaJson;
+use stowage_arrow::{ArrowBackend, ArrowOptions};
+use stowage_core::{Backend, OpenMode, Problem, Sample, ValidationLevel, ValidationReport, Value};
+use stowage_npy::{NpyBackend, NpyOptions};
 
-use crate::detect::{Cache, open};
-use crate::error::{CliError, Status};
+use crate::detect::{CacheKind, detect};
+use crate::error::{CliError, Status, escape_control};
 use crate::hangar::HangarDir;
-use crate::out::count;
+use crate::open::{open, open_kind};
+use crate::out::{Progress, count, display_key, note};
+use crate::source::{AenetSource, SampleSource, TorchcachexSource};
 
-/// Prints each problem on its own line, then `N samples, M files checked: clean` (status 0) or
-/// `...: K problems` (status 1). A cache that cannot be opened is an error (status 2).
-pub fn run(path: &Path, out: &mut dyn Write) -> Result<Status, CliError> {
-    match open(path)? {
-        Cache::StowageNpy(cache) => backend(cache.as_ref(), out),
-        Cache::Memmap(_, cache) => backend(cache.as_ref(), out),
-        Cache::HangarNumpy10(dir) => hangar(&dir, out),
-        root @ Cache::MemmapCacheRoot(_) => {
-            Err(CliError::new(root.why_no_keys(path, "verify").unwrap_or_default()))
+/// Samples per unit when a format's samples are checked in runs of keys.
+const KEYS_PER_UNIT: usize = 1024;
+
+/// What to check.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct VerifyOptions {
+    /// The fraction of keys whose samples are checked, in `(0, 1]`; `None` checks every one.
+    pub sample: Option<f64>,
+    /// Seed of the sample: the same seed picks the same keys.
+    pub seed: u64,
+    /// Threads checking units at once (at least 1).
+    pub jobs: usize,
+}
+
+/// One independent piece of sample checks.
+pub struct Unit<'a> {
+    /// Samples it checks (for the progress bar).
+    pub samples: u64,
+    /// Runs the checks, reporting progress in samples.
+    pub check: Box<dyn Fn(&Progress) -> ValidationReport + Send + Sync + 'a>,
+}
+
+/// Everything `verify` does to one cache.
+pub struct Plan<'a> {
+    /// The checks made once, already run.
+    pub structure: ValidationReport,
+    /// The sample checks.
+    pub units: Vec<Unit<'a>>,
+    /// Keys in the cache (the sample's denominator).
+    pub keys: u64,
+    /// Keys whose samples the units check.
+    pub selected: u64,
+    /// What the cache's checksums cover, when it has none: said in a note.
+    pub no_checksums: Option<&'static str>,
+    /// How a damaged key can be repaired, for the advice line.
+    pub repair: &'static str,
+}
+
+/// Prints each problem on its own line, then the damaged keys and how to repair them, then
+/// `N samples, M files checked: clean` (status 0) or `...: K problems` (status 1). A cache that
+/// cannot be opened is an error (status 2).
+pub fn run(path: &Path, options: VerifyOptions, out: &mut dyn Write) -> Result<Status, CliError> {
+    let kind = detect(path)?;
+    match kind {
+        CacheKind::StowageNpy => {
+            let cache = NpyBackend::open_read_only(path, NpyOptions::default())?;
+            report(plan_npy(&cache, options)?, options, out)
+        }
+        CacheKind::StowageArrow => {
+            let cache = ArrowBackend::open(path, OpenMode::ReadOnly, ArrowOptions::default())?;
+            let mut structure = cache.validate_log_and_index()?;
+            let keys = cache.keys()?;
+            let segments = ArrowSegments { reader: cache.reader(), checksums_required: true };
+            let plan = segments.plan(&mut structure, &keys, options)?;
+            report(Plan { structure, ..plan }, options, out)
+        }
+        CacheKind::Torchcachex => {
+            let source = TorchcachexSource::open(path)?;
+            let mut structure = ValidationReport::default();
+            check_schema_json(&source.reader, &mut structure);
+            let keys = source.reader.keys()?;
+            let segments = ArrowSegments { reader: &source.reader, checksums_required: false };
+            let plan = segments.plan(&mut structure, &keys, options)?;
+            report(Plan { structure, ..plan }, options, out)
+        }
+        CacheKind::AenetHdf5 => {
+            let source = AenetSource::open(path)?;
+            report(plan_aenet(&source, options)?, options, out)
+        }
+        CacheKind::HangarNumpy10 => hangar(&HangarDir::scan(path)?, options, out),
+        CacheKind::CacheRoot => {
+            let cache = open(path)?;
+            Err(CliError::new(cache.why_no_keys(path, "verify").unwrap_or_default()))
+        }
+        CacheKind::StowageMemmap | CacheKind::DnanetMemmap | CacheKind::StowageHdf5 => {
+            let source = open_kind(path, kind)?.expect("a kind with keys");
+            report(plan_by_keys(source.as_ref(), kind, options)?, options, out)
         }
     }
 }
 
-/// Full validation through the [`Backend`] trait: every structure check plus every checksum.
-fn backend(cache: &dyn Backend, out: &mut dyn Write) -> Result<Status, CliError> {
-    let report = cache.validate(ValidationLevel::Full)?;
-    for problem in &report.problems {
-        say!(out, "{}", crate::error::escape_control(&problem.to_string()));
-    }
-    summary(out, report.samples_checked, report.files_checked, report.problems.len(), "")
+/// The keys whose samples are checked: all of them, or the `ceil(fraction * n)` keys with the
+/// smallest seeded hash (the same keys for the same seed, whatever the number of jobs), in their
+/// cache order.
+pub fn select(keys: &[String], fraction: Option<f64>, seed: u64) -> Vec<String> {
+    let Some(fraction) = fraction.filter(|f| *f < 1.0) else { return keys.to_vec() };
+    let want = ((keys.len() as f64) * fraction).ceil() as usize;
+    let mut ranked: Vec<(u64, usize)> = keys
+        .iter()
+        .enumerate()
+        .map(|(i, key)| (xxhash_rust::xxh3::xxh3_64_with_seed(key.as_bytes(), seed), i))
+        .collect();
+    ranked.sort_unstable();
+    let mut chosen: Vec<usize> = ranked.into_iter().take(want).map(|(_, i)| i).collect();
+    chosen.sort_unstable();
+    chosen.into_iter().map(|i| keys[i].clone()).collect()
 }
 
-/// Every collection file's header and size, and every marker's data file.
-fn hangar(dir: &HangarDir, out: &mut dyn Write) -> Result<Status, CliError> {
-    let mut problems = 0;
-    for file in &dir.files {
-        if let Some(problem) = file.check().problem {
-            problems += 1;
-            say!(out, "{}: {problem}", file.path.display());
+/// A problem from an error: its file when the error names one, the key, the rest as detail.
+pub fn problem_of(e: &stowage_core::Error, key: Option<&str>) -> Problem {
+    use stowage_core::Error;
+    let (path, detail) = match e {
+        Error::Corrupted { path, detail } | Error::Incompatible { path, detail } => {
+            (Some(path.clone()), detail.clone())
+        }
+        Error::Io { path, source } => (Some(path.clone()), source.to_string()),
+        other => (None, other.to_string()),
+    };
+    Problem { path, key: key.map(str::to_owned), detail }
+}
+
+/// Every JSON field of `sample` parses; `path` is the file the sample came from.
+fn check_json(report: &mut ValidationReport, path: Option<&Path>, key: &str, sample: &Sample) {
+    for (name, value) in sample.fields() {
+        if let Value::Json(text) = value
+            && let Err(e) = serde_json::from_str::<serde_json::Value>(text)
+        {
+            report.problem(path, Some(key), format!("field {name:?} is not valid JSON: {e}"));
         }
     }
-    for (path, detail) in &dir.problems {
-        problems += 1;
-        say!(out, "{}: {detail}", path.display());
-    }
-    summary(
-        out,
-        0,
-        dir.files.len() as u64,
-        problems,
-        " (a bare hangar data directory has no records: headers and sizes only)",
-    )
 }
 
-fn summary(
+/// Reads `key` through `source` and checks its JSON fields; a problem when it is missing or
+/// damaged.
+fn check_key(report: &mut ValidationReport, source: &dyn SampleSource, key: &str) {
+    report.samples_checked += 1;
+    match source.get(key) {
+        Ok(Some(sample)) => check_json(report, None, key, &sample),
+        Ok(None) => report.problem(
+            Some(source.path()),
+            Some(key),
+            "listed among the keys but not found by a lookup",
+        ),
+        Err(e) => report.problems.push(Problem {
+            path: None,
+            key: Some(key.to_owned()),
+            detail: e.to_string(),
+        }),
+    }
+}
+
+/// Units of [`KEYS_PER_UNIT`] keys, each read through `source`.
+fn key_units<'a>(source: &'a dyn SampleSource, keys: &[String]) -> Vec<Unit<'a>> {
+    keys.chunks(KEYS_PER_UNIT)
+        .map(|chunk| {
+            let chunk = chunk.to_vec();
+            Unit {
+                samples: chunk.len() as u64,
+                check: Box::new(move |progress: &Progress| {
+                    let mut report = ValidationReport::default();
+                    for key in &chunk {
+                        check_key(&mut report, source, key);
+                        progress.inc(1);
+                    }
+                    report
+                }),
+            }
+        })
+        .collect()
+}
+
+/// Memmap row caches and stowage's HDF5 caches: the backend's structure check once, then every
+/// selected key read (and its checksum checked) in runs of keys: a memmap row is spread over
+/// every field's file, and libhdf5 serializes reads.
+fn plan_by_keys<'a>(
+    source: &'a dyn SampleSource,
+    kind: CacheKind,
+    options: VerifyOptions,
+) -> Result<Plan<'a>, CliError> {
+    let structure = match kind {
+        CacheKind::StowageMemmap | CacheKind::DnanetMemmap => {
+            stowage_memmap::MemmapBackend::open_read_only(
+                source.path(),
+                stowage_memmap::MemmapOptions::default(),
+            )?
+            .validate(ValidationLevel::Structure)?
+        }
+        _ => stowage_hdf5::Hdf5Backend::open(source.path(), OpenMode::ReadOnly)?
+            .validate(ValidationLevel::Structure)?,
+    };
+    // A memmap index that cannot be read is a structure problem: no key to check then.
+    let keys = match source.keys() {
+        Ok(keys) => keys,
+        Err(_) if !structure.is_clean() => Vec::new(),
+        Err(e) => return Err(e),
+    };
+    let selected = select(&keys, options.sample, options.seed);
+    let (no_checksums, repair) = match kind {
+        CacheKind::DnanetMemmap => (
+            Some(
+                "DNANet writes no checksums: verify checked file sizes, the index, the sidecars, \
+                 every row's readability and JSON texts, not the bytes' integrity",
+            ),
+            "rows cannot be replaced in a memmap cache: rebuild it with DNANet (delete its \
+             directory; the next run writes it again)",
+        ),
+        CacheKind::StowageMemmap => (
+            None,
+            "rows cannot be replaced in a memmap cache: rebuild it (delete its directory and \
+             write it again, or `stowage convert` from an intact copy)",
+        ),
+        _ => (
+            None,
+            "put the damaged keys again (a later segment's row replaces them) or rebuild the cache",
+        ),
+    };
+    Ok(Plan {
+        structure,
+        keys: keys.len() as u64,
+        selected: selected.len() as u64,
+        units: key_units(source, &selected),
+        no_checksums,
+        repair,
+    })
+}
+
+/// A stowage NUMPY_10 cache: the structure check once (record log, markers, every record fits
+/// its file), then one unit per collection file reading each selected record in it with its
+/// xxh64 checked.
+fn plan_npy(cache: &NpyBackend, options: VerifyOptions) -> Result<Plan<'_>, CliError> {
+    let structure = cache.validate(ValidationLevel::Structure)?;
+    let keys = cache.keys()?;
+    let selected = select(&keys, options.sample, options.seed);
+    let fields: Vec<String> = cache.schema().fields.iter().map(|f| f.name.clone()).collect();
+    let mut by_file: BTreeMap<String, Vec<(String, String, stowage_npy::Numpy10Record)>> =
+        BTreeMap::new();
+    for key in &selected {
+        for field in &fields {
+            if let Some(record) = cache.record(key, field) {
+                by_file.entry(record.uid.clone()).or_default().push((
+                    key.clone(),
+                    field.clone(),
+                    record,
+                ));
+            }
+        }
+    }
+    let layout = cache.layout().clone();
+    let units = by_file
+        .into_values()
+        .map(|records| {
+            let layout = layout.clone();
+            Unit {
+                samples: records.len() as u64,
+                check: Box::new(move |progress: &Progress| {
+                    let mut report = ValidationReport::default();
+                    report.files_checked += 1;
+                    for (key, field, record) in &records {
+                        if let Err(e) = cache.read_record(field, record, true) {
+                            let file = layout.data_file(&record.uid);
+                            let detail = match &e {
+                                stowage_core::Error::Corrupted { detail, .. } => detail.clone(),
+                                other => other.to_string(),
+                            };
+                            report.problem(
+                                Some(&file),
+                                Some(key),
+                                format!("field {field:?}: {detail}"),
+                            );
+                        }
+                        progress.inc(1);
+                    }
+                    report
+                }),
+            }
+        })
+        .collect();
+    Ok(Plan {
+        // The structure check counted the files the units read.
+        structure: ValidationReport { samples_checked: 0, ..structure },
+        keys: keys.len() as u64,
+        selected: selected.len() as u64,
+        units,
+        no_checksums: None,
+        repair: "put the damaged keys again (the new sample goes to a new slot) or rebuild the \
+                 cache",
+    })
+}
+
+/// The segments of an Arrow cache, stowage's or torchcachex's.
+struct ArrowSegments<'a> {
+    reader: &'a CacheReader,
+    /// Every segment must have row checksums (stowage wrote it).
+    checksums_required: bool,
+}
+
+impl<'a> ArrowSegments<'a> {
+    /// One unit per segment: every row of it checked (a reader over that segment alone,
+    /// [`CacheReader::validate`]), or with a sample, the selected keys whose winning row is in it.
+    fn plan(
+        &self,
+        structure: &mut ValidationReport,
+        keys: &[String],
+        options: VerifyOptions,
+    ) -> Result<Plan<'a>, CliError> {
+        let reader = self.reader;
+        let selected = select(keys, options.sample, options.seed);
+        let output = reader.output_structure()?;
+        let root = reader.layout().root().to_path_buf();
+        let required = self.checksums_required;
+        let segments: Vec<(u64, PathBuf)> =
+            reader.segment_paths().map(|(id, path)| (id, path.to_path_buf())).collect();
+        let units = if options.sample.is_none_or(|f| f >= 1.0) {
+            segments
+                .into_iter()
+                .map(|(id, path)| {
+                    let root = root.clone();
+                    Unit {
+                        samples: std::fs::metadata(&path).map_or(1, |m| m.len().max(1)),
+                        check: Box::new(move |progress: &Progress| {
+                            let report = whole_segment(&root, id, &path, output, required);
+                            progress.inc(std::fs::metadata(&path).map_or(1, |m| m.len().max(1)));
+                            report
+                        }),
+                    }
+                })
+                .collect()
+        } else {
+            let mut by_segment: BTreeMap<u64, Vec<String>> = BTreeMap::new();
+            for key in &selected {
+                match reader.locate(key) {
+                    Some((id, _)) => by_segment.entry(id).or_default().push(key.clone()),
+                    None => structure.problem(
+                        Some(&root),
+                        Some(key),
+                        "listed in a segment but not found by a lookup: a key index run or \
+                         sidecar misses it",
+                    ),
+                }
+            }
+            by_segment
+                .into_iter()
+                .map(|(id, keys)| Unit {
+                    samples: keys.len() as u64,
+                    check: Box::new(move |progress: &Progress| {
+                        let mut report =
+                            ValidationReport { files_checked: 1, ..Default::default() };
+                        let path = reader.layout().segment(id);
+                        for key in &keys {
+                            report.samples_checked += 1;
+                            match reader.get(key) {
+                                Ok(Some(sample)) => {
+                                    check_json(&mut report, Some(&path), key, &sample)
+                                }
+                                Ok(None) => report.problem(Some(&path), Some(key), "not found"),
+                                Err(e) => report.problems.push(problem_of(&e, Some(key))),
+                            }
+                            progress.inc(1);
+                        }
+                        report
+                    }),
+                })
+                .collect()
+        };
+        Ok(Plan {
+            structure: std::mem::take(structure),
+            keys: keys.len() as u64,
+            selected: selected.len() as u64,
+            units,
+            no_checksums: (!required).then_some(
+                "torchcachex writes no checksums: verify decoded every row (and checked the row \
+                 checksums of segments stowage added), not the bytes' integrity",
+            ),
+            repair: if required {
+                "put the damaged keys again (a later row replaces them), or delete a damaged \
+                 segment's .keys/.sums sidecar or stowage_index_*.bin run only through a writer \
+                 (reopening for writing rebuilds what it can); a damaged segment's keys are lost"
+            } else {
+                "recompute the damaged keys with torchcachex (delete the cache directory to \
+                 rebuild it)"
+            },
+        })
+    }
+}
+
+/// Every row of segment `id` (at `path`) decoded and checked against its row checksums, and its
+/// key sidecar against its keys.
+fn whole_segment(
+    root: &Path,
+    id: u64,
+    path: &Path,
+    output: stowage_arrow::schema_json::OutputStructure,
+    required: bool,
+) -> ValidationReport {
+    let opened = CacheReader::open_segments(root, [id], output, &[]);
+    let reader = match opened {
+        Ok(reader) if required => reader.requiring_checksums(),
+        Ok(reader) => reader,
+        Err(e) => {
+            let mut report = ValidationReport { files_checked: 1, ..Default::default() };
+            let mut problem = problem_of(&e, None);
+            problem.path.get_or_insert_with(|| path.to_path_buf());
+            report.problems.push(problem);
+            return report;
+        }
+    };
+    reader.validate().unwrap_or_else(|e| {
+        let mut report = ValidationReport::default();
+        report.problems.push(problem_of(&e, None));
+        report
+    })
+}
+
+/// A torchcachex `schema.json` that exists must parse (torchcachex reads it at open).
+fn check_schema_json(reader: &CacheReader, report: &mut ValidationReport) {
+    let path = reader.layout().schema();
+    if path.exists() {
+        report.files_checked += 1;
+        if let Err(e) = SchemaJson::read(&path) {
+            report.problems.push(problem_of(&e, None));
+        }
+    }
+}
+
+/// An aenet torch cache: opening it checked the index tables (every row points into its
+/// payload, no entry twice); each unit reads its entries' features and derivatives and checks
+/// every array's shape against the section's attributes.
+fn plan_aenet(source: &AenetSource, options: VerifyOptions) -> Result<Plan<'_>, CliError> {
+    let keys = source.keys()?;
+    let selected = select(&keys, options.sample, options.seed);
+    let units = selected
+        .chunks(KEYS_PER_UNIT)
+        .map(|chunk| {
+            let chunk = chunk.to_vec();
+            Unit {
+                samples: chunk.len() as u64,
+                check: Box::new(move |progress: &Progress| {
+                    let mut report = ValidationReport::default();
+                    for key in &chunk {
+                        check_aenet_entry(&mut report, source, key);
+                        progress.inc(1);
+                    }
+                    report
+                }),
+            }
+        })
+        .collect();
+    Ok(Plan {
+        structure: ValidationReport { files_checked: 1, ..Default::default() },
+        keys: keys.len() as u64,
+        selected: selected.len() as u64,
+        units,
+        no_checksums: Some(
+            "aenet's format has no checksums: verify read every selected entry and checked the \
+             shapes of its arrays, not the bytes' integrity",
+        ),
+        repair: "rebuild the torch cache with aenet (delete /torch_cache from the dataset file, \
+                 or use an intact copy)",
+    })
+}
+
+fn check_aenet_entry(report: &mut ValidationReport, source: &AenetSource, key: &str) {
+    report.samples_checked += 1;
+    let path = source.cache.path();
+    let entry: i64 = key.parse().unwrap_or(-1);
+    if let Err(e) = source.cache.features(entry) {
+        report.problems.push(problem_of(&e, Some(key)));
+    }
+    let Some(layout) = source.cache.derivative_layout() else { return };
+    match source.cache.derivatives(entry) {
+        Ok(Some(d)) => {
+            if let Err(e) =
+                d.check(layout.n_radial_features, layout.n_angular_features, layout.multi)
+            {
+                report.problem(Some(path), Some(key), format!("derivatives: {e}"));
+            }
+        }
+        Ok(None) => {}
+        Err(e) => report.problems.push(problem_of(&e, Some(key))),
+    }
+}
+
+/// Every collection file's header and size, and every marker's data file; no records here, so no
+/// samples and no sample to choose (`--sample` does not apply).
+fn hangar(
+    dir: &HangarDir,
+    options: VerifyOptions,
     out: &mut dyn Write,
-    samples: u64,
-    files: u64,
-    problems: usize,
-    suffix: &str,
 ) -> Result<Status, CliError> {
-    let verdict =
-        if problems == 0 { "clean".to_owned() } else { count(problems as u64, "problem") };
-    say!(out, "{}, {} checked: {verdict}{suffix}", count(samples, "sample"), count(files, "file"));
-    Ok(if problems == 0 { Status::Success } else { Status::ProblemsFound })
+    let mut structure = ValidationReport::default();
+    for (path, detail) in &dir.problems {
+        structure.problem(Some(path), None, detail.clone());
+    }
+    let units = dir
+        .files
+        .iter()
+        .map(|file| Unit {
+            samples: 1,
+            check: Box::new(move |progress: &Progress| {
+                let mut report = ValidationReport { files_checked: 1, ..Default::default() };
+                if let Some(problem) = file.check().problem {
+                    report.problem(Some(&file.path), None, problem);
+                }
+                progress.inc(1);
+                report
+            }),
+        })
+        .collect();
+    if options.sample.is_some() {
+        note(
+            "--sample does not apply to a bare hangar data directory (it holds no records): every file was checked",
+        );
+    }
+    let plan = Plan { structure, units, keys: 0, selected: 0, no_checksums: None, repair: "" };
+    let (report, _) =
+        execute(plan.units, plan.structure, VerifyOptions { sample: None, ..options });
+    for problem in &report.problems {
+        say!(out, "{}", escape_control(&problem.to_string()));
+    }
+    let verdict = verdict(report.problems.len());
+    say!(
+        out,
+        "0 samples, {} checked: {verdict} (a bare hangar data directory has no records: headers \
+         and sizes only)",
+        count(report.files_checked, "file")
+    );
+    Ok(status(report.problems.len()))
+}
+
+/// Runs the units on `jobs` threads and merges their reports into `structure`'s, in unit order;
+/// a problem a unit finds for a file and key the structure check already named is dropped.
+/// Returns the merged report and the units' sample count.
+fn execute(
+    units: Vec<Unit<'_>>,
+    structure: ValidationReport,
+    options: VerifyOptions,
+) -> (ValidationReport, u64) {
+    let total: u64 = units.iter().map(|u| u.samples).sum();
+    let progress = Progress::new(total, "verifying");
+    let results: Mutex<Vec<Option<ValidationReport>>> =
+        Mutex::new((0..units.len()).map(|_| None).collect());
+    let next = AtomicUsize::new(0);
+    std::thread::scope(|scope| {
+        for _ in 0..options.jobs.clamp(1, units.len().max(1)) {
+            scope.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(unit) = units.get(i) else { break };
+                    let report = (unit.check)(&progress);
+                    results.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(report);
+                }
+            });
+        }
+    });
+    progress.finish();
+    let mut merged = structure;
+    let known: HashSet<(Option<PathBuf>, Option<String>)> =
+        merged.problems.iter().map(|p| (p.path.clone(), p.key.clone())).collect();
+    let results = results.into_inner().unwrap_or_else(|e| e.into_inner());
+    for report in results.into_iter().flatten() {
+        merged.samples_checked += report.samples_checked;
+        merged.files_checked += report.files_checked;
+        merged.problems.extend(
+            report
+                .problems
+                .into_iter()
+                .filter(|p| p.key.is_none() || !known.contains(&(p.path.clone(), p.key.clone()))),
+        );
+    }
+    (merged, total)
+}
+
+fn verdict(problems: usize) -> String {
+    if problems == 0 { "clean".to_owned() } else { count(problems as u64, "problem") }
+}
+
+fn status(problems: usize) -> Status {
+    if problems == 0 { Status::Success } else { Status::ProblemsFound }
+}
+
+/// Runs `plan` and prints its problems, the damaged keys and how to repair them, and the summary.
+fn report(plan: Plan<'_>, options: VerifyOptions, out: &mut dyn Write) -> Result<Status, CliError> {
+    let (keys, selected, repair, no_checksums) =
+        (plan.keys, plan.selected, plan.repair, plan.no_checksums);
+    let (report, _) = execute(plan.units, plan.structure, options);
+    for problem in &report.problems {
+        say!(out, "{}", escape_control(&problem.to_string()));
+    }
+    let mut damaged: Vec<&str> = report.problems.iter().filter_map(|p| p.key.as_deref()).collect();
+    damaged.sort_unstable();
+    damaged.dedup();
+    if !damaged.is_empty() {
+        let shown: Vec<String> = damaged.iter().take(20).map(|k| display_key(k)).collect();
+        let more = if damaged.len() > 20 {
+            format!(" and {} more", damaged.len() - 20)
+        } else {
+            String::new()
+        };
+        say!(out, "damaged keys ({}): {}{more}", damaged.len(), shown.join(", "));
+        say!(out, "to repair: {repair}");
+    }
+    if let Some(why) = no_checksums {
+        note(why);
+    }
+    let samples = if selected < keys {
+        let percent = 100.0 * selected as f64 / keys.max(1) as f64;
+        format!("{} of {keys} samples ({percent:.1}%, seed {})", selected, options.seed)
+    } else {
+        count(report.samples_checked.max(selected), "sample")
+    };
+    say!(
+        out,
+        "{samples}, {} checked: {}",
+        count(report.files_checked, "file"),
+        verdict(report.problems.len())
+    );
+    Ok(status(report.problems.len()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sample_is_seeded_sized_and_in_cache_order() {
+        let keys: Vec<String> = (0..1000).map(|i| format!("k{i}")).collect();
+        let tenth = select(&keys, Some(0.1), 7);
+        assert_eq!(tenth.len(), 100);
+        assert_eq!(tenth, select(&keys, Some(0.1), 7));
+        assert_ne!(tenth, select(&keys, Some(0.1), 8));
+        let positions: Vec<usize> =
+            tenth.iter().map(|k| keys.iter().position(|x| x == k).unwrap()).collect();
+        assert!(positions.windows(2).all(|w| w[0] < w[1]));
+        assert_eq!(select(&keys, Some(0.0001), 7).len(), 1);
+        assert_eq!(select(&keys, None, 7), keys);
+        assert_eq!(select(&keys, Some(1.0), 7), keys);
+    }
 }

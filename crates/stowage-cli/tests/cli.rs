@@ -292,13 +292,15 @@ fn verify_names_the_key_and_file_of_a_flipped_byte_and_exits_1() {
     let run = stowage(args(&[&"verify", &cache]));
     assert_eq!(run.code, 1, "{run:?}");
     let lines: Vec<&str> = run.stdout.lines().collect();
-    assert_eq!(lines.len(), 2, "one problem and the summary: {run:?}");
+    assert_eq!(lines.len(), 4, "one problem, the damaged key, the repair and the summary: {run:?}");
+    assert_eq!(lines[1], "damaged keys (1): b", "{run:?}");
+    assert!(lines[2].starts_with("to repair: put the damaged keys again"), "{run:?}");
     for needle in
         [data_file.to_str().unwrap(), "key \"b\"", "field \"x\"", "checksum", "!= recorded"]
     {
         assert!(lines[0].contains(needle), "problem line lacks {needle:?}: {run:?}");
     }
-    assert!(lines[1].starts_with("3 samples, ") && lines[1].ends_with(": 1 problem"), "{run:?}");
+    assert!(lines[3].starts_with("3 samples, ") && lines[3].ends_with(": 1 problem"), "{run:?}");
 
     // get refuses the corrupted sample, naming the file and key, and serves the others.
     let out = dir.path().join("out");
@@ -665,11 +667,15 @@ fn inspect_and_verify_describe_the_reference_directory() {
     for needle in [
         "hangar NUMPY_10 data directory",
         "10 collection files",
-        "4ujrcb35.npy  <f4  (10, 10, 10): 10 slots of (10, 10)",
-        "bkh47f2d.npy  |u1  (10, 20, 2, 3)",
-        "359uiv6k.npy  <i8  (10,): 10 slots of ()",
-        "jmd8tjt8.npy  <f2  (10, 6): 10 slots of (6,)               staged",
-        "4128 B",
+        "data/10/4ujrcb35.npy ",
+        "4128 B (4.0 KiB), ",
+        "<f4 (10, 10, 10): 10 slots of (10, 10), committed",
+        "|u1 (10, 20, 2, 3): 10 slots of (20, 2, 3), committed",
+        "<i8 (10,): 10 slots of (), committed",
+        "<f2 (10, 6): 10 slots of (6,), staged",
+        "store_data/, stage_data/",
+        "10 empty marker files",
+        "checksums:   none here: hangar keeps each sample's xxh64 in its LMDB records",
         "integrity:   clean",
     ] {
         assert!(run.stdout.contains(needle), "inspect lacks {needle:?}: {run:?}");
@@ -858,10 +864,7 @@ fn inspect_walks_the_reference_cache_root() {
         let run = stowage(args(&[&command, &root]));
         assert_error_line(
             &run,
-            &[
-                "directory of memmap row caches",
-                "aed9b48500e9acfd, d3c3787192a40966, ff9cde909fae61f6",
-            ],
+            &["directory of caches", "aed9b48500e9acfd, d3c3787192a40966, ff9cde909fae61f6"],
         );
     }
 }
@@ -1004,10 +1007,7 @@ fn damaged_dnanet_caches_are_reported_and_fail_with_one_line() {
 
     // The walk reports every cache and then fails, naming the first problem.
     let run = stowage(args(&[&"inspect", &root]));
-    assert_error_line(
-        &run,
-        &["3 of 3 memmap row caches", root.to_str().unwrap(), shapes.to_str().unwrap()],
-    );
+    assert_error_line(&run, &["3 of 3 caches", root.to_str().unwrap(), shapes.to_str().unwrap()]);
     assert_eq!(run.stdout.matches("\n=== ").count(), 3, "{run:?}");
     assert_eq!(run.stdout.matches("  integrity:        ").count(), 3, "{run:?}");
 }

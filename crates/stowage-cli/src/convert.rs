@@ -1,0 +1,414 @@
+//! `stowage convert SRC DST --to memmap|arrow|hdf5|npy [--verify]`: every sample of any readable
+//! cache, streamed into a new stowage cache of another backend.
+//!
+//! 1. The source's schema is translated for the target ([`translate`]): a field the target's
+//!    [`Capabilities`] cannot hold as declared is narrowed to what the source really holds (one
+//!    fixed shape, a maximum shape, no nulls), found by reading the source once; a field that
+//!    still does not fit is refused, naming it and the reason, before anything is written.
+//! 2. `DST` is created, or, when it already holds a cache of the target backend with the same
+//!    schema, opened in append mode: the keys it has committed are skipped. So an interrupted
+//!    conversion (even `kill -9`) is resumed by running the same command again.
+//! 3. Samples are put in the source's key order and flushed (made durable) every
+//!    `--flush-every` samples; the target is finalized at the end.
+//! 4. With `--verify`, every key is read back from `DST` and its sample's digest compared with
+//!    the source's ([`sample_digest`]).
+
+use std::collections::HashSet;
+use std::io::Write;
+use std::path::Path;
+use std::time::Instant;
+
+use stowage_core::{
+    BackendFactory, Capabilities, FieldKind, OpenMode, Sample, Schema, ShapeRule, Value,
+};
+
+use crate::detect::{CacheKind, detect_here};
+use crate::error::{CliError, Status};
+use crate::open::{open_kind, open_source};
+use crate::out::{Progress, count, display_key, human};
+use crate::source::SampleSource;
+
+/// The backends `convert` writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Target {
+    /// A memmap row cache (`stowage-memmap`, DNANet-readable).
+    Memmap,
+    /// An Arrow segment cache (`stowage-arrow`, torchcachex-readable).
+    Arrow,
+    /// An HDF5 segment cache (`stowage-hdf5`).
+    Hdf5,
+    /// A NUMPY_10 cache (`stowage-npy`, hangar-style files).
+    Npy,
+}
+
+impl Target {
+    /// The factory that creates and opens caches of this backend.
+    fn factory(self) -> Box<dyn BackendFactory> {
+        match self {
+            Target::Memmap => Box::new(stowage_memmap::MemmapFactory::default()),
+            Target::Arrow => Box::new(stowage_arrow::ArrowFactory::default()),
+            Target::Hdf5 => Box::new(stowage_hdf5::Hdf5Factory),
+            Target::Npy => Box::new(stowage_npy::NpyFactory::default()),
+        }
+    }
+
+    /// The kind of cache this backend writes.
+    fn kind(self) -> CacheKind {
+        match self {
+            Target::Memmap => CacheKind::StowageMemmap,
+            Target::Arrow => CacheKind::StowageArrow,
+            Target::Hdf5 => CacheKind::StowageHdf5,
+            Target::Npy => CacheKind::StowageNpy,
+        }
+    }
+}
+
+/// What `convert` was asked to do.
+#[derive(Debug, Clone)]
+pub struct ConvertOptions {
+    /// The backend to write.
+    pub target: Target,
+    /// Read every converted sample back and compare digests.
+    pub verify: bool,
+    /// Samples between two flushes.
+    pub flush_every: usize,
+}
+
+/// What the source holds in one field, as far as a scan saw.
+#[derive(Debug, Clone, Default)]
+struct Seen {
+    /// The first shape seen, and whether every later one equals it.
+    first: Option<Vec<usize>>,
+    same: bool,
+    /// Whether every shape has the first's rank, and the largest size per dimension.
+    same_rank: bool,
+    max: Vec<usize>,
+    nulls: bool,
+}
+
+impl Seen {
+    fn add(&mut self, value: &Value) {
+        let shape = match value {
+            Value::Null => {
+                self.nulls = true;
+                return;
+            }
+            Value::Tensor(t) => t.shape(),
+            _ => return,
+        };
+        match &self.first {
+            None => {
+                self.first = Some(shape.to_vec());
+                self.same = true;
+                self.same_rank = true;
+                self.max = shape.to_vec();
+            }
+            Some(first) => {
+                self.same &= first.as_slice() == shape;
+                self.same_rank &= first.len() == shape.len();
+                if self.same_rank {
+                    self.max.iter_mut().zip(shape).for_each(|(m, s)| *m = (*m).max(*s));
+                }
+            }
+        }
+    }
+}
+
+/// Whether `field` fits `caps` as declared.
+fn fits(kind: &FieldKind, nullable: bool, caps: &Capabilities) -> bool {
+    if nullable && !caps.nullable {
+        return false;
+    }
+    match kind {
+        FieldKind::Bytes => caps.bytes_fields,
+        FieldKind::Json { .. } => caps.json_fields,
+        FieldKind::Tensor { dtype, shape } => {
+            caps.dtypes.contains(dtype) && shape_fits(shape, caps)
+        }
+    }
+}
+
+/// Whether a tensor field of `shape` fits `caps`.
+fn shape_fits(shape: &ShapeRule, caps: &Capabilities) -> bool {
+    match shape {
+        ShapeRule::Fixed(_) => true,
+        ShapeRule::Max(_) => caps.variable_shapes,
+        ShapeRule::RaggedLeading(_) | ShapeRule::Any => caps.ragged,
+    }
+}
+
+/// The source's schema as the target `backend` with `caps` can hold it: each field that does
+/// not fit as declared narrowed to what `seen` says the source holds, or refused naming the field
+/// and why. `seen` is only called (it reads the whole source) when a field needs it.
+fn translate(
+    schema: &Schema,
+    caps: &Capabilities,
+    backend: &str,
+    seen: &mut dyn FnMut() -> Result<Vec<Seen>, CliError>,
+) -> Result<Schema, CliError> {
+    let refuse = |name: &str, why: String| {
+        CliError::new(format!(
+            "field {name:?} cannot be converted to {backend}: {why}; nothing was written"
+        ))
+    };
+    let mut scanned: Option<Vec<Seen>> = None;
+    let mut fields = Vec::new();
+    for (i, field) in schema.fields.iter().enumerate() {
+        let mut field = field.clone();
+        if !fits(&field.kind, field.nullable, caps) {
+            if scanned.is_none() {
+                scanned = Some(seen()?);
+            }
+            let seen = &scanned.as_ref().expect("scanned just now")[i];
+            if field.nullable && !caps.nullable {
+                if seen.nulls {
+                    return Err(refuse(
+                        &field.name,
+                        "the source holds null values and the target has no nullable fields".into(),
+                    ));
+                }
+                field.nullable = false;
+            }
+            match &mut field.kind {
+                FieldKind::Bytes if !caps.bytes_fields => {
+                    return Err(refuse(&field.name, "the target has no bytes fields".into()));
+                }
+                FieldKind::Json { .. } if !caps.json_fields => {
+                    return Err(refuse(&field.name, "the target has no JSON fields".into()));
+                }
+                FieldKind::Tensor { dtype, .. } if !caps.dtypes.contains(dtype) => {
+                    return Err(refuse(&field.name, format!("the target cannot store {dtype}")));
+                }
+                FieldKind::Tensor { shape, .. } if !shape_fits(shape, caps) => {
+                    *shape = narrowed(seen, caps).map_err(|why| refuse(&field.name, why))?;
+                }
+                _ => {}
+            }
+        }
+        fields.push(field);
+    }
+    let schema = Schema { fields };
+    caps.check_schema(&schema, "target").map_err(|e| {
+        CliError::new(format!(
+            "{backend} cannot hold the source's schema: {e}; nothing was written"
+        ))
+    })?;
+    Ok(schema)
+}
+
+/// The narrowest shape rule the target holds for the shapes `seen`.
+fn narrowed(seen: &Seen, caps: &Capabilities) -> Result<ShapeRule, String> {
+    match &seen.first {
+        None => Err("the source holds no value of it to take a shape from".into()),
+        Some(first) if seen.same => Ok(ShapeRule::Fixed(first.clone())),
+        Some(_) if seen.same_rank && caps.variable_shapes => Ok(ShapeRule::Max(seen.max.clone())),
+        Some(_) if seen.same_rank => Err(format!(
+            "its shapes vary (up to {}) and the target holds one fixed shape per field",
+            stowage_core::shape::display(&seen.max)
+        )),
+        Some(_) => Err("its shapes differ in rank and the target holds no ragged shapes".into()),
+    }
+}
+
+/// Reads every sample of `source` and records what each field of its schema holds.
+fn scan(source: &dyn SampleSource, keys: &[String]) -> Result<Vec<Seen>, CliError> {
+    let mut seen = vec![Seen::default(); source.schema().fields.len()];
+    let progress = Progress::new(keys.len() as u64, "reading shapes");
+    for key in keys {
+        let sample = get(source, key)?;
+        for (field, seen) in source.schema().fields.iter().zip(&mut seen) {
+            seen.add(sample.get(&field.name).unwrap_or(&Value::Null));
+        }
+        progress.inc(1);
+    }
+    progress.finish();
+    Ok(seen)
+}
+
+fn get(source: &dyn SampleSource, key: &str) -> Result<Sample, CliError> {
+    source.get(key)?.ok_or_else(|| {
+        CliError::new(format!(
+            "key {key:?} is listed by {} but cannot be read from it",
+            source.path().display()
+        ))
+    })
+}
+
+/// A digest of a sample: every field by name, with its kind, dtype, shape and bytes.
+pub fn sample_digest(sample: &Sample) -> u64 {
+    let mut fields: Vec<(&str, &Value)> = sample.fields().collect();
+    fields.sort_by(|a, b| a.0.cmp(b.0));
+    let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+    for (name, value) in fields {
+        hasher.update(&(name.len() as u64).to_le_bytes());
+        hasher.update(name.as_bytes());
+        let (tag, bytes): (&[u8], &[u8]) = match value {
+            Value::Null => (b"n", &[]),
+            Value::Bytes(b) => (b"b", b),
+            Value::Json(text) => (b"j", text.as_bytes()),
+            Value::Tensor(t) => {
+                hasher.update(t.dtype().name().as_bytes());
+                for dim in t.shape() {
+                    hasher.update(&(*dim as u64).to_le_bytes());
+                }
+                (b"t", t.bytes())
+            }
+        };
+        hasher.update(tag);
+        hasher.update(&(bytes.len() as u64).to_le_bytes());
+        hasher.update(bytes);
+    }
+    hasher.digest()
+}
+
+/// Converts `src` into `dst` and prints what was done and how fast.
+pub fn run(
+    src: &Path,
+    dst: &Path,
+    options: &ConvertOptions,
+    out: &mut dyn Write,
+) -> Result<Status, CliError> {
+    let source = open_source(src, "convert")?;
+    let keys = source.keys()?;
+    let factory = options.target.factory();
+    let caps = factory.capabilities();
+    let backend = options.target.kind().description();
+    let schema = translate(source.schema(), &caps, backend, &mut || scan(source.as_ref(), &keys))?;
+
+    let appending = existing(dst, options.target)?;
+    let done: HashSet<String> = match appending {
+        true => open_kind(dst, options.target.kind())?
+            .expect("the targets have keys")
+            .keys()?
+            .into_iter()
+            .collect(),
+        false => HashSet::new(),
+    };
+    let todo: Vec<&String> = keys.iter().filter(|k| !done.contains(*k)).collect();
+    // A target holding every key already (a finished conversion run again) is not reopened
+    // for writing: a finalized memmap or NUMPY_10 cache cannot be.
+    let mut target = match (appending, todo.is_empty()) {
+        (true, true) => None,
+        (true, false) => {
+            let target = factory.open(dst, OpenMode::Append)?;
+            if target.schema() != &schema {
+                return Err(CliError::new(format!(
+                    "{} already holds a {backend} with another schema than the converted one: \
+                     convert into a new directory, or delete it to start over",
+                    dst.display()
+                )));
+            }
+            Some(target)
+        }
+        (false, _) => Some(factory.create(dst, &schema)?),
+    };
+    let started = Instant::now();
+    let progress = Progress::new(todo.len() as u64, "converting");
+    let mut bytes = 0u64;
+    if let Some(target) = &mut target {
+        for (i, key) in todo.iter().enumerate() {
+            let sample = get(source.as_ref(), key)?;
+            bytes += crate::inspect::report::sample_bytes(&sample);
+            target.put(key, &sample).map_err(|e| {
+                CliError::new(format!(
+                    "key {}: writing to {}: {e}",
+                    display_key(key),
+                    dst.display()
+                ))
+            })?;
+            if (i + 1) % options.flush_every.max(1) == 0 {
+                target.flush()?;
+            }
+            progress.inc(1);
+        }
+        target.finalize()?;
+    }
+    progress.finish();
+    drop(target);
+    let seconds = started.elapsed().as_secs_f64().max(1e-9);
+    say!(
+        out,
+        "converted {} from {} ({}) to {} ({backend}) in {seconds:.2} s: {:.0} samples/s, {}/s{}",
+        count(todo.len() as u64, "sample"),
+        src.display(),
+        source.kind().description(),
+        dst.display(),
+        todo.len() as f64 / seconds,
+        human((bytes as f64 / seconds) as u64),
+        if done.is_empty() {
+            String::new()
+        } else {
+            format!(" ({} already in the target skipped)", count(done.len() as u64, "key"))
+        }
+    );
+    if !options.verify {
+        return Ok(Status::Success);
+    }
+    verify(source.as_ref(), &keys, dst, options.target, out)
+}
+
+/// Whether `dst` already holds a cache of `target` (to append to); an error when it holds
+/// something else.
+fn existing(dst: &Path, target: Target) -> Result<bool, CliError> {
+    if !dst.exists() {
+        return Ok(false);
+    }
+    match detect_here(dst)? {
+        Some(kind) if kind == target.kind() => Ok(true),
+        Some(kind) => Err(CliError::new(format!(
+            "{} already holds a {}, not a {}: convert into a new directory",
+            dst.display(),
+            kind.description(),
+            target.kind().description()
+        ))),
+        None if dst.is_dir() && std::fs::read_dir(dst).is_ok_and(|mut d| d.next().is_none()) => {
+            Ok(false)
+        }
+        None => Err(CliError::new(format!(
+            "{} exists and is not an empty directory: convert into a new or empty directory",
+            dst.display()
+        ))),
+    }
+}
+
+/// Reads every key back from `dst` and compares its sample's digest with the source's; prints
+/// each mismatch and a summary. Status 1 when any differs.
+fn verify(
+    source: &dyn SampleSource,
+    keys: &[String],
+    dst: &Path,
+    target: Target,
+    out: &mut dyn Write,
+) -> Result<Status, CliError> {
+    let converted = open_kind(dst, target.kind())?.expect("the targets have keys");
+    let progress = Progress::new(keys.len() as u64, "verifying");
+    let mut mismatches = 0u64;
+    for key in keys {
+        let want = sample_digest(&get(source, key)?);
+        let got = match converted.get(key) {
+            Ok(Some(sample)) => format!("{:016x}", sample_digest(&sample)),
+            Ok(None) => "missing".to_owned(),
+            Err(e) => format!("unreadable ({e})"),
+        };
+        if got != format!("{want:016x}") {
+            mismatches += 1;
+            say!(
+                out,
+                "key {}: source sample digest {want:016x}, {} has {got}",
+                display_key(key),
+                dst.display()
+            );
+        }
+        progress.inc(1);
+    }
+    progress.finish();
+    let verdict =
+        if mismatches == 0 { "identical".to_owned() } else { count(mismatches, "mismatch") };
+    say!(
+        out,
+        "verified {} read back from {}: {verdict}",
+        count(keys.len() as u64, "sample"),
+        dst.display()
+    );
+    Ok(if mismatches == 0 { Status::Success } else { Status::ProblemsFound })
+}

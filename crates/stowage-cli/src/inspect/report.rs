@@ -1,0 +1,546 @@
+//! What `inspect` says about one cache, as data: printed as text ([`CacheReport::write_text`])
+//! or serialized as JSON (`--json`), so both always say the same.
+
+use std::io::Write;
+use std::path::Path;
+
+use serde::Serialize;
+use stowage_core::{
+    FieldKind, FieldSpec, Sample, Schema, ShapeRule, ValidationReport, Value, shape,
+};
+
+use crate::detect::CacheKind;
+use crate::error::{CliError, escape_control};
+use crate::hangar::allocated_bytes;
+use crate::out::{count, display_key, human, size, size_on_disk, table};
+use crate::source::SampleSource;
+
+/// Samples read to project the memory of a format whose sizes are not recorded.
+pub const MEMORY_SAMPLE: usize = 1000;
+
+/// One cache's report.
+#[derive(Debug, Clone, Serialize)]
+pub struct CacheReport {
+    /// The cache's path as given.
+    pub path: String,
+    /// [`CacheKind::id`].
+    pub kind: &'static str,
+    /// [`CacheKind::description`].
+    pub description: &'static str,
+    /// The format's name (`stowage-npy`, `aenet.torch_training.cache.v2`).
+    pub format: Option<String>,
+    /// The format's version, as the cache records it.
+    pub version: Option<String>,
+    /// Whether the cache is finalized (complete); `None` when the format cannot tell or the
+    /// cache could not be opened.
+    pub finalized: Option<bool>,
+    /// The state in words: what finalized or unfinished means here.
+    pub state: String,
+    /// Distinct keys; `None` when the cache holds no keys or could not be read.
+    pub keys: Option<u64>,
+    /// Physical rows when they differ from keys (overwritten keys keep their old rows).
+    pub rows: Option<u64>,
+    /// Format-specific facts, each a labelled line.
+    pub details: Vec<Detail>,
+    /// The fields.
+    pub schema: Vec<FieldReport>,
+    /// Every file, with its size.
+    pub files: Vec<FileReport>,
+    /// Files of the cache not listed one by one (beyond the first [`MAX_LISTED_FILES`]).
+    pub unlisted_files: u64,
+    /// Totals over every file.
+    pub total: Total,
+    /// Which files and rows carry checksums.
+    pub checksums: Coverage,
+    /// Sharing of stored values between keys, where the format deduplicates.
+    pub dedup: Vec<Dedup>,
+    /// Memory needed to hold every sample in RAM.
+    pub memory: Option<Memory>,
+    /// The structure check: `clean`, or the number of problems.
+    pub integrity: String,
+    /// The structure check's problems, one line each.
+    pub problems: Vec<String>,
+    /// What could not be read, one line each.
+    pub errors: Vec<String>,
+}
+
+/// Data files listed one by one; the rest are summed in [`CacheReport::unlisted_files`].
+pub const MAX_LISTED_FILES: usize = 50;
+
+/// Problems of the structure check printed one by one in text; `--json` lists them all.
+const MAX_LISTED_PROBLEMS: usize = 20;
+
+/// A labelled line of a report.
+#[derive(Debug, Clone, Serialize)]
+pub struct Detail {
+    /// The label (`collection`).
+    pub label: String,
+    /// The value.
+    pub value: String,
+}
+
+/// One field of the schema.
+#[derive(Debug, Clone, Serialize)]
+pub struct FieldReport {
+    /// The field name.
+    pub name: String,
+    /// `tensor`, `bytes` or `json`.
+    pub kind: &'static str,
+    /// The dtype of a tensor field.
+    pub dtype: Option<String>,
+    /// The shape rule of a tensor field, in words (`fixed (2, 3)`, `ragged (*, 6)`).
+    pub shape: Option<String>,
+    /// Whether the field may be null.
+    pub nullable: bool,
+    /// Anything else: how it is stored, the shapes seen.
+    pub note: Option<String>,
+}
+
+/// One file of the cache.
+#[derive(Debug, Clone, Serialize)]
+pub struct FileReport {
+    /// The path, relative to the cache.
+    pub name: String,
+    /// Its size in bytes.
+    pub bytes: u64,
+    /// Bytes allocated on disk, where the platform says (sparse files use fewer).
+    pub allocated_bytes: Option<u64>,
+    /// What the file is.
+    pub role: String,
+}
+
+/// Totals over the files.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Total {
+    /// Regular files.
+    pub files: u64,
+    /// Their bytes.
+    pub bytes: u64,
+    /// Their bytes on disk, where the platform says.
+    pub allocated_bytes: Option<u64>,
+}
+
+/// What the cache's checksums cover.
+#[derive(Debug, Clone, Serialize)]
+pub struct Coverage {
+    /// The algorithm and where the checksums live; `none` when the format has none.
+    pub scheme: String,
+    /// The files whose bytes are covered.
+    pub covered_files: Vec<String>,
+    /// The files holding samples that no checksum covers.
+    pub uncovered_files: Vec<String>,
+    /// Samples (rows) that carry a checksum, and all samples, when known.
+    pub covered_samples: Option<u64>,
+    /// All samples (rows), when known.
+    pub samples: Option<u64>,
+}
+
+/// How much stored data keys share.
+#[derive(Debug, Clone, Serialize)]
+pub struct Dedup {
+    /// What is shared (`panel`, `field "x"`, `rows`).
+    pub what: String,
+    /// References (rows or records).
+    pub references: u64,
+    /// Distinct stored values they point at.
+    pub stored: u64,
+    /// `references / stored` (1.0: nothing shared).
+    pub ratio: f64,
+    /// Where the values are stored.
+    pub note: String,
+}
+
+impl Dedup {
+    /// `references` pointing at `stored` values.
+    pub fn new(what: String, references: u64, stored: u64, note: String) -> Dedup {
+        let ratio = if stored == 0 { 1.0 } else { references as f64 / stored as f64 };
+        Dedup { what, references, stored, ratio, note }
+    }
+}
+
+/// Memory to realize the cache in RAM.
+#[derive(Debug, Clone, Serialize)]
+pub struct Memory {
+    /// Bytes.
+    pub bytes: u64,
+    /// How it was computed.
+    pub basis: String,
+}
+
+impl CacheReport {
+    /// An empty report of `kind` at `path`, to be filled in.
+    pub fn new(path: &Path, kind: CacheKind) -> CacheReport {
+        CacheReport {
+            path: path.display().to_string(),
+            kind: kind.id(),
+            description: kind.description(),
+            format: None,
+            version: None,
+            finalized: None,
+            state: "unknown".into(),
+            keys: None,
+            rows: None,
+            details: Vec::new(),
+            schema: Vec::new(),
+            files: Vec::new(),
+            unlisted_files: 0,
+            total: Total::default(),
+            checksums: Coverage {
+                scheme: "none".into(),
+                covered_files: Vec::new(),
+                uncovered_files: Vec::new(),
+                covered_samples: None,
+                samples: None,
+            },
+            dedup: Vec::new(),
+            memory: None,
+            integrity: "not checked".into(),
+            problems: Vec::new(),
+            errors: Vec::new(),
+        }
+    }
+
+    /// Adds a labelled line.
+    pub fn detail(&mut self, label: &str, value: impl Into<String>) {
+        self.details.push(Detail { label: label.to_owned(), value: value.into() });
+    }
+
+    /// Sets the schema's fields.
+    pub fn set_schema(&mut self, schema: &Schema) {
+        self.schema = schema.fields.iter().map(field_report).collect();
+    }
+
+    /// Sets the structure check's result; `verify_adds` says what `stowage verify` checks on top.
+    pub fn set_integrity(&mut self, report: &ValidationReport, verify_adds: &str) {
+        self.integrity = integrity(report, Path::new(&self.path), verify_adds);
+        self.problems = report.problems.iter().map(|p| escape_control(&p.to_string())).collect();
+    }
+
+    /// Lists every regular file under `root` (links not followed) with `role` naming each; the
+    /// first [`MAX_LISTED_FILES`] one by one, in name order, the rest summed. Files under one of
+    /// `groups`' `(prefixes, what)` are summed in one line instead (hangar's empty markers).
+    pub fn set_files(
+        &mut self,
+        root: &Path,
+        role: impl Fn(&str) -> String,
+        groups: &[(&[&str], &str)],
+    ) -> Result<(), CliError> {
+        let files = files_under(root)?;
+        self.total = Total {
+            files: files.len() as u64,
+            bytes: files.iter().map(|f| f.1.len()).sum(),
+            allocated_bytes: files
+                .iter()
+                .map(|f| allocated_bytes(&f.1))
+                .try_fold(0u64, |sum, a| a.map(|a| sum + a)),
+        };
+        let group_of = |name: &str| {
+            groups.iter().position(|(prefixes, _)| prefixes.iter().any(|p| name.starts_with(p)))
+        };
+        let (grouped, single): (Vec<_>, Vec<_>) =
+            files.into_iter().partition(|(name, _)| group_of(name).is_some());
+        self.unlisted_files = single.len().saturating_sub(MAX_LISTED_FILES) as u64;
+        self.files = single
+            .into_iter()
+            .take(MAX_LISTED_FILES)
+            .map(|(name, meta)| FileReport {
+                role: role(&name),
+                bytes: meta.len(),
+                allocated_bytes: allocated_bytes(&meta),
+                name,
+            })
+            .collect();
+        for (g, (prefixes, what)) in groups.iter().enumerate() {
+            let members: Vec<&(String, std::fs::Metadata)> =
+                grouped.iter().filter(|(name, _)| group_of(name) == Some(g)).collect();
+            self.files.push(FileReport {
+                name: prefixes.join(", "),
+                bytes: members.iter().map(|f| f.1.len()).sum(),
+                allocated_bytes: None,
+                role: count(members.len() as u64, what),
+            });
+        }
+        Ok(())
+    }
+
+    /// The report as text: a title line, labelled lines, the schema and file tables.
+    pub fn write_text(&self, out: &mut dyn Write) -> Result<(), CliError> {
+        say!(out, "{}: {}", escape_control(&self.path), self.description);
+        let line = |label: &str, value: &str| format!("{:<12} {value}", format!("{label}:"));
+        let mut lines = Vec::new();
+        if let Some(format) = &self.format {
+            let version = self.version.as_ref().map_or(String::new(), |v| format!(" version {v}"));
+            lines.push(line("format", &format!("{format}{version}")));
+        }
+        lines.push(line("state", &self.state));
+        if let Some(keys) = self.keys {
+            lines.push(line("keys", &keys.to_string()));
+        }
+        if let Some(rows) = self.rows {
+            lines.push(line("rows", &rows.to_string()));
+        }
+        for detail in &self.details {
+            lines.push(line(&detail.label, &detail.value));
+        }
+        for text in lines {
+            say!(out, "{}", escape_control(&text));
+        }
+        if !self.schema.is_empty() {
+            say!(out, "schema:      {}", count(self.schema.len() as u64, "field"));
+            for row in table(&self.schema.iter().map(field_row).collect::<Vec<_>>()) {
+                say!(out, "{}", escape_control(&row));
+            }
+        }
+        say!(out, "files:");
+        let mut rows: Vec<Vec<String>> = self
+            .files
+            .iter()
+            .map(|f| vec![f.name.clone(), size_on_disk(f.bytes, f.allocated_bytes), f.role.clone()])
+            .collect();
+        if self.unlisted_files > 0 {
+            let listed: u64 = self.files.iter().map(|f| f.bytes).sum();
+            rows.push(vec![
+                format!("... {} more", count(self.unlisted_files, "file")),
+                size(self.total.bytes - listed),
+                String::new(),
+            ]);
+        }
+        rows.push(vec![
+            "total".to_owned(),
+            size_on_disk(self.total.bytes, self.total.allocated_bytes),
+            count(self.total.files, "file"),
+        ]);
+        for row in table(&rows) {
+            say!(out, "{}", escape_control(&row));
+        }
+        self.write_tail(out, "", 12, true)
+    }
+
+    /// The lines after the tables: checksums, dedup, memory (with `memory_and_errors`; DNANet's
+    /// report has its own), what could not be read (likewise), integrity and its problems, each
+    /// label padded to `width` and indented by `indent`.
+    pub fn write_tail(
+        &self,
+        out: &mut dyn Write,
+        indent: &str,
+        width: usize,
+        memory_and_errors: bool,
+    ) -> Result<(), CliError> {
+        let line = |label: &str, value: &str| {
+            escape_control(&format!("{indent}{:<width$} {value}", format!("{label}:")))
+        };
+        say!(out, "{}", line("checksums", &self.checksums.describe()));
+        for dedup in &self.dedup {
+            let text = format!(
+                "{}: {} -> {} stored ({:.2}x); {}",
+                dedup.what, dedup.references, dedup.stored, dedup.ratio, dedup.note
+            );
+            say!(out, "{}", line("dedup", &text));
+        }
+        if let Some(memory) = self.memory.as_ref().filter(|_| memory_and_errors) {
+            let text = format!("{} ({})", human(memory.bytes), memory.basis);
+            say!(out, "{}", line("in memory", &text));
+        }
+        for error in self.errors.iter().filter(|_| memory_and_errors) {
+            say!(out, "{}", line("cannot read", error));
+        }
+        say!(out, "{}", line("integrity", &self.integrity));
+        for problem in self.problems.iter().take(MAX_LISTED_PROBLEMS) {
+            say!(out, "{indent}  {problem}");
+        }
+        if self.problems.len() > MAX_LISTED_PROBLEMS {
+            say!(out, "{indent}  ... {} more", self.problems.len() - MAX_LISTED_PROBLEMS);
+        }
+        Ok(())
+    }
+}
+
+impl Coverage {
+    /// `none`, or the scheme, then which samples and files it covers.
+    pub fn describe(&self) -> String {
+        let mut text = self.scheme.clone();
+        if let (Some(covered), Some(all)) = (self.covered_samples, self.samples) {
+            text.push_str(&format!("; {covered} of {} carry one", count(all, "sample")));
+        }
+        if !self.uncovered_files.is_empty() {
+            let shown: Vec<&str> =
+                self.uncovered_files.iter().take(5).map(String::as_str).collect();
+            let more = self.uncovered_files.len().saturating_sub(5);
+            let more = if more > 0 { format!(" and {more} more") } else { String::new() };
+            text.push_str(&format!("; not covered: {}{more}", shown.join(", ")));
+        }
+        text
+    }
+}
+
+/// The integrity line for a structure check of the cache at `path`: `clean (...)` or
+/// `N problems (...)`. `verify_adds` says what `stowage verify` checks on top.
+pub fn integrity(report: &ValidationReport, path: &Path, verify_adds: &str) -> String {
+    if report.is_clean() {
+        // A structure check that reads no sample: "of 0 samples" would mislead.
+        let samples = match report.samples_checked {
+            0 => String::new(),
+            n => format!("{} in ", count(n, "sample")),
+        };
+        format!(
+            "clean (structure of {samples}{}; {verify_adds})",
+            count(report.files_checked, "file")
+        )
+    } else {
+        format!(
+            "{} (structure check; `stowage verify {}` lists them)",
+            count(report.problems.len() as u64, "problem"),
+            path.display()
+        )
+    }
+}
+
+fn field_report(field: &FieldSpec) -> FieldReport {
+    let (kind, dtype, shape, note) = match &field.kind {
+        FieldKind::Tensor { dtype, shape } => {
+            ("tensor", Some(dtype.to_string()), Some(shape_rule(shape)), None)
+        }
+        FieldKind::Bytes => ("bytes", None, None, None),
+        FieldKind::Json { deduplicate } => {
+            ("json", None, None, deduplicate.then(|| "deduplicated".to_owned()))
+        }
+    };
+    FieldReport { name: field.name.clone(), kind, dtype, shape, nullable: field.nullable, note }
+}
+
+/// `name  float32  fixed (10, 10)  note  nullable`.
+fn field_row(field: &FieldReport) -> Vec<String> {
+    let mut row = vec![display_key(&field.name)];
+    match (&field.dtype, &field.shape) {
+        (Some(dtype), Some(shape)) => {
+            row.push(dtype.clone());
+            row.push(shape.clone());
+        }
+        _ => row.push(field.kind.to_owned()),
+    }
+    row.extend(field.note.clone());
+    if field.nullable {
+        row.push("nullable".to_owned());
+    }
+    row
+}
+
+/// `fixed (10, 10)`, `max (20, 2, 3)`, `ragged (*, 2)`, `any shape`.
+pub fn shape_rule(rule: &ShapeRule) -> String {
+    match rule {
+        ShapeRule::Fixed(dims) => format!("fixed {}", shape::display(dims)),
+        ShapeRule::Max(dims) => format!("max {}", shape::display(dims)),
+        ShapeRule::RaggedLeading(dims) => {
+            let mut all = vec!["*".to_owned()];
+            all.extend(dims.iter().map(usize::to_string));
+            if all.len() == 1 {
+                "ragged (*,)".to_owned()
+            } else {
+                format!("ragged ({})", all.join(", "))
+            }
+        }
+        ShapeRule::Any => "any shape".to_owned(),
+    }
+}
+
+/// Every regular file under `root` (links not followed): its path relative to `root` and its
+/// metadata, by path.
+pub fn files_under(root: &Path) -> Result<Vec<(String, std::fs::Metadata)>, CliError> {
+    let mut files = Vec::new();
+    let mut pending = vec![root.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        let entries = std::fs::read_dir(&dir).map_err(|e| crate::detect::io_error(&dir, &e))?;
+        for entry in entries {
+            let entry = entry.map_err(|e| crate::detect::io_error(&dir, &e))?;
+            let meta = std::fs::symlink_metadata(entry.path())
+                .map_err(|e| crate::detect::io_error(&entry.path(), &e))?;
+            if meta.is_dir() {
+                pending.push(entry.path());
+            } else if meta.is_file() {
+                files.push((crate::walk::relative(&entry.path(), root), meta));
+            }
+        }
+    }
+    files.sort_by(|a, b| a.0.cmp(&b.0));
+    Ok(files)
+}
+
+/// Per tensor field, the distinct shapes a sample read saw (a few).
+pub type ShapesSeen = Vec<(String, Vec<Vec<usize>>)>;
+
+/// Bytes a sample holds in memory: its tensors' bytes, bytes fields and JSON texts.
+pub fn sample_bytes(sample: &Sample) -> u64 {
+    sample
+        .fields()
+        .map(|(_, value)| match value {
+            Value::Tensor(t) => t.bytes().len() as u64,
+            Value::Bytes(b) => b.len() as u64,
+            Value::Json(text) => text.len() as u64,
+            Value::Null => 0,
+        })
+        .sum()
+}
+
+/// The memory every sample of `source` takes, read from every key up to [`MEMORY_SAMPLE`] of
+/// them and projected from a seeded sample beyond; the shapes seen per tensor field (up to 4),
+/// for a schema that records none. A sample that cannot be read is left out.
+pub fn projected_memory(
+    source: &dyn SampleSource,
+    keys: &[String],
+) -> (Option<Memory>, ShapesSeen) {
+    if keys.is_empty() {
+        return (Some(Memory { bytes: 0, basis: "no samples".into() }), Vec::new());
+    }
+    let fraction = (MEMORY_SAMPLE as f64 / keys.len() as f64).min(1.0);
+    let chosen = crate::verify::select(keys, Some(fraction), 0);
+    let mut bytes = 0u64;
+    let mut read = 0u64;
+    let mut shapes: ShapesSeen = Vec::new();
+    for key in &chosen {
+        let Ok(Some(sample)) = source.get(key) else { continue };
+        read += 1;
+        bytes += sample_bytes(&sample);
+        for (name, value) in sample.fields() {
+            let Value::Tensor(t) = value else { continue };
+            let at = match shapes.iter().position(|(n, _)| n == name) {
+                Some(at) => at,
+                None => {
+                    shapes.push((name.to_owned(), Vec::new()));
+                    shapes.len() - 1
+                }
+            };
+            let seen = &mut shapes[at].1;
+            if seen.len() < 4 && !seen.iter().any(|s| s.as_slice() == t.shape()) {
+                seen.push(t.shape().to_vec());
+            }
+        }
+    }
+    if read == 0 {
+        return (None, shapes);
+    }
+    let memory = if read as usize == keys.len() {
+        Memory {
+            bytes,
+            basis: format!(
+                "every sample's tensors, bytes and JSON, read: {}",
+                count(read, "sample")
+            ),
+        }
+    } else {
+        Memory {
+            bytes: (bytes as f64 / read as f64 * keys.len() as f64).round() as u64,
+            basis: format!("projected from a seeded sample of {} of {} samples", read, keys.len()),
+        }
+    };
+    (Some(memory), shapes)
+}
+
+/// Adds the shapes seen to the fields of a schema that records none.
+pub fn note_shapes_seen(report: &mut CacheReport, shapes: &ShapesSeen) {
+    for field in &mut report.schema {
+        if let Some((_, seen)) = shapes.iter().find(|(name, _)| *name == field.name) {
+            let list: Vec<String> = seen.iter().map(|s| shape::display(s)).collect();
+            field.note = Some(format!("seen {}", list.join(" ")));
+        }
+    }
+}
