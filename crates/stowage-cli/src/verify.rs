@@ -84,7 +84,10 @@ pub fn run(path: &Path, options: VerifyOptions, out: &mut dyn Write) -> Result<S
             report(Plan { structure, ..plan }, options, out)
         }
         CacheKind::Torchcachex => {
-            let source = TorchcachexSource::open(path)?;
+            let source = match TorchcachexSource::open(path) {
+                Ok(source) => source,
+                Err(e) => return report(damaged_torchcachex(path, e, options)?, options, out),
+            };
             let mut structure = ValidationReport::default();
             check_schema_json(&source.reader, &mut structure);
             let keys = source.reader.keys()?;
@@ -330,20 +333,7 @@ impl<'a> ArrowSegments<'a> {
         let segments: Vec<(u64, PathBuf)> =
             reader.segment_paths().map(|(id, path)| (id, path.to_path_buf())).collect();
         let units = if options.sample.is_none_or(|f| f >= 1.0) {
-            segments
-                .into_iter()
-                .map(|(id, path)| {
-                    let root = root.clone();
-                    Unit {
-                        samples: std::fs::metadata(&path).map_or(1, |m| m.len().max(1)),
-                        check: Box::new(move |progress: &Progress| {
-                            let report = whole_segment(&root, id, &path, output, required);
-                            progress.inc(std::fs::metadata(&path).map_or(1, |m| m.len().max(1)));
-                            report
-                        }),
-                    }
-                })
-                .collect()
+            segment_units(&root, segments, output, required)
         } else {
             let mut by_segment: BTreeMap<u64, Vec<String>> = BTreeMap::new();
             for key in &selected {
@@ -386,21 +376,80 @@ impl<'a> ArrowSegments<'a> {
             keys: keys.len() as u64,
             selected: selected.len() as u64,
             units,
-            no_checksums: (!required).then_some(
-                "torchcachex writes no checksums: verify decoded every row (and checked the row \
-                 checksums of segments stowage added), not the bytes' integrity",
-            ),
+            no_checksums: (!required).then_some(TORCHCACHEX_NO_CHECKSUMS),
             repair: if required {
                 "put the damaged keys again (a later row replaces them), or delete a damaged \
                  segment's .keys/.sums sidecar or stowage_index_*.bin run only through a writer \
                  (reopening for writing rebuilds what it can); a damaged segment's keys are lost"
             } else {
-                "recompute the damaged keys with torchcachex (delete the cache directory to \
-                 rebuild it)"
+                TORCHCACHEX_REPAIR
             },
         })
     }
 }
+
+/// One unit per segment, checking all of it ([`whole_segment`]); progress counts bytes.
+fn segment_units(
+    root: &Path,
+    segments: Vec<(u64, PathBuf)>,
+    output: stowage_arrow::schema_json::OutputStructure,
+    required: bool,
+) -> Vec<Unit<'static>> {
+    segments
+        .into_iter()
+        .map(|(id, path)| {
+            let root = root.to_path_buf();
+            let bytes = std::fs::metadata(&path).map_or(1, |m| m.len().max(1));
+            Unit {
+                samples: bytes,
+                check: Box::new(move |progress: &Progress| {
+                    let report = whole_segment(&root, id, &path, output, required);
+                    progress.inc(bytes);
+                    report
+                }),
+            }
+        })
+        .collect()
+}
+
+/// A torchcachex cache whose reader cannot open (a damaged segment keeps the keys from being
+/// listed): every segment is still checked on its own, so each damaged one is named. A sample
+/// needs the keys, so it is refused then.
+fn damaged_torchcachex(
+    path: &Path,
+    open_error: CliError,
+    options: VerifyOptions,
+) -> Result<Plan<'static>, CliError> {
+    if options.sample.is_some_and(|f| f < 1.0) {
+        return Err(CliError::new(format!(
+            "{open_error} (the keys cannot be listed, so no sample of them can be drawn; run \
+             verify without --sample to check every segment)"
+        )));
+    }
+    let layout = stowage_arrow::layout::Layout::new(path);
+    let Ok(Some(schema)) = SchemaJson::read(&layout.schema()) else { return Err(open_error) };
+    let mut structure = ValidationReport { files_checked: 1, ..Default::default() };
+    let segments = layout.list_segments()?;
+    if segments.is_empty() {
+        structure.problem(Some(path), None, open_error.to_string());
+    }
+    Ok(Plan {
+        structure,
+        units: segment_units(path, segments, schema.output_structure, false),
+        keys: 0,
+        selected: 0,
+        no_checksums: Some(TORCHCACHEX_NO_CHECKSUMS),
+        repair: TORCHCACHEX_REPAIR,
+    })
+}
+
+/// The note for a cache torchcachex wrote.
+const TORCHCACHEX_NO_CHECKSUMS: &str = "torchcachex writes no checksums: verify decoded every \
+    row (and checked the row checksums of segments stowage added), not the bytes' integrity";
+
+/// How to repair a cache torchcachex wrote.
+const TORCHCACHEX_REPAIR: &str = "recompute the damaged keys with torchcachex (delete a \
+    damaged segment, or the cache directory, and torchcachex writes them again)";
 
 /// Every row of segment `id` (at `path`) decoded and checked against its row checksums, and its
 /// key sidecar against its keys.

@@ -1,0 +1,109 @@
+//! What every test file shares: running the real binary and reading what it wrote.
+#![allow(dead_code)] // Each test file uses its own part.
+
+use std::ffi::{OsStr, OsString};
+use std::io::Read;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use stowage_core::DType;
+use stowage_npy::npy_header;
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_stowage");
+
+/// What one run of the binary did.
+pub struct Run {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl std::fmt::Debug for Run {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "exit {}\n--- stdout\n{}--- stderr\n{}", self.code, self.stdout, self.stderr)
+    }
+}
+
+/// How long one run may take before it counts as hung (and is killed).
+const RUN_TIMEOUT: Duration = Duration::from_secs(120);
+
+pub fn stowage<I, S>(args: I) -> Run
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<OsStr>,
+{
+    let args: Vec<OsString> = args.into_iter().map(|a| a.as_ref().to_os_string()).collect();
+    let mut child = Command::new(BIN)
+        .args(&args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the stowage binary runs");
+    let drain = |mut pipe: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            pipe.read_to_end(&mut bytes).map(|_| bytes)
+        })
+    };
+    let stdout = drain(Box::new(child.stdout.take().unwrap()));
+    let stderr = drain(Box::new(child.stderr.take().unwrap()));
+    let deadline = Instant::now() + RUN_TIMEOUT;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("stowage {args:?} did not finish within {RUN_TIMEOUT:?}");
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    let run = Run {
+        code: status.code().expect("stowage exited normally, not by a signal"),
+        stdout: String::from_utf8(stdout.join().unwrap().unwrap()).expect("stdout is UTF-8"),
+        stderr: String::from_utf8(stderr.join().unwrap().unwrap()).expect("stderr is UTF-8"),
+    };
+    assert!(!run.stderr.contains("panicked"), "the binary panicked: {run:?}");
+    run
+}
+
+/// Arguments mixing literal words and paths.
+pub fn args(parts: &[&dyn AsRef<OsStr>]) -> Vec<OsString> {
+    parts.iter().map(|p| p.as_ref().to_os_string()).collect()
+}
+
+/// Asserts exit status 2 with exactly one line on stderr, `stowage: error: ...` containing every
+/// one of `needles`.
+pub fn assert_error_line(run: &Run, needles: &[&str]) {
+    assert_eq!(run.code, 2, "{run:?}");
+    assert_eq!(run.stderr.lines().count(), 1, "one error line: {run:?}");
+    assert!(run.stderr.starts_with("stowage: error: "), "{run:?}");
+    for needle in needles {
+        assert!(run.stderr.contains(needle), "stderr lacks {needle:?}: {run:?}");
+    }
+}
+
+/// Writes a file of `len` deterministic pseudo-random bytes.
+pub fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
+    let mut state = seed.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    (0..len)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 24) as u8
+        })
+        .collect()
+}
+
+/// dtype, shape and data bytes of a `.npy` file, read with the workspace's own header parser.
+pub fn read_npy(path: &Path) -> (DType, Vec<usize>, String, Vec<u8>) {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let h = npy_header::parse(&bytes).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    assert!(!h.fortran_order, "{}", path.display());
+    assert_eq!(bytes.len(), h.data_offset + h.data_len().unwrap(), "{}", path.display());
+    (h.dtype, h.shape, h.descr, bytes[h.data_offset..].to_vec())
+}
