@@ -54,18 +54,23 @@ Examples:
   stowage keys ./cache | head
   stowage get ./cache sample-0 --out ./sample-0
   stowage get ./hangar-repo --record '10:4ujrcb35:fd40def8890c87db:3:10 10' --out fx013.npy
+  stowage convert ./torchcachex-cache ./memmap --to memmap --verify
+  stowage explain ./cache --config config.json --sources '/data/*.hid'
 
 Caches it reads: stowage NUMPY_10 caches (a directory with stowage.json, format stowage-npy),
 bare hangar NUMPY_10 data directories (data/10/*.npy, records kept in hangar's LMDB), memmap
 row caches written by stowage (stowage.json, format dnanet-memmap-row) or by DNANet (finished
-or half-built), and DNANet cache roots (a directory of memmap caches; inspect only).";
+or half-built), Arrow segment caches written by stowage (stowage.log) or torchcachex
+(segments/, schema.json, index.pkl), HDF5 segment caches written by stowage, aenet HDF5
+dataset files with a torch cache (keys are entry indices), and directories of caches (inspect
+walks them).";
 
 /// The parsed command line.
 #[derive(Debug, Parser)]
 #[command(
     name = "stowage",
     version,
-    about = "Inspect, verify, list and extract samples of ML sample caches",
+    about = "Inspect, verify, list, extract, convert and explain ML sample caches",
     after_help = format!("{MAIN_EXAMPLES}\n\n{EXIT_STATUS}"),
 )]
 struct Cli {
@@ -344,9 +349,9 @@ fn argument_error(e: &clap::Error) -> ExitCode {
             let _ = e.print();
             ExitCode::SUCCESS
         }
-        ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand | ErrorKind::MissingSubcommand => {
-            fail("no command given: use one of inspect, verify, keys, get (see `stowage --help`)")
-        }
+        ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand | ErrorKind::MissingSubcommand => fail(
+            "no command given: use one of inspect, verify, keys, get, convert, explain (see `stowage --help`)",
+        ),
         _ => fail(&error::escape_control(&clap_error_line(&e.to_string()))),
     }
 }

@@ -80,10 +80,21 @@ fn build_cache(dir: &Path, finalize: bool) -> PathBuf {
 fn help_lists_every_command_with_examples_and_exit_codes() {
     let run = stowage(["--help"]);
     assert_eq!(run.code, 0, "{run:?}");
-    for needle in ["inspect", "verify", "keys", "get", "Examples:", "Exit status:", "2  error"] {
+    for needle in [
+        "inspect",
+        "verify",
+        "keys",
+        "get",
+        "convert",
+        "explain",
+        "Examples:",
+        "Exit status:",
+        "2  error",
+        "3  explain cannot tell",
+    ] {
         assert!(run.stdout.contains(needle), "--help lacks {needle:?}: {run:?}");
     }
-    for command in ["inspect", "verify", "keys", "get"] {
+    for command in ["inspect", "verify", "keys", "get", "convert", "explain"] {
         let run = stowage([command, "--help"]);
         assert_eq!(run.code, 0, "{run:?}");
         assert!(run.stdout.contains("Example"), "{command} --help has no example: {run:?}");
