@@ -171,8 +171,11 @@ fn check_key(report: &mut ValidationReport, source: &dyn SampleSource, key: &str
     }
 }
 
-/// Units of [`KEYS_PER_UNIT`] keys, each read through `source`.
-fn key_units<'a>(source: &'a dyn SampleSource, keys: &[String]) -> Vec<Unit<'a>> {
+/// Units of [`KEYS_PER_UNIT`] keys, each key checked by `check`.
+fn key_units<'a, F>(keys: &[String], check: F) -> Vec<Unit<'a>>
+where
+    F: Fn(&mut ValidationReport, &str) + Copy + Send + Sync + 'a,
+{
     keys.chunks(KEYS_PER_UNIT)
         .map(|chunk| {
             let chunk = chunk.to_vec();
@@ -181,7 +184,7 @@ fn key_units<'a>(source: &'a dyn SampleSource, keys: &[String]) -> Vec<Unit<'a>>
                 check: Box::new(move |progress: &Progress| {
                     let mut report = ValidationReport::default();
                     for key in &chunk {
-                        check_key(&mut report, source, key);
+                        check(&mut report, key);
                         progress.inc(1);
                     }
                     report
@@ -240,7 +243,7 @@ fn plan_by_keys<'a>(
         structure,
         keys: keys.len() as u64,
         selected: selected.len() as u64,
-        units: key_units(source, &selected),
+        units: key_units(&selected, move |report, key| check_key(report, source, key)),
         no_checksums,
         repair,
     })
@@ -496,23 +499,7 @@ fn check_schema_json(reader: &CacheReader, report: &mut ValidationReport) {
 fn plan_aenet(source: &AenetSource, options: VerifyOptions) -> Result<Plan<'_>, CliError> {
     let keys = source.keys()?;
     let selected = select(&keys, options.sample, options.seed);
-    let units = selected
-        .chunks(KEYS_PER_UNIT)
-        .map(|chunk| {
-            let chunk = chunk.to_vec();
-            Unit {
-                samples: chunk.len() as u64,
-                check: Box::new(move |progress: &Progress| {
-                    let mut report = ValidationReport::default();
-                    for key in &chunk {
-                        check_aenet_entry(&mut report, source, key);
-                        progress.inc(1);
-                    }
-                    report
-                }),
-            }
-        })
-        .collect();
+    let units = key_units(&selected, move |report, key| check_aenet_entry(report, source, key));
     Ok(Plan {
         structure: ValidationReport { files_checked: 1, ..Default::default() },
         keys: keys.len() as u64,

@@ -21,13 +21,7 @@ pub fn stowage_arrow(path: &Path) -> Result<CacheReport, CliError> {
     let committed = stowage_arrow::commit_log::read(&cache.reader().layout().commit_log())?;
     report.version = Some(committed.header.version.to_string());
     report.finalized = Some(cache.is_finalized());
-    report.state = if cache.is_finalized() {
-        "finalized (the commit log's last record; appends reopen it)".into()
-    } else {
-        "not finalized (being written, or interrupted: a writer resumes after the last committed \
-         segment)"
-            .into()
-    };
+    report.state = super::report::segment_cache_state(cache.is_finalized());
     report.set_schema(cache.schema());
     let runs: Vec<String> = cache
         .reader()

@@ -22,13 +22,7 @@ pub fn stowage_hdf5(path: &Path) -> Result<CacheReport, CliError> {
     let committed = stowage_hdf5::commit_log::interpret(&log, &AppendLog::read_all(&log)?)?;
     report.version = Some(committed.header.version.to_string());
     report.finalized = Some(cache.is_finalized());
-    report.state = if cache.is_finalized() {
-        "finalized (the commit log's last record; appends reopen it)".into()
-    } else {
-        "not finalized (being written, or interrupted: a writer resumes after the last committed \
-         segment)"
-            .into()
-    };
+    report.state = super::report::segment_cache_state(cache.is_finalized());
     report.set_schema(cache.schema());
     let rows: u64 = committed.segments.iter().map(|s| s.rows).sum();
     report.detail("segments", committed.segments.len().to_string());

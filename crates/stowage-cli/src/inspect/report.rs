@@ -373,6 +373,17 @@ impl Coverage {
     }
 }
 
+/// The state of a segment cache stowage wrote (Arrow or HDF5), finalized or not.
+pub fn segment_cache_state(finalized: bool) -> String {
+    if finalized {
+        "finalized (the commit log's last record; appends reopen it)".into()
+    } else {
+        "not finalized (being written, or interrupted: a writer resumes after the last committed \
+         segment)"
+            .into()
+    }
+}
+
 /// The integrity line for a structure check of the cache at `path`: `clean (...)` or
 /// `N problems (...)`. `verify_adds` says what `stowage verify` checks on top.
 pub fn integrity(report: &ValidationReport, path: &Path, verify_adds: &str) -> String {
