@@ -31,7 +31,15 @@ Commands:
                     5. cargo doc --workspace --no-deps   (RUSTDOCFLAGS=\"-D warnings\")
     --quick       only the prerequisites and step 4
 
-  bench           Run every benchmark suite in order and print its comparison table:
+  bench           First the overview: `stowage bench` writes the same generated workloads
+                  (100,000 float32[512] samples, 5,000 DNANet-shaped rows, 10,000 ragged
+                  aenet-shaped entries) into every backend, verifies them and prints one table
+                  per workload beside the physical references, with the Python peers when
+                  python3 and their packages are there:
+                    overview cargo run --release -p stowage-cli --bin stowage -- bench
+                               --workload flat --workload dnanet --workload aenet
+                               --format markdown --dir <target>/bench-data/overview [--peers]
+                  Then every benchmark suite in order, each printing its comparison table:
                     numpy10  cargo bench -p stowage-npy --bench numpy10 -- --noplot
                              python3 xtask/py/numpy10_peer.py <target>/bench-data
                     memmap   cargo bench -p stowage-memmap --bench memmap_rows -- --noplot
@@ -45,10 +53,11 @@ Commands:
                   then write the table, the machine and the command to the suite's section of
                   docs/benchmarks.md. A suite that fails is reported and the others still run;
                   the command then exits non-zero.
-    --suite NAME  run only this suite (numpy10, memmap, arrow or hdf5); may be given more
-                  than once
+    --suite NAME  run only this step (overview, numpy10, memmap, arrow or hdf5); may be
+                  given more than once
     --report-only do not run the benchmarks; report the last criterion results
-                  (the Python peers still run when the bench data exists)
+                  (the Python peers still run when the bench data exists; the overview,
+                  which keeps no results, is skipped)
 
   help, --help, -h  Print this text.
 

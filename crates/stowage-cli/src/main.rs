@@ -2,10 +2,11 @@
 //! ## Code layout
 //!
 //! `main` parses the arguments (clap), dispatches to one module per subcommand (`inspect`,
-//! `verify`, `keys`, `get`) and turns the outcome into an exit status: 0 success, 1 problems found
-//! by `verify`, 2 any error. `detect` finds out what kind of cache a path is, `hangar` scans bare
-//! hangar data directories, `npy_out` writes tensors as `.npy` files and `out` holds the shared
-//! output helpers.
+//! `verify`, `keys`, `get`, `convert`, `bench`, `explain`) and turns the outcome into an exit
+//! status: 0 success, 1 problems found, 2 any error, 3 `explain` cannot tell. `detect` finds out
+//! what kind of cache a path is, `open` and `source` open it for reading, `walk` finds the caches
+//! below a directory, `hangar` scans bare hangar data directories, `npy_out` writes tensors as
+//! `.npy` files and `out` holds the shared output helpers; `bench` is a module tree of its own.
 #![deny(missing_docs)]
 
 use std::io::Write;
@@ -22,6 +23,7 @@ macro_rules! say {
     };
 }
 
+mod bench;
 mod convert;
 mod detect;
 mod error;
@@ -42,7 +44,8 @@ use error::{CliError, EXIT_ERROR, Status};
 const EXIT_STATUS: &str = "\
 Exit status:
   0  success (explain: the cache is valid for the config and sources)
-  1  verify found problems; convert --verify found mismatches; explain: the cache is stale
+  1  verify found problems; convert --verify found mismatches; explain: the cache is stale;
+     bench: a backend failed to write, verify or read its workload
   2  error: bad arguments, a path that cannot be read or is not a cache, a missing key,
      corrupted data that get refuses to return, a field convert cannot translate
   3  explain cannot tell: the format records no fingerprint";
@@ -55,6 +58,7 @@ Examples:
   stowage get ./cache sample-0 --out ./sample-0
   stowage get ./hangar-repo --record '10:4ujrcb35:fd40def8890c87db:3:10 10' --out fx013.npy
   stowage convert ./torchcachex-cache ./memmap --to memmap --verify
+  stowage bench --backends arrow,memmap
   stowage explain ./cache --config config.json --sources '/data/*.hid'
 
 Caches it reads: stowage NUMPY_10 caches (a directory with stowage.json, format stowage-npy),
@@ -154,6 +158,26 @@ keys it has committed are skipped, and the result is the same as an uninterrupte
 --verify then reads every sample back from DST and compares its digest with SRC's, listing each
 key that differs.";
 
+const BENCH_HELP: &str = "\
+Examples:
+  stowage bench
+  stowage bench --rows 20000 --shape 64,64 --dtype uint8 --backends arrow,npy
+  stowage bench --workload flat --workload dnanet --workload aenet --peers --format markdown
+
+Writes the same generated samples into a new cache of every backend (a durable flush every
+2,048 samples, then finalize), checks each cache (validate at full level, then every sample
+read back equal) and only then times it: write rate, open time, random get rate with p50/p99
+latency with and without checksum checks, batched get rate, bytes on disk per sample and the
+peak resident memory of the run. Beside them, the physical references on the same bytes in the
+same run: writing them to one file with an fdatasync every 2,048 samples, and copying them out
+of a warm memory map in the read order; each backend figure also shows as a fraction of its
+reference. Reads walk one shuffled epoch over the samples (at most 200,000), the same order for
+every backend, reference and peer. A backend that cannot hold a workload's schema is listed
+with the reason, not measured. --peers runs each original tool's read path in Python on the
+same files (hangar's slice + xxh64, DNANet's np.memmap rows, torchcachex's pyarrow get_batch,
+h5py variable-length rows). Progress goes to stderr, the report to stdout. Exits 1 when a
+backend failed to write, verify or read its workload.";
+
 const EXPLAIN_HELP: &str = "\
 Examples:
   stowage explain ./cache_root/aed9b48500e9acfd --config config.json --sources '/srv/hid/rnd/*.hid'
@@ -236,6 +260,11 @@ enum Command {
         flush_every: u32,
     },
 
+    /// Write the same generated workload into every backend, verify it, and measure it beside
+    /// the machine's physical limits
+    #[command(after_help = format!("{BENCH_HELP}\n\n{EXIT_STATUS}"))]
+    Bench(BenchArgs),
+
     /// Tell whether a cache is valid for a configuration and source files, and what differs
     #[command(after_help = format!("{EXPLAIN_HELP}\n\n{EXIT_STATUS}"))]
     Explain {
@@ -256,6 +285,65 @@ enum Command {
         #[arg(long, value_name = "DIR")]
         root: Option<PathBuf>,
     },
+}
+
+/// Arguments of `stowage bench`.
+#[derive(Debug, Args)]
+struct BenchArgs {
+    /// Samples per workload (default: 100,000 flat, 5,000 DNANet rows, 10,000 aenet entries)
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u64).range(1..))]
+    rows: Option<u64>,
+
+    /// The flat workload's tensor shape, dimensions separated by commas
+    #[arg(long, value_name = "D,D,...", default_value = "512", value_delimiter = ',')]
+    shape: Vec<usize>,
+
+    /// The flat workload's element type (float32, int16, uint8, bfloat16, ...)
+    #[arg(long, value_name = "NAME", default_value = "float32", value_parser = parse_dtype)]
+    dtype: stowage_core::DType,
+
+    /// Which workloads: flat (one tensor of --dtype and --shape), dnanet (DNANet's rows),
+    /// aenet (ragged atoms x 64 float64); repeatable (default: flat)
+    #[arg(long, value_enum)]
+    workload: Vec<WorkloadName>,
+
+    /// The backends, separated by commas (default: npy,memmap,arrow,hdf5)
+    #[arg(long, value_name = "LIST", value_delimiter = ',', value_parser = parse_backend)]
+    backends: Vec<bench::subject::Kind>,
+
+    /// Also run each original tool's read path in Python on the same files (python3 with numpy,
+    /// xxhash, pyarrow, h5py); a peer that cannot run is reported, not fatal
+    #[arg(long)]
+    peers: bool,
+
+    /// The output: an aligned table, markdown tables, or JSON
+    #[arg(long, value_enum, default_value = "table")]
+    format: BenchFormat,
+
+    /// Where the caches are written (default: a new directory in the system's temporary
+    /// directory, removed afterwards)
+    #[arg(long, value_name = "DIR")]
+    dir: Option<PathBuf>,
+
+    /// Keep the caches after measuring them
+    #[arg(long)]
+    keep: bool,
+}
+
+/// A workload of `stowage bench`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum WorkloadName {
+    Flat,
+    Dnanet,
+    Aenet,
+}
+
+/// How `stowage bench` prints its report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum BenchFormat {
+    Table,
+    Markdown,
+    Json,
 }
 
 /// Arguments of `stowage get`.
@@ -315,10 +403,60 @@ fn run(command: Command, out: &mut dyn Write) -> Result<Status, CliError> {
                 convert::ConvertOptions { target: to, verify, flush_every: flush_every as usize };
             convert::run(&src, &dst, &options, out)
         }
+        Command::Bench(args) => run_bench(args, out),
         Command::Explain { path, config, sources, root } => {
             explain::run(&path, &config, sources.as_deref(), root.as_deref(), out)
         }
     }
+}
+
+/// `stowage bench`: builds the plan, runs it with progress lines on stderr, prints the report.
+fn run_bench(args: BenchArgs, out: &mut dyn Write) -> Result<Status, CliError> {
+    use bench::workload::Workload;
+    let rows = |default: usize| args.rows.map_or(default, |n| n as usize);
+    let names = if args.workload.is_empty() { vec![WorkloadName::Flat] } else { args.workload };
+    let workloads = names
+        .into_iter()
+        .map(|name| match name {
+            WorkloadName::Flat => Workload::flat(rows(100_000), args.dtype, args.shape.clone()),
+            WorkloadName::Dnanet => Workload::dnanet(rows(5_000)),
+            WorkloadName::Aenet => Workload::aenet(rows(10_000)),
+        })
+        .collect();
+    let backends =
+        if args.backends.is_empty() { bench::subject::Kind::ALL.to_vec() } else { args.backends };
+    let (dir, temporary) = match args.dir {
+        Some(dir) => (dir, false),
+        None => (std::env::temp_dir().join(format!("stowage-bench-{}", std::process::id())), true),
+    };
+    let plan = bench::BenchPlan {
+        workloads,
+        backends,
+        peers: args.peers,
+        dir: dir.clone(),
+        keep: args.keep,
+    };
+    let mut progress = |line: &str| eprintln!("stowage bench: {line}");
+    let report = bench::run(&plan, &mut progress).map_err(CliError::new);
+    if temporary && !args.keep {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    let report = report?;
+    let text = match args.format {
+        BenchFormat::Table => report.to_table(),
+        BenchFormat::Markdown => report.to_markdown(),
+        BenchFormat::Json => report.to_json(),
+    };
+    say!(out, "{}", text.trim_end());
+    Ok(if report.all_verified() { Status::Success } else { Status::ProblemsFound })
+}
+
+fn parse_dtype(text: &str) -> Result<stowage_core::DType, String> {
+    stowage_core::DType::from_name(text).map_err(|e| e.to_string())
+}
+
+fn parse_backend(text: &str) -> Result<bench::subject::Kind, String> {
+    bench::subject::Kind::from_name(text)
 }
 
 /// The cores this process may use (1 when the system does not say).
@@ -350,7 +488,7 @@ fn argument_error(e: &clap::Error) -> ExitCode {
             ExitCode::SUCCESS
         }
         ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand | ErrorKind::MissingSubcommand => fail(
-            "no command given: use one of inspect, verify, keys, get, convert, explain (see `stowage --help`)",
+            "no command given: use one of inspect, verify, keys, get, convert, bench, explain (see `stowage --help`)",
         ),
         _ => fail(&error::escape_control(&clap_error_line(&e.to_string()))),
     }

@@ -107,19 +107,16 @@ impl Section<'_> {
     }
 }
 
-/// The begin and end markers of `suite`'s section.
-fn markers(suite: &Suite) -> (String, String) {
-    (
-        format!("<!-- xtask-bench:{}:begin -->", suite.name),
-        format!("<!-- xtask-bench:{}:end -->", suite.name),
-    )
+/// The begin and end markers of the section called `name`.
+fn markers(name: &str) -> (String, String) {
+    (format!("<!-- xtask-bench:{name}:begin -->"), format!("<!-- xtask-bench:{name}:end -->"))
 }
 
-/// Where `suite`'s section is in `doc`, from the start of its begin marker to the end of its end
-/// marker: its own markers, else the unnamed ones when the suite owns them.
-fn find_section(doc: &str, suite: &Suite) -> Option<Range<usize>> {
-    let (begin, end) = markers(suite);
-    let unnamed = suite.owns_unnamed_markers.then_some(UNNAMED_MARKERS);
+/// Where the section `name` is in `doc`, from the start of its begin marker to the end of its
+/// end marker: its own markers, else the unnamed ones when it owns them.
+fn find_section(doc: &str, name: &str, owns_unnamed_markers: bool) -> Option<Range<usize>> {
+    let (begin, end) = markers(name);
+    let unnamed = owns_unnamed_markers.then_some(UNNAMED_MARKERS);
     [(begin.as_str(), end.as_str())].into_iter().chain(unnamed).find_map(|(begin, end)| {
         let start = doc.find(begin)?;
         let length = doc[start..].find(end)?;
@@ -132,13 +129,31 @@ fn find_section(doc: &str, suite: &Suite) -> Option<Range<usize>> {
 /// section (in [`SUITES`] order), else at the end, after the hand-written text of the suites before
 /// it.
 pub fn replace_section(doc: &str, suite: &Suite, section: &str) -> String {
-    let (begin, end) = markers(suite);
+    let later: Vec<&str> = SUITES
+        .iter()
+        .skip_while(|other| other.name != suite.name)
+        .skip(1)
+        .map(|s| s.name)
+        .collect();
+    replace(doc, suite.name, suite.owns_unnamed_markers, &later, section)
+}
+
+/// `doc` with the section `name` replaced by `section` between its markers; a section not yet in
+/// `doc` goes before the first section of `later` there is, else at the end.
+pub fn replace_named_section(doc: &str, name: &str, later: &[&str], section: &str) -> String {
+    replace(doc, name, false, later, section)
+}
+
+fn replace(doc: &str, name: &str, owns_unnamed: bool, later: &[&str], section: &str) -> String {
+    let (begin, end) = markers(name);
     let body = format!("{begin}\n{}\n{end}", section.trim_end());
-    if let Some(range) = find_section(doc, suite) {
+    if let Some(range) = find_section(doc, name, owns_unnamed) {
         return format!("{}{body}{}", &doc[..range.start], &doc[range.end..]);
     }
-    let later = SUITES.iter().skip_while(|other| other.name != suite.name).skip(1);
-    if let Some(next) = later.filter_map(|other| find_section(doc, other)).next() {
+    let owns = |other: &str| SUITES.iter().any(|s| s.name == other && s.owns_unnamed_markers);
+    if let Some(next) =
+        later.iter().filter_map(|other| find_section(doc, other, owns(other))).next()
+    {
         return format!("{}{body}\n\n{}", &doc[..next.start], &doc[next.start..]);
     }
     let mut out = doc.trim_end().to_owned();
@@ -317,6 +332,24 @@ mod tests {
              <!-- xtask-bench:memmap:end -->\n"
         );
         assert_eq!(replace_section(&both, &MEMMAP, "## memmap\n\nmemmap table\n"), both);
+    }
+
+    /// The overview's section goes before every suite's, including numpy10's unnamed markers,
+    /// and is replaced in place afterwards.
+    #[test]
+    fn the_overview_goes_first_and_is_replaced_in_place() {
+        let later: Vec<&str> = SUITES.iter().map(|suite| suite.name).collect();
+        let doc = "# Benchmarks\n\nintro\n\n<!-- xtask-bench:begin -->\nold\n\
+                   <!-- xtask-bench:end -->\n";
+        let first = replace_named_section(doc, "overview", &later, "o1");
+        assert_eq!(
+            first,
+            "# Benchmarks\n\nintro\n\n<!-- xtask-bench:overview:begin -->\no1\n\
+             <!-- xtask-bench:overview:end -->\n\n<!-- xtask-bench:begin -->\nold\n\
+             <!-- xtask-bench:end -->\n"
+        );
+        let again = replace_named_section(&first, "overview", &later, "o2");
+        assert_eq!(again, first.replace("o1", "o2"));
     }
 
     /// A suite written before a later suite's section exists goes in front of it, so sections

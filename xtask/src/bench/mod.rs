@@ -12,6 +12,7 @@ mod criterion;
 mod doc;
 mod levels;
 mod machine;
+mod overview;
 mod peer;
 mod rate;
 mod suite;
@@ -28,6 +29,8 @@ use crate::{cargo, display_command, target_dir, workspace_root};
 /// What `cargo xtask bench` was asked to do.
 #[derive(Debug)]
 pub struct Options {
+    /// Run the overview (`stowage bench` over every backend) first.
+    overview: bool,
     /// The suites to run, in [`SUITES`] order.
     suites: Vec<&'static Suite>,
     /// Report the last criterion results instead of running the benches.
@@ -35,7 +38,8 @@ pub struct Options {
 }
 
 impl Options {
-    /// Parses `[--suite NAME]... [--report-only]` in any order; no `--suite` means every suite.
+    /// Parses `[--suite NAME]... [--report-only]` in any order; no `--suite` means the overview
+    /// and every suite (`--suite overview` names the overview).
     pub fn parse(args: &[String]) -> Result<Options, String> {
         let mut report_only = false;
         let mut chosen: Vec<&str> = Vec::new();
@@ -47,7 +51,11 @@ impl Options {
                     let name = args.next().ok_or_else(|| {
                         format!("`--suite` needs a suite name: {}", suite::names())
                     })?;
-                    chosen.push(suite::find(name)?.name);
+                    if name == overview::NAME {
+                        chosen.push(overview::NAME);
+                    } else {
+                        chosen.push(suite::find(name)?.name);
+                    }
                 }
                 other => {
                     return Err(format!(
@@ -61,17 +69,19 @@ impl Options {
             .iter()
             .filter(|suite| chosen.is_empty() || chosen.contains(&suite.name))
             .collect();
-        Ok(Options { suites, report_only })
+        let overview = chosen.is_empty() || chosen.contains(&overview::NAME);
+        Ok(Options { overview, suites, report_only })
     }
 
     /// The command as the docs record it: `cargo xtask bench`, with `--suite` for each suite when
     /// not all run, and `--report-only`.
     fn command_line(&self) -> String {
         let mut line = "cargo xtask bench".to_owned();
-        if self.suites.len() != SUITES.len() {
-            for suite in &self.suites {
+        if !self.overview || self.suites.len() != SUITES.len() {
+            let overview = self.overview.then_some(overview::NAME);
+            for name in overview.into_iter().chain(self.suites.iter().map(|s| s.name)) {
                 line.push_str(" --suite ");
-                line.push_str(suite.name);
+                line.push_str(name);
             }
         }
         if self.report_only {
@@ -122,8 +132,18 @@ pub fn run(options: Options) -> Result<(), String> {
 /// [`run`] with the paths given, so tests can point it at temporary directories.
 fn run_suites(options: &Options, paths: &Paths) -> Result<(), String> {
     let mut failed: Vec<&str> = Vec::new();
+    let steps = options.suites.len() + usize::from(options.overview);
+    if options.overview {
+        println!("xtask: ==> {} (1 of {steps})", overview::NAME);
+        let data = paths.bench_data_root.join(overview::NAME);
+        if let Err(message) = overview::run(&paths.root, &data, &paths.docs, options.report_only) {
+            eprintln!("xtask: error: {}: {message}", overview::NAME);
+            failed.push(overview::NAME);
+        }
+    }
     for (number, suite) in options.suites.iter().enumerate() {
-        println!("xtask: ==> suite {} ({} of {})", suite.name, number + 1, options.suites.len());
+        let step = number + 1 + usize::from(options.overview);
+        println!("xtask: ==> suite {} ({step} of {steps})", suite.name);
         if let Err(message) = run_suite(suite, options, paths) {
             eprintln!("xtask: error: suite {}: {message}", suite.name);
             failed.push(suite.name);
@@ -132,12 +152,7 @@ fn run_suites(options: &Options, paths: &Paths) -> Result<(), String> {
     if failed.is_empty() {
         Ok(())
     } else {
-        Err(format!(
-            "{} of {} suites failed: {} (see above)",
-            failed.len(),
-            options.suites.len(),
-            failed.join(", ")
-        ))
+        Err(format!("{} of {steps} steps failed: {} (see above)", failed.len(), failed.join(", ")))
     }
 }
 
@@ -253,13 +268,16 @@ mod tests {
     fn options_choose_suites_and_report_only_in_any_order() {
         let all = parse(&[]).unwrap();
         assert_eq!(
-            (names(&all), all.report_only),
-            (vec!["numpy10", "memmap", "arrow", "hdf5"], false)
+            (all.overview, names(&all), all.report_only),
+            (true, vec!["numpy10", "memmap", "arrow", "hdf5"], false)
         );
         assert_eq!(all.command_line(), "cargo xtask bench");
 
         let memmap = parse(&["--report-only", "--suite", "memmap"]).unwrap();
-        assert_eq!((names(&memmap), memmap.report_only), (vec!["memmap"], true));
+        assert_eq!(
+            (memmap.overview, names(&memmap), memmap.report_only),
+            (false, vec!["memmap"], true)
+        );
         assert_eq!(memmap.command_line(), "cargo xtask bench --suite memmap --report-only");
 
         let numpy10 = parse(&["--suite", "numpy10", "--report-only"]).unwrap();
@@ -269,8 +287,16 @@ mod tests {
         let both = parse(&["--suite", "memmap", "--suite", "numpy10"]).unwrap();
         assert_eq!(names(&both), ["numpy10", "memmap"]);
         assert_eq!(both.command_line(), "cargo xtask bench --suite numpy10 --suite memmap");
-        let every = ["hdf5", "arrow", "memmap", "numpy10"].map(|name| ["--suite", name]).concat();
+        let suites = ["hdf5", "arrow", "memmap", "numpy10"].map(|name| ["--suite", name]).concat();
+        assert_eq!(
+            parse(&suites).unwrap().command_line(),
+            "cargo xtask bench --suite numpy10 --suite memmap --suite arrow --suite hdf5"
+        );
+        let every = [&["--suite", "overview"][..], &suites].concat();
         assert_eq!(parse(&every).unwrap().command_line(), "cargo xtask bench");
+        let overview = parse(&["--suite", "overview"]).unwrap();
+        assert!(overview.overview && overview.suites.is_empty());
+        assert_eq!(overview.command_line(), "cargo xtask bench --suite overview");
     }
 
     /// Unknown suites, a `--suite` without a name and stray arguments are errors that say what
@@ -359,9 +385,13 @@ mod tests {
             Suite { name: "broken_memmap", bench_source: "crates/absent/benches/b.rs", ..MEMMAP };
         let dir = tempfile::tempdir().unwrap();
         let paths = temporary_paths(dir.path());
-        let options = Options { suites: vec![&BROKEN_NPY, &BROKEN_MEMMAP], report_only: false };
+        let options = Options {
+            overview: false,
+            suites: vec![&BROKEN_NPY, &BROKEN_MEMMAP],
+            report_only: false,
+        };
         let error = run_suites(&options, &paths).unwrap_err();
-        assert_eq!(error, "2 of 2 suites failed: broken_npy, broken_memmap (see above)");
+        assert_eq!(error, "2 of 2 steps failed: broken_npy, broken_memmap (see above)");
         assert!(!paths.docs.exists());
         assert!(!paths.bench_data_root.exists());
     }
