@@ -37,7 +37,7 @@ pub struct BenchPlan {
     pub peers: bool,
     /// Where the caches are written (one subdirectory per workload and backend).
     pub dir: PathBuf,
-    /// Keep the caches afterwards (else they are removed as soon as they are measured).
+    /// Keep the caches afterwards (else each workload's are removed once it is measured).
     pub keep: bool,
 }
 
@@ -67,7 +67,7 @@ fn run_workload(
     let mut backends = Vec::new();
     let mut peer_plans = Vec::new();
     for &kind in &plan.backends {
-        let dir = plan.dir.join(format!("{}-{}", workload.name, kind.name()));
+        let dir = cache_dir(plan, workload, kind);
         let outcome = match kind.refusal(&schema) {
             Some(why) => Outcome::Refused(why),
             None => {
@@ -94,12 +94,8 @@ fn run_workload(
         peers::run(peer_plans)
     };
     if !plan.keep {
-        for kind in &plan.backends {
-            let _ = std::fs::remove_dir_all(plan.dir.join(format!(
-                "{}-{}",
-                workload.name,
-                kind.name()
-            )));
+        for &kind in &plan.backends {
+            let _ = std::fs::remove_dir_all(cache_dir(plan, workload, kind));
         }
     }
     WorkloadReport {
@@ -112,8 +108,14 @@ fn run_workload(
     }
 }
 
-/// One shuffled epoch over `rows` (fixed seed, the same for every backend and reference), cut at
-/// [`MAX_READS`]: reads that hit the CPU cache would measure nothing.
+/// Where `kind`'s cache of `workload` is written: `<dir>/<workload>-<backend>`.
+fn cache_dir(plan: &BenchPlan, workload: &Workload, kind: Kind) -> PathBuf {
+    plan.dir.join(format!("{}-{}", workload.name, kind.name()))
+}
+
+/// One shuffled epoch over `rows` (fixed seed: the same order for every backend, the reference
+/// and the peers), so no read finds its row already in the CPU cache; cut at [`MAX_READS`] to
+/// bound the run's time.
 fn read_order(rows: usize) -> Vec<usize> {
     use rand::SeedableRng;
     use rand::seq::SliceRandom;
