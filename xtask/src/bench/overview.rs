@@ -1,5 +1,5 @@
 //! The overview `cargo xtask bench` runs first: `stowage bench` with the default workloads
-//! (100,000 float32[512] samples, a DNANet-shaped and a ragged aenet-shaped one) through every
+//! (100,000 `float32[512]` samples, a DNANet-shaped and a ragged aenet-shaped one) through every
 //! backend, with the Python peers when Python and their packages are there, recorded in its own
 //! section at the top of `docs/benchmarks.md`. It answers "which backend fits my workload?"; the
 //! suites after it hold each backend to its own targets.
