@@ -8,6 +8,7 @@
 
 mod bench;
 mod prerequisites;
+mod sections;
 mod test;
 
 use std::ffi::OsString;

@@ -3,12 +3,12 @@
 //! `<!-- xtask-bench:<suite>:end -->`; everything outside the markers is left as it is.
 
 use std::fmt::Write as _;
-use std::ops::Range;
 
 use super::machine::Machine;
 use super::peer::PeerOutput;
 use super::rate::Row;
 use super::suite::{SUITES, Suite};
+use crate::sections::Page;
 
 /// The markers of the time there was one suite; [`Suite::owns_unnamed_markers`] says whose they
 /// are.
@@ -107,21 +107,10 @@ impl Section<'_> {
     }
 }
 
-/// The begin and end markers of the section called `name`.
-fn markers(name: &str) -> (String, String) {
-    (format!("<!-- xtask-bench:{name}:begin -->"), format!("<!-- xtask-bench:{name}:end -->"))
-}
-
-/// Where the section `name` is in `doc`, from the start of its begin marker to the end of its
-/// end marker: its own markers, else the unnamed ones when it owns them.
-fn find_section(doc: &str, name: &str, owns_unnamed_markers: bool) -> Option<Range<usize>> {
-    let (begin, end) = markers(name);
-    let unnamed = owns_unnamed_markers.then_some(UNNAMED_MARKERS);
-    [(begin.as_str(), end.as_str())].into_iter().chain(unnamed).find_map(|(begin, end)| {
-        let start = doc.find(begin)?;
-        let length = doc[start..].find(end)?;
-        Some(start..start + length + end.len())
-    })
+/// The page's sections: `<!-- xtask-bench:<name>:begin -->`, numpy10 owning the unnamed markers.
+fn page() -> Page<'static> {
+    let owner = SUITES.iter().find(|suite| suite.owns_unnamed_markers).map(|suite| suite.name);
+    Page { prefix: "xtask-bench", legacy: owner.map(|owner| (owner, UNNAMED_MARKERS)) }
 }
 
 /// `doc` with `suite`'s section replaced by `section`, between the suite's own markers (which
@@ -135,32 +124,13 @@ pub fn replace_section(doc: &str, suite: &Suite, section: &str) -> String {
         .skip(1)
         .map(|s| s.name)
         .collect();
-    replace(doc, suite.name, suite.owns_unnamed_markers, &later, section)
+    page().replace(doc, suite.name, &later, section)
 }
 
 /// `doc` with the section `name` replaced by `section` between its markers; a section not yet in
 /// `doc` goes before the first section of `later` there is, else at the end.
 pub fn replace_named_section(doc: &str, name: &str, later: &[&str], section: &str) -> String {
-    replace(doc, name, false, later, section)
-}
-
-fn replace(doc: &str, name: &str, owns_unnamed: bool, later: &[&str], section: &str) -> String {
-    let (begin, end) = markers(name);
-    let body = format!("{begin}\n{}\n{end}", section.trim_end());
-    if let Some(range) = find_section(doc, name, owns_unnamed) {
-        return format!("{}{body}{}", &doc[..range.start], &doc[range.end..]);
-    }
-    let owns = |other: &str| SUITES.iter().any(|s| s.name == other && s.owns_unnamed_markers);
-    if let Some(next) =
-        later.iter().filter_map(|other| find_section(doc, other, owns(other))).next()
-    {
-        return format!("{}{body}\n\n{}", &doc[..next.start], &doc[next.start..]);
-    }
-    let mut out = doc.trim_end().to_owned();
-    out.push_str("\n\n");
-    out.push_str(&body);
-    out.push('\n');
-    out
+    page().replace(doc, name, later, section)
 }
 
 #[cfg(test)]
