@@ -2,12 +2,16 @@
 //!
 //! - `cargo xtask test`: checks and installs what the tests need, then runs every check the project
 //!   has (format, clippy, tests, docs), stopping at the first failure.
+//! - `cargo xtask reliability`: runs the long reliability campaigns and records them in
+//!   `docs/reliability.md`.
 //! - `cargo xtask bench`: runs every benchmark suite (numpy10, memmap, arrow, hdf5) and its Python
 //!   peer, prints each comparison table and records it in the suite's section of
 //!   `docs/benchmarks.md`.
 
 mod bench;
+mod machine;
 mod prerequisites;
+mod reliability;
 mod sections;
 mod test;
 
@@ -60,6 +64,17 @@ Commands:
                   (the Python peers still run when the bench data exists; the overview,
                   which keeps no results, is skipped)
 
+  reliability     Run the long reliability campaigns of stowage-reliability (their quick forms
+                  are tests under `test`), each recorded in its section of docs/reliability.md:
+                    crash        cargo run --release -p stowage-reliability --bin crash --
+                                 --trials 200 --markdown
+                    corruption   ... --bin corruption -- --flips 1000 --truncations 100 --markdown
+                    concurrency  ... --bin concurrency -- --seconds 60 --markdown
+                    faults       ... --bin faults -- --markdown
+                    fuzz         cargo +nightly fuzz run <target> -- -max_total_time=600, for
+                                 every target of fuzz/ (cargo-fuzz installed when missing)
+    --campaign NAME  run only this campaign; may be given more than once
+
   help, --help, -h  Print this text.
 
 Environment:
@@ -81,6 +96,7 @@ fn main() -> ExitCode {
         }
         Some("test") => parse_flag(&args[1..], "--quick").and_then(test::run),
         Some("bench") => bench::Options::parse(&args[1..]).and_then(bench::run),
+        Some("reliability") => reliability::run(&args[1..]),
         Some(other) => Err(format!("unknown command `{other}`; run `cargo xtask --help`")),
     };
     match result {

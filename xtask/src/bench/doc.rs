@@ -4,10 +4,10 @@
 
 use std::fmt::Write as _;
 
-use super::machine::Machine;
 use super::peer::PeerOutput;
 use super::rate::Row;
 use super::suite::{SUITES, Suite};
+use crate::machine::Machine;
 use crate::sections::Page;
 
 /// The markers of the time there was one suite; [`Suite::owns_unnamed_markers`] says whose they

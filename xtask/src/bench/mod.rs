@@ -2,16 +2,15 @@
 //! bench, its Python peer (the original tool's read path on the same data) and the table of rates
 //! and target ratios that its own section of `docs/benchmarks.md` records.
 //!
-//! The modules, one concept each: [`suite`] what the suites are (data only), [`criterion`] reading
-//! criterion's results, [`levels`] the bench's other measurements, [`peer`] running a Python
-//! peer, [`rate`] the measured rates all become,
-//! [`table`] the table and its verdicts, [`machine`] what the numbers were measured on, [`doc`] a
-//! suite's section and its place in `docs/benchmarks.md`. This file is the run loop.
+//! The modules, one concept each: [`overview`] the first step (`stowage bench` over every
+//! backend), [`suite`] what the suites are (data only), [`criterion`] reading criterion's
+//! results, [`levels`] the bench's other measurements, [`peer`] running a Python peer, [`rate`]
+//! the measured rates all become, [`table`] the table and its verdicts, [`doc`] a suite's section
+//! and its place in `docs/benchmarks.md`. This file is the run loop.
 
 mod criterion;
 mod doc;
 mod levels;
-mod machine;
 mod overview;
 mod peer;
 mod rate;
@@ -21,9 +20,9 @@ mod table;
 use std::path::{Path, PathBuf};
 
 use self::doc::{Section, replace_section};
-use self::machine::Machine;
 pub use self::suite::SUITES;
 use self::suite::Suite;
+use crate::machine::Machine;
 use crate::{cargo, display_command, target_dir, workspace_root};
 
 /// What `cargo xtask bench` was asked to do.

@@ -8,9 +8,9 @@ use std::fmt::Write as _;
 use std::path::Path;
 
 use super::doc::replace_named_section;
-use super::machine::Machine;
 use super::shown_path;
 use super::suite::SUITES;
+use crate::machine::Machine;
 use crate::prerequisites::{self, PREREQUISITES, Prerequisite};
 use crate::{cargo, display_command};
 

@@ -1,5 +1,5 @@
 //! What the numbers were measured on: CPU, cores, memory, compiler, Python and the time, for the
-//! line that opens each section of `docs/benchmarks.md`.
+//! line that opens each section of `docs/benchmarks.md` and `docs/reliability.md`.
 
 use std::process::Command;
 use std::time::{SystemTime, UNIX_EPOCH};

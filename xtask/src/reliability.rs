@@ -1,0 +1,268 @@
+//! `cargo xtask reliability`: the long reliability campaigns of stowage-reliability, each a binary
+//! run with the issue's trial counts, and the fuzz targets for their full duration; each result is
+//! recorded in its own section of `docs/reliability.md` with the machine and the command that
+//! reproduces it. The quick forms of the campaigns run in `cargo xtask test` as that crate's
+//! tests.
+
+use std::fmt::Write as _;
+use std::path::Path;
+use std::process::Command;
+
+use crate::machine::Machine;
+use crate::sections::Page;
+use crate::{cargo, display_command, workspace_root};
+
+/// One campaign: a binary of stowage-reliability and its long-form arguments.
+#[derive(Debug)]
+pub struct Campaign {
+    /// The name `--campaign` selects, the binary's name and the section's marker name.
+    pub name: &'static str,
+    /// The section's heading (after `## `).
+    pub heading: &'static str,
+    /// The arguments of the long form (`--markdown` is added).
+    pub args: &'static [&'static str],
+}
+
+/// Every campaign, in the order they run and their sections appear.
+pub const CAMPAIGNS: &[Campaign] = &[
+    Campaign {
+        name: "crash",
+        heading: "Crash: SIGKILL at random moments, and simulated power loss",
+        args: &["--trials", "200"],
+    },
+    Campaign {
+        name: "corruption",
+        heading: "Corruption: single-byte flips and truncations of finalized caches",
+        args: &["--flips", "1000", "--truncations", "100"],
+    },
+    Campaign {
+        name: "concurrency",
+        heading: "Concurrency: a writer process, reader threads and processes, competing writers",
+        args: &["--seconds", "60"],
+    },
+    Campaign { name: "faults", heading: "Resource faults: disk full and I/O errors", args: &[] },
+];
+
+/// The fuzz step's name (runs every cargo-fuzz target of `fuzz/`).
+pub const FUZZ: &str = "fuzz";
+/// Seconds each fuzz target runs in the long form.
+const FUZZ_SECONDS: u32 = 600;
+
+const PAGE: Page = Page { prefix: "xtask-reliability", legacy: None };
+
+/// Runs the campaigns named in `args` (`--campaign NAME`, repeatable; none: all, then the fuzz
+/// targets) and records each section; a campaign that fails is recorded and reported, and the
+/// others still run.
+///
+/// Errors: bad arguments; the names of the campaigns that failed or could not run.
+pub fn run(args: &[String]) -> Result<(), String> {
+    let chosen = parse(args)?;
+    let root = workspace_root();
+    let docs = root.join("docs/reliability.md");
+    let mut failed = Vec::new();
+    for name in &chosen {
+        println!("xtask: ==> reliability: {name}");
+        let outcome = match CAMPAIGNS.iter().find(|c| c.name == *name) {
+            Some(campaign) => run_campaign(&root, &docs, campaign),
+            None => run_fuzz(&root, &docs),
+        };
+        if let Err(message) = outcome {
+            eprintln!("xtask: error: {name}: {message}");
+            failed.push(*name);
+        }
+    }
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(format!(
+            "{} of {} failed: {} (see above)",
+            failed.len(),
+            chosen.len(),
+            failed.join(", ")
+        ))
+    }
+}
+
+/// The steps `args` name, in run order.
+fn parse(args: &[String]) -> Result<Vec<&'static str>, String> {
+    let names: Vec<&'static str> =
+        CAMPAIGNS.iter().map(|c| c.name).chain(std::iter::once(FUZZ)).collect();
+    let mut chosen = Vec::new();
+    let mut args = args.iter();
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--campaign" => {
+                let name = args.next().ok_or("`--campaign` needs a name")?;
+                let found = names.iter().find(|n| **n == name.as_str()).ok_or_else(|| {
+                    format!("unknown campaign `{name}`; the campaigns are {}", names.join(", "))
+                })?;
+                chosen.push(*found);
+            }
+            other => {
+                return Err(format!(
+                    "unexpected argument `{other}`; the flag here is `--campaign NAME` (see \
+                     `cargo xtask --help`)"
+                ));
+            }
+        }
+    }
+    Ok(names.into_iter().filter(|n| chosen.is_empty() || chosen.contains(n)).collect())
+}
+
+/// Builds and runs one campaign binary, records its markdown.
+fn run_campaign(root: &Path, docs: &Path, campaign: &Campaign) -> Result<(), String> {
+    let source = root.join(format!("crates/stowage-reliability/src/bin/{}.rs", campaign.name));
+    if !source.is_file() {
+        return Err(format!("not runnable yet: {} does not exist", source.display()));
+    }
+    let mut command = cargo();
+    command.args(["run", "--release", "--quiet", "-p", "stowage-reliability", "--bin"]);
+    command.arg(campaign.name).arg("--").args(campaign.args).arg("--markdown");
+    let line = display_command(&command);
+    println!("xtask: ==> {line}");
+    let output = command
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .map_err(|e| format!("could not start `{line}`: {e}"))?;
+    let markdown = String::from_utf8_lossy(&output.stdout).into_owned();
+    print!("{markdown}");
+    let verdict = if output.status.success() { "passed" } else { "FAILED" };
+    record(docs, campaign.name, campaign.heading, &line, verdict, &markdown)?;
+    match output.status.success() {
+        true => Ok(()),
+        false => Err(format!("`{line}` failed ({}); its section says what", output.status)),
+    }
+}
+
+/// Runs every cargo-fuzz target of `fuzz/` for [`FUZZ_SECONDS`] (nightly and cargo-fuzz needed;
+/// cargo-fuzz is installed when missing) and records one line per target.
+fn run_fuzz(root: &Path, docs: &Path) -> Result<(), String> {
+    if !root.join("fuzz/Cargo.toml").is_file() {
+        return Err("not runnable yet: fuzz/Cargo.toml does not exist".into());
+    }
+    let has_fuzz = Command::new("cargo").args(["fuzz", "--version"]).output();
+    if !has_fuzz.is_ok_and(|o| o.status.success()) {
+        println!("xtask: installing cargo-fuzz for the fuzz targets (cargo install cargo-fuzz)");
+        let status = Command::new("cargo")
+            .args(["install", "--locked", "cargo-fuzz"])
+            .status()
+            .map_err(|e| format!("could not start `cargo install cargo-fuzz`: {e}"))?;
+        if !status.success() {
+            return Err("`cargo install cargo-fuzz` failed: install it by hand".into());
+        }
+    }
+    let fuzz = |args: &[&str]| {
+        let mut command = Command::new("cargo");
+        command.arg("+nightly").arg("fuzz").args(args).current_dir(root);
+        command
+    };
+    let listed = fuzz(&["list"]).output().map_err(|e| format!("cargo fuzz list: {e}"))?;
+    if !listed.status.success() {
+        return Err(format!(
+            "`cargo +nightly fuzz list` failed (the nightly toolchain is needed: `rustup toolchain \
+             install nightly`): {}",
+            String::from_utf8_lossy(&listed.stderr).trim()
+        ));
+    }
+    let targets: Vec<String> =
+        String::from_utf8_lossy(&listed.stdout).lines().map(str::to_owned).collect();
+    let mut table = String::from("| target | runs | seconds | result |\n|---|---|---|---|\n");
+    let mut crashed = Vec::new();
+    for target in &targets {
+        let max_time = format!("-max_total_time={FUZZ_SECONDS}");
+        let mut command = fuzz(&["run", target, "--", &max_time]);
+        println!("xtask: ==> {}", display_command(&command));
+        let output = command.output().map_err(|e| format!("cargo fuzz run {target}: {e}"))?;
+        let log = String::from_utf8_lossy(&output.stderr);
+        // libFuzzer ends with "Done N runs in S second(s)".
+        let done = log.lines().rev().find_map(|l| l.split_once("Done ").map(|(_, rest)| rest));
+        let (runs, seconds) = done
+            .and_then(|rest| {
+                let words: Vec<&str> = rest.split_whitespace().collect();
+                Some((words.first()?.to_string(), words.get(3)?.to_string()))
+            })
+            .unwrap_or_else(|| ("?".into(), "?".into()));
+        let result =
+            if output.status.success() { "no crash" } else { "CRASH (see fuzz/artifacts)" };
+        if !output.status.success() {
+            crashed.push(target.clone());
+        }
+        let _ = writeln!(table, "| {target} | {runs} | {seconds} | {result} |");
+    }
+    let line = format!("cargo +nightly fuzz run <target> -- -max_total_time={FUZZ_SECONDS}");
+    let verdict = if crashed.is_empty() { "passed" } else { "FAILED" };
+    record(docs, FUZZ, "Hostile input: the fuzz targets", &line, verdict, &table)?;
+    match crashed.is_empty() {
+        true => Ok(()),
+        false => Err(format!("fuzz targets crashed: {}", crashed.join(", "))),
+    }
+}
+
+/// Writes `name`'s section of the page at `docs`.
+fn record(
+    docs: &Path,
+    name: &str,
+    heading: &str,
+    command: &str,
+    verdict: &str,
+    body: &str,
+) -> Result<(), String> {
+    let machine = Machine::detect(None);
+    let mut section = format!("## {heading}\n\n");
+    let _ = writeln!(
+        section,
+        "Measured {} on {} ({} cores available, {} memory), {}: {verdict}.\n",
+        machine.date, machine.cpu, machine.cores, machine.memory, machine.rustc
+    );
+    let _ = writeln!(section, "Command: `{command}` (from `cargo xtask reliability`).\n");
+    section.push_str(body.trim_end());
+    let old = std::fs::read_to_string(docs).unwrap_or_else(|_| "# Reliability\n".to_owned());
+    let names: Vec<&str> = CAMPAIGNS.iter().map(|c| c.name).chain(std::iter::once(FUZZ)).collect();
+    let later: Vec<&str> = names.iter().skip_while(|n| **n != name).skip(1).copied().collect();
+    std::fs::write(docs, PAGE.replace(&old, name, &later, &section))
+        .map_err(|e| format!("cannot write {}: {e}", docs.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_args(args: &[&str]) -> Result<Vec<&'static str>, String> {
+        parse(&args.iter().map(|a| a.to_string()).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn campaigns_are_chosen_in_run_order_and_unknown_ones_refused() {
+        assert_eq!(
+            parse_args(&[]).unwrap(),
+            ["crash", "corruption", "concurrency", "faults", "fuzz"]
+        );
+        assert_eq!(
+            parse_args(&["--campaign", "fuzz", "--campaign", "crash"]).unwrap(),
+            ["crash", "fuzz"]
+        );
+        let err = parse_args(&["--campaign", "chaos"]).unwrap_err();
+        assert_eq!(
+            err,
+            "unknown campaign `chaos`; the campaigns are crash, corruption, concurrency, faults, fuzz"
+        );
+        assert!(parse_args(&["--campaign"]).is_err());
+        assert!(parse_args(&["--quick"]).unwrap_err().contains("--campaign NAME"));
+    }
+
+    #[test]
+    fn a_section_records_the_verdict_and_the_command() {
+        let dir = tempfile::tempdir().unwrap();
+        let docs = dir.path().join("reliability.md");
+        std::fs::write(&docs, "# Reliability\n\nintro\n").unwrap();
+        record(&docs, "faults", "Faults", "cmd --x", "passed", "| table |\n").unwrap();
+        record(&docs, "crash", "Crash", "cmd --y", "FAILED", "| crash |").unwrap();
+        let doc = std::fs::read_to_string(&docs).unwrap();
+        let crash = doc.find("<!-- xtask-reliability:crash:begin -->").unwrap();
+        let faults = doc.find("<!-- xtask-reliability:faults:begin -->").unwrap();
+        assert!(doc.starts_with("# Reliability\n\nintro\n") && crash < faults, "{doc}");
+        assert!(doc.contains(
+            ": FAILED.\n\nCommand: `cmd --y` (from `cargo xtask reliability`).\n\n| crash |"
+        ));
+    }
+}
