@@ -140,6 +140,10 @@ impl JournalBackend {
     /// Reads the journal into memory.
     fn load(dir: &Path) -> Result<JournalBackend> {
         let path = dir.join(JOURNAL);
+        // The marker before the journal: a writer finalizing meanwhile appends its record and
+        // then writes the marker, so a marker read first describes a journal read after it,
+        // while a journal read first may be older than a marker read after it.
+        let marker = read_marker(dir)?;
         let recovered = AppendLog::read_all(&path)?;
         if let Some(damage) = recovered.damage.as_ref().filter(|d| d.is_mid_log()) {
             return Err(Error::corrupted(&path, damage.to_string()));
@@ -172,7 +176,7 @@ impl JournalBackend {
                 Record::Header(_) => return Err(Error::corrupted(&path, "a second header")),
             }
         }
-        if let Some(marker) = read_marker(dir)?
+        if let Some(marker) = marker
             && marker.records != recovered.records.len() as u64
         {
             return Err(Error::corrupted(
