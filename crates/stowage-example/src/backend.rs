@@ -132,6 +132,10 @@ impl JournalBackend {
         if let Some(lock) = lock {
             // Opening for appending cuts a torn tail (a crash mid-flush) before new records land.
             let (log, _) = AppendLog::open(dir.join(JOURNAL), false)?;
+            if cache.finalized && read_marker(dir)?.is_none() {
+                // Finalize stopped between its record and the marker: finish it.
+                write_marker(dir, log.len())?;
+            }
             cache.writer = Some(Writer { log, _lock: lock, pending: Vec::new(), failed: None });
         }
         Ok(cache)
@@ -220,6 +224,12 @@ impl JournalBackend {
     }
 }
 
+/// Writes `journal.complete` in `dir` for a finalized journal of `records` records.
+fn write_marker(dir: &Path, records: u64) -> Result<()> {
+    let bytes = serde_json::to_vec(&CompleteMarker { records }).expect("a marker serializes");
+    atomic_write(dir.join(COMPLETE), &bytes)
+}
+
 /// `journal.complete` in `dir`, when there is one.
 fn read_marker(dir: &Path) -> Result<Option<CompleteMarker>> {
     let path = dir.join(COMPLETE);
@@ -304,11 +314,15 @@ impl Backend for JournalBackend {
             return Ok(());
         }
         self.flush()?;
+        let dir = self.dir.clone();
         let writer = self.writer("finalize")?;
         writer.commit(&[Record::Finalized])?;
-        let marker = CompleteMarker { records: writer.log.len() };
-        let bytes = serde_json::to_vec(&marker).expect("a marker serializes");
-        atomic_write(self.dir.join(COMPLETE), &bytes)?;
+        // The finalize record is in: a put now would land after it, so a marker that cannot be
+        // written refuses later writes too (the next writer writes it).
+        if let Err(e) = write_marker(&dir, writer.log.len()) {
+            writer.failed = Some(e.to_string());
+            return Err(e);
+        }
         self.finalized = true;
         Ok(())
     }
