@@ -269,7 +269,18 @@ impl Writer {
     /// Waits for every write, merges every segment into one key index run (so that a lookup in
     /// a finalized cache probes one table, not several runs and sidecars), then commits the
     /// `finalized` record and writes `stowage.complete`.
+    ///
+    /// Errors: any failed step, which poisons the writer like a failed flush: the `finalized`
+    /// record may already be committed, and what reached the disk is unknown.
     pub fn finalize(&mut self, reader: &mut CacheReader) -> Result<()> {
+        let result = self.finalize_steps(reader);
+        if let Err(e) = &result {
+            self.poisoned.get_or_insert_with(|| e.to_string());
+        }
+        result
+    }
+
+    fn finalize_steps(&mut self, reader: &mut CacheReader) -> Result<()> {
         self.merge_now(reader)?;
         self.submit_record(Record::Finalized(()));
         self.collect(true, reader)?;
