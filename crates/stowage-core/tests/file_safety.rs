@@ -517,3 +517,18 @@ fn append_log_reopen_and_append_repeatedly() {
         assert_eq!(log.len(), want.len() as u64);
     }
 }
+
+#[test]
+fn append_log_create_new_puts_the_first_record_in_place_atomically() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cache.log");
+    // What a crash during an earlier create left: a staging file without the first record.
+    fs::write(dir.path().join(".cache.log.new"), AppendLog::MAGIC).unwrap();
+    let mut log = AppendLog::create_new(&path, b"header").unwrap();
+    assert_eq!(entries(dir.path()), ["cache.log"]);
+    log.append(b"next").unwrap();
+    log.sync().unwrap();
+    assert_eq!(log.path(), path);
+    let records = AppendLog::read_all(&path).unwrap().records;
+    assert_eq!(records, [b"header".to_vec(), b"next".to_vec()]);
+}

@@ -225,6 +225,40 @@ impl AppendLog {
         Ok((log, recovered))
     }
 
+    /// Creates a new log at `path` whose first record is `first` (a cache's header), so that no
+    /// crash leaves a log without it: the log is built under a temporary name beside `path`,
+    /// synced, renamed into place, and its directory fsynced. A crash leaves either no log at
+    /// `path` or one holding `first`; an earlier crash's temporary file is replaced.
+    ///
+    /// The caller holds the cache's writer lock and has checked that `path` does not exist (a
+    /// log there would be replaced).
+    ///
+    /// # Errors
+    /// [`Error::Io`] naming the file; as [`AppendLog::append`] for a too large record.
+    pub fn create_new(path: impl AsRef<Path>, first: &[u8]) -> Result<AppendLog> {
+        let path = path.as_ref();
+        let name = path.file_name().ok_or_else(|| {
+            Error::invalid(format!("an append log needs a file path, got {}", path.display()))
+        })?;
+        let mut staging_name = std::ffi::OsString::from(".");
+        staging_name.push(name);
+        staging_name.push(".new");
+        let staging = path.with_file_name(staging_name);
+        match std::fs::remove_file(&staging) {
+            Err(err) if err.kind() != io::ErrorKind::NotFound => {
+                return Err(Error::io(staging, err));
+            }
+            _ => {}
+        }
+        let (mut log, _) = AppendLog::open(&staging, true)?;
+        log.append(first)?;
+        log.sync()?;
+        std::fs::rename(&staging, path).at(path)?;
+        log.path = path.to_path_buf();
+        fsync_dir(parent_dir(path))?;
+        Ok(log)
+    }
+
     /// Reads every good record of the log at `path` without changing the file.
     ///
     /// For read-only openers and validators. A torn tail is reported in [`Recovered::damage`] but
