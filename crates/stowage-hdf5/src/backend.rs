@@ -15,7 +15,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use stowage_core::file_safety::{AppendLog, WriterLock, atomic_write};
+use stowage_core::file_safety::{AppendLog, WriterLock, atomic_write, fsync_dir};
 use stowage_core::{
     Backend, BackendFactory, Capabilities, DType, DynBackend, Error, IoResultExt, OpenMode, Result,
     Sample, Schema, ValidationLevel, ValidationReport,
@@ -113,9 +113,13 @@ impl Hdf5Backend {
             version: commit_log::FORMAT_VERSION,
             schema: schema.clone(),
         };
-        let (mut log, _) = AppendLog::open(&log_path, true)?;
-        log.append(&Record::Cache(header.clone()).to_bytes())?;
-        log.sync()?;
+        // In place only with its header: a crash during create leaves no cache, not a log that
+        // neither opens (no header) nor can be created over (it exists).
+        let log = AppendLog::create_new(&log_path, &Record::Cache(header.clone()).to_bytes())?;
+        // The cache directory's own name, which create_dir_all may just have made: without it a
+        // power cut loses the whole cache, flushed samples included.
+        let parent = dir.parent().filter(|p| !p.as_os_str().is_empty());
+        fsync_dir(parent.unwrap_or(Path::new(".")))?;
         Ok(Hdf5Backend {
             dir: dir.to_path_buf(),
             schema: schema.clone(),
@@ -156,7 +160,15 @@ impl Hdf5Backend {
                 (committed, Some(WriteState { log, _lock: lock, failed: false }))
             }
         };
-        CompleteMarker::read(&dir.join(COMPLETE_NAME))?;
+        let marker = CompleteMarker::read(&dir.join(COMPLETE_NAME))?;
+        if writer.is_some() && committed.finalized && marker.is_none() {
+            // A crash between the `finalized` record and the marker: finish the finalize.
+            let marker = CompleteMarker { log_records: committed.records };
+            atomic_write(
+                dir.join(COMPLETE_NAME),
+                &serde_json::to_vec(&marker).expect("serializes"),
+            )?;
+        }
         let schema = committed.header.schema.clone();
         let mut backend = Hdf5Backend {
             dir: dir.to_path_buf(),
