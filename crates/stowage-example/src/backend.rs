@@ -4,7 +4,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
-use stowage_core::file_safety::{AppendLog, WriterLock, atomic_write};
+use stowage_core::file_safety::{AppendLog, WriterLock, atomic_write, fsync_dir};
 use stowage_core::{
     Backend, Capabilities, Error, OpenMode, Result, Sample, Schema, ValidationLevel,
     ValidationReport,
@@ -95,9 +95,13 @@ impl JournalBackend {
         }
         std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
         let lock = WriterLock::acquire(dir)?;
-        let (mut log, _) = AppendLog::open(&journal, true)?;
-        log.append(&record::header(schema).encode())?;
-        log.sync()?;
+        // In place only with its header: a crash during create leaves no cache, not a journal
+        // that neither opens (no header) nor can be created over (it exists).
+        let log = AppendLog::create_new(&journal, &record::header(schema).encode())?;
+        // The cache directory's own name, which create_dir_all may just have made: without it a
+        // power cut loses the whole cache, flushed samples included.
+        let parent = dir.parent().filter(|p| !p.as_os_str().is_empty());
+        fsync_dir(parent.unwrap_or(Path::new(".")))?;
         let writer = Writer { log, _lock: lock, pending: Vec::new(), failed: None };
         Ok(JournalBackend {
             dir: dir.to_path_buf(),
