@@ -133,6 +133,9 @@ impl NpyBackend {
         }
         for dir in [layout.data_dir(), layout.stage_dir(), layout.store_dir()] {
             std::fs::create_dir_all(&dir).at(&dir)?;
+            // Its name in its parent (`data/` of `data/10/`): flushes fsync the directory's
+            // entries, not its own name, and a power cut would otherwise take every collection.
+            fsync_dir(dir.parent().expect("layout directories have a parent"))?;
         }
         // A log left by a create that crashed before stowage.json was written belongs to no cache.
         match std::fs::remove_file(layout.records_log()) {
