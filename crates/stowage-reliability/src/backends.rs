@@ -28,13 +28,7 @@ pub fn all() -> Vec<Subject> {
     let npy = stowage_npy::NpyFactory {
         options: stowage_npy::NpyOptions { collection_size: 8, ..Default::default() },
     };
-    let arrow = stowage_arrow::ArrowFactory {
-        options: stowage_arrow::ArrowOptions {
-            flush_every: 16,
-            merge_after: 2,
-            ..Default::default()
-        },
-    };
+    let arrow = stowage_arrow::ArrowFactory { options: arrow_options() };
     let subjects: Vec<Box<dyn BackendFactory>> = vec![
         Box::new(npy),
         Box::new(stowage_memmap::MemmapFactory::default()),
@@ -43,6 +37,12 @@ pub fn all() -> Vec<Subject> {
         Box::new(stowage_example::JournalFactory),
     ];
     subjects.into_iter().map(|factory| Subject { name: factory.name(), factory }).collect()
+}
+
+/// The options of the Arrow backend in [`all`] (small segments, early index merges), for a
+/// campaign that builds an [`stowage_arrow::ArrowBackend`] itself (to compact it).
+pub fn arrow_options() -> stowage_arrow::ArrowOptions {
+    stowage_arrow::ArrowOptions { flush_every: 16, merge_after: 2, ..Default::default() }
 }
 
 /// The backends whose names are in `names` (all when `names` is empty), in report order.
