@@ -149,8 +149,12 @@ pub(crate) fn write(path: &Path, schema: &Schema, rows: &[(&str, &Sample)]) -> R
     for column in columns.iter_mut().chain([&mut keys, &mut shapes]) {
         column.finish()?;
     }
-    write_index(path, &section, &index, true)?;
-    drop((keys, shapes, columns, fields, section, root));
+    let index_table = write_index(path, &section, &index, true)?;
+    // Everything is flushed while it is still open: a dataset closed by its drop writes what it
+    // caches, and a failed write there would be lost (a drop cannot fail), leaving a flush that
+    // reports success over a write that failed.
+    file.flush().map_err(failed("flushing"))?;
+    drop((index_table, keys, shapes, columns, fields, section, root));
     file.close().map_err(failed("closing"))
 }
 
