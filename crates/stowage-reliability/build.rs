@@ -1,18 +1,31 @@
-//! Builds `faultfs/faultfs.c`, the `LD_PRELOAD` interposer of the power-loss trials, into a
-//! shared library beside the build's other outputs, and tells the crate where it is through the
-//! `STOWAGE_FAULTFS_LIBRARY` environment variable at compile time (empty where it cannot be
-//! built: the power-loss trials then report themselves unavailable).
+//! Builds the crate's two `LD_PRELOAD` interposers into shared libraries beside the build's other
+//! outputs, and tells the crate where each is through a compile-time environment variable (empty
+//! where it cannot be built: the trials that need it then report themselves unavailable):
 //!
-//! It is C because it must replace libc's `fsync`, `rename` and friends in every library of the
-//! child process, libhdf5 included, which only a preloaded shared object can do; the `cc` crate
-//! finds the same compiler the rest of the build (zstd, libhdf5's bindings) uses.
+//! - `faultfs/faultfs.c` (`STOWAGE_FAULTFS_LIBRARY`): the durable image of the power-loss trials;
+//! - `faultinject/faultinject.c` (`STOWAGE_FAULTINJECT_LIBRARY`): the ENOSPC and EIO failures of
+//!   the resource-fault campaign.
+//!
+//! They are C because they must replace libc's `write`, `fsync`, `rename` and friends in every
+//! library of the child process, libhdf5 included, which only a preloaded shared object can do;
+//! the `cc` crate finds the same compiler the rest of the build (zstd, libhdf5's bindings) uses.
 
 fn main() {
-    let source = "faultfs/faultfs.c";
+    build_preload("faultfs/faultfs.c", "libstowage_faultfs.so", "STOWAGE_FAULTFS_LIBRARY");
+    build_preload(
+        "faultinject/faultinject.c",
+        "libstowage_faultinject.so",
+        "STOWAGE_FAULTINJECT_LIBRARY",
+    );
+}
+
+/// Compiles `source` into the shared library `name` in `OUT_DIR` and sets `variable` to its path
+/// (or to the empty string when it cannot be built).
+fn build_preload(source: &str, name: &str, variable: &str) {
     println!("cargo:rerun-if-changed={source}");
     let target_os = std::env::var("CARGO_CFG_TARGET_OS").unwrap_or_default();
     let out_dir = std::path::PathBuf::from(std::env::var("OUT_DIR").expect("cargo sets OUT_DIR"));
-    let library = out_dir.join("libstowage_faultfs.so");
+    let library = out_dir.join(name);
     let built = target_os == "linux" && {
         let compiler = cc::Build::new().cargo_metadata(false).get_compiler();
         let status = compiler
@@ -26,7 +39,9 @@ fn main() {
         match status {
             Ok(status) if status.success() => true,
             Ok(status) => {
-                println!("cargo:warning=building {source} failed ({status}): no power-loss trials");
+                println!(
+                    "cargo:warning=building {source} failed ({status}): its trials are unavailable"
+                );
                 false
             }
             Err(e) => {
@@ -36,5 +51,5 @@ fn main() {
         }
     };
     let path = if built { library.display().to_string() } else { String::new() };
-    println!("cargo:rustc-env=STOWAGE_FAULTFS_LIBRARY={path}");
+    println!("cargo:rustc-env={variable}={path}");
 }

@@ -2,4 +2,10 @@
 #![deny(missing_docs)]
 
 pub mod backends;
+pub mod checks;
+pub mod cli;
+pub mod concurrency;
 pub mod crash;
+pub mod faults;
+pub mod tables;
+pub mod work_dir;

@@ -1,0 +1,149 @@
+//! The Rust side of `faultinject/faultinject.c`: where the built interposer is, the environment
+//! that arms it for one child process, and what its log says happened.
+
+use std::path::{Path, PathBuf};
+
+/// The interposer's shared library, as `build.rs` built it; `None` where it could not be built.
+pub fn library() -> Option<PathBuf> {
+    let path = env!("STOWAGE_FAULTINJECT_LIBRARY");
+    (!path.is_empty()).then(|| PathBuf::from(path))
+}
+
+/// The calls a fault hits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    /// `write`, `pwrite`, `pwrite64`, `writev`, `pwritev`, `pwritev64`.
+    Write,
+    /// `fsync`, `fdatasync`.
+    Fsync,
+}
+
+impl Op {
+    /// The interposer's name for it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Op::Write => "write",
+            Op::Fsync => "fsync",
+        }
+    }
+}
+
+/// One kind of fault: which calls fail, with which errno, and how.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FaultKind {
+    /// The calls.
+    pub op: Op,
+    /// The errno (`ENOSPC` 28, `EIO` 5).
+    pub errno: i32,
+    /// Every later call fails too (a full disk stays full) until the stop file appears;
+    /// otherwise only one call fails and a retry would succeed.
+    pub sticky: bool,
+    /// A failing write first writes half its bytes (a disk filling up mid-write).
+    pub short: bool,
+}
+
+/// `ENOSPC`.
+pub const ENOSPC: i32 = 28;
+/// `EIO`.
+pub const EIO: i32 = 5;
+
+impl FaultKind {
+    /// The four faults of the campaign: a disk that fills up in the middle of a write and stays
+    /// full, a write that fails with EIO once, an fsync that fails with EIO once (the retry
+    /// would "succeed": the trap), and an fsync that fails with ENOSPC and keeps failing.
+    pub fn all() -> [FaultKind; 4] {
+        [
+            FaultKind { op: Op::Write, errno: ENOSPC, sticky: true, short: true },
+            FaultKind { op: Op::Write, errno: EIO, sticky: false, short: false },
+            FaultKind { op: Op::Fsync, errno: EIO, sticky: false, short: false },
+            FaultKind { op: Op::Fsync, errno: ENOSPC, sticky: true, short: false },
+        ]
+    }
+
+    /// `write ENOSPC (short, sticky)` and the like.
+    pub fn label(&self) -> String {
+        let errno = match self.errno {
+            ENOSPC => "ENOSPC".to_string(),
+            EIO => "EIO".to_string(),
+            other => format!("errno {other}"),
+        };
+        let mut how = Vec::new();
+        if self.short {
+            how.push("half written first");
+        }
+        how.push(if self.sticky { "until freed" } else { "once" });
+        format!("{} {errno} ({})", self.op.name(), how.join(", "))
+    }
+}
+
+/// Everything the interposer needs for one child.
+#[derive(Debug, Clone)]
+pub struct Injection {
+    /// The fault.
+    pub kind: FaultKind,
+    /// Matching calls that succeed before the first failure; `None` only counts.
+    pub after: Option<u64>,
+    /// Only files below this directory count.
+    pub dir: PathBuf,
+    /// Once this file exists nothing fails any more.
+    pub stop: PathBuf,
+    /// The interposer's log.
+    pub log: PathBuf,
+}
+
+impl Injection {
+    /// The child's environment: `LD_PRELOAD` and the interposer's variables.
+    pub fn env(&self, library: &Path) -> Vec<(String, String)> {
+        let flag = |b: bool| if b { "1" } else { "0" }.to_string();
+        vec![
+            ("LD_PRELOAD".into(), library.display().to_string()),
+            ("FAULTINJECT_DIR".into(), self.dir.display().to_string()),
+            ("FAULTINJECT_OP".into(), self.kind.op.name().into()),
+            ("FAULTINJECT_ERRNO".into(), self.kind.errno.to_string()),
+            ("FAULTINJECT_AFTER".into(), self.after.map_or("-1".into(), |n| n.to_string())),
+            ("FAULTINJECT_STICKY".into(), flag(self.kind.sticky)),
+            ("FAULTINJECT_SHORT".into(), flag(self.kind.short)),
+            ("FAULTINJECT_STOP".into(), self.stop.display().to_string()),
+            ("FAULTINJECT_LOG".into(), self.log.display().to_string()),
+            // The writer lock's pid hint: its write is allowed to fail (by design, see WriterLock).
+            ("FAULTINJECT_IGNORE".into(), stowage_core::file_safety::WriterLock::FILE_NAME.into()),
+        ]
+    }
+}
+
+/// What the interposer's log says.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct InjectionLog {
+    /// The interposer was loaded into the child (never a silent pass with an inert preload).
+    pub loaded: bool,
+    /// Each injected failure: the call (`write`, `fdatasync`, `write-half`), its number among the
+    /// matching calls, and the file.
+    pub fired: Vec<(String, u64, String)>,
+    /// Matching calls in the whole run, when the child exited normally.
+    pub calls: Option<u64>,
+}
+
+impl InjectionLog {
+    /// Reads the log at `path` (missing: nothing happened).
+    pub fn read(path: &Path) -> InjectionLog {
+        let text = std::fs::read_to_string(path).unwrap_or_default();
+        let mut log = InjectionLog::default();
+        for line in text.lines() {
+            let words: Vec<&str> = line.splitn(4, ' ').collect();
+            match words[..] {
+                ["loaded", _] => log.loaded = true,
+                ["fired", call, n, file] => {
+                    log.fired.push((call.into(), n.parse().unwrap_or(u64::MAX), file.into()))
+                }
+                ["calls", n, "fired", _] => log.calls = n.parse().ok(),
+                _ => {}
+            }
+        }
+        log
+    }
+
+    /// The first injected failure, as `fdatasync #3 on <file>`.
+    pub fn first_fired(&self) -> Option<String> {
+        self.fired.first().map(|(call, n, file)| format!("{call} #{n} on {file}"))
+    }
+}

@@ -1,0 +1,315 @@
+//! One resource-fault trial: a cache with flushed samples, a child process (with the interposer
+//! armed) that resumes it and writes until an operation fails, then the checks.
+//!
+//! The child: open for append; three batches of [`BATCH`] puts, each followed by a flush; then
+//! finalize. At the first error it creates
+//! the stop file (the fault ends: the disk was freed), then tries one more put and flush on the
+//! same handle, and prints `result <json>`. The parent, in a process the interposer never
+//! touched, then checks:
+//!
+//! 1. an operation returned an error (a fault that fired but left every call `Ok` is a silent
+//!    success);
+//! 2. after a failed flush or finalize, the same handle refused the next put or flush (the
+//!    fault was over by then, so only the handle itself can refuse);
+//! 3. a fresh read-only open holds every sample acknowledged before and after the fault,
+//!    intact, and every other listed key holds its sample;
+//! 4. a fresh writer resumes the cache, writes and finalizes it, and `validate(Full)` is then
+//!    clean.
+
+use super::injector::{Injection, InjectionLog};
+use crate::backends::Subject;
+use crate::checks::validate_clean;
+use crate::concurrency::process::Child;
+use crate::concurrency::schedule::schema;
+use serde_json::json;
+use std::io::Write;
+use std::path::Path;
+use std::time::Duration;
+use stowage_conformance::cases::put_generated;
+use stowage_conformance::generate::{compare, key, sample_for};
+use stowage_core::{Backend, BackendFactory, OpenMode, Schema};
+
+/// Samples flushed before the child starts.
+pub const BASE: usize = 16;
+/// Samples per batch of the child.
+pub const BATCH: usize = 16;
+/// Batches of the child.
+const BATCHES: usize = 3;
+/// The key number the child's post-failure put uses.
+const AFTER_FAILURE: usize = 90_000;
+/// The key numbers of the resuming writer.
+const RESUMED: std::ops::Range<usize> = 80_000..80_004;
+/// The bound on a child's run.
+const TIMEOUT: Duration = Duration::from_secs(180);
+
+/// What the child reports.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ChildResult {
+    /// The first operation that failed (`open`, `put sample-000020`, `flush`, `finalize`) and
+    /// its error; `None` when everything succeeded.
+    pub failed: Option<(String, String)>,
+    /// After the failure, what the same handle answered to a put and a flush (`ok` or the error).
+    pub after_failure: Option<(String, String)>,
+    /// The key numbers of the samples acknowledged by flushes that returned (the base included).
+    pub acknowledged: Vec<usize>,
+}
+
+/// The child's side, run under the interposer. Errors only for a broken stdout.
+pub fn child(
+    factory: &dyn BackendFactory,
+    dir: &Path,
+    stop: &Path,
+    out: &mut dyn Write,
+) -> Result<(), String> {
+    let schema = schema(&factory.capabilities());
+    let mut result = ChildResult { acknowledged: (0..BASE).collect(), ..ChildResult::default() };
+    let mut say = |result: &ChildResult| {
+        writeln!(out, "result {}", encode(result))
+            .and_then(|()| out.flush())
+            .map_err(|e| format!("stdout: {e}"))
+    };
+    let mut cache = match factory.open(dir, OpenMode::Append) {
+        Ok(cache) => cache,
+        Err(e) => {
+            result.failed = Some(("open".into(), e.to_string()));
+            return say(&result);
+        }
+    };
+    // Put since the last flush that returned: acknowledged by the next one.
+    let mut unflushed = Vec::new();
+    let flush = |cache: &mut Box<stowage_core::DynBackend>,
+                 result: &mut ChildResult,
+                 unflushed: &mut Vec<usize>| {
+        cache.flush().map(|()| result.acknowledged.append(unflushed))
+    };
+    let failed = 'write: {
+        for batch in 0..BATCHES {
+            for i in BASE + batch * BATCH..BASE + (batch + 1) * BATCH {
+                if let Err(e) = cache.put(&key(i), &sample_for(&schema, i as u64)) {
+                    break 'write Some((format!("put {}", key(i)), e.to_string()));
+                }
+                unflushed.push(i);
+            }
+            if let Err(e) = flush(&mut cache, &mut result, &mut unflushed) {
+                break 'write Some(("flush".to_string(), e.to_string()));
+            }
+        }
+        cache.finalize().err().map(|e| ("finalize".to_string(), e.to_string()))
+    };
+    if let Some(failure) = failed {
+        result.failed = Some(failure);
+        std::fs::write(stop, b"").map_err(|e| format!("creating {}: {e}", stop.display()))?;
+        let answer = |r: &stowage_core::Result<()>| {
+            r.as_ref().map_or_else(|e| e.to_string(), |()| "ok".into())
+        };
+        let put = cache.put(&key(AFTER_FAILURE), &sample_for(&schema, AFTER_FAILURE as u64));
+        if put.is_ok() {
+            unflushed.push(AFTER_FAILURE);
+        }
+        // A flush that returns Ok vouches for everything put since the last one that did.
+        let flushed = flush(&mut cache, &mut result, &mut unflushed);
+        result.after_failure = Some((answer(&put), answer(&flushed)));
+    }
+    drop(cache);
+    say(&result)
+}
+
+fn encode(result: &ChildResult) -> String {
+    json!({
+        "failed": result.failed.as_ref().map(|(step, e)| json!([step, e])),
+        "after_failure": result.after_failure.as_ref().map(|(p, f)| json!([p, f])),
+        "acknowledged": result.acknowledged,
+    })
+    .to_string()
+}
+
+fn decode(text: &str) -> Result<ChildResult, String> {
+    let v: serde_json::Value =
+        serde_json::from_str(text).map_err(|e| format!("child result {text:?}: {e}"))?;
+    let pair =
+        |v: &serde_json::Value| Some((v[0].as_str()?.to_string(), v[1].as_str()?.to_string()));
+    Ok(ChildResult {
+        failed: pair(&v["failed"]),
+        after_failure: pair(&v["after_failure"]),
+        acknowledged: v["acknowledged"]
+            .as_array()
+            .ok_or("child result lacks acknowledged")?
+            .iter()
+            .filter_map(|n| n.as_u64().map(|n| n as usize))
+            .collect(),
+    })
+}
+
+/// How a trial ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Every check held; the operation that failed and the call the fault hit.
+    Passed {
+        /// `flush`, `put sample-000020`, ...
+        step: String,
+        /// `fdatasync #3 on <file>`.
+        fired: String,
+    },
+    /// The fault never fired (the point is past the child's last matching call): not a pass.
+    NotReached,
+    /// A check failed; the message names the backend, fault, point, file and both sides.
+    Failed(String),
+}
+
+/// How to run one trial's child.
+#[derive(Debug, Clone)]
+pub struct Launch<'a> {
+    /// The `faults` binary.
+    pub exe: &'a Path,
+    /// The interposer.
+    pub library: &'a Path,
+    /// The trial's own empty directory.
+    pub work: &'a Path,
+}
+
+/// Builds the base cache in `launch.work`, runs the child under `injection` (its `dir`, `stop`
+/// and `log` are set here), and checks. `label` names the trial in every message.
+pub fn run(
+    launch: &Launch<'_>,
+    subject: &Subject,
+    mut injection: Injection,
+    label: &str,
+) -> Result<(Verdict, InjectionLog), String> {
+    let factory = &*subject.factory;
+    let schema = schema(&factory.capabilities());
+    let dir = launch.work.join("cache");
+    {
+        let mut cache =
+            factory.create(&dir, &schema).map_err(|e| format!("{label}: create: {e}"))?;
+        put_generated(&mut *cache, &schema, 0..BASE).map_err(|e| format!("{label}: {e}"))?;
+        cache.flush().map_err(|e| format!("{label}: flush: {e}"))?;
+    }
+    // The interposer compares the kernel's names of open files, which are canonical.
+    injection.dir = dir.canonicalize().map_err(|e| format!("{label}: {}: {e}", dir.display()))?;
+    injection.stop = launch.work.join("stop");
+    injection.log = launch.work.join("faultinject.log");
+    let args = vec![
+        "--child".to_string(),
+        "--backends".into(),
+        subject.name.into(),
+        "--dir".into(),
+        injection.dir.display().to_string(),
+        "--stop".into(),
+        injection.stop.display().to_string(),
+    ];
+    let stderr = launch.work.join("child.stderr");
+    let env = injection.env(launch.library);
+    let mut child = Child::spawn(label, launch.exe, &args, &env, &stderr)?;
+    let outcome = child.expect("result", TIMEOUT).and_then(|text| {
+        // Kept beside the cache, for whoever investigates the trial.
+        let _ = std::fs::write(launch.work.join("child.result"), &text);
+        decode(&text)
+    });
+    let status = child.wait(TIMEOUT);
+    let log = InjectionLog::read(&injection.log);
+    let result = match (outcome, status) {
+        (Ok(result), Ok(status)) if status.success() => result,
+        (outcome, status) => {
+            let why =
+                outcome.err().or(status.err()).unwrap_or_else(|| "exited with failure".into());
+            let fired = log.first_fired().unwrap_or_else(|| "no fault fired".into());
+            return Ok((
+                Verdict::Failed(format!("{label}: the child failed ({fired}): {why}")),
+                log,
+            ));
+        }
+    };
+    if !log.loaded {
+        return Err(format!("{label}: the interposer {} was not loaded", launch.library.display()));
+    }
+    let verdict = check(factory, &schema, &dir, &result, &log, label);
+    Ok((verdict, log))
+}
+
+fn check(
+    factory: &dyn BackendFactory,
+    schema: &Schema,
+    dir: &Path,
+    result: &ChildResult,
+    log: &InjectionLog,
+    label: &str,
+) -> Verdict {
+    let Some(fired) = log.first_fired() else { return Verdict::NotReached };
+    let Some((step, error)) = &result.failed else {
+        return Verdict::Failed(format!(
+            "{label}: silent success: {fired} failed but every open, put, flush and finalize \
+             returned Ok"
+        ));
+    };
+    let failed = |why: String| {
+        Verdict::Failed(format!("{label}: after {step} failed ({fired}: {error}): {why}"))
+    };
+    if let Some((put, flush)) = &result.after_failure
+        && (step == "flush" || step == "finalize")
+        && put == "ok"
+        && flush == "ok"
+    {
+        return failed(
+            "the same handle then accepted a put and a flush (expected it to refuse)".into(),
+        );
+    }
+    if let Err(why) = verify_reopened(factory, schema, dir, &result.acknowledged) {
+        return failed(why);
+    }
+    if let Err(why) = resume(factory, schema, dir) {
+        return failed(why);
+    }
+    Verdict::Passed { step: step.clone(), fired }
+}
+
+/// A fresh read-only open holds every acknowledged sample intact, and nothing else but intact
+/// generated samples. (`validate` may still report an interrupted commit here, such as a
+/// finalize whose marker could not be written: [`resume`] requires it clean once a writer has
+/// reopened the cache.)
+fn verify_reopened(
+    factory: &dyn BackendFactory,
+    schema: &Schema,
+    dir: &Path,
+    acknowledged: &[usize],
+) -> Result<(), String> {
+    let reader =
+        factory.open(dir, OpenMode::ReadOnly).map_err(|e| format!("read-only reopen: {e}"))?;
+    let keys = reader.keys().map_err(|e| format!("keys: {e}"))?;
+    for &i in acknowledged {
+        check_key(&*reader, schema, i).map_err(|e| format!("acknowledged sample: {e}"))?;
+    }
+    for k in &keys {
+        let i = k
+            .strip_prefix("sample-")
+            .and_then(|n| n.parse().ok())
+            .ok_or_else(|| format!("unexpected key {k:?}"))?;
+        check_key(&*reader, schema, i).map_err(|e| format!("listed sample: {e}"))?;
+    }
+    Ok(())
+}
+
+fn check_key(reader: &dyn Backend, schema: &Schema, i: usize) -> Result<(), String> {
+    let got = reader.get(&key(i)).map_err(|e| format!("get {:?}: {e}", key(i)))?;
+    compare(&key(i), &sample_for(schema, i as u64), got.as_ref())
+}
+
+/// A fresh writer opens the cache (finishing what the failure interrupted), writes and
+/// finalizes it (only opens it, when it is finalized and takes no more); the result reads back
+/// and validates clean.
+fn resume(factory: &dyn BackendFactory, schema: &Schema, dir: &Path) -> Result<(), String> {
+    let mut cache = factory.open(dir, OpenMode::Append).map_err(|e| format!("resume: {e}"))?;
+    let appends = !cache.is_finalized() || cache.capabilities().append_after_finalize;
+    if appends {
+        put_generated(&mut *cache, schema, RESUMED).map_err(|e| format!("resume: {e}"))?;
+        cache.finalize().map_err(|e| format!("finalize after resuming: {e}"))?;
+    }
+    drop(cache);
+    let reader =
+        factory.open(dir, OpenMode::ReadOnly).map_err(|e| format!("reopen after resuming: {e}"))?;
+    if appends {
+        for i in RESUMED {
+            check_key(&*reader, schema, i).map_err(|e| format!("after resuming: {e}"))?;
+        }
+    }
+    validate_clean(&*reader).map_err(|e| format!("after a writer reopened the cache: {e}"))
+}
