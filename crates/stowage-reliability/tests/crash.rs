@@ -13,9 +13,20 @@ use stowage_reliability::crash::{
 const EXE: &str = env!("CARGO_BIN_EXE_crash");
 const TRIALS: u64 = 4;
 
+/// Held by each test that starts children. A child forked by one test's thread inherits, until
+/// it execs, the descriptors another test's thread has open, writer lock files included (flock
+/// locks belong to the open file, which the child then shares): the other test could find
+/// the cache it just closed still locked. One test at a time rules that out.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    ONE_AT_A_TIME.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// Runs [`TRIALS`] trials of `backend` under both failure models and fails with every failing
 /// trial's message (each names its seed).
 fn campaign(backend: &str) {
+    let _alone = one_at_a_time();
     let subjects = CrashSubject::select(&[backend.to_owned()]).unwrap();
     let scratch = tempfile::tempdir().unwrap();
     let options = CampaignOptions {
@@ -64,6 +75,7 @@ fn example_journal_keeps_every_acknowledged_sample_through_kills_and_power_cuts(
 
 #[test]
 fn power_cut_keeps_exactly_what_was_synced() {
+    let _alone = one_at_a_time();
     let dir = tempfile::tempdir().unwrap();
     let image = DurableImage::prepare(dir.path()).unwrap();
     let mut command = Command::new(EXE);
@@ -86,6 +98,7 @@ fn power_cut_keeps_exactly_what_was_synced() {
 /// a power cut must.
 #[test]
 fn power_cut_catches_a_flush_that_does_not_fsync() {
+    let _alone = one_at_a_time();
     let subject = CrashSubject::not_durable_arrow();
     let seed = 3;
     let workload = Workload::generate(&subject.factory.capabilities(), seed, true);
