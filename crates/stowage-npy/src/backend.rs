@@ -3,7 +3,7 @@
 use crate::collection::CollectionFile;
 use crate::column_writer::ColumnWriter;
 use crate::index::{FieldShape, KeyIndex, Slot, encode_entry_into, encode_finalize};
-use crate::layout::{CacheMetadata, CommitMarker, FORMAT_NAME, FORMAT_VERSION, Layout};
+use crate::layout::{CacheMetadata, CommitMarker, Layout};
 use crate::npy_header::storage_descr;
 use crate::record::{Numpy10Record, RecordRef};
 use crate::{NpyOptions, validate};
@@ -146,12 +146,7 @@ impl NpyBackend {
         }
         let (mut log, _) = AppendLog::open(layout.records_log(), true)?;
         log.sync()?;
-        let meta = CacheMetadata {
-            format: FORMAT_NAME.into(),
-            format_version: FORMAT_VERSION,
-            schema: schema.clone(),
-            collection_size: options.collection_size,
-        };
+        let meta = CacheMetadata::new(schema.clone(), options.collection_size);
         let text = serde_json::to_vec_pretty(&meta).expect("metadata serializes");
         // Written last: its presence is what makes the directory a cache.
         atomic_write(layout.metadata(), &text)?;
