@@ -5,6 +5,7 @@ pub mod backends;
 pub mod checks;
 pub mod cli;
 pub mod concurrency;
+pub mod corruption;
 pub mod crash;
 pub mod faults;
 pub mod tables;

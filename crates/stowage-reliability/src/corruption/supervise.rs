@@ -1,0 +1,258 @@
+//! Running trials in a child process, so that an abort, a fatal signal (SIGSEGV, SIGBUS) or a hang
+//! of a backend is recorded as one failed trial and the campaign goes on.
+//!
+//! The supervisor builds the pristine cache and plans every trial; the worker (the same binary,
+//! started with [`worker_args`]) runs them from a given index and prints two lines per trial:
+//! `begin <index>` before it and `verdict <index> <json>` after it. When the worker dies or stops
+//! printing, the trial it had begun is the culprit; a new worker continues after it.
+
+use super::pristine::{Pristine, samples, schema_for};
+use super::report::BackendReport;
+use super::trial::{self, Trial, Verdict};
+use super::{Config, kinds_by_file};
+use crate::backends::Subject;
+use serde_json::{Value, json};
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+/// How to start workers.
+#[derive(Debug, Clone)]
+pub struct Supervisor {
+    /// The executable that runs [`worker`] when given [`worker_args`] (the `corruption` binary).
+    pub exe: PathBuf,
+    /// A trial without a verdict after this long is killed and counted as hung.
+    pub trial_timeout: Duration,
+}
+
+/// The arguments that make the `corruption` binary a worker running `config`'s trials from
+/// `start` on the pristine cache at `pristine`, copying it to `scratch`.
+pub fn worker_args(
+    backend: &str,
+    config: &Config,
+    pristine: &Path,
+    scratch: &Path,
+    start: usize,
+) -> Vec<String> {
+    let mut args = vec![
+        "--worker".to_string(),
+        "--pristine".into(),
+        pristine.display().to_string(),
+        "--scratch".into(),
+        scratch.display().to_string(),
+        "--start".into(),
+        start.to_string(),
+        "--backends".into(),
+        backend.to_string(),
+        "--seed".into(),
+        config.seed.to_string(),
+        "--flips".into(),
+        config.flips.to_string(),
+        "--truncations".into(),
+        config.truncations.to_string(),
+    ];
+    if let Some(id) = config.replay {
+        args.extend(["--replay".into(), id.to_string()]);
+    }
+    args
+}
+
+/// The worker: runs `config`'s trials from index `start` on the pristine cache another process
+/// built at `pristine_dir`, printing `begin` and `verdict` lines to `out`.
+///
+/// Errors: the pristine cache cannot be listed, a copy cannot be made, or `out` fails.
+pub fn worker(
+    subject: &Subject,
+    config: &Config,
+    pristine_dir: &Path,
+    scratch: &Path,
+    start: usize,
+    out: &mut dyn Write,
+) -> Result<(), String> {
+    let written = samples(&schema_for(&subject.factory.capabilities()));
+    let pristine = Pristine::existing(&*subject.factory, pristine_dir, written)?;
+    let io = |e: std::io::Error| format!("writing to the supervisor: {e}");
+    for (index, id) in config.trial_ids().into_iter().enumerate().skip(start) {
+        writeln!(out, "begin {index}").and_then(|()| out.flush()).map_err(io)?;
+        let trial = Trial::plan(config.seed, id, &pristine);
+        let verdict = trial::run(&*subject.factory, &pristine, &trial, scratch)?;
+        writeln!(out, "verdict {index} {}", encode(&verdict))
+            .and_then(|()| out.flush())
+            .map_err(io)?;
+    }
+    Ok(())
+}
+
+/// What a worker printed, as the supervisor's reading thread passes it on.
+enum Line {
+    Begin(usize),
+    Verdict(usize, Verdict),
+}
+
+/// Builds `subject`'s pristine cache under `work` and runs `config`'s trials in worker processes,
+/// restarting after each trial that killed or hung its worker.
+///
+/// Errors: the pristine cache could not be built, a worker could not be started, or a worker
+/// failed outside any trial (its stderr is quoted).
+pub fn supervise(
+    supervisor: &Supervisor,
+    subject: &Subject,
+    config: &Config,
+    work: &Path,
+) -> Result<BackendReport, String> {
+    let started = Instant::now();
+    let pristine = Pristine::build(&*subject.factory, &work.join("pristine"))?;
+    let kinds = kinds_by_file(&pristine);
+    let trials: Vec<Trial> =
+        config.trial_ids().into_iter().map(|id| Trial::plan(config.seed, id, &pristine)).collect();
+    let mut report =
+        BackendReport::new(subject.name, config.seed, &kinds.values().cloned().collect::<Vec<_>>());
+    let stderr_path = work.join("worker-stderr.log");
+    let mut start = 0;
+    while start < trials.len() {
+        let stderr = std::fs::File::create(&stderr_path)
+            .map_err(|e| format!("creating {}: {e}", stderr_path.display()))?;
+        let args = worker_args(subject.name, config, &pristine.path, &work.join("copy"), start);
+        let mut child = Command::new(&supervisor.exe)
+            .args(&args)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(stderr)
+            .spawn()
+            .map_err(|e| format!("starting worker {}: {e}", supervisor.exe.display()))?;
+        let lines = spawn_reader(child.stdout.take().expect("stdout is piped"));
+        let mut begun: Option<usize> = None;
+        let died = loop {
+            match lines.recv_timeout(supervisor.trial_timeout) {
+                Ok(Line::Begin(index)) => begun = Some(index),
+                Ok(Line::Verdict(index, verdict)) => {
+                    let trial = &trials[index];
+                    report.record(&kinds[&trial.file], trial, verdict);
+                    begun = None;
+                    start = index + 1;
+                }
+                Err(mpsc::RecvTimeoutError::Timeout) => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    break format!(
+                        "hung: no verdict after {:?} (worker killed)",
+                        supervisor.trial_timeout
+                    );
+                }
+                Err(mpsc::RecvTimeoutError::Disconnected) => {
+                    let status =
+                        child.wait().map_err(|e| format!("waiting for the worker: {e}"))?;
+                    break format!("worker died: {status}");
+                }
+            }
+        };
+        let tail = stderr_tail(&stderr_path);
+        match begun {
+            Some(index) => {
+                let trial = &trials[index];
+                let detail = format!("{died}; worker stderr ends: {tail}");
+                report.record(&kinds[&trial.file], trial, Verdict::Panicked { detail });
+                start = index + 1;
+            }
+            None if start >= trials.len() => {}
+            None => {
+                return Err(format!(
+                    "{}: worker stopped outside a trial ({died}) at trial {start}; stderr ends: {tail}",
+                    subject.name
+                ));
+            }
+        }
+    }
+    report.elapsed = started.elapsed();
+    Ok(report)
+}
+
+/// Reads the worker's stdout on a thread, so the supervisor can wait with a timeout. Lines that
+/// are not the protocol's (a library printing to stdout) are skipped.
+fn spawn_reader(stdout: std::process::ChildStdout) -> mpsc::Receiver<Line> {
+    let (send, receive) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if let Some(parsed) = parse_line(&line)
+                && send.send(parsed).is_err()
+            {
+                break;
+            }
+        }
+    });
+    receive
+}
+
+fn parse_line(line: &str) -> Option<Line> {
+    let mut parts = line.splitn(3, ' ');
+    match (parts.next()?, parts.next()?.parse().ok()?, parts.next()) {
+        ("begin", index, None) => Some(Line::Begin(index)),
+        ("verdict", index, Some(json)) => Some(Line::Verdict(index, decode(json)?)),
+        _ => None,
+    }
+}
+
+/// The last 2,000 bytes of the worker's stderr, on one line.
+fn stderr_tail(path: &Path) -> String {
+    let text = std::fs::read(path).unwrap_or_default();
+    let tail = &text[text.len().saturating_sub(2000)..];
+    String::from_utf8_lossy(tail).trim().replace('\n', " | ")
+}
+
+/// A verdict as one line of JSON.
+fn encode(verdict: &Verdict) -> String {
+    let value = match verdict {
+        Verdict::DetectedAtOpen { names_file } => json!({"open": names_file}),
+        Verdict::DetectedByValidate { by_error } => json!({"validate": by_error}),
+        Verdict::Undetected => json!({"undetected": true}),
+        Verdict::Missed { detail } => json!({"missed": detail}),
+        Verdict::WrongData { detail } => json!({"wrong": detail}),
+        Verdict::Panicked { detail } => json!({"panic": detail}),
+    };
+    value.to_string()
+}
+
+/// The inverse of [`encode`].
+fn decode(text: &str) -> Option<Verdict> {
+    let value: Value = serde_json::from_str(text).ok()?;
+    let (tag, field) = value.as_object()?.iter().next()?;
+    let detail = || field.as_str().map(str::to_string);
+    Some(match tag.as_str() {
+        "open" => Verdict::DetectedAtOpen { names_file: field.as_bool()? },
+        "validate" => Verdict::DetectedByValidate { by_error: field.as_bool()? },
+        "undetected" => Verdict::Undetected,
+        "missed" => Verdict::Missed { detail: detail()? },
+        "wrong" => Verdict::WrongData { detail: detail()? },
+        "panic" => Verdict::Panicked { detail: detail()? },
+        _ => return None,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_verdict_survives_the_line_protocol() {
+        let verdicts = [
+            Verdict::DetectedAtOpen { names_file: false },
+            Verdict::DetectedByValidate { by_error: true },
+            Verdict::Undetected,
+            Verdict::Missed { detail: "a\nb \"c\"".into() },
+            Verdict::WrongData { detail: "key".into() },
+            Verdict::Panicked { detail: "boom".into() },
+        ];
+        for verdict in verdicts {
+            let line = format!("verdict 3 {}", encode(&verdict));
+            match parse_line(&line) {
+                Some(Line::Verdict(3, back)) => assert_eq!(back, verdict),
+                _ => panic!("{line:?} did not parse back"),
+            }
+        }
+        assert!(matches!(parse_line("begin 12"), Some(Line::Begin(12))));
+        assert!(parse_line("HDF5-DIAG: error").is_none());
+    }
+}
