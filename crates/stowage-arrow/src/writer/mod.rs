@@ -146,14 +146,15 @@ impl Writer {
     /// segments join `reader`; returns how many did. Then takes in a finished merge and starts
     /// one when enough segments are unmerged.
     ///
-    /// Errors: the first failed write (the writer is then poisoned).
+    /// Errors: the first failed write or merge (the writer is then poisoned).
     pub fn collect(&mut self, wait: bool, reader: &mut CacheReader) -> Result<usize> {
-        let result = self.collect_outcomes(wait, reader);
+        let result = self
+            .collect_outcomes(wait, reader)
+            .and_then(|committed| self.finish_merge(false, reader).map(|()| committed));
         if let Err(e) = &result {
             self.poisoned.get_or_insert_with(|| e.to_string());
         }
         let committed = result?;
-        self.finish_merge(false, reader)?;
         self.start_merge(reader);
         Ok(committed)
     }
@@ -227,7 +228,9 @@ impl Writer {
         let Some(merging) = self.merging.take() else { return Ok(()) };
         match merging.join() {
             Ok(Ok(run)) => self.record_run(run, reader),
-            // A failed merge loses nothing (the sidecars still find every key); say why.
+            // A failed merge loses nothing (the sidecars still find every key); say why. The
+            // caller then refuses further writes, as after any failed write: an I/O error here
+            // (a failed fsync above all) says the disk is failing.
             Ok(Err(e)) => Err(e),
             Err(_) => Err(Error::invalid("the background merge of the key index panicked")),
         }
