@@ -9,14 +9,14 @@
 //!
 //! 1. an operation returned an error (a fault that fired but left every call `Ok` is a silent
 //!    success);
-//! 2. after a failed flush or finalize, the same handle refused the next put or flush (the
-//!    fault was over by then, so only the handle itself can refuse);
+//! 2. after a failed fsync, or a failed flush or finalize, the same handle refused the next put
+//!    or flush (the fault was over by then, so only the handle itself can refuse);
 //! 3. a fresh read-only open holds every sample acknowledged before and after the fault,
 //!    intact, and every other listed key holds its sample;
 //! 4. a fresh writer resumes the cache, writes and finalizes it, and `validate(Full)` is then
 //!    clean.
 
-use super::injector::{Injection, InjectionLog};
+use super::injector::{Injection, InjectionLog, Op};
 use crate::backends::Subject;
 use crate::checks::validate_clean;
 use crate::concurrency::process::Child;
@@ -222,7 +222,8 @@ pub fn run(
     if !log.loaded {
         return Err(format!("{label}: the interposer {} was not loaded", launch.library.display()));
     }
-    let verdict = check(factory, &schema, &dir, &result, &log, label);
+    let fsync = injection.kind.op == Op::Fsync;
+    let verdict = check(factory, &schema, &dir, &result, &log, fsync, label);
     Ok((verdict, log))
 }
 
@@ -232,6 +233,7 @@ fn check(
     dir: &Path,
     result: &ChildResult,
     log: &InjectionLog,
+    fsync: bool,
     label: &str,
 ) -> Verdict {
     let Some(fired) = log.first_fired() else { return Verdict::NotReached };
@@ -244,8 +246,11 @@ fn check(
     let failed = |why: String| {
         Verdict::Failed(format!("{label}: after {step} failed ({fired}: {error}): {why}"))
     };
+    // After a failed fsync whatever the step (the kernel may have dropped the pages it could not
+    // write, and a retried fsync reports success), after another failure only in flush and
+    // finalize: a failed put may leave nothing behind that a flush would commit.
     if let Some((put, flush)) = &result.after_failure
-        && (step == "flush" || step == "finalize")
+        && (fsync || step == "flush" || step == "finalize")
         && put == "ok"
         && flush == "ok"
     {
