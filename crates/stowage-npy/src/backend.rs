@@ -176,8 +176,12 @@ impl NpyBackend {
     pub fn open_read_only(dir: impl AsRef<Path>, options: NpyOptions) -> Result<NpyBackend> {
         let layout = Layout::new(dir.as_ref());
         let meta = CacheMetadata::read(&layout.metadata())?;
+        // _COMPLETE before the log: a writer finalizing meanwhile appends its record and then
+        // writes _COMPLETE, so a marker read first never describes more than the log read after
+        // it, while a log read first may be older than a marker read after it.
+        let marker = CommitMarker::read(&layout.complete_marker())?;
         let recovered = AppendLog::read_all(layout.records_log())?;
-        Self::assemble(layout, meta, options, recovered.records, recovered.damage, None)
+        Self::assemble(layout, meta, options, (recovered.records, marker), recovered.damage, None)
     }
 
     /// Opens an existing cache for writing: takes the writer lock, cuts off a torn log tail left
@@ -197,15 +201,16 @@ impl NpyBackend {
             return Err(Error::corrupted(layout.records_log(), damage.to_string()));
         }
         let (log, recovered) = AppendLog::open(layout.records_log(), false)?;
+        let marker = CommitMarker::read(&layout.complete_marker())?;
         let writer = Writer::new(lock, log, column_writers(&meta)?);
-        Self::assemble(layout, meta, options, recovered.records, None, Some(writer))
+        Self::assemble(layout, meta, options, (recovered.records, marker), None, Some(writer))
     }
 
     fn assemble(
         layout: Layout,
         meta: CacheMetadata,
         options: NpyOptions,
-        records: Vec<Vec<u8>>,
+        (records, marker): (Vec<Vec<u8>>, Option<CommitMarker>),
         damage: Option<stowage_core::file_safety::Damage>,
         writer: Option<Writer>,
     ) -> Result<NpyBackend> {
@@ -214,7 +219,7 @@ impl NpyBackend {
         }
         let index = KeyIndex::from_log(&records, field_shapes(&meta), &layout.records_log())?;
         // _COMPLETE must describe exactly the log it was written after (it is written last).
-        if let Some(commit) = CommitMarker::read(&layout.complete_marker())?
+        if let Some(commit) = marker
             && (!index.is_finalized() || commit.log_records != records.len() as u64)
         {
             return Err(Error::corrupted(
