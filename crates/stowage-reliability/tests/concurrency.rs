@@ -1,14 +1,17 @@
 //! The quick form of the concurrency campaign: a short live trial (1 writer process, 8 reader
-//! threads, 2 reader processes), a few two-writer races and a few killed writers on every
-//! backend; and a control showing that the readers' checks catch a backend returning wrong
-//! bytes. The long form is the `concurrency` binary (`--seconds 60`).
+//! threads, 2 reader processes), a few two-writer races, a few killed writers and a few rounds of
+//! readers opening while the writer finalizes, on every backend; and a control showing that the
+//! readers' checks catch a backend returning wrong bytes. The long form is the `concurrency`
+//! binary (`--seconds 60`).
 
 use std::path::Path;
 use stowage_core::{
     Backend, BackendFactory, Capabilities, DynBackend, OpenMode, Result, Sample, Schema,
 };
 use stowage_reliability::backends::all;
-use stowage_reliability::concurrency::{killed_writer, live, lock_race, reader, writer};
+use stowage_reliability::concurrency::{
+    finalize_race, killed_writer, live, lock_race, reader, writer,
+};
 
 const EXE: &str = env!("CARGO_BIN_EXE_concurrency");
 const SEED: u64 = 7;
@@ -57,6 +60,18 @@ fn a_writer_killed_holding_the_lock_does_not_block_the_next() {
                 .unwrap_or_else(|e| panic!("{e}"));
             // The lock dies with its process: the first attempt after the kill gets it.
             assert_eq!(outcome.attempts, 1, "{} trial {trial}: {outcome:?}", subject.name);
+        }
+    }
+}
+
+#[test]
+fn readers_opening_while_the_writer_finalizes_see_one_state_or_the_other() {
+    for subject in all() {
+        let work = tempfile::tempdir().unwrap();
+        for round in 0..5 {
+            let opens = finalize_race::round(&subject, work.path(), round)
+                .unwrap_or_else(|e| panic!("{e}"));
+            assert!(opens >= 2, "{} round {round}: {opens} opens", subject.name);
         }
     }
 }

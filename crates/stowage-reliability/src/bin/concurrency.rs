@@ -1,9 +1,11 @@
 //! `concurrency`: the concurrency campaign of issue 7 over every backend (or those chosen):
-//! readers while a writer writes, two writers racing for the lock, a writer killed holding it.
+//! readers while a writer writes, two writers racing for the lock, a writer killed holding it,
+//! readers opening while the writer finalizes.
 //! Prints one table and every failure; exits 1 if anything failed.
 //!
 //! ```text
-//! concurrency [--seconds S] [--seed N] [--races R] [--kills K] [--backends a,b] [--markdown]
+//! concurrency [--seconds S] [--seed N] [--races R] [--kills K] [--finalize-rounds F]
+//!             [--backends a,b] [--markdown]
 //! ```
 
 use clap::Parser;
@@ -32,6 +34,9 @@ struct Arguments {
     /// Killed-writer trials per backend.
     #[arg(long, default_value_t = 20)]
     kills: u32,
+    /// Readers-during-finalize rounds per backend.
+    #[arg(long, default_value_t = 20)]
+    finalize_rounds: u32,
     #[command(flatten)]
     common: CommonArgs,
     /// Internal: run as a child process of this role.
@@ -70,8 +75,13 @@ fn run(args: &Arguments) -> Result<bool, String> {
         child_main(subject, &child, &mut std::io::stdout().lock())?;
         return Ok(true);
     }
-    let config =
-        Config { seconds: args.seconds, seed: args.seed, races: args.races, kills: args.kills };
+    let config = Config {
+        seconds: args.seconds,
+        seed: args.seed,
+        races: args.races,
+        kills: args.kills,
+        finalize_rounds: args.finalize_rounds,
+    };
     let work = WorkDir::new(args.common.work_dir.as_deref())?;
     let exe = std::env::current_exe().map_err(|e| format!("finding this executable: {e}"))?;
     let mut reports = Vec::new();

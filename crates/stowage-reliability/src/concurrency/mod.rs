@@ -8,7 +8,8 @@
 //!    eight reader threads and two reader processes for `seconds`, every reader checking every
 //!    handle against what the writer had acknowledged and announced ([`reader`], [`schedule`]);
 //! 3. [`lock_race`] trials: two processes open one cache for append at the same moment;
-//! 4. [`killed_writer`] trials: a writer holding the lock is SIGKILLed; the next one gets in.
+//! 4. [`killed_writer`] trials: a writer holding the lock is SIGKILLed; the next one gets in;
+//! 5. [`finalize_race`] rounds: reader threads opening in a loop while the writer finalizes.
 //!
 //! What a reader sees: every backend's read-only open reads the commit record it trusts (npy's
 //! record log, memmap's `manifest.jsonl` or `_COMPLETE`, arrow's and hdf5's `stowage.log`, the
@@ -17,6 +18,7 @@
 //! trial checks that bound both ways and counts handles whose view grew.
 
 pub mod child;
+pub mod finalize_race;
 pub mod killed_writer;
 pub mod live;
 pub mod lock_race;
@@ -46,6 +48,8 @@ pub struct Config {
     pub races: u32,
     /// Killed-writer trials per backend.
     pub kills: u32,
+    /// Readers-during-finalize rounds per backend.
+    pub finalize_rounds: u32,
 }
 
 /// One backend's results.
@@ -62,6 +66,8 @@ pub struct BackendReport {
     pub races: Vec<Result<(), String>>,
     /// Each killed-writer trial.
     pub kills: Vec<Result<killed_writer::KilledWriter, String>>,
+    /// Each readers-during-finalize round: the readers' opens, or what went wrong.
+    pub finalize_rounds: Vec<Result<u64, String>>,
 }
 
 impl BackendReport {
@@ -98,6 +104,7 @@ impl BackendReport {
         }
         out.extend(self.races.iter().filter_map(|r| r.clone().err()));
         out.extend(self.kills.iter().filter_map(|r| r.clone().err()));
+        out.extend(self.finalize_rounds.iter().filter_map(|r| r.clone().err()));
         out
     }
 }
@@ -116,5 +123,7 @@ pub fn run_backend(exe: &Path, subject: &Subject, config: &Config, work: &Path) 
     let kills = (0..config.kills)
         .map(|t| killed_writer::trial(exe, subject, work, config.seed, t))
         .collect();
-    BackendReport { backend: subject.name, single_shot, live, races, kills }
+    let finalize_rounds =
+        (0..config.finalize_rounds).map(|r| finalize_race::round(subject, work, r)).collect();
+    BackendReport { backend: subject.name, single_shot, live, races, kills, finalize_rounds }
 }

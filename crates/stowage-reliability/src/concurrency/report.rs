@@ -17,18 +17,21 @@ pub fn render(reports: &[BackendReport], config: &Config, command: &str, markdow
         "reader failures",
         "two writers: one winner",
         "killed writer: next writer in (max attempts)",
+        "readers during finalize: rounds (opens)",
         "result",
     ];
     let rows: Vec<Vec<String>> = reports.iter().map(row).collect();
     let mut out = String::new();
     out.push_str(&format!(
         "Concurrency campaign: live trial {} s (1 writer process, {} reader threads, {} reader \
-         processes), {} two-writer races, {} killed writers per backend, seed {}.\n",
+         processes), {} two-writer races, {} killed writers, {} readers-during-finalize rounds \
+         per backend, seed {}.\n",
         config.seconds,
         super::live::READER_THREADS,
         super::live::READER_PROCESSES,
         config.races,
         config.kills,
+        config.finalize_rounds,
         config.seed
     ));
     out.push_str(&format!("Command: `{command}`\n\n"));
@@ -89,6 +92,14 @@ fn row(report: &BackendReport) -> Vec<String> {
         report.kills.len(),
         got_in.iter().max().map_or("-".into(), |m| m.to_string())
     );
+    let rounds_ok: Vec<u64> =
+        report.finalize_rounds.iter().filter_map(|r| r.as_ref().ok().copied()).collect();
+    let rounds = format!(
+        "{} of {} ({})",
+        rounds_ok.len(),
+        report.finalize_rounds.len(),
+        rounds_ok.iter().sum::<u64>()
+    );
     let result = if report.failures().is_empty() { "pass" } else { "FAIL" };
     vec![
         report.backend.to_string(),
@@ -100,6 +111,7 @@ fn row(report: &BackendReport) -> Vec<String> {
         failures,
         format!("{won} of {}", report.races.len()),
         kills,
+        rounds,
         result.to_string(),
     ]
 }
