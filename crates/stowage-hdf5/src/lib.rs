@@ -26,3 +26,8 @@ pub mod segment;
 mod validate;
 
 pub use backend::{Hdf5Backend, Hdf5Factory, capabilities};
+
+/// Entry points of the fuzz targets (`fuzz/` at the workspace root) into the direct reader's
+/// decoding of global heap collections and stored chunks, which is private: not part of the API.
+#[doc(hidden)]
+pub use direct::fuzzing;

@@ -98,23 +98,9 @@ impl DirectReader {
             return Ok(&[]);
         };
         let at = (row % self.chunk_rows) as usize * DESCRIPTOR;
-        let Descriptor { count, address, index } = Descriptor::decode(&descriptors[at..]);
-        if count == 0 {
-            return Ok(&[]);
-        }
-        let object = self
-            .file
-            .heap_object(address, index)
-            .map_err(|e| format!("row {row} (heap object {index} at address {address}): {e}"))?;
-        let expected = u64::from(count) * self.element.size() as u64;
-        if object.len() as u64 != expected {
-            return Err(format!(
-                "row {row}: heap object {index} at address {address} holds {} bytes, its {count} \
-                 elements need {expected}",
-                object.len()
-            ));
-        }
-        Ok(object)
+        row_object(row, &descriptors[at..], self.element.size(), |address, index| {
+            self.file.heap_object(address, index)
+        })
     }
 
     /// Chunk `number`, decoded on first use.
@@ -140,4 +126,30 @@ impl DirectReader {
         };
         Ok(cell.get_or_init(|| chunk))
     }
+}
+
+/// Row `row`'s values: the heap object its descriptor (at the start of `descriptor`) points to,
+/// found by `object(address, index)`, checked to hold the descriptor's count of
+/// `element_size`-byte elements. An empty row (count 0) is empty without a lookup.
+pub(super) fn row_object<'f>(
+    row: u64,
+    descriptor: &[u8],
+    element_size: usize,
+    object: impl FnOnce(u64, u32) -> Result<&'f [u8], String>,
+) -> Result<&'f [u8], String> {
+    let Descriptor { count, address, index } = Descriptor::decode(descriptor);
+    if count == 0 {
+        return Ok(&[]);
+    }
+    let found = object(address, index)
+        .map_err(|e| format!("row {row} (heap object {index} at address {address}): {e}"))?;
+    let expected = u64::from(count) * element_size as u64;
+    if found.len() as u64 != expected {
+        return Err(format!(
+            "row {row}: heap object {index} at address {address} holds {} bytes, its {count} \
+             elements need {expected}",
+            found.len()
+        ));
+    }
+    Ok(found)
 }

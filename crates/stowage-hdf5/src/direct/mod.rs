@@ -31,6 +31,7 @@
 mod column_reader;
 mod column_writer;
 mod filters;
+pub mod fuzzing;
 pub(crate) mod global_heap;
 mod heap_file;
 mod mapped_file;
