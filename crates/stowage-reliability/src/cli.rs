@@ -19,6 +19,18 @@ pub struct CommonArgs {
     pub work_dir: Option<PathBuf>,
 }
 
+/// How the campaign was started, for its report: the program's file name and its arguments (the
+/// hidden ones of a child never reach a report).
+pub fn command_line() -> String {
+    let mut args = std::env::args();
+    let program = args.next().map(PathBuf::from);
+    let name = program
+        .as_ref()
+        .and_then(|p| p.file_name())
+        .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+    std::iter::once(name).chain(args).collect::<Vec<_>>().join(" ")
+}
+
 /// The exit code of a campaign's outcome: `Ok(true)` 0, `Ok(false)` 1, an error (printed after
 /// `program: `) 2.
 pub fn exit_code(program: &str, outcome: Result<bool, String>) -> ExitCode {

@@ -11,7 +11,7 @@ use clap::Parser;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use stowage_reliability::backends::select;
-use stowage_reliability::cli::{CommonArgs, exit_code};
+use stowage_reliability::cli::{CommonArgs, command_line, exit_code};
 use stowage_reliability::faults::{Config, injector, report, run_backend, trial};
 use stowage_reliability::work_dir::WorkDir;
 
@@ -64,7 +64,6 @@ fn run(args: &Arguments) -> Result<bool, String> {
         eprintln!("faults: {} ...", subject.name);
         reports.push(run_backend(&exe, &library, subject, &config, &dir));
     }
-    let command: Vec<String> = std::env::args().collect();
-    println!("{}", report::render(&reports, &config, &command.join(" "), args.common.markdown));
+    println!("{}", report::render(&reports, &config, &command_line(), args.common.markdown));
     Ok(reports.iter().all(|r| r.failures().is_empty()))
 }
