@@ -73,7 +73,7 @@ fn every_call_point_of_the_faults_that_found_bugs() {
 }
 
 #[test]
-fn an_unreached_fault_point_is_a_failure_not_a_pass() {
+fn an_unreached_fault_point_or_a_kind_without_trials_is_a_failure_not_a_pass() {
     let kind = FaultKind::all()[0];
     let report = BackendReport {
         backend: "npy",
@@ -87,4 +87,9 @@ fn an_unreached_fault_point_is_a_failure_not_a_pass() {
     let failures = report.failures();
     assert_eq!(failures.len(), 1);
     assert!(failures[0].contains("never fired"), "{failures:?}");
+    let empty = BackendReport {
+        backend: "npy",
+        kinds: vec![KindReport { kind, calls: 0, trials: Vec::new(), error: None }],
+    };
+    assert!(empty.failures()[0].contains("no trial ran"), "{:?}", empty.failures());
 }

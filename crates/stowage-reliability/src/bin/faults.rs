@@ -23,7 +23,7 @@ struct Arguments {
     #[arg(long, default_value_t = 1)]
     seed: u64,
     /// Fault points per backend and fault kind (every call when there are fewer).
-    #[arg(long, default_value_t = 40)]
+    #[arg(long, default_value_t = 40, value_parser = clap::value_parser!(u64).range(1..))]
     points: u64,
     #[command(flatten)]
     common: CommonArgs,

@@ -50,11 +50,20 @@ pub struct BackendReport {
 }
 
 impl BackendReport {
-    /// Every failure (failed trials, unreached points, errors), one message each.
+    /// Every failure (failed trials, unreached points, a kind without trials, errors), one
+    /// message each.
     pub fn failures(&self) -> Vec<String> {
         let mut out = Vec::new();
         for kind in &self.kinds {
             out.extend(kind.error.clone());
+            if kind.error.is_none() && kind.trials.is_empty() {
+                out.push(format!(
+                    "{} {}: no trial ran ({} matching calls in the dry run)",
+                    self.backend,
+                    kind.kind.label(),
+                    kind.calls
+                ));
+            }
             for (point, verdict) in &kind.trials {
                 match verdict {
                     Verdict::Failed(why) => out.push(why.clone()),
@@ -81,6 +90,8 @@ impl BackendReport {
 /// assert_eq!((chosen.len(), chosen[0], chosen[4]), (5, 0, 99));
 /// ```
 pub fn points(calls: u64, wanted: u64, seed: u64) -> Vec<u64> {
+    // At least one point: a kind without trials would read as passed.
+    let wanted = wanted.max(1);
     if calls <= wanted {
         return (0..calls).collect();
     }
