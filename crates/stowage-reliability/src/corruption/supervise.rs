@@ -95,7 +95,8 @@ enum Line {
 /// restarting after each trial that killed or hung its worker.
 ///
 /// Errors: the pristine cache could not be built, a worker could not be started, or a worker
-/// failed outside any trial (its stderr is quoted).
+/// failed outside any trial, exiting unsuccessfully after its last one included (its stderr is
+/// quoted).
 pub fn supervise(
     supervisor: &Supervisor,
     subject: &Subject,
@@ -124,6 +125,7 @@ pub fn supervise(
             .map_err(|e| format!("starting worker {}: {e}", supervisor.exe.display()))?;
         let lines = spawn_reader(child.stdout.take().expect("stdout is piped"));
         let mut begun: Option<usize> = None;
+        let mut exited_cleanly = false;
         let died = loop {
             match lines.recv_timeout(supervisor.trial_timeout) {
                 Ok(Line::Begin(index)) => begun = Some(index),
@@ -144,6 +146,7 @@ pub fn supervise(
                 Err(mpsc::RecvTimeoutError::Disconnected) => {
                     let status =
                         child.wait().map_err(|e| format!("waiting for the worker: {e}"))?;
+                    exited_cleanly = status.success();
                     break format!("worker died: {status}");
                 }
             }
@@ -156,11 +159,15 @@ pub fn supervise(
                 report.record(&kinds[&trial.file], trial, Verdict::Panicked { detail });
                 start = index + 1;
             }
-            None if start >= trials.len() => {}
+            // After its last trial a worker must exit cleanly: a sanitizer's report at exit (a
+            // leak) is a failure of the campaign too.
+            None if start >= trials.len() && exited_cleanly => {}
             None => {
                 return Err(format!(
-                    "{}: worker stopped outside a trial ({died}) at trial {start}; stderr ends: {tail}",
-                    subject.name
+                    "{}: worker stopped outside a trial ({died}) at trial {start} of {}; stderr \
+                     ends: {tail}",
+                    subject.name,
+                    trials.len()
                 ));
             }
         }
