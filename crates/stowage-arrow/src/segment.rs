@@ -49,8 +49,17 @@ impl Segment {
                 return Err(Error::corrupted(path, "the Arrow IPC decoder failed on this file"));
             }
         };
+        // A batch's row count is backed by its key column's offsets only when it has one (a batch
+        // without columns may claim any count): every segment has one, and nothing else may be
+        // trusted to size or bound a walk over the rows.
         let mut starts = vec![0];
-        for batch in &batches {
+        for (number, batch) in batches.iter().enumerate() {
+            if key_column(batch).is_none() {
+                return Err(Error::corrupted(
+                    path,
+                    format!("record batch {number} has no utf8 \"key\" column"),
+                ));
+            }
             starts.push(starts.last().expect("starts with 0") + batch.num_rows());
         }
         Ok(Segment { id, path: path.to_path_buf(), schema, batches, starts })
@@ -249,5 +258,23 @@ mod tests {
                 Err(e) => assert!(matches!(e, Error::Corrupted { .. }), "{e}"),
             }
         }
+    }
+
+    /// Found by the `arrow_segment` fuzz target: a batch without columns may claim any number of
+    /// rows, and `keys()` sized its vector by that claim (a capacity-overflow panic).
+    #[test]
+    fn a_batch_without_a_key_column_is_refused_whatever_rows_it_claims() {
+        use arrow_array::RecordBatchOptions;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("segment_000000.arrow");
+        let schema = Arc::new(arrow_schema::Schema::empty());
+        let options = RecordBatchOptions::new().with_row_count(Some(1 << 62));
+        let batch = RecordBatch::try_new_with_options(schema.clone(), vec![], &options).unwrap();
+        let mut writer = FileWriter::try_new(File::create(&path).unwrap(), &schema).unwrap();
+        writer.write(&batch).unwrap();
+        writer.finish().unwrap();
+        let Err(err) = Segment::open(0, &path) else { panic!("a batch without a key was opened") };
+        assert!(matches!(err, Error::Corrupted { .. }), "{err}");
+        assert!(err.to_string().contains("record batch 0 has no utf8 \"key\" column"), "{err}");
     }
 }
