@@ -63,6 +63,9 @@ pub struct Plan<'a> {
     pub no_checksums: Option<&'static str>,
     /// How a damaged key can be repaired, for the advice line.
     pub repair: &'static str,
+    /// How damaged files whose keys cannot be named are repaired, when the format has such files
+    /// (a damaged segment of a stowage HDF5 cache): then they are listed with this advice.
+    pub file_repair: Option<&'static str>,
 }
 
 /// Prints each problem on its own line, then the damaged keys and how to repair them, then
@@ -104,7 +107,14 @@ pub fn run(path: &Path, options: VerifyOptions, out: &mut dyn Write) -> Result<S
             let cache = open(path)?;
             Err(CliError::new(cache.why_no_keys(path, "verify").unwrap_or_default()))
         }
-        CacheKind::StowageMemmap | CacheKind::DnanetMemmap | CacheKind::StowageHdf5 => {
+        CacheKind::StowageHdf5 => match open_kind(path, kind) {
+            Ok(source) => {
+                let source = source.expect("a kind with keys");
+                report(plan_by_keys(source.as_ref(), kind, options)?, options, out)
+            }
+            Err(e) => report(damaged_hdf5(path, e, options)?, options, out),
+        },
+        CacheKind::StowageMemmap | CacheKind::DnanetMemmap => {
             let source = open_kind(path, kind)?.expect("a kind with keys");
             report(plan_by_keys(source.as_ref(), kind, options)?, options, out)
         }
@@ -246,6 +256,7 @@ fn plan_by_keys<'a>(
         units: key_units(&selected, move |report, key| check_key(report, source, key)),
         no_checksums,
         repair,
+        file_repair: None,
     })
 }
 
@@ -307,6 +318,7 @@ fn plan_npy(cache: &NpyBackend, options: VerifyOptions) -> Result<Plan<'_>, CliE
         selected: selected.len() as u64,
         units,
         no_checksums: None,
+        file_repair: None,
         repair: "put the damaged keys again (the new sample goes to a new slot) or rebuild the \
                  cache",
     })
@@ -380,6 +392,7 @@ impl<'a> ArrowSegments<'a> {
             selected: selected.len() as u64,
             units,
             no_checksums: (!required).then_some(TORCHCACHEX_NO_CHECKSUMS),
+            file_repair: None,
             repair: if required {
                 "put the damaged keys again (a later row replaces them), or delete a damaged \
                  segment's .keys/.sums sidecar or stowage_index_*.bin run only through a writer \
@@ -443,6 +456,42 @@ fn damaged_torchcachex(
         selected: 0,
         no_checksums: Some(TORCHCACHEX_NO_CHECKSUMS),
         repair: TORCHCACHEX_REPAIR,
+        file_repair: None,
+    })
+}
+
+/// A stowage HDF5 cache that does not open (a committed segment is damaged, so no key can be
+/// looked up): the backend's validation from disk, which names each damaged segment with how many
+/// samples it held and checks every row of the intact ones.
+fn damaged_hdf5(
+    path: &Path,
+    open_error: CliError,
+    options: VerifyOptions,
+) -> Result<Plan<'static>, CliError> {
+    if options.sample.is_some_and(|f| f < 1.0) {
+        return Err(CliError::new(format!(
+            "{open_error} (the keys cannot be listed, so no sample of them can be drawn; run \
+             verify without --sample to check every segment)"
+        )));
+    }
+    let structure = stowage_hdf5::Hdf5Backend::validate_dir(path, ValidationLevel::Full)?;
+    if structure.is_clean() {
+        // Not damage validation can see (a permission error, say): the open's error stands.
+        return Err(open_error);
+    }
+    Ok(Plan {
+        structure,
+        units: Vec::new(),
+        keys: 0,
+        selected: 0,
+        no_checksums: None,
+        repair: "put the damaged keys again (a later segment's row replaces them) or rebuild the \
+                 cache",
+        file_repair: Some(
+            "a damaged segment keeps the whole cache from opening, and its keys cannot be read \
+             from it: restore the listed files from an intact copy, or delete the cache \
+             directory and write it again",
+        ),
     })
 }
 
@@ -511,6 +560,7 @@ fn plan_aenet(source: &AenetSource, options: VerifyOptions) -> Result<Plan<'_>, 
         ),
         repair: "rebuild the torch cache with aenet (delete /torch_cache from the dataset file, \
                  or use an intact copy)",
+        file_repair: None,
     })
 }
 
@@ -566,7 +616,15 @@ fn hangar(
             "--sample does not apply to a bare hangar data directory (it holds no records): every file was checked",
         );
     }
-    let plan = Plan { structure, units, keys: 0, selected: 0, no_checksums: None, repair: "" };
+    let plan = Plan {
+        structure,
+        units,
+        keys: 0,
+        selected: 0,
+        no_checksums: None,
+        repair: "",
+        file_repair: None,
+    };
     let (report, _) =
         execute(plan.units, plan.structure, VerifyOptions { sample: None, ..options });
     for problem in &report.problems {
@@ -635,8 +693,8 @@ fn status(problems: usize) -> Status {
 
 /// Runs `plan` and prints its problems, the damaged keys and how to repair them, and the summary.
 fn report(plan: Plan<'_>, options: VerifyOptions, out: &mut dyn Write) -> Result<Status, CliError> {
-    let (keys, selected, repair, no_checksums) =
-        (plan.keys, plan.selected, plan.repair, plan.no_checksums);
+    let (keys, selected, repair, file_repair, no_checksums) =
+        (plan.keys, plan.selected, plan.repair, plan.file_repair, plan.no_checksums);
     let (report, _) = execute(plan.units, plan.structure, options);
     for problem in &report.problems {
         say!(out, "{}", escape_control(&problem.to_string()));
@@ -653,6 +711,20 @@ fn report(plan: Plan<'_>, options: VerifyOptions, out: &mut dyn Write) -> Result
         };
         say!(out, "damaged keys ({}): {}{more}", damaged.len(), shown.join(", "));
         say!(out, "to repair: {repair}");
+    }
+    if let Some(file_repair) = file_repair {
+        let mut files: Vec<String> = report
+            .problems
+            .iter()
+            .filter(|p| p.key.is_none())
+            .filter_map(|p| p.path.as_ref().map(|path| path.display().to_string()))
+            .collect();
+        files.sort_unstable();
+        files.dedup();
+        if !files.is_empty() {
+            say!(out, "damaged files ({}): {}", files.len(), escape_control(&files.join(", ")));
+            say!(out, "to repair: {file_repair}");
+        }
     }
     if let Some(why) = no_checksums {
         note(why);

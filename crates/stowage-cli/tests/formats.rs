@@ -379,6 +379,19 @@ fn a_stowage_hdf5_cache_goes_through_every_command() {
     let len = std::fs::metadata(&segment).unwrap().len();
     stowage_conformance::corrupt::flip_byte(&segment, len / 2).unwrap();
     // The HDF5 backend checks each segment's xxh3 when it opens the cache, before libhdf5
-    // parses it: a damaged segment makes the cache unopenable, an error naming it.
-    assert_error_line(&stowage(args(&[&"verify", &path])), &["segment_000001.h5", "xxh3"]);
+    // parses it: a damaged segment makes the cache unopenable. verify then checks from disk: the
+    // damaged segment with its sample count, every row of the intact ones, and the repair.
+    let run = stowage(args(&[&"verify", &path]));
+    assert_eq!(run.code, 1, "{run:?}");
+    let lines: Vec<&str> = run.stdout.lines().collect();
+    assert_eq!(lines.len(), 4, "the problem, the damaged file, the repair, the summary: {run:?}");
+    for needle in [segment.to_str().unwrap(), "xxh3", "the segment's 10 samples are unreadable"] {
+        assert!(lines[0].contains(needle), "problem line lacks {needle:?}: {run:?}");
+    }
+    assert_eq!(lines[1], format!("damaged files (1): {}", segment.display()), "{run:?}");
+    assert!(lines[2].starts_with("to repair: a damaged segment keeps the whole cache"), "{run:?}");
+    assert_eq!(lines[3], "20 samples, 4 files checked: 1 problem", "{run:?}");
+    // Sampling needs the keys, which the unopenable cache cannot list: an error saying so.
+    let run = stowage(args(&[&"verify", &path, &"--sample", &"0.5"]));
+    assert_error_line(&run, &["segment_000001.h5", "without --sample"]);
 }

@@ -10,13 +10,10 @@ use crate::commit_log::{self, CompleteMarker};
 use crate::segment::Segment;
 
 /// Checks the cache in `dir`: the commit log, the completion marker, every committed segment
-/// (present, of the recorded size, readable by libhdf5 with every row count as recorded) and, at
-/// `Full`, every row's checksum (which reads every chunk through Fletcher32).
-pub(crate) fn validate(
-    dir: &Path,
-    schema: &Schema,
-    level: ValidationLevel,
-) -> Result<ValidationReport> {
+/// (present, of the recorded size and xxh3, readable by libhdf5 with every row count as
+/// recorded) and, at `Full`, every row's checksum (which reads every chunk through Fletcher32).
+/// The schema is the log's, so a cache `open` refuses (one damaged segment) is checked too.
+pub(crate) fn validate(dir: &Path, level: ValidationLevel) -> Result<ValidationReport> {
     let mut report = ValidationReport::default();
     let log_path = dir.join(super::backend::LOG_NAME);
     report.files_checked += 1;
@@ -29,6 +26,7 @@ pub(crate) fn validate(
             return Ok(report);
         }
     };
+    let schema: &Schema = &committed.header.schema;
     let marker_path = dir.join(super::backend::COMPLETE_NAME);
     match CompleteMarker::read(&marker_path) {
         Ok(marker) => {
@@ -44,7 +42,9 @@ pub(crate) fn validate(
         let segment = match Segment::open(&path, schema, entry) {
             Ok(segment) => segment,
             Err(e) => {
-                report.problem(Some(&path), None, e.to_string());
+                // Its keys are inside it: what can be said is how many samples it held.
+                let lost = format!("{e} (the segment's {} samples are unreadable)", entry.rows);
+                report.problem(Some(&path), None, lost);
                 continue;
             }
         };
