@@ -131,12 +131,7 @@ impl NpyBackend {
         if layout.metadata().exists() {
             return Err(Error::AlreadyExists { path: layout.metadata() });
         }
-        for dir in [layout.data_dir(), layout.stage_dir(), layout.store_dir()] {
-            std::fs::create_dir_all(&dir).at(&dir)?;
-            // Its name in its parent (`data/` of `data/10/`): flushes fsync the directory's
-            // entries, not its own name, and a power cut would otherwise take every collection.
-            fsync_dir(dir.parent().expect("layout directories have a parent"))?;
-        }
+        make_layout_dirs(&layout)?;
         // A log left by a create that crashed before stowage.json was written belongs to no cache.
         match std::fs::remove_file(layout.records_log()) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
@@ -192,9 +187,7 @@ impl NpyBackend {
         let meta = CacheMetadata::read(&layout.metadata())?;
         let lock = WriterLock::acquire(layout.root())?;
         // Empty marker directories may be missing (a copy that dropped empty folders, e.g. git).
-        for dir in [layout.data_dir(), layout.stage_dir(), layout.store_dir()] {
-            std::fs::create_dir_all(&dir).at(&dir)?;
-        }
+        make_layout_dirs(&layout)?;
         // Inspect before AppendLog::open truncates: mid-log damage must not be silently cut away.
         let scanned = AppendLog::read_all(layout.records_log())?;
         if let Some(damage) = scanned.damage.as_ref().filter(|d| d.is_mid_log()) {
@@ -654,4 +647,16 @@ impl NpyBackend {
             OpenMode::Append => Self::open_append(dir, options),
         }
     }
+}
+
+/// Makes `data/10`, `stage_data/10` and `store_data/10` where missing and makes each name
+/// durable: flushes fsync a directory's entries, not its own name in its parent, and a power cut
+/// would otherwise take every collection file with it. Synced even when the directory exists: an
+/// earlier process may have crashed between making it and syncing its parent.
+fn make_layout_dirs(layout: &Layout) -> Result<()> {
+    for dir in [layout.data_dir(), layout.stage_dir(), layout.store_dir()] {
+        std::fs::create_dir_all(&dir).at(&dir)?;
+        fsync_dir(dir.parent().expect("layout directories have a parent"))?;
+    }
+    Ok(())
 }
