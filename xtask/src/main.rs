@@ -69,10 +69,14 @@ Commands:
                     crash        cargo run --release -p stowage-reliability --bin crash --
                                  --trials 200 --markdown
                     corruption   ... --bin corruption -- --flips 1000 --truncations 100 --markdown
+                    corruption-asan  the same, built as cargo-fuzz builds (nightly,
+                                 AddressSanitizer, debug assertions) in target/asan
                     concurrency  ... --bin concurrency -- --seconds 60 --markdown
                     faults       ... --bin faults -- --markdown
                     fuzz         cargo +nightly fuzz run <target> -- -max_total_time=600, for
-                                 every target of fuzz/ (cargo-fuzz installed when missing)
+                                 every target of fuzz/, as many at once as there are cores,
+                                 after writing the seed corpus (cargo-fuzz installed when
+                                 missing)
     --campaign NAME  run only this campaign; may be given more than once
 
   help, --help, -h  Print this text.
@@ -156,6 +160,24 @@ fn display_command(command: &Command) -> String {
         words[0] = "cargo".to_owned();
     }
     words.join(" ")
+}
+
+/// Runs `command` with its stderr shown, echoing and returning its stdout (a markdown section)
+/// with its exit status and its command line.
+///
+/// Errors: the command could not start.
+fn run_for_markdown(
+    command: &mut Command,
+) -> Result<(String, std::process::ExitStatus, String), String> {
+    let line = display_command(command);
+    println!("xtask: ==> {line}");
+    let output = command
+        .stderr(std::process::Stdio::inherit())
+        .output()
+        .map_err(|e| format!("could not start `{line}`: {e}"))?;
+    let markdown = String::from_utf8_lossy(&output.stdout).into_owned();
+    print!("{markdown}");
+    Ok((markdown, output.status, line))
 }
 
 #[cfg(test)]

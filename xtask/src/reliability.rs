@@ -10,7 +10,8 @@ use std::process::Command;
 
 use crate::machine::Machine;
 use crate::sections::Page;
-use crate::{cargo, display_command, workspace_root};
+use crate::test::ReferenceDir;
+use crate::{cargo, display_command, run_for_markdown, workspace_root};
 
 /// One campaign: a binary of stowage-reliability and its long-form arguments.
 #[derive(Debug)]
@@ -21,6 +22,9 @@ pub struct Campaign {
     pub heading: &'static str,
     /// The arguments of the long form (`--markdown` is added).
     pub args: &'static [&'static str],
+    /// Whether the binary is built as cargo-fuzz builds its targets: nightly, AddressSanitizer,
+    /// debug assertions and overflow checks, in its own target directory.
+    pub sanitized: bool,
 }
 
 /// Every campaign, in the order they run and their sections appear.
@@ -29,18 +33,32 @@ pub const CAMPAIGNS: &[Campaign] = &[
         name: "crash",
         heading: "Crash: SIGKILL at random moments, and simulated power loss",
         args: &["--trials", "200"],
+        sanitized: false,
     },
     Campaign {
         name: "corruption",
         heading: "Corruption: single-byte flips and truncations of finalized caches",
         args: &["--flips", "1000", "--truncations", "100"],
+        sanitized: false,
+    },
+    Campaign {
+        name: "corruption-asan",
+        heading: "Corruption under AddressSanitizer",
+        args: &["--flips", "1000", "--truncations", "100"],
+        sanitized: true,
     },
     Campaign {
         name: "concurrency",
         heading: "Concurrency: a writer process, reader threads and processes, competing writers",
         args: &["--seconds", "60"],
+        sanitized: false,
     },
-    Campaign { name: "faults", heading: "Resource faults: disk full and I/O errors", args: &[] },
+    Campaign {
+        name: "faults",
+        heading: "Resource faults: disk full and I/O errors",
+        args: &[],
+        sanitized: false,
+    },
 ];
 
 /// The fuzz step's name (runs every cargo-fuzz target of `fuzz/`).
@@ -111,27 +129,47 @@ fn parse(args: &[String]) -> Result<Vec<&'static str>, String> {
 
 /// Builds and runs one campaign binary, records its markdown.
 fn run_campaign(root: &Path, docs: &Path, campaign: &Campaign) -> Result<(), String> {
-    let source = root.join(format!("crates/stowage-reliability/src/bin/{}.rs", campaign.name));
+    let binary = campaign.name.trim_end_matches("-asan");
+    let source = root.join(format!("crates/stowage-reliability/src/bin/{binary}.rs"));
     if !source.is_file() {
         return Err(format!("not runnable yet: {} does not exist", source.display()));
     }
-    let mut command = cargo();
+    let mut command = match campaign.sanitized {
+        false => cargo(),
+        true => sanitized_cargo(root),
+    };
     command.args(["run", "--release", "--quiet", "-p", "stowage-reliability", "--bin"]);
-    command.arg(campaign.name).arg("--").args(campaign.args).arg("--markdown");
-    let line = display_command(&command);
-    println!("xtask: ==> {line}");
-    let output = command
-        .stderr(std::process::Stdio::inherit())
-        .output()
-        .map_err(|e| format!("could not start `{line}`: {e}"))?;
-    let markdown = String::from_utf8_lossy(&output.stdout).into_owned();
-    print!("{markdown}");
-    let verdict = if output.status.success() { "passed" } else { "FAILED" };
+    command.arg(binary).arg("--").args(campaign.args).arg("--markdown");
+    let (markdown, status, line) = run_for_markdown(&mut command)?;
+    let verdict = if status.success() { "passed" } else { "FAILED" };
     record(docs, campaign.name, campaign.heading, &line, verdict, &markdown)?;
-    match output.status.success() {
+    match status.success() {
         true => Ok(()),
-        false => Err(format!("`{line}` failed ({}); its section says what", output.status)),
+        false => Err(format!("`{line}` failed ({status}); its section says what")),
     }
+}
+
+/// `cargo +nightly` building as cargo-fuzz builds a target (its RUSTFLAGS less the coverage
+/// instrumentation libFuzzer needs): AddressSanitizer, debug assertions and overflow checks, for
+/// the host target given explicitly (so build scripts and proc macros stay uninstrumented), in
+/// `target/asan`.
+fn sanitized_cargo(root: &Path) -> Command {
+    let mut command = Command::new("cargo");
+    command.current_dir(root).args(["+nightly", "--config"]);
+    command.arg("build.rustflags=['-Zsanitizer=address','-Cdebug-assertions','-Coverflow-checks']");
+    command.env("CARGO_TARGET_DIR", root.join("target/asan"));
+    command.env("CARGO_BUILD_TARGET", host_triple());
+    command
+}
+
+/// The host's target triple, as rustc reports it (`x86_64-unknown-linux-gnu` when it cannot).
+fn host_triple() -> String {
+    let output = Command::new("rustc").arg("-vV").output();
+    let text = output.map(|o| String::from_utf8_lossy(&o.stdout).into_owned()).unwrap_or_default();
+    text.lines()
+        .find_map(|l| l.strip_prefix("host: "))
+        .unwrap_or("x86_64-unknown-linux-gnu")
+        .to_owned()
 }
 
 /// Runs every cargo-fuzz target of `fuzz/` for [`FUZZ_SECONDS`] (nightly and cargo-fuzz needed;
@@ -166,25 +204,30 @@ fn run_fuzz(root: &Path, docs: &Path) -> Result<(), String> {
     }
     let targets: Vec<String> =
         String::from_utf8_lossy(&listed.stdout).lines().map(str::to_owned).collect();
+    seed_corpus(root)?;
+    // Each target is one libFuzzer process on one core: run as many at once as there are cores.
+    let jobs = std::thread::available_parallelism().map_or(1, |n| n.get()).min(targets.len());
+    println!("xtask: {} fuzz targets, {FUZZ_SECONDS} s each, {jobs} at a time", targets.len());
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let outcomes = std::sync::Mutex::new(vec![None; targets.len()]);
+    std::thread::scope(|scope| {
+        for _ in 0..jobs {
+            scope.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    let Some(target) = targets.get(i) else { break };
+                    let outcome = fuzz_one(&fuzz, target);
+                    outcomes.lock().expect("no thread panics holding it")[i] = Some(outcome);
+                }
+            });
+        }
+    });
     let mut table = String::from("| target | runs | seconds | result |\n|---|---|---|---|\n");
     let mut crashed = Vec::new();
-    for target in &targets {
-        let max_time = format!("-max_total_time={FUZZ_SECONDS}");
-        let mut command = fuzz(&["run", target, "--", &max_time]);
-        println!("xtask: ==> {}", display_command(&command));
-        let output = command.output().map_err(|e| format!("cargo fuzz run {target}: {e}"))?;
-        let log = String::from_utf8_lossy(&output.stderr);
-        // libFuzzer ends with "Done N runs in S second(s)".
-        let done = log.lines().rev().find_map(|l| l.split_once("Done ").map(|(_, rest)| rest));
-        let (runs, seconds) = done
-            .and_then(|rest| {
-                let words: Vec<&str> = rest.split_whitespace().collect();
-                Some((words.first()?.to_string(), words.get(3)?.to_string()))
-            })
-            .unwrap_or_else(|| ("?".into(), "?".into()));
-        let result =
-            if output.status.success() { "no crash" } else { "CRASH (see fuzz/artifacts)" };
-        if !output.status.success() {
+    for (target, outcome) in targets.iter().zip(outcomes.into_inner().expect("threads joined")) {
+        let FuzzOutcome { runs, seconds, clean } = outcome.expect("every target ran")?;
+        let result = if clean { "no crash" } else { "CRASH (see fuzz/artifacts)" };
+        if !clean {
             crashed.push(target.clone());
         }
         let _ = writeln!(table, "| {target} | {runs} | {seconds} | {result} |");
@@ -195,6 +238,63 @@ fn run_fuzz(root: &Path, docs: &Path) -> Result<(), String> {
     match crashed.is_empty() {
         true => Ok(()),
         false => Err(format!("fuzz targets crashed: {}", crashed.join(", "))),
+    }
+}
+
+/// What one fuzz target's run came to.
+#[derive(Clone, Debug)]
+struct FuzzOutcome {
+    /// Inputs run, as libFuzzer counted them ("?" when its log had no final line).
+    runs: String,
+    /// Seconds it ran, as libFuzzer counted them.
+    seconds: String,
+    /// Whether it ended without a crash.
+    clean: bool,
+}
+
+/// Runs one fuzz target for [`FUZZ_SECONDS`] with `fuzz` (a `cargo +nightly fuzz` command maker).
+fn fuzz_one(fuzz: &dyn Fn(&[&str]) -> Command, target: &str) -> Result<FuzzOutcome, String> {
+    let max_time = format!("-max_total_time={FUZZ_SECONDS}");
+    let mut command = fuzz(&["run", target, "--", &max_time]);
+    println!("xtask: ==> {}", display_command(&command));
+    let output = command.output().map_err(|e| format!("cargo fuzz run {target}: {e}"))?;
+    let log = String::from_utf8_lossy(&output.stderr);
+    // libFuzzer ends with "Done N runs in S second(s)".
+    let done = log.lines().rev().find_map(|l| l.split_once("Done ").map(|(_, rest)| rest));
+    let (runs, seconds) = done
+        .and_then(|rest| {
+            let words: Vec<&str> = rest.split_whitespace().collect();
+            Some((words.first()?.to_string(), words.get(3)?.to_string()))
+        })
+        .unwrap_or_else(|| ("?".into(), "?".into()));
+    if !output.status.success() {
+        eprintln!("xtask: fuzz target {target} failed; the end of its log:");
+        let lines: Vec<&str> = log.lines().collect();
+        for line in &lines[lines.len().saturating_sub(40)..] {
+            eprintln!("  {line}");
+        }
+    }
+    Ok(FuzzOutcome { runs, seconds, clean: output.status.success() })
+}
+
+/// Writes the seed corpus of every target (`fuzz/seed-corpus`): the corpus is generated, never
+/// committed. The reference caches seed it too when they are found (as `cargo xtask test` finds
+/// them).
+fn seed_corpus(root: &Path) -> Result<(), String> {
+    let mut command = Command::new("cargo");
+    command.args(["run", "--release", "--quiet", "--manifest-path", "fuzz/Cargo.toml"]);
+    command.args(["-p", "stowage-fuzz-seed-corpus"]).current_dir(root);
+    let reference = ReferenceDir::find(root, std::env::var_os("STOWAGE_REFERENCE_DIR"));
+    match reference.path.is_dir() {
+        true => command.env("STOWAGE_REFERENCE_DIR", &reference.path),
+        false => command.env_remove("STOWAGE_REFERENCE_DIR"),
+    };
+    let line = display_command(&command);
+    println!("xtask: ==> {line}");
+    let status = command.status().map_err(|e| format!("could not start `{line}`: {e}"))?;
+    match status.success() {
+        true => Ok(()),
+        false => Err(format!("`{line}` failed ({status}): the seed corpus could not be written")),
     }
 }
 
@@ -235,7 +335,7 @@ mod tests {
     fn campaigns_are_chosen_in_run_order_and_unknown_ones_refused() {
         assert_eq!(
             parse_args(&[]).unwrap(),
-            ["crash", "corruption", "concurrency", "faults", "fuzz"]
+            ["crash", "corruption", "corruption-asan", "concurrency", "faults", "fuzz"]
         );
         assert_eq!(
             parse_args(&["--campaign", "fuzz", "--campaign", "crash"]).unwrap(),
@@ -244,7 +344,8 @@ mod tests {
         let err = parse_args(&["--campaign", "chaos"]).unwrap_err();
         assert_eq!(
             err,
-            "unknown campaign `chaos`; the campaigns are crash, corruption, concurrency, faults, fuzz"
+            "unknown campaign `chaos`; the campaigns are crash, corruption, corruption-asan, \
+             concurrency, faults, fuzz"
         );
         assert!(parse_args(&["--campaign"]).is_err());
         assert!(parse_args(&["--quick"]).unwrap_err().contains("--campaign NAME"));

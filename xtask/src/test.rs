@@ -88,9 +88,9 @@ pub fn run(quick: bool) -> Result<(), String> {
 
 /// Where the reference caches are and whether they exist.
 #[derive(Debug)]
-struct ReferenceDir {
+pub(crate) struct ReferenceDir {
     /// Absolute path, passed to the tests as `STOWAGE_REFERENCE_DIR`.
-    path: PathBuf,
+    pub(crate) path: PathBuf,
     /// Where the path came from, for messages.
     source: &'static str,
 }
@@ -98,7 +98,7 @@ struct ReferenceDir {
 impl ReferenceDir {
     /// `overridden` (the value of `$STOWAGE_REFERENCE_DIR`, relative to the current directory) or
     /// `<root>/../shared/reference`.
-    fn find(root: &Path, overridden: Option<OsString>) -> ReferenceDir {
+    pub(crate) fn find(root: &Path, overridden: Option<OsString>) -> ReferenceDir {
         let (path, source) = match overridden.filter(|value| !value.is_empty()) {
             Some(value) => (PathBuf::from(value), "STOWAGE_REFERENCE_DIR"),
             None => (root.join("..").join("shared").join("reference"), "the default"),

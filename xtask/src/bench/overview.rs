@@ -12,7 +12,7 @@ use super::shown_path;
 use super::suite::SUITES;
 use crate::machine::Machine;
 use crate::prerequisites::{self, PREREQUISITES, Prerequisite};
-use crate::{cargo, display_command};
+use crate::{cargo, run_for_markdown};
 
 /// The name `--suite` selects and the section's markers carry.
 pub const NAME: &str = "overview";
@@ -41,18 +41,11 @@ pub fn run(root: &Path, bench_data: &Path, docs: &Path, report_only: bool) -> Re
     if peers.is_ok() {
         command.arg("--peers");
     }
-    let line = display_command(&command);
-    println!("xtask: ==> {line}");
-    let output = command
-        .stderr(std::process::Stdio::inherit())
-        .output()
-        .map_err(|e| format!("could not start `{line}`: {e}"))?;
-    let markdown = String::from_utf8_lossy(&output.stdout).into_owned();
-    print!("{markdown}");
+    let (markdown, exit, line) = run_for_markdown(&mut command)?;
     // Exit 1 is a backend that failed its verification: still recorded, then reported.
-    let status = output.status.code();
+    let status = exit.code();
     if !matches!(status, Some(0 | 1)) {
-        return Err(format!("`{line}` failed ({})", output.status));
+        return Err(format!("`{line}` failed ({exit})"));
     }
     let machine = Machine::detect(prerequisites::python_version().ok());
     let shown = line.replace(&bench_data.display().to_string(), &shown_path(root, bench_data));
