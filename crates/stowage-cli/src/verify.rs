@@ -428,6 +428,18 @@ fn segment_units(
         .collect()
 }
 
+/// A cache that does not open has no key list to draw a sample from: with `--sample`, the open's
+/// error saying so; without, the error back for the caller's fallback.
+fn refuse_a_sample(open_error: CliError, options: VerifyOptions) -> Result<CliError, CliError> {
+    match options.sample.is_some_and(|f| f < 1.0) {
+        true => Err(CliError::new(format!(
+            "{open_error} (the keys cannot be listed, so no sample of them can be drawn; run \
+             verify without --sample to check every segment)"
+        ))),
+        false => Ok(open_error),
+    }
+}
+
 /// A torchcachex cache whose reader cannot open (a damaged segment keeps the keys from being
 /// listed): every segment is still checked on its own, so each damaged one is named. A sample
 /// needs the keys, so it is refused then.
@@ -436,12 +448,7 @@ fn damaged_torchcachex(
     open_error: CliError,
     options: VerifyOptions,
 ) -> Result<Plan<'static>, CliError> {
-    if options.sample.is_some_and(|f| f < 1.0) {
-        return Err(CliError::new(format!(
-            "{open_error} (the keys cannot be listed, so no sample of them can be drawn; run \
-             verify without --sample to check every segment)"
-        )));
-    }
+    let open_error = refuse_a_sample(open_error, options)?;
     let layout = stowage_arrow::layout::Layout::new(path);
     let Ok(Some(schema)) = SchemaJson::read(&layout.schema()) else { return Err(open_error) };
     let mut structure = ValidationReport { files_checked: 1, ..Default::default() };
@@ -468,12 +475,7 @@ fn damaged_hdf5(
     open_error: CliError,
     options: VerifyOptions,
 ) -> Result<Plan<'static>, CliError> {
-    if options.sample.is_some_and(|f| f < 1.0) {
-        return Err(CliError::new(format!(
-            "{open_error} (the keys cannot be listed, so no sample of them can be drawn; run \
-             verify without --sample to check every segment)"
-        )));
-    }
+    let open_error = refuse_a_sample(open_error, options)?;
     let structure = stowage_hdf5::Hdf5Backend::validate_dir(path, ValidationLevel::Full)?;
     if structure.is_clean() {
         // Not damage validation can see (a permission error, say): the open's error stands.
