@@ -136,7 +136,10 @@ fn run_campaign(root: &Path, docs: &Path, campaign: &Campaign) -> Result<(), Str
     }
     let mut command = match campaign.sanitized {
         false => cargo(),
-        true => sanitized_cargo(root),
+        true => {
+            require_nightly(root)?;
+            sanitized_cargo(root)
+        }
     };
     command.args(["run", "--release", "--quiet", "-p", "stowage-reliability", "--bin"]);
     command.arg(binary).arg("--").args(campaign.args).arg("--markdown");
@@ -160,6 +163,17 @@ fn sanitized_cargo(root: &Path) -> Command {
     command.env("CARGO_TARGET_DIR", root.join("target/asan"));
     command.env("CARGO_BUILD_TARGET", host_triple());
     command
+}
+
+/// Whether the nightly toolchain is installed; the command that installs it when it is not.
+fn require_nightly(root: &Path) -> Result<(), String> {
+    let output = Command::new("cargo").current_dir(root).args(["+nightly", "--version"]).output();
+    match output {
+        Ok(o) if o.status.success() => Ok(()),
+        _ => Err("the nightly toolchain is needed for AddressSanitizer (-Zsanitizer=address): \
+                  `rustup toolchain install nightly`"
+            .into()),
+    }
 }
 
 /// The host's target triple, as rustc reports it (`x86_64-unknown-linux-gnu` when it cannot).
