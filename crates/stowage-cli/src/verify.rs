@@ -220,8 +220,9 @@ fn plan_by_keys<'a>(
             )?
             .validate(ValidationLevel::Structure)?
         }
-        _ => stowage_hdf5::Hdf5Backend::open(source.path(), OpenMode::ReadOnly)?
-            .validate(ValidationLevel::Structure)?,
+        // From disk, as the handle's validate would: a second open would hash every segment
+        // once more before the validation hashes them again.
+        _ => stowage_hdf5::Hdf5Backend::validate_dir(source.path(), ValidationLevel::Structure)?,
     };
     // A memmap index that cannot be read is a structure problem: no key to check then.
     let keys = match source.keys() {
