@@ -107,15 +107,14 @@ pub fn run(path: &Path, options: VerifyOptions, out: &mut dyn Write) -> Result<S
             let cache = open(path)?;
             Err(CliError::new(cache.why_no_keys(path, "verify").unwrap_or_default()))
         }
-        CacheKind::StowageHdf5 => match open_kind(path, kind) {
-            Ok(source) => {
-                let source = source.expect("a kind with keys");
-                report(plan_by_keys(source.as_ref(), kind, options)?, options, out)
-            }
-            Err(e) => report(damaged_hdf5(path, e, options)?, options, out),
-        },
-        CacheKind::StowageMemmap | CacheKind::DnanetMemmap => {
-            let source = open_kind(path, kind)?.expect("a kind with keys");
+        CacheKind::StowageMemmap | CacheKind::DnanetMemmap | CacheKind::StowageHdf5 => {
+            let source = match open_kind(path, kind) {
+                Ok(source) => source.expect("a kind with keys"),
+                Err(e) if kind == CacheKind::StowageHdf5 => {
+                    return report(damaged_hdf5(path, e, options)?, options, out);
+                }
+                Err(e) => return Err(e),
+            };
             report(plan_by_keys(source.as_ref(), kind, options)?, options, out)
         }
     }
