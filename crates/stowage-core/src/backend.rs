@@ -1,6 +1,6 @@
 //! The `Backend` trait every storage format implements, its extension trait and its factory.
 
-use crate::{Capabilities, Result, Sample, Schema};
+use crate::{Capabilities, Result, Sample, Schema, Unchecked};
 use std::path::{Path, PathBuf};
 
 /// How thoroughly [`Backend::validate`] checks a cache.
@@ -35,7 +35,7 @@ impl std::fmt::Display for Problem {
     }
 }
 
-/// What [`Backend::validate`] checked and every problem it found.
+/// What [`Backend::validate`] checked, every problem it found, and the data it could not check.
 ///
 /// ```
 /// let report = stowage_core::ValidationReport::default();
@@ -47,13 +47,21 @@ pub struct ValidationReport {
     pub samples_checked: u64,
     /// Files examined.
     pub files_checked: u64,
-    /// Every problem found; empty when the cache is clean.
+    /// Every problem found; empty when the cache is undamaged.
     pub problems: Vec<Problem>,
+    /// Data another writer added that stowage's checksums do not cover ([`crate::foreign`]).
+    pub unchecked: Vec<Unchecked>,
 }
 
 impl ValidationReport {
-    /// Whether no problem was found.
+    /// Whether every byte was checked and no problem was found. A cache holding data another
+    /// writer added ([`ValidationReport::unchecked`]) is never clean.
     pub fn is_clean(&self) -> bool {
+        self.problems.is_empty() && self.unchecked.is_empty()
+    }
+
+    /// Whether no problem was found in what was checked (there may be data left unchecked).
+    pub fn is_undamaged(&self) -> bool {
         self.problems.is_empty()
     }
 

@@ -8,6 +8,7 @@ pub mod dtype;
 pub mod error;
 pub mod file_safety;
 pub mod fingerprint;
+pub mod foreign;
 pub mod prefetch;
 pub mod sample;
 pub mod schema;
@@ -22,6 +23,7 @@ pub use backend::{
 pub use capabilities::Capabilities;
 pub use dtype::{ByteOrder, DType};
 pub use error::{Error, IoResultExt, Result};
+pub use foreign::{Adoption, Unchecked};
 pub use sample::{Sample, Value};
 pub use schema::{FieldKind, FieldSpec, Schema, ShapeRule};
 pub use tensor::{Element, Tensor};
