@@ -5,10 +5,12 @@ use crate::column_writer::ColumnWriter;
 use crate::index::{FieldShape, KeyIndex, Slot, encode_entry_into, encode_finalize};
 use crate::layout::{CacheMetadata, CommitMarker, Layout};
 use crate::npy_header::storage_descr;
+use crate::ownership::OwnedFiles;
 use crate::record::{Numpy10Record, RecordRef};
 use crate::{NpyOptions, validate};
+use std::collections::HashMap;
 use std::path::Path;
-use std::sync::OnceLock;
+use std::sync::{Mutex, OnceLock};
 use stowage_core::file_safety::{AppendLog, WriterLock, atomic_write, fsync_dir};
 use stowage_core::write_behind::BackgroundWriter;
 use stowage_core::{
@@ -44,10 +46,12 @@ pub fn capabilities() -> Capabilities {
     }
 }
 
-/// The writing half of a handle: the lock, the log and one column writer per field.
+/// The writing half of a handle: the lock, the logs and one column writer per field.
 struct Writer {
     _lock: WriterLock,
     log: AppendLog,
+    /// The collection files stowage created: the only ones whose markers it changes.
+    owned: OwnedFiles,
     columns: Vec<ColumnWriter>,
     /// Log entries of puts since the last flush, concatenated; appended to the log only after
     /// their data is durable.
@@ -59,10 +63,16 @@ struct Writer {
 }
 
 impl Writer {
-    fn new(lock: WriterLock, log: AppendLog, columns: Vec<ColumnWriter>) -> Writer {
+    fn new(
+        lock: WriterLock,
+        log: AppendLog,
+        owned: OwnedFiles,
+        columns: Vec<ColumnWriter>,
+    ) -> Writer {
         Writer {
             _lock: lock,
             log,
+            owned,
             columns,
             pending: Vec::new(),
             pending_ends: Vec::new(),
@@ -105,6 +115,9 @@ pub struct NpyBackend {
     field_names: Vec<std::sync::Arc<str>>,
     /// Collection files by the index's file id, opened on first use and shared by reader threads.
     files: Vec<OnceLock<CollectionFile>>,
+    /// Collection files no record of this cache points into (another writer's, read through
+    /// [`NpyBackend::read_record`]), by uid, opened on first use.
+    foreign_files: Mutex<HashMap<String, CollectionFile>>,
 }
 
 impl NpyBackend {
@@ -132,15 +145,19 @@ impl NpyBackend {
             return Err(Error::AlreadyExists { path: layout.metadata() });
         }
         make_layout_dirs(&layout)?;
-        // A log left by a create that crashed before stowage.json was written belongs to no cache.
-        match std::fs::remove_file(layout.records_log()) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                return Err(Error::io(layout.records_log(), e));
+        // Logs left by a create that crashed before stowage.json was written belong to no cache
+        // (no put can precede stowage.json, so they claim no file).
+        for stale in [layout.records_log(), layout.owned_files_log()] {
+            match std::fs::remove_file(&stale) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    return Err(Error::io(stale, e));
+                }
+                _ => {}
             }
-            _ => {}
         }
         let (mut log, _) = AppendLog::open(layout.records_log(), true)?;
         log.sync()?;
+        let owned = OwnedFiles::open(&layout, &[])?;
         let meta = CacheMetadata::new(schema.clone(), options.collection_size);
         let text = serde_json::to_vec_pretty(&meta).expect("metadata serializes");
         // Written last: its presence is what makes the directory a cache.
@@ -158,8 +175,9 @@ impl NpyBackend {
             options,
             capabilities,
             finalized: false,
-            writer: Some(Writer::new(lock, log, columns)),
+            writer: Some(Writer::new(lock, log, owned, columns)),
             files: Vec::new(),
+            foreign_files: Mutex::default(),
         })
     }
 
@@ -195,17 +213,19 @@ impl NpyBackend {
         }
         let (log, recovered) = AppendLog::open(layout.records_log(), false)?;
         let marker = CommitMarker::read(&layout.complete_marker())?;
-        let writer = Writer::new(lock, log, column_writers(&meta)?);
-        Self::assemble(layout, meta, options, (recovered.records, marker), None, Some(writer))
+        let records = (recovered.records, marker);
+        Self::assemble(layout, meta, options, records, None, Some((lock, log)))
     }
 
+    /// Builds a handle from the recovered log; `writing` (the lock and the open log) makes it a
+    /// writer.
     fn assemble(
         layout: Layout,
         meta: CacheMetadata,
         options: NpyOptions,
         (records, marker): (Vec<Vec<u8>>, Option<CommitMarker>),
         damage: Option<stowage_core::file_safety::Damage>,
-        writer: Option<Writer>,
+        writing: Option<(WriterLock, AppendLog)>,
     ) -> Result<NpyBackend> {
         if let Some(damage) = damage.filter(|d| d.is_mid_log()) {
             return Err(Error::corrupted(layout.records_log(), damage.to_string()));
@@ -226,6 +246,13 @@ impl NpyBackend {
             ));
         }
         let index_files = index.file_uids().len();
+        let writer = match writing {
+            Some((lock, log)) => {
+                let owned = OwnedFiles::open(&layout, index.file_uids())?;
+                Some(Writer::new(lock, log, owned, column_writers(&meta)?))
+            }
+            None => None,
+        };
         let backend = NpyBackend {
             field_dtypes: field_dtypes(&meta),
             field_names: meta.schema.fields.iter().map(|f| f.name.as_str().into()).collect(),
@@ -237,6 +264,7 @@ impl NpyBackend {
             index,
             writer,
             files: (0..index_files).map(|_| OnceLock::new()).collect(),
+            foreign_files: Mutex::default(),
         };
         if backend.finalized
             && backend.writer.is_some()
@@ -272,7 +300,20 @@ impl NpyBackend {
     }
 
     /// Reads the sample of `field` that `record` addresses, the way hangar reads a record handed over
-    /// by its record database: no key lookup. The record must point into this cache's files.
+    /// by its record database: no key lookup, the sample's xxh64 checked against the record's when
+    /// `verify`.
+    ///
+    /// The record may point into any collection file of the cache's `data/10`: stowage's, or one
+    /// another writer (hangar) added, which no stowage record covers. Such a file is read whether
+    /// hangar marks it staged, committed or not at all (an older stowage's finalize removed
+    /// hangar's staging markers): the record's checksum vouches for the bytes. Its header must hold
+    /// the field's dtype and slot shape; its slot count may differ from this cache's.
+    ///
+    /// Errors: [`Error::NotFound`] for an unknown field or a missing collection file;
+    /// [`Error::InvalidArgument`] for a uid that is not 8 characters of `[a-z0-9]`, a slot or
+    /// shape outside the file, or a shape other than a fixed field's; [`Error::Incompatible`] for
+    /// a file of another dtype or slot shape; [`Error::Corrupted`] for a checksum mismatch (naming
+    /// the file, the record and both digests).
     ///
     /// ```
     /// # use stowage_core::{Backend, DType, Sample, Schema, ShapeRule, Tensor};
@@ -295,12 +336,6 @@ impl NpyBackend {
                     ),
                 }
             })?;
-        let file = self.index.file_id(&record.uid).ok_or_else(|| Error::NotFound {
-            what: format!("collection file of record {record} in {}", self.layout.root().display()),
-        })?;
-        let index = u32::try_from(record.collection_index)
-            .map_err(|_| Error::invalid(format!("record {record}: slot index out of range")))?;
-        let slot = Slot::new(record.checksum, file, index);
         if let FieldShape::Fixed(dims) = &self.index.field_shapes()[position]
             && *dims != record.shape
         {
@@ -309,7 +344,54 @@ impl NpyBackend {
                 stowage_core::shape::display(dims)
             )));
         }
+        let Some(file) = self.index.file_id(&record.uid) else {
+            let tensor =
+                self.foreign_collection(&record.uid, position)?.read_record(record, verify)?;
+            return self.with_field_dtype(position, tensor);
+        };
+        let index = u32::try_from(record.collection_index)
+            .map_err(|_| Error::invalid(format!("record {record}: slot index out of range")))?;
+        let slot = Slot::new(record.checksum, file, index);
         self.read_slot_with_shape(position, &slot, &record.shape, verify)
+    }
+
+    /// A collection file no record of this cache points into, opened on first use, its header
+    /// checked against field `field` (dtype and slot shape; another writer's slot count may
+    /// differ).
+    fn foreign_collection(&self, uid: &str, field: usize) -> Result<CollectionFile> {
+        if !crate::record::is_valid_uid(uid) {
+            return Err(Error::invalid(format!(
+                "uid {} is not 8 characters of [a-z0-9]",
+                crate::quote::quote(uid, 40)
+            )));
+        }
+        let mut files =
+            self.foreign_files.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(open) = files.get(uid) {
+            return Ok(open.clone());
+        }
+        let path = self.layout.data_file(uid);
+        let opened = CollectionFile::open(&path)?;
+        let (dtype, slot_shape) = slot_of(&self.meta.schema, field);
+        let header = opened.header();
+        if !same_storage(&header.descr, dtype) || opened.slot_shape() != slot_shape.as_slice() {
+            return Err(Error::Incompatible {
+                path,
+                detail: format!(
+                    "header says {} {} (slots {}), field {:?} is {} ({}) with slots {}: the file \
+                     belongs to another column",
+                    header.descr,
+                    stowage_core::shape::display(&header.shape),
+                    stowage_core::shape::display(opened.slot_shape()),
+                    self.meta.schema.fields[field].name,
+                    storage_descr(dtype),
+                    dtype,
+                    stowage_core::shape::display(&slot_shape)
+                ),
+            });
+        }
+        files.insert(uid.to_owned(), opened.clone());
+        Ok(opened)
     }
 
     pub(crate) fn index(&self) -> &KeyIndex {
@@ -327,8 +409,7 @@ impl NpyBackend {
         let opened = CollectionFile::open(&path)?;
         let (dtype, slot_shape) = slot_of(&self.meta.schema, field);
         let header = opened.header();
-        if header.descr.trim_start_matches(['<', '|', '='])
-            != storage_descr(dtype).trim_start_matches(['<', '|'])
+        if !same_storage(&header.descr, dtype)
             || opened.slot_shape() != slot_shape.as_slice()
             || opened.rows() != self.meta.collection_size
         {
@@ -372,6 +453,11 @@ impl NpyBackend {
         let file = self.collection(slot.file, field)?;
         let tensor =
             file.read(u64::from(slot.index), shape, verify.then_some(slot.checksum), &what)?;
+        self.with_field_dtype(field, tensor)
+    }
+
+    /// `tensor` read from a file of field `field`, with the field's dtype.
+    fn with_field_dtype(&self, field: usize, tensor: Tensor) -> Result<Tensor> {
         if self.field_dtypes[field] == DType::BF16 {
             // Stored as <u2 (numpy has no bfloat16); same bytes, real dtype from stowage.json.
             let bytes = tensor.to_shared_bytes();
@@ -415,6 +501,13 @@ impl NpyBackend {
         }
         result
     }
+}
+
+/// Whether a `.npy` descr stores `dtype` as stowage does: little-endian or native order. A
+/// big-endian descr is refused, because a flipped `<` would otherwise pass the checksum (which
+/// covers the stored bytes) and hand out byte-swapped values.
+pub(crate) fn same_storage(descr: &str, dtype: DType) -> bool {
+    descr.trim_start_matches(['<', '|', '=']) == storage_descr(dtype).trim_start_matches(['<', '|'])
 }
 
 /// The dtype and slot shape of field `field` (a tensor field: the capabilities allow nothing else).
@@ -511,7 +604,7 @@ impl Backend for NpyBackend {
             let Some(Value::Tensor(tensor)) = sample.get(&field.name) else {
                 unreachable!("validated: every field is a non-null tensor");
             };
-            match column.write(layout, tensor) {
+            match column.write(layout, &mut writer.owned, tensor) {
                 Ok((checksum, slot)) => written.push((checksum, slot, tensor.shape())),
                 Err(e) => {
                     writer.poisoned = Some(e.to_string());
@@ -617,26 +710,41 @@ impl NpyBackend {
         self.write_markers()
     }
 
-    /// hangar's commit (a `store_data` marker for every data file, staging markers cleared), then
-    /// `_COMPLETE`, written atomically and last. Idempotent, so an interrupted finalize is rolled
-    /// forward by the next writer.
+    /// hangar's commit of stowage's own files, then `_COMPLETE`, written atomically and last:
+    /// a `store_data` marker for every file a record points into, and the staging marker of every
+    /// file stowage created cleared (files of a crashed session that no record points into are
+    /// left unmarked, as hangar leaves files it never committed). Markers of files another writer
+    /// added are neither created nor removed: hangar's staged data stays staged for hangar.
+    /// Idempotent, so an interrupted finalize is rolled forward by the next writer.
     fn write_markers(&self) -> Result<()> {
         let layout = &self.layout;
-        let uids = self.index.file_uids();
-        for uid in uids {
-            let marker = layout.store_dir().join(format!("{uid}.npy"));
-            std::fs::File::create(&marker).at(&marker)?;
+        let writer = self.writer.as_ref().expect("markers are written by a writer");
+        for uid in self.index.file_uids() {
+            let marker = layout.store_marker(uid);
+            // Not truncating: an existing marker (a rolled-forward finalize) stays as it is.
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(&marker)
+                .at(&marker)?;
         }
         fsync_dir(layout.store_dir())?;
-        for entry in std::fs::read_dir(layout.stage_dir()).at(layout.stage_dir())? {
-            let path = entry.at(layout.stage_dir())?.path();
-            if path.extension().is_some_and(|e| e == "npy") {
-                std::fs::remove_file(&path).at(&path)?;
+        for uid in writer.owned.uids() {
+            let marker = layout.stage_marker(uid);
+            match std::fs::remove_file(&marker) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    return Err(Error::io(marker, e));
+                }
+                _ => {}
             }
         }
         fsync_dir(layout.stage_dir())?;
-        let writer = self.writer.as_ref().expect("markers are written by a writer");
-        let marker = CommitMarker { log_records: writer.log.len(), keys: self.index.len() as u64 };
+        let marker = CommitMarker {
+            log_records: writer.log.len(),
+            keys: self.index.len() as u64,
+            owned_files_records: Some(writer.owned.records()),
+        };
         atomic_write(layout.complete_marker(), &serde_json::to_vec(&marker).expect("serializes"))
     }
 

@@ -3,6 +3,7 @@
 
 use crate::layout::Layout;
 use crate::npy_header::write_header;
+use crate::ownership::OwnedFiles;
 use crate::record::{new_uid, xxh64};
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -67,6 +68,13 @@ pub struct ColumnWriter {
     unsynced: Vec<(PathBuf, Arc<File>)>,
     /// A file was created since the last sync, so its directory entry needs an fsync too.
     created_files: bool,
+    /// uids to try before random ones, last first: lets tests choose names that are taken.
+    #[cfg(test)]
+    scripted_uids: Vec<String>,
+    /// Runs between the name check and the creation of a data file: lets tests play the other
+    /// writer that creates the same name in that instant.
+    #[cfg(test)]
+    before_create: Option<fn(&Path)>,
 }
 
 impl ColumnWriter {
@@ -90,14 +98,24 @@ impl ColumnWriter {
             retired: Vec::new(),
             unsynced: Vec::new(),
             created_files: false,
+            #[cfg(test)]
+            scripted_uids: Vec::new(),
+            #[cfg(test)]
+            before_create: None,
         })
     }
 
     /// Puts `tensor` into the next free slot and returns its `(checksum, slot)` in the current file
-    /// ([`ColumnWriter::current_uid`]). The bytes are durable only after [`ColumnWriter::sync`].
-    pub fn write(&mut self, layout: &Layout, tensor: &Tensor) -> Result<(u64, u64)> {
+    /// ([`ColumnWriter::current_uid`]). The bytes are durable only after [`ColumnWriter::sync`]. A
+    /// new collection file is claimed in `owned` before it is created.
+    pub fn write(
+        &mut self,
+        layout: &Layout,
+        owned: &mut OwnedFiles,
+        tensor: &Tensor,
+    ) -> Result<(u64, u64)> {
         if self.current.as_ref().is_none_or(|c| c.next_slot >= self.collection_size) {
-            self.start_file(layout)?;
+            self.start_file(layout, owned)?;
         }
         let current = self.current.as_mut().expect("just ensured");
         let slot = current.next_slot;
@@ -149,7 +167,7 @@ impl ColumnWriter {
     }
 
     /// Creates a new preallocated (sparse) collection file with its header and staging marker.
-    fn start_file(&mut self, layout: &Layout) -> Result<()> {
+    fn start_file(&mut self, layout: &Layout, owned: &mut OwnedFiles) -> Result<()> {
         if let Some(previous) = self.current.as_ref() {
             let batch = self.batch.get_mut().expect("poisoned");
             let ticket = send_batch(layout, &self.worker, previous, batch, self.slot_bytes)?;
@@ -163,21 +181,36 @@ impl ColumnWriter {
         rows_shape.extend_from_slice(&self.slot_shape);
         let header = write_header(self.dtype, &rows_shape);
         let data_len = (self.collection_size as u64) * (self.slot_bytes as u64);
-        // uids are random; `create_new` turns the (unlikely) collision hangar ignores into a retry.
         let (uid, mut file) = loop {
-            let uid = new_uid();
+            let uid = self.next_uid();
+            // A name any writer used, for a file or a marker, is never taken over (hangar draws
+            // its uids at random and never checks).
+            if owned.contains(&uid) || name_in_use(layout, &uid)? {
+                continue;
+            }
+            // Claimed durably before the file exists: a crash never leaves a file of ours that
+            // the claims do not name, so finalize never mistakes it for another writer's.
+            owned.claim(&uid)?;
             let path = layout.data_file(&uid);
+            #[cfg(test)]
+            if let Some(race) = self.before_create.take() {
+                race(&path);
+            }
+            // create_new (O_EXCL): a file another writer made since the check is never replaced.
             match OpenOptions::new().read(true).write(true).create_new(true).open(&path) {
                 Ok(file) => break (uid, file),
-                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                    owned.release(&uid)?;
+                    continue;
+                }
                 Err(e) => return Err(Error::io(path, e)),
             }
         };
         let path = layout.data_file(&uid);
         file.write_all(&header).at(&path)?;
         file.set_len(header.len() as u64 + data_len).at(&path)?;
-        let marker = layout.stage_dir().join(format!("{uid}.npy"));
-        File::create(&marker).at(&marker)?;
+        let marker = layout.stage_marker(&uid);
+        OpenOptions::new().write(true).create_new(true).open(&marker).at(&marker)?;
         self.created_files = true;
         if let Some(previous) = self.current.take()
             && previous.dirty
@@ -197,6 +230,15 @@ impl ColumnWriter {
         });
         self.written_through.store(0, Ordering::Release);
         Ok(())
+    }
+
+    /// The next uid to try: random (in unit tests, scripted ones first).
+    fn next_uid(&mut self) -> String {
+        #[cfg(test)]
+        if let Some(uid) = self.scripted_uids.pop() {
+            return uid;
+        }
+        new_uid()
     }
 
     /// Writes out the batch and fsyncs every file written since the last sync, then the
@@ -226,6 +268,27 @@ impl ColumnWriter {
         let dirs: Vec<&Path> = dirs.iter().map(PathBuf::as_path).collect();
         sync_together(&files, &dirs)
     }
+}
+
+/// Whether `uid` names a collection file or a marker of any writer: `data/10`, `stage_data/10`,
+/// `store_data/10` or `remote_data/10` has an entry `<uid>.npy` (of any type, dangling links
+/// included).
+fn name_in_use(layout: &Layout, uid: &str) -> Result<bool> {
+    let name = format!("{uid}.npy");
+    for dir in [layout.data_dir(), layout.stage_dir(), layout.store_dir(), layout.remote_dir()] {
+        let path = dir.join(&name);
+        match std::fs::symlink_metadata(&path) {
+            Ok(_) => return Ok(true),
+            // No such directory (hangar never fetched from a remote), or a file in its place.
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+                ) => {}
+            Err(e) => return Err(Error::io(path, e)),
+        }
+    }
+    Ok(false)
 }
 
 /// Queues the batched slots of `current` for one gathering write at their offset; the write's
@@ -300,6 +363,7 @@ fn append_corner_image(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ownership::read_claims;
 
     fn image(t: &Tensor, slot: &[usize], bytes: usize) -> Vec<u8> {
         let mut out = vec![9u8];
@@ -316,5 +380,75 @@ mod tests {
         assert_eq!(image(&t, &[2, 2, 2], 16), [7, 0, 0, 0, 8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
         let empty = Tensor::zeros(DType::U8, &[0, 3]).unwrap();
         assert_eq!(image(&empty, &[2, 3], 6), [0; 6]);
+    }
+
+    fn layout_with_taken_names(dir: &Path) -> Layout {
+        let layout = Layout::new(dir);
+        for d in [layout.data_dir(), layout.stage_dir(), layout.store_dir(), layout.remote_dir()] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        std::fs::write(layout.data_file("aaaaaaaa"), b"another writer's data").unwrap();
+        std::fs::write(layout.stage_marker("bbbbbbbb"), b"").unwrap();
+        std::fs::write(layout.store_marker("cccccccc"), b"").unwrap();
+        std::fs::write(layout.remote_dir().join("dddddddd.npy"), b"").unwrap();
+        std::os::unix::fs::symlink("nowhere", layout.data_file("ffffffff")).unwrap();
+        layout
+    }
+
+    fn column(uids: &[&str]) -> ColumnWriter {
+        let worker = Arc::new(BackgroundWriter::start("test").unwrap());
+        let mut column = ColumnWriter::new(DType::U8, vec![2], 3, worker).unwrap();
+        // Popped from the end: tried in the order given.
+        column.scripted_uids = uids.iter().rev().map(|u| (*u).to_owned()).collect();
+        column
+    }
+
+    /// Every name any writer uses (a data file, any marker, a dangling link, a uid stowage's
+    /// records point into) is skipped, and only the file created is claimed.
+    #[test]
+    fn new_files_avoid_every_name_in_use() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = layout_with_taken_names(dir.path());
+        let referenced = vec!["eeeeeeee".to_owned()];
+        let mut owned = OwnedFiles::open(&layout, &referenced).unwrap();
+        let names = ["aaaaaaaa", "bbbbbbbb", "cccccccc", "dddddddd", "eeeeeeee", "ffffffff"];
+        let mut column = column(&[&names[..], &["gggggggg"]].concat());
+        let tensor = Tensor::from_slice(&[2], &[7u8, 9]).unwrap();
+        column.write(&layout, &mut owned, &tensor).unwrap();
+        column.sync(&layout).unwrap();
+        assert_eq!(column.current_uid(), "gggggggg");
+        assert!(column.scripted_uids.is_empty(), "every taken name was tried and skipped");
+        assert_eq!(std::fs::read(layout.data_file("aaaaaaaa")).unwrap(), b"another writer's data");
+        for uid in &names[1..5] {
+            assert!(!layout.data_file(uid).exists(), "{uid}: no data file was created");
+        }
+        for uid in ["aaaaaaaa", "cccccccc", "dddddddd", "ffffffff"] {
+            assert!(!layout.stage_marker(uid).exists(), "{uid}: no staging marker was created");
+        }
+        let claims = read_claims(&layout).unwrap();
+        assert_eq!(claims.uids.into_iter().collect::<Vec<_>>(), ["gggggggg"]);
+        assert!(layout.stage_marker("gggggggg").exists());
+        let file = crate::CollectionFile::open(layout.data_file("gggggggg")).unwrap();
+        assert_eq!(file.read_slot(0, &[2], Some(xxh64(&[7, 9]))).unwrap().bytes(), [7, 9]);
+    }
+
+    /// A file another writer creates between the name check and the creation is neither replaced
+    /// nor claimed: the claim is released and the next name is used.
+    #[test]
+    fn a_name_taken_in_the_last_instant_is_released() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = layout_with_taken_names(dir.path());
+        let mut owned = OwnedFiles::open(&layout, &[]).unwrap();
+        let mut column = column(&["hhhhhhhh", "iiiiiiii"]);
+        column.before_create = Some(|path| std::fs::write(path, b"raced in").unwrap());
+        let tensor = Tensor::from_slice(&[2], &[1u8, 2]).unwrap();
+        column.write(&layout, &mut owned, &tensor).unwrap();
+        assert_eq!(column.current_uid(), "iiiiiiii");
+        assert_eq!(std::fs::read(layout.data_file("hhhhhhhh")).unwrap(), b"raced in");
+        assert!(!layout.stage_marker("hhhhhhhh").exists());
+        assert!(!owned.contains("hhhhhhhh") && owned.contains("iiiiiiii"));
+        let claims = read_claims(&layout).unwrap();
+        assert_eq!(claims.uids.into_iter().collect::<Vec<_>>(), ["iiiiiiii"]);
+        assert_eq!(claims.records, Some(3), "claim, release, claim");
     }
 }

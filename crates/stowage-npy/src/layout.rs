@@ -3,12 +3,18 @@
 //! ```text
 //! <cache>/stowage.json            format, version, schema, collection size (its presence = a cache)
 //! <cache>/records.log             checksummed append-only log: key -> one record string per field
+//! <cache>/owned_files.log         checksummed append-only log: the uid of every collection file
+//!                                 stowage created, claimed before the file exists
 //! <cache>/data/10/<uid>.npy       collection files, as hangar lays them out
 //! <cache>/stage_data/10/<uid>.npy empty markers of files not yet committed (hangar's staging)
 //! <cache>/store_data/10/<uid>.npy empty markers of committed files, written by finalize
 //! <cache>/_COMPLETE               written last by finalize: how many log records the cache holds
 //! <cache>/.stowage.lock           the writer lock
 //! ```
+//!
+//! hangar writes into the same `data/10`, `stage_data/10` and `store_data/10` (and
+//! `remote_data/10` for fetched data). A collection file is stowage's when `owned_files.log`
+//! claims it or `records.log` points into it; stowage changes the markers of no other file.
 
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -46,6 +52,16 @@ impl Layout {
         self.root.join("records.log")
     }
 
+    /// `owned_files.log`: the collection files stowage created (see [`crate::ownership`]).
+    ///
+    /// ```
+    /// let layout = stowage_npy::layout::Layout::new("cache");
+    /// assert_eq!(layout.owned_files_log(), std::path::Path::new("cache/owned_files.log"));
+    /// ```
+    pub fn owned_files_log(&self) -> PathBuf {
+        self.root.join("owned_files.log")
+    }
+
     /// `_COMPLETE`.
     pub fn complete_marker(&self) -> PathBuf {
         self.root.join("_COMPLETE")
@@ -64,6 +80,36 @@ impl Layout {
     /// `store_data/10`.
     pub fn store_dir(&self) -> PathBuf {
         self.root.join("store_data").join("10")
+    }
+
+    /// `remote_data/10`: hangar's markers of data fetched from a remote (stowage never writes it).
+    ///
+    /// ```
+    /// let layout = stowage_npy::layout::Layout::new("cache");
+    /// assert_eq!(layout.remote_dir(), std::path::Path::new("cache/remote_data/10"));
+    /// ```
+    pub fn remote_dir(&self) -> PathBuf {
+        self.root.join("remote_data").join("10")
+    }
+
+    /// `stage_data/10/<uid>.npy`: the staging marker of collection file `uid`.
+    ///
+    /// ```
+    /// let layout = stowage_npy::layout::Layout::new("cache");
+    /// assert_eq!(layout.stage_marker("ab12cd34"), std::path::Path::new("cache/stage_data/10/ab12cd34.npy"));
+    /// ```
+    pub fn stage_marker(&self, uid: &str) -> PathBuf {
+        self.stage_dir().join(format!("{uid}.npy"))
+    }
+
+    /// `store_data/10/<uid>.npy`: the committed marker of collection file `uid`.
+    ///
+    /// ```
+    /// let layout = stowage_npy::layout::Layout::new("cache");
+    /// assert_eq!(layout.store_marker("ab12cd34"), std::path::Path::new("cache/store_data/10/ab12cd34.npy"));
+    /// ```
+    pub fn store_marker(&self, uid: &str) -> PathBuf {
+        self.store_dir().join(format!("{uid}.npy"))
     }
 
     /// `data/10/<uid>.npy`.
@@ -157,12 +203,23 @@ impl CacheMetadata {
 }
 
 /// The contents of `_COMPLETE`: what a finalized cache must hold.
+///
+/// ```
+/// use stowage_npy::layout::CommitMarker;
+/// let old: CommitMarker = serde_json::from_str(r#"{"log_records": 5, "keys": 4}"#)?;
+/// assert_eq!(old.owned_files_records, None); // written before owned_files.log existed
+/// # Ok::<(), serde_json::Error>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct CommitMarker {
     /// Records in `records.log` at finalize.
     pub log_records: u64,
     /// Distinct keys at finalize.
     pub keys: u64,
+    /// Records in `owned_files.log` at finalize, so that its loss or truncation is noticed;
+    /// `None` in caches finalized before that log existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owned_files_records: Option<u64>,
 }
 
 impl CommitMarker {

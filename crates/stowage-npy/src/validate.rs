@@ -11,6 +11,7 @@ use stowage_core::{Error, Result, ValidationLevel, ValidationReport, shape};
 /// cache, and reported only on a finalized one), every referenced collection file exists with a
 /// header matching its field and its full size, every record's slot index and shape fit the file,
 /// and a finalized cache has a `store_data` marker per file. Full: also every sample's xxh64.
+/// Both levels list every collection file stowage did not write as unchecked.
 pub fn validate(backend: &NpyBackend, level: ValidationLevel) -> Result<ValidationReport> {
     let layout = backend.layout();
     let mut report = ValidationReport::default();
@@ -87,11 +88,12 @@ pub fn validate(backend: &NpyBackend, level: ValidationLevel) -> Result<Validati
             }
         }
     }
+    crate::foreign_files::report_unchecked(backend, &mut report);
     Ok(report)
 }
 
 /// The detail of an error whose path the report already names.
-fn strip_path(e: &Error) -> String {
+pub(crate) fn strip_path(e: &Error) -> String {
     match e {
         Error::Corrupted { detail, .. } => detail.clone(),
         other => other.to_string(),
