@@ -1,6 +1,7 @@
 //! `MemmapBackend`: the [`Backend`] over a DNANet memmap row cache, reading and writing.
 
 use std::borrow::Cow;
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
@@ -13,7 +14,9 @@ use stowage_core::{
 
 use crate::MemmapOptions;
 use crate::checksum;
+use crate::coverage::{self, Origin, Verdict};
 use crate::field_file::{FieldFile, SizeCheck};
+use crate::fingerprint_carry::CarriedFingerprint;
 use crate::index::{JsonRef, RowEntry, RowIndex};
 use crate::layout::{CACHE_VERSION, Layout, Shapes};
 use crate::manifest::{Manifest, TornLine, write_line};
@@ -122,8 +125,12 @@ pub struct MemmapBackend {
     rows: usize,
     /// Read-only maps of the tensor fields, sized to the rows found at open.
     files: Vec<FieldFile>,
-    /// The map of `stowage_checksums.bin`, when the cache has checksums.
+    /// The map of `stowage_checksums.bin`, when the cache has checksums: its whole rows, up to
+    /// the cache's rows (DNANet appends rows without them).
     checksums: Option<FieldFile>,
+    /// Rows of an unfinished cache whose manifest line another writer wrote
+    /// ([`Manifest::foreign`]); rows this handle puts are stowage's.
+    foreign_lines: Vec<Range<usize>>,
     /// Field names shared by every returned sample, in schema order.
     names: Vec<Arc<str>>,
     /// Per JSON field: its sidecar, when deduplicated.
@@ -173,6 +180,7 @@ impl MemmapBackend {
             State::unfinished_empty(),
             Some(RowIndex::from_entries(Vec::new(), Path::new(""))?),
             0,
+            Vec::new(),
         );
         backend.writer = Some(Writer::new(lock, Some(session)));
         Ok(backend)
@@ -210,6 +218,12 @@ impl MemmapBackend {
     /// - Only `stowage.json`: a cache stowage created with no manifest yet; no rows.
     /// - Anything else: `Error::NotFound`. `stowage_checksums.bin` without `stowage.json` is
     ///   `Error::Corrupted` (a stowage cache that lost its schema).
+    ///
+    /// `stowage_checksums.bin` may hold fewer rows than the cache (or be missing): DNANet adds rows
+    /// without checksums. Such rows are read like any other, unverified when no stowage checksum
+    /// covers them; `validate` lists them as unchecked, or as damage when stowage committed them
+    /// (the crate documentation, *Mixed use with DNANet*, states the rule). A finished cache's
+    /// checksum file running past its rows is refused like a `.bin` file's trailing bytes.
     pub fn open_read_only(dir: impl AsRef<Path>, options: MemmapOptions) -> Result<MemmapBackend> {
         let layout = Layout::new(dir.as_ref());
         if !holds_cache(&layout) {
@@ -228,6 +242,13 @@ impl MemmapBackend {
     /// whose finalize stopped just before `_COMPLETE` gets it now (its files are complete).
     /// Resuming a DNANet-written manifest with no committed row is `Error::Unsupported` (its
     /// shapes are unknown).
+    ///
+    /// Rows DNANet added are resumed like stowage's: `stowage_checksums.bin` gets a placeholder
+    /// row for each of them that it has no row for (they stay unchecked until adopted), so that the
+    /// rows this writer puts are checksummed at their own positions. A cache DNANet started (no
+    /// `stowage.json`) first gets `stowage.json`, with the schema its rows have, and a checksum
+    /// file with a placeholder per row: DNANet ignores both. A row stowage committed whose checksum
+    /// row is gone is `Error::Corrupted`: the writer does not resume over damage.
     ///
     /// Unlike a read-only open, a writer loads (and checks) `index.parquet` of a finished cache at
     /// open: a damaged index is `Error::Corrupted` here, before `_COMPLETE` could be added.
@@ -254,13 +275,17 @@ impl MemmapBackend {
             }
             State::Unfinished { committed_len, missing_newline, .. } => {
                 backend.check_resumable()?;
-                let rows = backend.rows;
+                if !backend.format.checksums {
+                    backend.start_checksums()?;
+                }
+                let index = backend.try_index()?;
                 let session = Session::recover(
                     &backend.layout,
                     &backend.format,
-                    rows,
-                    committed_len,
-                    missing_newline,
+                    backend.rows,
+                    (committed_len, missing_newline),
+                    &backend.foreign_lines,
+                    |row| index.row(row).map_or("", |entry| &entry.path),
                 )?;
                 fsync_dir(backend.layout.root())?;
                 Some(session)
@@ -288,6 +313,32 @@ impl MemmapBackend {
         {
             return unsupported(format!("field {:?} is stored big-endian", t.layout.name));
         }
+        Ok(())
+    }
+
+    /// Makes an unfinished cache DNANet started one whose new rows stowage checksums: writes
+    /// `stowage.json` with the schema its rows have. The recovery that follows gives each of
+    /// DNANet's rows a placeholder checksum row (unchecked until adopted). A crash in between
+    /// leaves `stowage.json` without a checksum file, which reads as DNANet's rows unchecked.
+    pub(crate) fn start_checksums(&mut self) -> Result<()> {
+        let format = RowFormat::new(&self.format.schema, true)?;
+        let written: Vec<_> = format.tensors.iter().map(|t| &t.layout).collect();
+        let stored: Vec<_> = self.format.tensors.iter().map(|t| &t.layout).collect();
+        if written != stored {
+            return Err(Error::unsupported(
+                BACKEND_NAME,
+                format!(
+                    "checksumming {}: its fields {stored:?} are not stored the way stowage \
+                     writes them",
+                    self.layout.root().display()
+                ),
+            ));
+        }
+        atomic_write(self.layout.stowage_meta(), &StowageMeta::new(&format.schema).to_json())?;
+        // Every row so far is DNANet's, whatever the form of its line: none has a checksum.
+        self.foreign_lines = std::iter::once(0..self.rows).filter(|r| !r.is_empty()).collect();
+        self.checksums = Some(FieldFile::new(self.layout.checksums(), format.checksum_layout(), 0));
+        self.format = format;
         Ok(())
     }
 
@@ -320,6 +371,7 @@ impl MemmapBackend {
                 State::unfinished_empty(),
                 Some(index),
                 0,
+                Vec::new(),
             ));
         }
         let state = if complete { State::Finalized } else { State::FinalizeInterrupted };
@@ -356,19 +408,30 @@ impl MemmapBackend {
             )
             .map_err(|e| Error::corrupted(layout.shapes(), e.to_string()))?,
         };
-        let backend_files = field_files(&layout, &format, shapes.rows);
-        for file in backend_files.0.iter().chain(&backend_files.1) {
+        let (files, _) = field_files(&layout, &format, shapes.rows);
+        // The checksum file may stop short of the rows (DNANet finalized rows it did not
+        // checksum; validate judges that), but never runs past them.
+        let whole_checksums = format
+            .checksums
+            .then(|| FieldFile::new(layout.checksums(), format.checksum_layout(), shapes.rows));
+        for file in files.iter() {
             if let SizeCheck::Trailing(extra) = file.check_size()?
                 && !options.allow_trailing_bytes
             {
                 return Err(trailing_error(file, extra));
             }
         }
+        if let Some(file) = &whole_checksums
+            && let Some(extra) = checksum_excess(file)?
+            && !options.allow_trailing_bytes
+        {
+            return Err(trailing_error(file, extra));
+        }
         // Only its presence: the index is read on first need (MemmapBackend::try_index).
         if !layout.index().exists() {
             return Err(Error::corrupted(layout.index(), "index file is missing"));
         }
-        Ok(Self::assemble(layout, options, format, state, None, shapes.rows))
+        Ok(Self::assemble(layout, options, format, state, None, shapes.rows, Vec::new()))
     }
 
     fn open_unfinished(
@@ -396,8 +459,10 @@ impl MemmapBackend {
         };
         let manifest = Manifest::parse(&text, &path, &format)?;
         let rows = manifest.rows.len();
-        let (files, checksums) = field_files(&layout, &format, rows);
-        for file in files.iter().chain(&checksums) {
+        // Bytes beyond the committed rows are a torn append; the checksum file may also stop
+        // short of them (rows DNANet committed), which the rows' verdicts judge.
+        let (files, _) = field_files(&layout, &format, rows);
+        for file in &files {
             file.check_size()?;
         }
         let index = RowIndex::from_entries(manifest.rows, &path)?;
@@ -406,7 +471,8 @@ impl MemmapBackend {
             committed_len: manifest.committed_len,
             missing_newline: manifest.missing_newline,
         };
-        Ok(Self::assemble(layout, options, format, state, Some(index), rows))
+        let foreign = manifest.foreign;
+        Ok(Self::assemble(layout, options, format, state, Some(index), rows, foreign))
     }
 
     /// A handle over `rows` rows; `index` is `None` when it is to be read from `index.parquet` on
@@ -418,6 +484,7 @@ impl MemmapBackend {
         state: State,
         index: Option<RowIndex>,
         rows: usize,
+        foreign_lines: Vec<Range<usize>>,
     ) -> MemmapBackend {
         let (files, checksums) = field_files(&layout, &format, rows);
         let names = format.schema.fields.iter().map(|f| Arc::from(f.name.as_str())).collect();
@@ -441,6 +508,7 @@ impl MemmapBackend {
             rows,
             files,
             checksums,
+            foreign_lines,
             names,
             sidecars,
             writer: None,
@@ -536,9 +604,9 @@ impl MemmapBackend {
         &self.state
     }
 
-    /// The read-only maps of the tensor fields and of the checksum file.
+    /// The read-only maps of the tensor fields.
     pub(crate) fn files(&self) -> impl Iterator<Item = &FieldFile> {
-        self.files.iter().chain(&self.checksums)
+        self.files.iter()
     }
 
     /// Whether reads go through a writer's open files instead of the maps.
@@ -553,6 +621,15 @@ impl MemmapBackend {
 
     fn session(&self) -> Option<&Session> {
         self.writer.as_ref().and_then(|w| w.session.as_ref())
+    }
+
+    pub(crate) fn session_mut(&mut self) -> Option<&mut Session> {
+        self.writer.as_mut().and_then(|w| w.session.as_mut())
+    }
+
+    /// Replaces the map of the checksum file (after adopt wrote a new one).
+    pub(crate) fn replace_checksum_map(&mut self, file: FieldFile) {
+        self.checksums = Some(file);
     }
 
     /// Row `i` of the cache; negative `i` counts from the end (`-1` is the last row).
@@ -601,7 +678,15 @@ impl MemmapBackend {
         let index = self.try_index()?;
         let entry = || index.row(row).expect("the caller checked the range");
         let verify = verify && self.format.checksums;
-        let stored = if verify { Some(self.stored_checksums(row)?) } else { None };
+        let stored = match verify {
+            false => None,
+            true => match self.verdict(row, key.unwrap_or_else(|| &*entry().path))? {
+                Verdict::Verify(stored) => Some(stored),
+                // Another writer's row: served as read, as a DNANet cache's rows are.
+                Verdict::Unchecked => None,
+                Verdict::Missing => return Err(self.missing_checksum(row, &entry().path)),
+            },
+        };
         let stored_sum = |k: usize| stored.as_deref().map(|s| checksum::nth(s, k));
         if let (Some(want), Some(key)) = (stored_sum(0), key)
             && want != checksum::of_key(key)
@@ -651,8 +736,56 @@ impl MemmapBackend {
         })
     }
 
+    /// Who committed `row`, as far as the files record it.
+    pub(crate) fn origin(&self, row: usize) -> Origin {
+        match self.state {
+            State::Unfinished { .. } if coverage::contains(&self.foreign_lines, row) => {
+                Origin::ForeignLine
+            }
+            State::Unfinished { .. } => Origin::StowageLine,
+            _ if self.index().stowage_checksum_rows().is_some() => Origin::StowageIndex,
+            _ => Origin::OtherIndex,
+        }
+    }
+
+    /// Rows the checksum file holds a row for: all of a writer's (its recovery aligned the file
+    /// with the rows), the whole rows on disk at open for a reader.
+    pub(crate) fn covered_rows(&self) -> usize {
+        match (self.session(), &self.checksums) {
+            (Some(_), _) => self.rows,
+            (None, Some(file)) => file.rows(),
+            (None, None) => 0,
+        }
+    }
+
+    /// What stowage's checksums say about `row` (of key `key`) of a cache with checksums.
+    pub(crate) fn verdict(&self, row: usize, key: &str) -> Result<Verdict<'_>> {
+        let stored =
+            if row < self.covered_rows() { Some(self.stored_checksums(row)?) } else { None };
+        Ok(coverage::judge(self.origin(row), stored, key))
+    }
+
+    /// The error of a row stowage committed whose checksum row is gone.
+    pub(crate) fn missing_checksum(&self, row: usize, key: &str) -> Error {
+        let why = match self.origin(row) {
+            Origin::StowageIndex => format!(
+                "stowage finalized this cache with a checksum row for each of its {} rows",
+                self.rows
+            ),
+            _ => "stowage's writer committed it (its manifest line is in stowage's form)".into(),
+        };
+        Error::corrupted(
+            self.layout.checksums(),
+            format!(
+                "row {row} (key {key:?}): {why}, but the file holds checksum rows for only {} \
+                 rows",
+                self.covered_rows()
+            ),
+        )
+    }
+
     /// The stored checksum row of `row`: borrowed from the map, or read from a writer's file.
-    fn stored_checksums(&self, row: usize) -> Result<Cow<'_, [u8]>> {
+    pub(crate) fn stored_checksums(&self, row: usize) -> Result<Cow<'_, [u8]>> {
         Ok(match (self.session(), &self.checksums) {
             (Some(session), _) => {
                 let file = session.checksums.as_ref().expect("checksummed format");
@@ -699,7 +832,7 @@ impl MemmapBackend {
     }
 
     /// The writer, refusing when this handle is read-only or poisoned.
-    fn writer(&mut self, operation: &str) -> Result<&mut Writer> {
+    pub(crate) fn writer(&mut self, operation: &str) -> Result<&mut Writer> {
         if self.writer.is_none() {
             return Err(self.read_only(operation));
         }
@@ -710,7 +843,7 @@ impl MemmapBackend {
         Ok(writer)
     }
 
-    fn poison<T>(&mut self, result: Result<T>) -> Result<T> {
+    pub(crate) fn poison<T>(&mut self, result: Result<T>) -> Result<T> {
         if let (Err(e), Some(writer)) = (&result, self.writer.as_mut()) {
             writer.poisoned = Some(e.to_string());
         }
@@ -719,18 +852,52 @@ impl MemmapBackend {
 
     /// Finalizes with `config` and `sources` recorded in `fingerprint.json` (DNANet's
     /// `{"cache_version": 5, "hash", "config", "sources"}`). [`Backend::finalize`] records an
-    /// empty config (`{}`) and no sources: callers that validate fingerprints use this method.
+    /// empty config (`{}`) and no sources, unless [`MemmapOptions::carry_fingerprint`] is set:
+    /// callers that validate fingerprints use this method or [`MemmapBackend::finalize_carrying`].
     ///
     /// Order, each file written atomically: flush; the deduplicated sidecars (keys in first-seen
-    /// order); `index.parquet`; `shapes.json`; `fingerprint.json`; remove `manifest.jsonl`;
-    /// `_COMPLETE` last. A crash before the manifest is removed leaves a resumable cache; after
-    /// it, a complete one (the next writer adds a missing `_COMPLETE`). Finalizing an empty cache
-    /// is `Error::InvalidArgument`.
+    /// order); `index.parquet` (recording that `stowage_checksums.bin` holds a row for each of its
+    /// rows); `shapes.json`; `fingerprint.json`; remove `manifest.jsonl`; `_COMPLETE` last. A crash
+    /// before the manifest is removed leaves a resumable cache; after it, a complete one (the next
+    /// writer adds a missing `_COMPLETE`). Finalizing an empty cache is `Error::InvalidArgument`.
     pub fn finalize_with_fingerprint(
         &mut self,
         config: serde_json::Value,
         sources: Vec<SourceStamp>,
     ) -> Result<()> {
+        let fingerprint = FingerprintFile::new(CACHE_VERSION as i64, config, sources);
+        self.finalize_writing(fingerprint.to_python_json().as_bytes())
+    }
+
+    /// Finalizes like [`MemmapBackend::finalize_with_fingerprint`], with `fingerprint.json` a byte
+    /// for byte copy of another cache's ([`CarriedFingerprint`]): for a cache converted from it,
+    /// so that DNANet's `validate_fingerprint` accepts the copy whenever it accepts the source.
+    ///
+    /// ```
+    /// use stowage_core::{Backend, DType, Sample, Schema, ShapeRule, Tensor};
+    /// use stowage_memmap::{CarriedFingerprint, MemmapBackend, MemmapOptions};
+    ///
+    /// let (source, copy) = (tempfile::tempdir()?, tempfile::tempdir()?);
+    /// let schema = Schema::new().tensor("x", DType::U8, ShapeRule::Fixed(vec![2]));
+    /// let row = Sample::new().with("x", Tensor::from_slice(&[2], &[1u8, 2])?);
+    /// let mut cache = MemmapBackend::create(source.path(), &schema, MemmapOptions::default())?;
+    /// cache.put("a", &row)?;
+    /// cache.finalize_with_fingerprint(serde_json::json!({"root": "/data"}), Vec::new())?;
+    ///
+    /// let carried = CarriedFingerprint::read(source.path())?.expect("a finished cache has one");
+    /// let mut converted = MemmapBackend::create(copy.path(), &schema, MemmapOptions::default())?;
+    /// converted.put("a", &row)?;
+    /// converted.finalize_carrying(&carried)?;
+    /// let read = |dir: &std::path::Path| std::fs::read(dir.join("fingerprint.json"));
+    /// assert_eq!(read(copy.path())?, read(source.path())?);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn finalize_carrying(&mut self, fingerprint: &CarriedFingerprint) -> Result<()> {
+        self.finalize_writing(fingerprint.text())
+    }
+
+    /// Finalizes with `fingerprint` as the exact text of `fingerprint.json`.
+    fn finalize_writing(&mut self, fingerprint: &[u8]) -> Result<()> {
         let open = self.writer("finalize")?.session.is_some();
         if !open || self.state == State::Finalized {
             return Ok(());
@@ -742,14 +909,16 @@ impl MemmapBackend {
                 self.layout.root().display()
             )));
         }
-        let fingerprint = FingerprintFile::new(CACHE_VERSION as i64, config, sources);
-        let result = self.commit(&fingerprint);
+        let result = self.commit(fingerprint);
         self.poison(result)?;
+        if self.format.checksums {
+            Self::writer_index(&mut self.index).mark_finalized_by_stowage();
+        }
         self.state = State::Finalized;
         Ok(())
     }
 
-    fn commit(&self, fingerprint: &FingerprintFile) -> Result<()> {
+    fn commit(&self, fingerprint: &[u8]) -> Result<()> {
         let layout = &self.layout;
         crate::finish::write_finished_files(layout, &self.format, self.try_index()?, fingerprint)?;
         std::fs::remove_file(layout.manifest()).at(layout.manifest())?;
@@ -781,7 +950,8 @@ fn not_a_cache(layout: &Layout) -> Error {
     }
 }
 
-/// The read-only field files of `format` holding `rows` rows, and the checksum file.
+/// The read-only field files of `format` holding `rows` rows, and the checksum file holding the
+/// whole checksum rows it has, up to `rows` (none when it is missing).
 fn field_files(
     layout: &Layout,
     format: &RowFormat,
@@ -792,10 +962,20 @@ fn field_files(
         .iter()
         .map(|t| FieldFile::new(layout.field_file(&t.layout.name), t.layout.clone(), rows))
         .collect();
-    let checksums = format
-        .checksums
-        .then(|| FieldFile::new(layout.checksums(), format.checksum_layout(), rows));
+    let checksums = format.checksums.then(|| {
+        let layout_of_rows = format.checksum_layout();
+        let on_disk = std::fs::metadata(layout.checksums()).map_or(0, |m| m.len());
+        let whole = on_disk / layout_of_rows.row_bytes as u64;
+        let covered = usize::try_from(whole).unwrap_or(usize::MAX).min(rows);
+        FieldFile::new(layout.checksums(), layout_of_rows, covered)
+    });
     (files, checksums)
+}
+
+/// Bytes of the checksum file beyond the `rows` rows `file` is sized for (`None`: not longer).
+fn checksum_excess(file: &FieldFile) -> Result<Option<u64>> {
+    let on_disk = std::fs::metadata(file.path()).map_or(0, |m| m.len());
+    Ok(on_disk.checked_sub(file.expected_len()?).filter(|&extra| extra > 0))
 }
 
 fn json_value(sidecar: Option<&Sidecar>, reference: &JsonRef) -> Result<Value> {
@@ -962,7 +1142,13 @@ impl Backend for MemmapBackend {
     }
 
     fn finalize(&mut self) -> Result<()> {
-        self.finalize_with_fingerprint(serde_json::Value::Object(Default::default()), Vec::new())
+        match self.options.carry_fingerprint.clone() {
+            Some(carried) => self.finalize_carrying(&carried),
+            None => self.finalize_with_fingerprint(
+                serde_json::Value::Object(Default::default()),
+                Vec::new(),
+            ),
+        }
     }
 
     fn is_finalized(&self) -> bool {

@@ -11,6 +11,8 @@ use stowage_core::file_safety::sync_together;
 use stowage_core::write_behind::{BackgroundWriter, Job};
 use stowage_core::{Error, IoResultExt, Result};
 
+use crate::file_io::read_exact_at;
+
 /// Rows are handed to the background writer once this many bytes have gathered.
 const BATCH_BYTES: usize = 1 << 20;
 /// Rows gathered before a write, at most (the kernel takes at most 1024 buffers per `writev`).
@@ -129,6 +131,11 @@ impl BinAppender {
         &self.path
     }
 
+    /// The background writer this appender hands its batches to.
+    pub fn worker(&self) -> Arc<BackgroundWriter> {
+        Arc::clone(&self.worker)
+    }
+
     /// Appends one row (exactly `row_bytes`; shared, not copied, until the kernel copies it).
     pub fn append(&mut self, row: Bytes) -> Result<()> {
         debug_assert_eq!(row.len(), self.row_bytes);
@@ -200,24 +207,6 @@ impl BinAppender {
         })?;
         Ok(bytes)
     }
-}
-
-#[cfg(unix)]
-fn read_exact_at(file: &File, bytes: &mut [u8], offset: u64) -> std::io::Result<()> {
-    std::os::unix::fs::FileExt::read_exact_at(file, bytes, offset)
-}
-
-#[cfg(windows)]
-fn read_exact_at(file: &File, mut bytes: &mut [u8], mut offset: u64) -> std::io::Result<()> {
-    while !bytes.is_empty() {
-        let n = std::os::windows::fs::FileExt::seek_read(file, bytes, offset)?;
-        if n == 0 {
-            return Err(std::io::ErrorKind::UnexpectedEof.into());
-        }
-        bytes = &mut bytes[n..];
-        offset += n as u64;
-    }
-    Ok(())
 }
 
 #[cfg(test)]

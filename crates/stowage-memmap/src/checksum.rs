@@ -6,6 +6,10 @@
 //! (xxh3 of nothing under [`NULL_SEED`]), so a flipped `has_<field>` flag or a JSON text turned
 //! null is caught as well as a flipped data byte. Python reproduces every value with
 //! `xxhash.xxh3_64_intdigest(bytes, seed)`.
+//!
+//! A row of [`PLACEHOLDER`]s stands for a row another writer (DNANet) committed, which stowage's
+//! writer found when it resumed the cache: it keeps the file's rows aligned with the cache's rows
+//! and vouches for nothing ([`crate::MemmapBackend::adopt`] replaces it with real checksums).
 
 use stowage_core::prefetch::{PREFETCH_BLOCK, prefetch};
 use xxhash_rust::xxh3::xxh3_64_with_seed;
@@ -16,6 +20,33 @@ pub const ALGORITHM: &str = "xxh3-64";
 pub const NULL_SEED: u64 = 0x6e75_6c6c;
 /// Seed of the checksum of a key, so a key never hashes like a value.
 pub const KEY_SEED: u64 = 0x006b_6579;
+
+/// Every `u64` of a placeholder row: the ASCII bytes `UNCHECKD`. A placeholder is a whole row of
+/// them, which no damage that zeroes or cuts a file produces.
+pub const PLACEHOLDER: u64 = u64::from_le_bytes(*b"UNCHECKD");
+
+/// A placeholder row of `row_bytes` bytes (a multiple of 8).
+///
+/// ```
+/// use stowage_memmap::checksum::{is_placeholder, placeholder_row};
+/// assert!(is_placeholder(&placeholder_row(24)));
+/// assert!(!is_placeholder(&[0u8; 24]));
+/// ```
+pub fn placeholder_row(row_bytes: usize) -> Vec<u8> {
+    PLACEHOLDER.to_le_bytes().iter().copied().cycle().take(row_bytes).collect()
+}
+
+/// Whether a stored checksum row is a placeholder: no checksum for its row.
+///
+/// ```
+/// let row = stowage_memmap::checksum::of_key("/a.hid").to_le_bytes();
+/// assert!(!stowage_memmap::checksum::is_placeholder(&row));
+/// assert!(stowage_memmap::checksum::is_placeholder(b"UNCHECKDUNCHECKD"));
+/// ```
+pub fn is_placeholder(row: &[u8]) -> bool {
+    // The first comparison settles every real row; the rest only run for placeholders.
+    !row.is_empty() && row.chunks(8).all(|word| word == PLACEHOLDER.to_le_bytes())
+}
 
 /// Checksum of a row's key.
 pub fn of_key(key: &str) -> u64 {
@@ -63,5 +94,15 @@ mod tests {
         let row = [1, u64::MAX, of_key("k")];
         let encoded = encode(&row);
         assert_eq!((0..3).map(|k| nth(&encoded, k)).collect::<Vec<_>>(), row);
+    }
+
+    #[test]
+    fn a_placeholder_is_a_whole_row_of_the_marker() {
+        let mut row = placeholder_row(32);
+        assert_eq!(&row[..8], b"UNCHECKD");
+        assert!(is_placeholder(&row));
+        row[31] ^= 1;
+        assert!(!is_placeholder(&row), "one changed byte makes it a (damaged) checksum row");
+        assert!(!is_placeholder(&encode(&[of_key("k"), of_value(None)])));
     }
 }

@@ -1,6 +1,10 @@
 //! What `finalize` writes, each file atomically (temporary file, fsync, rename, directory fsync):
 //! the deduplicated sidecars, `index.parquet`, `shapes.json` and `fingerprint.json`. Removing the
 //! manifest and writing `_COMPLETE` (the commit) are the backend's last two steps.
+//!
+//! In a cache with checksums, `index.parquet` records in its metadata
+//! ([`crate::index::CHECKSUM_ROWS_KEY`]) that `stowage_checksums.bin` holds a row for each of its
+//! rows: later, a checksum file shorter than that is damage, not rows another writer added.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -8,23 +12,24 @@ use std::sync::Arc;
 use arrow_array::{ArrayRef, BooleanArray, Int32Array, Int64Array, RecordBatch, StringArray};
 use parquet::arrow::ArrowWriter;
 use parquet::basic::Compression;
+use parquet::file::metadata::KeyValue;
 use parquet::file::properties::WriterProperties;
 use serde_json::{Map, Value as Json};
 use stowage_core::canonical_json::{PyJsonOptions, to_python_json};
 use stowage_core::file_safety::{atomic_write, atomic_write_with};
-use stowage_core::fingerprint::FingerprintFile;
 use stowage_core::{Error, Result};
 
-use crate::index::{JsonRef, RowIndex};
+use crate::index::{CHECKSUM_ROWS_KEY, JsonRef, RowIndex};
 use crate::layout::Layout;
 use crate::row_format::{JsonStorage, RowFormat};
 
-/// Writes every derived file of a finished cache from the committed rows in `index`.
+/// Writes every derived file of a finished cache from the committed rows in `index`;
+/// `fingerprint` is the exact text of `fingerprint.json`.
 pub(crate) fn write_finished_files(
     layout: &Layout,
     format: &RowFormat,
     index: &RowIndex,
-    fingerprint: &FingerprintFile,
+    fingerprint: &[u8],
 ) -> Result<()> {
     let mut key_columns = Vec::with_capacity(format.json.len());
     for (j, field) in format.json.iter().enumerate() {
@@ -44,7 +49,7 @@ pub(crate) fn write_finished_files(
     }
     write_index(layout, format, index, key_columns)?;
     write_shapes(layout, format, index.len())?;
-    fingerprint.write(layout.fingerprint())
+    atomic_write(layout.fingerprint(), fingerprint)
 }
 
 /// Per row, its sidecar key (null for a null text); then the distinct texts in key order.
@@ -121,7 +126,12 @@ fn write_index(
         columns.into_iter().map(|(name, array)| (name, array, true)),
     )
     .map_err(|e| Error::invalid(format!("building {}: {e}", path.display())))?;
-    let properties = WriterProperties::builder().set_compression(Compression::SNAPPY).build();
+    let mut properties = WriterProperties::builder().set_compression(Compression::SNAPPY);
+    if format.checksums {
+        let rows = KeyValue::new(CHECKSUM_ROWS_KEY.to_owned(), rows.len().to_string());
+        properties = properties.set_key_value_metadata(Some(vec![rows]));
+    }
+    let properties = properties.build();
     atomic_write_with(&path, |out| {
         let mut writer = ArrowWriter::try_new(out, batch.schema(), Some(properties))
             .map_err(std::io::Error::other)?;

@@ -2,6 +2,10 @@
 //! has (`has_<field>`), and where each JSON field's text comes from (a sidecar key, or the text),
 //! read from `index.parquet` (or built from the manifest of an unfinished cache, or by the writer
 //! as rows are put), with a path -> row hash table.
+//!
+//! An `index.parquet` stowage's finalize wrote carries one key-value metadata entry,
+//! [`CHECKSUM_ROWS_KEY`]: the number of rows `stowage_checksums.bin` held for it, one per row.
+//! DNANet's reader ignores it; an index another writer finalized has none.
 
 use std::fs::File;
 use std::path::Path;
@@ -39,10 +43,17 @@ pub struct RowEntry {
     pub json: Box<[JsonRef]>,
 }
 
+/// The key of the `index.parquet` metadata entry in which stowage's finalize records how many
+/// checksum rows it wrote (decimal, one per index row).
+pub const CHECKSUM_ROWS_KEY: &str = "stowage.checksum_rows";
+
 /// Every row's entry, in row order, with an O(1) lookup by path.
 #[derive(Debug)]
 pub struct RowIndex {
     rows: Vec<RowEntry>,
+    /// [`CHECKSUM_ROWS_KEY`] of the `index.parquet` this index was read from, or set by the writer
+    /// that finalized it; `None` for an index another writer finalized, and while unfinished.
+    checksum_rows: Option<usize>,
     /// Every path, back to back, in row order: a lookup compares against these bytes.
     key_arena: String,
     /// Path -> row, pointing into the arena.
@@ -64,6 +75,7 @@ impl RowIndex {
     pub fn from_entries(rows: Vec<RowEntry>, source: &Path) -> Result<RowIndex> {
         let mut index = RowIndex {
             rows: Vec::with_capacity(rows.len()),
+            checksum_rows: None,
             key_arena: String::with_capacity(rows.iter().map(|r| r.path.len()).sum()),
             table: PathTable::default(),
             hasher: foldhash::fast::RandomState::default(),
@@ -126,14 +138,55 @@ impl RowIndex {
     /// are optional: `has_<field>` (bool, absent means true), `<field>_key` (int32, null or absent
     /// means none) and plain JSON columns (utf8, absent means null). A column of another type is [`Error::Corrupted`] naming the column,
     /// its type and the type wanted. A file the parquet reader cannot read is `Corrupted` naming it.
+    /// A [`CHECKSUM_ROWS_KEY`] entry that is not the decimal row count is `Corrupted` too.
     pub fn read_parquet(path: &Path, format: &RowFormat) -> Result<RowIndex> {
         // The parquet crate is not hardened against every malformed file; a panic inside it must
         // not take down the caller, so it is turned into a corruption error naming the file.
         let read = std::panic::AssertUnwindSafe(|| read_parquet_entries(path, format));
-        match std::panic::catch_unwind(read) {
-            Ok(rows) => Self::from_entries(rows?, path),
-            Err(_) => Err(Error::corrupted(path, "the parquet reader failed on this file")),
+        let (rows, checksum_rows) = match std::panic::catch_unwind(read) {
+            Ok(read) => read?,
+            Err(_) => return Err(Error::corrupted(path, "the parquet reader failed on this file")),
+        };
+        let mut index = Self::from_entries(rows, path)?;
+        if let Some(recorded) = &checksum_rows {
+            let count = recorded.parse::<usize>().ok().filter(|n| n.to_string() == *recorded);
+            if count != Some(index.len()) {
+                return Err(Error::corrupted(
+                    path,
+                    format!(
+                        "metadata {CHECKSUM_ROWS_KEY:?} is {recorded:?}, the index holds {} rows",
+                        index.len()
+                    ),
+                ));
+            }
+            index.checksum_rows = count;
         }
+        Ok(index)
+    }
+
+    /// The checksum rows stowage's finalize recorded in `index.parquet` (one per row), or `None`
+    /// when another writer finalized the cache, or it is unfinished.
+    ///
+    /// ```
+    /// use stowage_core::{Backend, DType, Sample, Schema, ShapeRule, Tensor};
+    /// use stowage_memmap::{MemmapBackend, MemmapOptions};
+    /// let dir = tempfile::tempdir()?;
+    /// let schema = Schema::new().tensor("x", DType::U8, ShapeRule::Fixed(vec![1]));
+    /// let mut cache = MemmapBackend::create(dir.path(), &schema, MemmapOptions::default())?;
+    /// cache.put("a", &Sample::new().with("x", Tensor::from_slice(&[1], &[7u8])?))?;
+    /// assert_eq!(cache.try_index()?.stowage_checksum_rows(), None, "unfinished");
+    /// cache.finalize()?;
+    /// let reader = MemmapBackend::open_read_only(dir.path(), MemmapOptions::default())?;
+    /// assert_eq!(reader.try_index()?.stowage_checksum_rows(), Some(1));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn stowage_checksum_rows(&self) -> Option<usize> {
+        self.checksum_rows
+    }
+
+    /// Records that stowage's finalize wrote this index with a checksum row per row.
+    pub(crate) fn mark_finalized_by_stowage(&mut self) {
+        self.checksum_rows = Some(self.rows.len());
     }
 
     /// Number of rows.
@@ -176,7 +229,11 @@ impl RowIndex {
     }
 }
 
-fn read_parquet_entries(path: &Path, format: &RowFormat) -> Result<Vec<RowEntry>> {
+/// The entries of `index.parquet`, and its [`CHECKSUM_ROWS_KEY`] metadata value, if any.
+fn read_parquet_entries(
+    path: &Path,
+    format: &RowFormat,
+) -> Result<(Vec<RowEntry>, Option<String>)> {
     let unreadable = |e: &dyn std::fmt::Display| {
         Error::corrupted(path, format!("not a readable parquet index: {e}"))
     };
@@ -188,6 +245,12 @@ fn read_parquet_entries(path: &Path, format: &RowFormat) -> Result<Vec<RowEntry>
         Err(e) => return Err(e).at(path),
     };
     let builder = ParquetRecordBatchReaderBuilder::try_new(file).map_err(|e| unreadable(&e))?;
+    let checksum_rows = builder
+        .metadata()
+        .file_metadata()
+        .key_value_metadata()
+        .and_then(|entries| entries.iter().find(|kv| kv.key == CHECKSUM_ROWS_KEY))
+        .map(|kv| kv.value.clone().unwrap_or_default());
     let schema = builder.schema().clone();
     let columns = Columns::locate(&schema, path, format)?;
     let reader = builder.with_batch_size(8192).build().map_err(|e| unreadable(&e))?;
@@ -245,7 +308,7 @@ fn read_parquet_entries(path: &Path, format: &RowFormat) -> Result<Vec<RowEntry>
             rows.push(RowEntry { path: key.into(), present: present.into(), json: json_refs });
         }
     }
-    Ok(rows)
+    Ok((rows, checksum_rows))
 }
 
 /// One JSON field's column in a batch.

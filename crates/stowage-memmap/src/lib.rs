@@ -1,11 +1,15 @@
 #![doc = include_str!("../README.md")]
 #![deny(missing_docs)]
 
+mod adopt;
 mod backend;
 mod bin_appender;
 pub mod checksum;
+mod coverage;
 mod factory;
 pub mod field_file;
+mod file_io;
+mod fingerprint_carry;
 mod fingerprint_check;
 mod finish;
 pub mod index;
@@ -26,6 +30,7 @@ mod writer;
 
 pub use backend::{BACKEND_NAME, MemmapBackend, capabilities};
 pub use factory::MemmapFactory;
+pub use fingerprint_carry::CarriedFingerprint;
 pub use materialize::MaterializedMemmap;
 pub use options::MemmapOptions;
 pub use preset::dnanet;

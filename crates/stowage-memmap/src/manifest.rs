@@ -6,9 +6,16 @@
 //! are exactly DNANet's keys (`data_shape`, `ann_shape`, `scaler_shape`, `has_annotation`,
 //! `adjusted_panel_json`, `allele_annotation_json`, `meta_json`), so DNANet's recovery reads the
 //! manifests stowage writes.
+//!
+//! Who wrote a line shows in its form: stowage writes the keys in the order above (tensor shapes,
+//! presence flags, then JSON fields in schema order), DNANet in its own (`allele_annotation_json`
+//! before `adjusted_panel_json`), and DNANet's recovery rewrites every line it keeps with
+//! `json.dumps` of the parsed object, which gives back the same bytes. [`Manifest::foreign`] lists
+//! the rows whose line is not byte for byte what stowage's writer writes.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
+use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -42,6 +49,9 @@ pub struct Manifest {
     /// The last committed line has no newline (written completely, newline lost): the next
     /// writer adds it before appending.
     pub missing_newline: bool,
+    /// Rows whose line is not exactly [`encode_line`]'s: another writer (DNANet) committed them.
+    /// Sorted, disjoint ranges of row numbers.
+    pub foreign: Vec<Range<usize>>,
 }
 
 impl Manifest {
@@ -69,7 +79,8 @@ impl Manifest {
     /// Parses a manifest. Every newline-terminated line must be a row object whose `row` equals its
     /// position and whose shapes equal `format`'s; otherwise [`Error::Corrupted`] names the file
     /// and the line. A last line without a newline that does not parse is a torn write and is
-    /// dropped (reported in [`Manifest::torn_tail`]); one that parses is a committed row.
+    /// dropped (reported in [`Manifest::torn_tail`]); one that parses is a committed row. Rows
+    /// whose line is not in the form stowage writes are listed in [`Manifest::foreign`].
     ///
     /// ```
     /// use stowage_memmap::{manifest::Manifest, row_format::RowFormat};
@@ -79,6 +90,7 @@ impl Manifest {
     /// let manifest = Manifest::parse(text.as_bytes(), "manifest.jsonl".as_ref(), &format)?;
     /// assert_eq!(manifest.rows.len(), 1);
     /// assert_eq!(manifest.torn_tail.unwrap().line, 2);
+    /// assert_eq!(manifest.foreign, [0..1], "DNANet's key order, not stowage's");
     /// # Ok::<(), stowage_core::Error>(())
     /// ```
     pub fn parse(text: &[u8], path: &Path, format: &RowFormat) -> Result<Manifest> {
@@ -90,6 +102,8 @@ impl Manifest {
         let mut interned: Vec<HashSet<Arc<str>>> = vec![HashSet::default(); format.json.len()];
         let mut lines = text.split(|&b| b == b'\n').enumerate().peekable();
         let mut offset = 0u64;
+        let mut foreign: Vec<Range<usize>> = Vec::new();
+        let mut encoded = String::new();
         while let Some((i, line)) = lines.next() {
             let last = lines.peek().is_none();
             if last && line.is_empty() {
@@ -110,12 +124,20 @@ impl Manifest {
             };
             let entry = parse_row(&object, rows.len(), format, &mut interned)
                 .map_err(|detail| Error::corrupted(path, format!("line {}: {detail}", i + 1)))?;
+            encoded.clear();
+            write_line(&mut encoded, format, rows.len(), &entry);
+            if encoded.as_bytes().strip_suffix(b"\n") != Some(line) {
+                match foreign.last_mut() {
+                    Some(run) if run.end == rows.len() => run.end += 1,
+                    _ => foreign.push(rows.len()..rows.len() + 1),
+                }
+            }
             rows.push(entry);
             offset += line.len() as u64 + u64::from(!last);
             committed_len = offset;
             missing_newline = last;
         }
-        Ok(Manifest { rows, torn_tail, committed_len, missing_newline })
+        Ok(Manifest { rows, torn_tail, committed_len, missing_newline, foreign })
     }
 }
 
@@ -359,6 +381,32 @@ mod tests {
             assert!(matches!(err, Error::Corrupted { .. }), "{message}");
             assert!(message.contains("manifest.jsonl") && message.contains(needle), "{message}");
         }
+    }
+
+    #[test]
+    fn lines_not_in_stowages_form_are_foreign() {
+        let format = RowFormat::new(&crate::dnanet(1, 2), false).unwrap();
+        let entry = |path: &str| RowEntry {
+            path: path.into(),
+            present: vec![true, false, true].into(),
+            json: vec![JsonRef::Inline("[1]".into()), JsonRef::Null, JsonRef::Inline("{}".into())]
+                .into(),
+        };
+        let mut text = Vec::new();
+        text.extend(encode_line(&format, 0, &entry("/a")));
+        text.extend(line(1, "/b", "[1, 2]").into_bytes()); // DNANet's key order
+        text.push(b'\n');
+        text.extend(encode_line(&format, 2, &entry("/c")));
+        text.extend(line(3, "/d", "[1, 2]").into_bytes());
+        text.push(b'\n');
+        text.extend(line(4, "/e", "[1, 2]").into_bytes());
+        let manifest = Manifest::parse(&text, Path::new("m"), &format).unwrap();
+        assert_eq!(manifest.rows.len(), 5);
+        assert_eq!(manifest.foreign, [1..2, 3..5]);
+        // The same line without its newline is still stowage's.
+        let last = encode_line(&format, 0, &entry("/a"));
+        let manifest = Manifest::parse(&last[..last.len() - 1], Path::new("m"), &format).unwrap();
+        assert!(manifest.missing_newline && manifest.foreign.is_empty());
     }
 
     #[test]

@@ -1,11 +1,14 @@
 //! Options of a memmap row cache handle.
 
+use crate::CarriedFingerprint;
+
 /// How a [`crate::MemmapBackend`] opens, reads and writes a cache.
 ///
 /// ```
 /// let opts = stowage_memmap::MemmapOptions::default();
 /// assert!(!opts.allow_trailing_bytes);
 /// assert!(opts.verify_checksums);
+/// assert!(opts.carry_fingerprint.is_none());
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MemmapOptions {
@@ -22,10 +25,19 @@ pub struct MemmapOptions {
     /// every field) and return `Error::Corrupted` on a mismatch; on by default. Caches DNANet
     /// wrote have no checksums and are read unchecked. `validate(Full)` always checks.
     pub verify_checksums: bool,
+    /// The `fingerprint.json` that [`Backend::finalize`](stowage_core::Backend::finalize) writes,
+    /// byte for byte: the source cache's, for a cache converted from another cache of this layout
+    /// (through [`crate::MemmapFactory`], whose caches are finalized through the trait). `None`
+    /// (the default): an empty config and no sources.
+    pub carry_fingerprint: Option<CarriedFingerprint>,
 }
 
 impl Default for MemmapOptions {
     fn default() -> Self {
-        MemmapOptions { allow_trailing_bytes: false, verify_checksums: true }
+        MemmapOptions {
+            allow_trailing_bytes: false,
+            verify_checksums: true,
+            carry_fingerprint: None,
+        }
     }
 }

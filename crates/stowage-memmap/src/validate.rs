@@ -6,21 +6,34 @@ use stowage_core::{Error, ValidationLevel, ValidationReport, Value};
 
 use crate::MemmapBackend;
 use crate::backend::{State, trailing_error};
+use crate::coverage::{self, Verdict};
 use crate::field_file::SizeCheck;
 use crate::index::JsonRef;
 use crate::layout::CACHE_VERSION;
 
+/// Rows without their checksum listed one by one (by key); the rest are summed up in one problem
+/// (a checksum file lost from a large cache would otherwise list every row).
+const MISSING_LISTED: usize = 100;
+
 /// Checks the cache behind `backend` without changing any file.
 ///
-/// Structure: every `.bin` file (and `stowage_checksums.bin`) exists with exactly `n * row_bytes`
-/// bytes (a finalized cache) or at least the committed rows' bytes (an unfinished one, whose tail
-/// is a torn append); every sidecar of a finalized cache loads and holds every key the index
-/// references; `fingerprint.json` parses with `cache_version` 5. Index rows (`row` = position,
-/// distinct paths, `n` rows) are checked when the index is loaded (by this call, for a finished
-/// cache opened read-only that has not loaded it yet); an index that fails to load is listed as a
-/// problem of `index.parquet`, and then no row is checked. Full: also every row is read
-/// (bool bytes checked), its key and values checked against `stowage_checksums.bin` (caches
-/// stowage wrote), and every JSON text parsed.
+/// Structure: every `.bin` file exists with exactly `n * row_bytes` bytes (a finalized cache) or
+/// at least the committed rows' bytes (an unfinished one, whose tail is a torn append); every
+/// sidecar of a finalized cache loads and holds every key the index references;
+/// `fingerprint.json` parses with `cache_version` 5. Index rows (`row` = position, distinct paths,
+/// `n` rows) are checked when the index is loaded (by this call, for a finished cache opened
+/// read-only that has not loaded it yet); an index that fails to load is listed as a problem of
+/// `index.parquet`, and then no row is checked.
+///
+/// In a cache with checksums, `stowage_checksums.bin` and every row are judged by who committed
+/// the row ([`crate::coverage`]): a row another writer (DNANet) committed without a checksum is
+/// listed in [`ValidationReport::unchecked`] (one entry naming its rows and how to adopt them),
+/// never as a problem; a row stowage committed whose checksum row is gone is a problem, and so is
+/// a checksum file of a finished cache that does not fit its rows (longer than them, a partial
+/// row, or shorter than the rows stowage's finalize recorded).
+///
+/// Full: also every row is read (bool bytes checked), its key and values checked against
+/// `stowage_checksums.bin` when a checksum vouches for it, and every JSON text parsed.
 pub fn validate(backend: &MemmapBackend, level: ValidationLevel) -> ValidationReport {
     let mut report = ValidationReport::default();
     let finalized_files = !matches!(backend.state(), State::Unfinished { .. });
@@ -71,8 +84,52 @@ pub fn validate(backend: &MemmapBackend, level: ValidationLevel) -> ValidationRe
             }
         }
     }
+    // Rows whose missing checksum is already reported are not read again.
+    let mut skip = Vec::new();
+    if backend.format().checksums && backend.try_index().is_ok() {
+        report.files_checked += 1;
+        for error in backend.checksum_file_problems() {
+            problem(&mut report, None, error);
+        }
+        let mut unchecked = Vec::new();
+        let (mut missing, mut missing_rows) = (Vec::new(), 0);
+        for (i, row) in rows.iter().enumerate() {
+            match backend.verdict(i, &row.path) {
+                Ok(Verdict::Verify(_)) => {}
+                Ok(Verdict::Unchecked) => coverage::push_row(&mut unchecked, i),
+                Ok(Verdict::Missing) => {
+                    if missing_rows < MISSING_LISTED {
+                        let error = backend.missing_checksum(i, &row.path);
+                        problem(&mut report, Some(&row.path), error);
+                    }
+                    missing_rows += 1;
+                    coverage::push_row(&mut missing, i);
+                    coverage::push_row(&mut skip, i);
+                }
+                Err(e) => {
+                    problem(&mut report, Some(&row.path), e);
+                    coverage::push_row(&mut skip, i);
+                }
+            }
+        }
+        if missing_rows > MISSING_LISTED {
+            let detail = format!(
+                "{} more rows stowage committed have no checksum row (rows {}; the first \
+                 {MISSING_LISTED} are listed by key)",
+                missing_rows - MISSING_LISTED,
+                coverage::describe_runs(&missing)
+            );
+            report.problem(Some(&backend.layout().checksums()), None, detail);
+        }
+        if !unchecked.is_empty() {
+            report.unchecked.push(backend.unchecked_report(&unchecked));
+        }
+    }
     if level == ValidationLevel::Full {
         for (i, row) in rows.iter().enumerate() {
+            if coverage::contains(&skip, i) {
+                continue;
+            }
             report.samples_checked += 1;
             match backend.read_row(i, true) {
                 Ok(sample) => check_json(&mut report, &row.path, &sample),

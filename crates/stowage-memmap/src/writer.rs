@@ -5,6 +5,7 @@
 //! `flush` every `.bin` is fdatasynced, and only then are the rows' manifest lines written and the
 //! manifest fdatasynced. A manifest line therefore never points at bytes that are not durable.
 
+use std::ops::Range;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -15,6 +16,7 @@ use stowage_core::write_behind::BackgroundWriter;
 use stowage_core::{Error, Result};
 
 use crate::bin_appender::BinAppender;
+use crate::coverage;
 use crate::layout::Layout;
 use crate::manifest::ManifestWriter;
 use crate::row_format::RowFormat;
@@ -71,14 +73,23 @@ impl Session {
     }
 
     /// The files of an unfinished cache with `rows` committed rows: each `.bin` cut back to them
-    /// (a shorter one is `Error::Corrupted`), the manifest cut back to `committed_len` bytes.
-    pub(crate) fn recover(
+    /// (a shorter one is `Error::Corrupted`), the manifest cut back to `committed_len` bytes, and
+    /// the checksum file aligned with the rows: a placeholder for each row another writer
+    /// committed (`foreign`, keys from `key_of`) that it has no checksum row for
+    /// ([`coverage::recover_checksum_file`]).
+    pub(crate) fn recover<'k>(
         layout: &Layout,
         format: &RowFormat,
         rows: usize,
-        committed_len: u64,
-        missing_newline: bool,
+        manifest: (u64, bool),
+        foreign: &[Range<usize>],
+        key_of: impl Fn(usize) -> &'k str,
     ) -> Result<Session> {
+        let (committed_len, missing_newline) = manifest;
+        if format.checksums {
+            let width = format.checksum_layout().row_bytes;
+            coverage::recover_checksum_file(&layout.checksums(), width, rows, foreign, key_of)?;
+        }
         let worker = Arc::new(BackgroundWriter::start(crate::BACKEND_NAME)?);
         let recover = |path: &Path, row_bytes: usize| {
             BinAppender::recover(path, row_bytes, rows, Arc::clone(&worker))
@@ -94,6 +105,23 @@ impl Session {
             .transpose()?;
         let manifest = ManifestWriter::open(&layout.manifest(), committed_len, missing_newline)?;
         Ok(Session::over(format, bins, checksums, manifest))
+    }
+
+    /// Opens the checksum file again after it was replaced (by adopt) with one of `rows` rows;
+    /// the writes of the old one must be synced.
+    pub(crate) fn reopen_checksums(
+        &mut self,
+        layout: &Layout,
+        format: &RowFormat,
+        rows: usize,
+    ) -> Result<()> {
+        let worker = match &self.checksums {
+            Some(old) => old.worker(),
+            None => Arc::new(BackgroundWriter::start(crate::BACKEND_NAME)?),
+        };
+        let width = format.checksum_layout().row_bytes;
+        self.checksums = Some(BinAppender::recover(&layout.checksums(), width, rows, worker)?);
+        Ok(())
     }
 
     fn over(

@@ -309,7 +309,21 @@ fn an_unfinished_dnanet_cache_resumes_and_finalizes() {
         assert_eq!(&after.get_row(i as i64).unwrap(), row, "row {i}");
     }
     assert_eq!(after.get("/resumed.hid").unwrap().unwrap(), extra);
+    // stowage checksummed its own row; DNANet's rows are reported unchecked, not damaged.
+    assert!(dir.join("stowage.json").exists() && dir.join("stowage_checksums.bin").exists());
+    let report = after.validate(ValidationLevel::Full).unwrap();
+    assert!(report.is_undamaged(), "{:?}", report.problems);
+    assert_eq!(report.unchecked.len(), 1, "{:?}", report.unchecked);
+    assert_eq!(report.unchecked[0].samples, keys.len() as u64);
+    assert_eq!(report.unchecked[0].writer, "DNANet");
+    drop(after);
+    let adoption = append(&dir).unwrap().adopt().unwrap();
+    assert_eq!(adoption.samples, keys.len() as u64);
+    let after = read_only(&dir).unwrap();
     assert!(after.validate(ValidationLevel::Full).unwrap().is_clean());
+    for (i, row) in rows.iter().enumerate() {
+        assert_eq!(&after.get_row(i as i64).unwrap(), row, "row {i} after adopt");
+    }
 }
 
 #[test]
