@@ -83,6 +83,16 @@ impl ColumnReader {
         self.rows
     }
 
+    /// The dataset's libhdf5 id (for layout queries).
+    pub fn dataset_id(&self) -> hdf5_sys::h5i::hid_t {
+        self.dataset.id()
+    }
+
+    /// The dataset's path in its file, for messages.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
     /// Whether rows of `element` values are read without libhdf5.
     pub fn reads_directly(&self, element: Element) -> bool {
         self.direct.as_ref().is_some_and(|d| d.converts_to(element))

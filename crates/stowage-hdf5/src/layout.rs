@@ -14,7 +14,13 @@ pub const INDEX: &str = "index";
 /// The feature rows.
 pub const VALUES: &str = "values";
 /// Groups of the root that belong to the dataset, never to the cache.
-pub const DATASET_GROUPS: [&str; 2] = ["entries", "descriptor_manifest"];
+pub const DATASET_GROUPS: [&str; 2] = ["entries", DESCRIPTOR_MANIFEST];
+/// aenet's descriptor manifest group at the root (attributes only).
+pub const DESCRIPTOR_MANIFEST: &str = "descriptor_manifest";
+/// stowage's row checksums inside `/torch_cache`: a group aenet never reads.
+pub const CHECKSUMS: &str = "stowage_checksums";
+/// The subgroups of a derivative section.
+pub const DERIVATIVE_SUBGROUPS: [&str; 2] = ["radial", "angular"];
 
 /// `cache_format` of v2.
 pub const CACHE_FORMAT_V2: &str = "aenet.torch_training.cache.v2";
@@ -24,6 +30,12 @@ pub const DERIVATIVE_PAYLOAD_FORMAT: &str = "aenet.torch_training.local_derivati
 pub const CACHE_SCHEMA_VERSION: i64 = 2;
 /// `schema_version` of a derivative section (and of legacy v1 files).
 pub const DERIVATIVE_SCHEMA_VERSION: i64 = 1;
+/// `manifest_format` of `/descriptor_manifest`.
+pub const MANIFEST_FORMAT: &str = "aenet.torch_training.descriptor_manifest.v1";
+/// `schema_version` of `/descriptor_manifest`.
+pub const MANIFEST_SCHEMA_VERSION: i64 = 1;
+/// `checksum_format` of [`CHECKSUMS`]: one xxh3-64 per index row (see `README.md`).
+pub const CHECKSUM_FORMAT: &str = "stowage.hdf5.aenet_row_checksums.v1";
 
 /// Attribute names.
 pub mod attr {
@@ -51,6 +63,16 @@ pub mod attr {
     pub const MULTI: &str = "multi";
     /// Derivative section (always false).
     pub const CONTAINS_POSITIONS: &str = "contains_positions";
+    /// Descriptor manifest.
+    pub const MANIFEST_FORMAT: &str = "manifest_format";
+    /// Descriptor manifest.
+    pub const DESCRIPTOR_CLASS: &str = "descriptor_class";
+    /// Descriptor manifest: canonical JSON of the descriptor's constructor-style config.
+    pub const CONFIG_JSON: &str = "config_json";
+    /// Descriptor manifest: lowercase hex SHA-256 of `config_json`.
+    pub const CONFIG_SHA256: &str = "config_sha256";
+    /// stowage's checksum group.
+    pub const CHECKSUM_FORMAT: &str = "checksum_format";
 }
 
 /// The 11 derivative datasets, as `group/name`, in the order of

@@ -2,6 +2,7 @@
 #![deny(missing_docs)]
 
 mod attributes;
+mod carry;
 mod columns;
 pub mod compat;
 pub mod derivatives;
@@ -10,13 +11,17 @@ mod error;
 pub mod ffi;
 mod index_tables;
 pub mod layout;
+pub mod manifest;
 mod publish;
 pub mod reader;
+mod row_checksums;
+mod validate_torch_cache;
 pub mod writer;
 
 pub use compat::{DescriptorCompat, StorageDtype};
 pub use derivatives::{AngularDerivatives, LocalDerivatives, RadialDerivatives};
 pub use error::BACKEND;
+pub use manifest::{DescriptorConfig, DescriptorManifest};
 pub use reader::{CacheSignature, CacheVersion, DerivativeLayout, ReadPath, TorchCache};
 pub use writer::{CacheSections, TorchCacheWriter};
 

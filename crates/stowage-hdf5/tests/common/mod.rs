@@ -12,14 +12,16 @@ use stowage_hdf5::{
     AngularDerivatives, DescriptorCompat, LocalDerivatives, RadialDerivatives, ffi,
 };
 
+pub mod peer;
+
 /// The reference descriptor.
 pub fn compat() -> DescriptorCompat {
     DescriptorCompat::chebyshev(&["A", "B"], 1, 2.0, 0, 2.0, 0.1)
 }
 
-/// Atoms of entry `i` (3 entries).
+/// Atoms of entry `i` (3, 2, 4, 3, 2, 4, ...).
 pub fn atoms(i: i64) -> usize {
-    [3, 2, 4][i as usize]
+    [3, 2, 4][(i % 3) as usize]
 }
 
 /// Entry `i`'s features (n_atoms, 6), float64, exact in float32 too.
@@ -87,4 +89,51 @@ pub fn structures(path: &Path) -> Vec<Vec<u8>> {
 pub fn root_attribute(path: &Path, name: &str) -> Option<ffi::AttributeValue> {
     let file = hdf5::File::open(path).unwrap();
     ffi::read_attribute(file.id(), name).unwrap()
+}
+
+/// The 11 derivative arrays of `d` by aenet's node name (`radial/center_idx`), in
+/// `layout::DERIVATIVE_ARRAYS` order; typespin `None` when not stored.
+pub fn derivative_arrays(d: &LocalDerivatives) -> Vec<(&'static str, Option<Tensor>)> {
+    let ints = |v: &Vec<i64>| Some(Tensor::from_slice(&[v.len()], v).unwrap());
+    let (r, a) = (&d.radial, &d.angular);
+    vec![
+        ("radial/center_idx", ints(&r.center_idx)),
+        ("radial/neighbor_idx", ints(&r.neighbor_idx)),
+        ("radial/dG_drij", Some(r.dg_drij.clone())),
+        ("radial/neighbor_typespin", r.neighbor_typespin.clone()),
+        ("angular/center_idx", ints(&a.center_idx)),
+        ("angular/neighbor_j_idx", ints(&a.neighbor_j_idx)),
+        ("angular/neighbor_k_idx", ints(&a.neighbor_k_idx)),
+        ("angular/grads_i", Some(a.grads_i.clone())),
+        ("angular/grads_j", Some(a.grads_j.clone())),
+        ("angular/grads_k", Some(a.grads_k.clone())),
+        ("angular/triplet_typespin", a.triplet_typespin.clone()),
+    ]
+}
+
+/// A `.npy` file as a tensor.
+pub fn npy(path: &Path) -> Tensor {
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let header = stowage_npy::npy_header::parse(&bytes).unwrap();
+    let data = bytes[header.data_offset..].to_vec();
+    Tensor::new(header.dtype, header.shape, data).unwrap()
+}
+
+/// Copies `from` to `to`, writable (reference files are read-only).
+pub fn writable_copy(from: &Path, to: &Path) {
+    std::fs::copy(from, to)
+        .unwrap_or_else(|e| panic!("{} -> {}: {e}", from.display(), to.display()));
+    let mut permissions = std::fs::metadata(to).unwrap().permissions();
+    #[allow(clippy::permissions_set_readonly_false)]
+    permissions.set_readonly(false);
+    std::fs::set_permissions(to, permissions).unwrap();
+}
+
+/// Runs the tests of one binary that start Python one at a time. libhdf5 opens files without
+/// close-on-exec, so a child process started while another test has an HDF5 file open inherits
+/// the descriptor and its shared file lock, and aenet's exclusive open of that file (PyTables
+/// mode "a") fails until the child exits.
+pub fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
