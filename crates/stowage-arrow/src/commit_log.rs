@@ -2,8 +2,11 @@
 //! (the core's [`AppendLog`]) that torchcachex never reads.
 //!
 //! ```text
-//! record 0   {"cache": {"format": "stowage-arrow", "version": 1, "schema": {...}}}
+//! record 0   {"cache": {"format": "stowage-arrow", "version": 3, "schema": {...},
+//!                       "output_structure": "dict", "blob_encoding": "pickled_bytes"}}
 //! then       {"segment": {"id": 0, "rows": 2048, "bytes": 4251832}}   one per committed segment
+//!            {"adopted": {"id": 7, "rows": 512, "bytes": 1040000}}     another writer's segment,
+//!                                                                     checksummed and committed
 //!            {"run": {"first": 0, "through": 31, "keys": 65536, "new_keys": 65536}}
 //!                                                                     a merged key index run
 //!            {"compacted": {"segments": [...], "removed": [0, 1, 2]}}  a compaction
@@ -25,7 +28,16 @@
 //! exists ([`crate::merged_index`]) and replaces the runs inside its range, so that its loss is
 //! reported too (nothing is lost with it: the sidecars find every key).
 //!
-//! Version 2: version 1 had one merged index (`merged` records) instead of runs.
+//! An `adopted` record commits a segment another writer (torchcachex) added, once its key sidecar
+//! and row checksums are in place ([`crate::ArrowBackend::adopt`]). Its id may lie below
+//! committed ones (torchcachex wrote it between two stowage sessions), so it withdraws every key
+//! index run reaching that id (they were built without its keys); the writer merges again.
+//!
+//! Version 3 records in the header how samples map to torchcachex's columns: the output
+//! structure and the [`BlobEncoding`], and it gives nullable fields null columns
+//! ([`crate::encode`]). Version 2 (read and appended to as it is) inferred the structure, stored
+//! bytes raw and had no null columns. Version 1 had one merged index (`merged` records) instead
+//! of runs.
 
 use std::path::Path;
 
@@ -33,20 +45,73 @@ use serde::{Deserialize, Serialize};
 use stowage_core::file_safety::{AppendLog, Recovered};
 use stowage_core::{Error, Result, Schema};
 
+use crate::blob_encoding::BlobEncoding;
+use crate::encode::FieldColumns;
+use crate::schema_json::OutputStructure;
+
 /// The log's format name.
 pub const FORMAT_NAME: &str = "stowage-arrow";
 /// The log's format version.
-pub const FORMAT_VERSION: u32 = 2;
+pub const FORMAT_VERSION: u32 = 3;
+/// The oldest format version still read (and appended to as it is).
+pub const OLDEST_VERSION: u32 = 2;
 
 /// The first record: what the cache is.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct CacheHeader {
     /// Always [`FORMAT_NAME`].
     pub format: String,
-    /// Always [`FORMAT_VERSION`] for caches this version writes.
+    /// [`FORMAT_VERSION`] for caches this version creates; [`OLDEST_VERSION`] and up are read.
     pub version: u32,
     /// The stowage schema the cache was created with.
     pub schema: Schema,
+    /// How samples are split into columns (version 3 on; version 2 inferred it from the schema).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output_structure: Option<OutputStructure>,
+    /// How bytes fields are stored (version 3 on; version 2 stored them raw).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub blob_encoding: Option<BlobEncoding>,
+}
+
+impl CacheHeader {
+    /// The header of a new cache of `schema` with the given structure and blob encoding.
+    ///
+    /// ```
+    /// use stowage_arrow::blob_encoding::BlobEncoding;
+    /// use stowage_arrow::commit_log::CacheHeader;
+    /// use stowage_arrow::schema_json::OutputStructure;
+    /// use stowage_core::{DType, Schema, ShapeRule};
+    /// let schema = Schema::new().tensor("tensor", DType::F32, ShapeRule::Any);
+    /// let header = CacheHeader::new(schema, OutputStructure::Tensor, BlobEncoding::PickledBytes);
+    /// assert_eq!(header.columns().unwrap().0, OutputStructure::Tensor);
+    /// ```
+    pub fn new(schema: Schema, structure: OutputStructure, encoding: BlobEncoding) -> CacheHeader {
+        CacheHeader {
+            format: FORMAT_NAME.into(),
+            version: FORMAT_VERSION,
+            schema,
+            output_structure: Some(structure),
+            blob_encoding: Some(encoding),
+        }
+    }
+
+    /// The output structure, columns and blob encoding the cache's segments are written in.
+    ///
+    /// Errors: [`Error::InvalidArgument`] when the recorded structure does not fit the schema
+    /// (a damaged or hostile header; [`crate::encode::columns_with`]).
+    pub fn columns(&self) -> Result<(OutputStructure, Vec<FieldColumns>, BlobEncoding)> {
+        match (self.output_structure, self.blob_encoding) {
+            (Some(structure), Some(encoding)) => {
+                let (structure, fields) =
+                    crate::encode::columns_with(&self.schema, Some(structure), encoding)?;
+                Ok((structure, fields, encoding))
+            }
+            _ => {
+                let (structure, fields) = crate::encode::legacy_columns(&self.schema);
+                Ok((structure, fields, BlobEncoding::Raw))
+            }
+        }
+    }
 }
 
 /// One committed segment.
@@ -123,6 +188,9 @@ pub enum Record {
     Run(RunEntry),
     /// Segments were compacted (no key index run holds any longer).
     Compacted(CompactedEntry),
+    /// A segment another writer added was adopted: its sidecars are in place, and it is committed
+    /// from here on (the key index runs reaching its id are withdrawn).
+    Adopted(SegmentEntry),
     /// The cache was finalized.
     Finalized(()),
 }
@@ -150,6 +218,9 @@ pub struct Committed {
     /// Segments compactions replaced, oldest first (their files may linger for readers that
     /// opened before; the next compaction deletes them).
     pub removed: Vec<u64>,
+    /// The committed segments another writer wrote and stowage adopted, in adoption order
+    /// (compaction never replaces them: their files are not stowage's to delete).
+    pub adopted: Vec<u64>,
     /// Records in the log.
     pub records: u64,
 }
@@ -191,6 +262,24 @@ impl Committed {
             ));
         }
         self.runs.push(entry);
+        Ok(())
+    }
+
+    /// Commits `entry`, another writer's segment, at its place among the committed ones; the
+    /// runs reaching its id are withdrawn.
+    fn adopt(&mut self, path: &Path, record: usize, entry: SegmentEntry) -> Result<()> {
+        let known =
+            self.segments.iter().any(|s| s.id == entry.id) || self.removed.contains(&entry.id);
+        if known {
+            return Err(Error::corrupted(
+                path,
+                format!("record {record}: adopts segment {}, which the log already has", entry.id),
+            ));
+        }
+        let at = self.segments.partition_point(|s| s.id < entry.id);
+        self.segments.insert(at, entry);
+        self.adopted.push(entry.id);
+        self.runs.retain(|run| run.through < entry.id);
         Ok(())
     }
 
@@ -242,15 +331,28 @@ pub fn interpret(path: &Path, recovered: &Recovered) -> Result<Committed> {
         }
         None => return Err(Error::corrupted(path, "holds no header record")),
     };
-    if header.format != FORMAT_NAME || header.version != FORMAT_VERSION {
+    if header.format != FORMAT_NAME || !(OLDEST_VERSION..=FORMAT_VERSION).contains(&header.version)
+    {
         return Err(Error::Incompatible {
             path: path.to_path_buf(),
             detail: format!(
-                "format {:?} version {}, this reader handles {FORMAT_NAME:?} version \
-                 {FORMAT_VERSION}",
+                "format {:?} version {}, this reader handles {FORMAT_NAME:?} versions \
+                 {OLDEST_VERSION} to {FORMAT_VERSION}",
                 header.format, header.version
             ),
         });
+    }
+    let described = header.output_structure.is_some() && header.blob_encoding.is_some();
+    let undescribed = header.output_structure.is_none() && header.blob_encoding.is_none();
+    let fits = header.columns().map_err(|e| e.to_string());
+    if (header.version >= 3 && !described) || (header.version < 3 && !undescribed) || fits.is_err()
+    {
+        let why = fits.err().unwrap_or_else(|| {
+            "the output structure and blob encoding must be recorded from version 3 on, and \
+             only then"
+                .into()
+        });
+        return Err(Error::corrupted(path, format!("header of version {}: {why}", header.version)));
     }
     let mut committed = Committed {
         header,
@@ -258,6 +360,7 @@ pub fn interpret(path: &Path, recovered: &Recovered) -> Result<Committed> {
         finalized: false,
         runs: Vec::new(),
         removed: Vec::new(),
+        adopted: Vec::new(),
         records: recovered.records.len() as u64,
     };
     for (i, record) in records.enumerate() {
@@ -276,6 +379,7 @@ pub fn interpret(path: &Path, recovered: &Recovered) -> Result<Committed> {
                     };
                     committed.segments.remove(at);
                     committed.removed.push(*id);
+                    committed.adopted.retain(|adopted| adopted != id);
                 }
                 for entry in compaction.segments {
                     committed.add(path, i + 1, entry)?;
@@ -283,6 +387,7 @@ pub fn interpret(path: &Path, recovered: &Recovered) -> Result<Committed> {
                 committed.runs.clear();
             }
             Record::Run(entry) => committed.add_run(path, i + 1, entry)?,
+            Record::Adopted(entry) => committed.adopt(path, i + 1, entry)?,
             Record::Finalized(()) => committed.finalized = true,
             Record::Cache(_) => {
                 return Err(Error::corrupted(path, format!("record {}: a second header", i + 1)));
@@ -298,11 +403,8 @@ mod tests {
     use stowage_core::{DType, ShapeRule};
 
     fn header() -> Record {
-        Record::Cache(CacheHeader {
-            format: FORMAT_NAME.into(),
-            version: FORMAT_VERSION,
-            schema: Schema::new().tensor("x", DType::F32, ShapeRule::Any),
-        })
+        let schema = Schema::new().tensor("x", DType::F32, ShapeRule::Any);
+        Record::Cache(CacheHeader::new(schema, OutputStructure::Dict, BlobEncoding::PickledBytes))
     }
 
     fn write(path: &Path, records: &[Record]) {
@@ -332,9 +434,8 @@ mod tests {
         write(&path, &[segment(0)]);
         assert!(matches!(read(&path).unwrap_err(), Error::Corrupted { .. }));
         let other = Record::Cache(CacheHeader {
-            format: FORMAT_NAME.into(),
             version: 99,
-            schema: Schema::new(),
+            ..CacheHeader::new(Schema::new(), OutputStructure::Dict, BlobEncoding::Raw)
         });
         write(&path, &[other]);
         assert!(matches!(read(&path).unwrap_err(), Error::Incompatible { .. }));

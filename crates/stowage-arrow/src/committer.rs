@@ -9,6 +9,7 @@
 //! item: nothing queued is lost at shutdown (torchcachex drops queued rows).
 
 use std::collections::VecDeque;
+use std::sync::atomic::AtomicU64;
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -19,16 +20,14 @@ use stowage_core::{Error, IoResultExt, Result};
 use crate::commit_log::{Record, SegmentEntry};
 use crate::layout::Layout;
 use crate::pending::Pending;
-use crate::segment_writer::{SegmentFormat, write_segment};
+use crate::segment_writer::{SegmentFormat, write_next_segment};
 
 /// One item of work.
 #[derive(Debug)]
 pub enum Work {
-    /// Write `rows` as segments from id `first_id` on, one per chunk of
-    /// [`Pending::chunks`], and commit each.
+    /// Write `rows` as new segments, one per chunk of [`Pending::chunks`] (each with the next
+    /// free id, [`write_next_segment`]), and commit each.
     Segments {
-        /// The first segment's id.
-        first_id: u64,
         /// The samples.
         rows: Arc<Pending>,
     },
@@ -61,11 +60,13 @@ enum Mode {
     },
 }
 
-/// What doing the work needs: the format and the log.
+/// What doing the work needs: the format, the log and the next segment id (shared with the
+/// writer, which compacts on its own thread when no work is queued).
 #[derive(Debug)]
 struct State {
     format: SegmentFormat,
     log: AppendLog,
+    next_id: Arc<AtomicU64>,
     /// Once an item failed, later items are not attempted: what reached the disk is unknown.
     failed: Option<String>,
 }
@@ -89,12 +90,11 @@ impl State {
                 self.log.sync()?;
                 Ok(Vec::new())
             }
-            Work::Segments { first_id, rows } => {
+            Work::Segments { rows } => {
                 let format = &self.format;
                 let mut entries = Vec::new();
-                for (i, chunk) in rows.chunks(format.max_segment_bytes).into_iter().enumerate() {
-                    let id = first_id + i as u64;
-                    let path = write_segment(format, id, &chunk)?;
+                for chunk in rows.chunks(format.max_segment_bytes) {
+                    let (id, path) = write_next_segment(format, &self.next_id, &chunk)?;
                     let bytes = std::fs::metadata(&path).at(&path)?.len();
                     let entry = SegmentEntry { id, rows: chunk.len() as u64, bytes };
                     self.log.append(&Record::Segment(entry).to_bytes())?;
@@ -116,9 +116,15 @@ impl State {
 }
 
 impl Committer {
-    /// A committer appending to `log`; with `background`, on a thread of its own.
-    pub fn new(format: SegmentFormat, log: AppendLog, background: bool) -> Committer {
-        let mut state = State { format, log, failed: None };
+    /// A committer appending to `log`, taking segment ids from `next_id`; with `background`,
+    /// on a thread of its own.
+    pub fn new(
+        format: SegmentFormat,
+        log: AppendLog,
+        next_id: Arc<AtomicU64>,
+        background: bool,
+    ) -> Committer {
+        let mut state = State { format, log, next_id, failed: None };
         if !background {
             return Committer { mode: Mode::Inline { state, outcomes: VecDeque::new() } };
         }

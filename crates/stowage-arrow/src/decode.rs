@@ -3,15 +3,17 @@
 //! | structure | sample fields |
 //! |---|---|
 //! | `tensor` | `tensor` from `data` + `shape` |
-//! | `dict` | one per entry, named as the entry: `<name>_data` + `<name>_shape` is a tensor, `<name>_blob` opaque bytes, `<name>_json` JSON text (stowage's) |
+//! | `dict` | one per entry, named as the entry: `<name>_data` + `<name>_shape` is a tensor, `<name>_blob` bytes, `<name>_json` JSON text (stowage's) |
 //! | `tuple`, `list` | `item0`, `item1`, … the same way |
-//! | `blob` | `blob`, opaque bytes |
+//! | `blob` | `blob`, bytes |
 //!
 //! Tensor values share the segment's memory map (zero-copy), except bool (bit-packed in Arrow,
 //! unpacked here). The element type comes from the Arrow column (and its `stowage_dtype` metadata
-//! for bfloat16), never from `schema.json`. A row whose list and shape are both empty is
-//! torchcachex's placeholder for a missing value: null, as is an Arrow null. Pickled values stay
-//! opaque bytes.
+//! for bfloat16), never from `schema.json`. A value is null when the field's null column
+//! (`<name>_null`, `null` in the tensor and blob structures; stowage's, see [`crate::encode`])
+//! says so, when it is an Arrow null, and when it is torchcachex's placeholder for a missing
+//! value: a list and shape both empty, or `b""`. Bytes are decoded as the cache's
+//! [`BlobEncoding`] says: a pickle of Python `bytes` read strictly, a pickle kept verbatim, or raw.
 
 use std::sync::Arc;
 
@@ -24,10 +26,12 @@ use arrow_array::{
     StringArray,
 };
 use arrow_buffer::Buffer;
+use arrow_schema::DataType;
 use stowage_core::bytes::Bytes;
 use stowage_core::prefetch::{prefetch, prefetch_value};
 use stowage_core::{DType, Sample, Tensor, Value};
 
+use crate::blob_encoding::{self, BlobEncoding, UnpickleError};
 use crate::schema_json::OutputStructure;
 
 /// The field name of the `tensor` structure's one tensor.
@@ -48,13 +52,19 @@ pub enum ColumnGroup {
         data: usize,
         /// Position of its `_shape` (`list<int64>`) column.
         shape: usize,
+        /// Position of its `_null` (bool) column, when it has one.
+        null: Option<usize>,
     },
-    /// Opaque bytes.
+    /// Bytes.
     Blob {
         /// The sample field name.
         name: Arc<str>,
         /// Position of its `_blob` (binary) column.
         column: usize,
+        /// How the values are stored.
+        encoding: BlobEncoding,
+        /// Position of its `_null` (bool) column, when it has one.
+        null: Option<usize>,
     },
     /// JSON text.
     Json {
@@ -80,12 +90,63 @@ impl ColumnGroup {
     }
 }
 
+/// Why a row does not decode.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DecodeError {
+    /// The row cannot be a sample (a shape that does not match its values, a null inside a
+    /// tensor, a broken pickle): damage. The text names the field and what is wrong.
+    Damaged(String),
+    /// The row is valid but holds what stowage does not return as the field's value (a pickle of
+    /// another object than Python bytes in a pickled-bytes column). The text names the field and
+    /// what was found.
+    Unsupported(String),
+}
+
+impl std::fmt::Display for DecodeError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DecodeError::Damaged(why) | DecodeError::Unsupported(why) => f.write_str(why),
+        }
+    }
+}
+
 /// The sample fields of a segment with Arrow schema `schema` (`key` column included), in column
-/// order. Errors name the column that has no partner, does not fit `structure` or holds no
-/// tensor element type.
+/// order, with bytes read as verbatim pickles (torchcachex's own caches; see
+/// [`column_groups_for`]). Errors name the column that has no partner, does not fit `structure`
+/// or holds no tensor element type.
 pub fn column_groups(
     schema: &arrow_schema::Schema,
     structure: OutputStructure,
+) -> std::result::Result<Vec<ColumnGroup>, String> {
+    column_groups_for(schema, structure, BlobEncoding::VerbatimPickles)
+}
+
+/// [`column_groups`] for a cache whose bytes fields are stored as `encoding`.
+///
+/// ```
+/// use std::sync::Arc;
+/// use arrow_schema::{DataType, Field, Schema};
+/// use stowage_arrow::blob_encoding::BlobEncoding;
+/// use stowage_arrow::decode::{ColumnGroup, column_groups_for};
+/// use stowage_arrow::schema_json::OutputStructure;
+/// let schema = Schema::new(vec![
+///     Field::new("key", DataType::Utf8, true),
+///     Field::new("meta_blob", DataType::Binary, true),
+///     Field::new("meta_null", DataType::Boolean, true),
+/// ]);
+/// let groups = column_groups_for(&schema, OutputStructure::Dict, BlobEncoding::VerbatimPickles);
+/// let blob = ColumnGroup::Blob {
+///     name: "meta".into(),
+///     column: 1,
+///     encoding: BlobEncoding::VerbatimPickles,
+///     null: Some(2),
+/// };
+/// assert_eq!(groups.unwrap(), [blob]);
+/// ```
+pub fn column_groups_for(
+    schema: &arrow_schema::Schema,
+    structure: OutputStructure,
+    encoding: BlobEncoding,
 ) -> std::result::Result<Vec<ColumnGroup>, String> {
     let columns: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
     let position = |name: &str| columns.iter().position(|c| *c == name);
@@ -97,62 +158,101 @@ pub fn column_groups(
             })?;
             let dtype =
                 crate::encode::stored_dtype(schema.field(data)).map_err(|e| e.to_string())?;
-            Ok(ColumnGroup::Tensor { name: name.into(), dtype, data, shape })
+            Ok(ColumnGroup::Tensor { name: name.into(), dtype, data, shape, null: None })
         };
+    let blob = |name: &str, column: usize| ColumnGroup::Blob {
+        name: name.into(),
+        column,
+        encoding,
+        null: None,
+    };
+    let mut groups = Vec::new();
+    let mut null_columns: Vec<(usize, &str)> = Vec::new();
     match structure {
         OutputStructure::Tensor => {
             let data = position("data").ok_or("no \"data\" column")?;
-            Ok(vec![tensor(TENSOR_FIELD, data, "")?])
+            groups.push(tensor(TENSOR_FIELD, data, "")?);
+            null_columns.extend(position("null").map(|at| (at, TENSOR_FIELD)));
         }
         OutputStructure::Blob => {
             let column = position("blob").ok_or("no \"blob\" column")?;
-            Ok(vec![ColumnGroup::Blob { name: BLOB_FIELD.into(), column }])
+            groups.push(blob(BLOB_FIELD, column));
+            null_columns.extend(position("null").map(|at| (at, BLOB_FIELD)));
         }
         OutputStructure::Dict | OutputStructure::Tuple | OutputStructure::List => {
-            let mut groups = Vec::new();
             for (i, column) in columns.iter().enumerate() {
                 if let Some(name) = column.strip_suffix("_data") {
                     groups.push(tensor(name, i, &format!("{name}_"))?);
                 } else if let Some(name) = column.strip_suffix("_blob") {
-                    groups.push(ColumnGroup::Blob { name: name.into(), column: i });
+                    groups.push(blob(name, i));
                 } else if let Some(name) = column.strip_suffix("_json") {
                     groups.push(ColumnGroup::Json { name: name.into(), column: i });
+                } else if let Some(name) = column.strip_suffix("_null") {
+                    null_columns.push((i, name));
                 } else if *column != "key" && !column.ends_with("_shape") {
                     return Err(format!(
-                        "column {column:?} is neither _data, _shape, _blob nor _json"
+                        "column {column:?} is neither _data, _shape, _blob, _json nor _null"
                     ));
                 }
             }
-            Ok(groups)
         }
     }
+    for (at, name) in null_columns {
+        if schema.field(at).data_type() != &DataType::Boolean {
+            return Err(format!(
+                "null column {:?} is {}, not bool",
+                columns[at],
+                schema.field(at).data_type()
+            ));
+        }
+        let group = groups.iter_mut().find(|g| g.name() == name);
+        match group {
+            Some(ColumnGroup::Tensor { null, .. } | ColumnGroup::Blob { null, .. }) => {
+                *null = Some(at);
+            }
+            _ => return Err(format!("null column {:?} has no tensor or blob field", columns[at])),
+        }
+    }
+    Ok(groups)
 }
 
-/// Row `row` of `batch` as a sample with the fields `groups` describe. Errors are
-/// `Error::Corrupted`-ready text naming the column and what is wrong.
+/// Row `row` of `batch` as a sample with the fields `groups` describe.
+///
+/// Errors: [`DecodeError`] naming the field and what is wrong.
 pub fn decode_row(
     batch: &RecordBatch,
     row: usize,
     groups: &[ColumnGroup],
-) -> std::result::Result<Sample, String> {
+) -> std::result::Result<Sample, DecodeError> {
     let mut sample = Sample::new();
     for group in groups {
+        let damaged = |name: &str, e: String| DecodeError::Damaged(format!("field {name:?}: {e}"));
         let value = match group {
-            ColumnGroup::Tensor { name, dtype, data, shape } => {
-                decode_tensor(batch, row, *dtype, *data, *shape)
-                    .map_err(|e| format!("field {name:?}: {e}"))?
-            }
-            ColumnGroup::Blob { name, column } => {
-                let blobs = typed_column::<BinaryArray>(batch, *column, "binary")
-                    .map_err(|e| format!("field {name:?}: {e}"))?;
-                match blobs.is_null(row) {
+            ColumnGroup::Tensor { name, dtype, data, shape, null } => {
+                match marked_null(batch, row, *null).map_err(|e| damaged(name, e))? {
                     true => Value::Null,
-                    false => Value::Bytes(Bytes::copy_from_slice(blobs.value(row))),
+                    false => decode_tensor(batch, row, *dtype, *data, *shape)
+                        .map_err(|e| damaged(name, e))?,
+                }
+            }
+            ColumnGroup::Blob { name, column, encoding, null } => {
+                let blobs = typed_column::<BinaryArray>(batch, *column, "binary")
+                    .map_err(|e| damaged(name, e))?;
+                let is_null = marked_null(batch, row, *null).map_err(|e| damaged(name, e))?;
+                match is_null || blobs.is_null(row) {
+                    true => Value::Null,
+                    false => decode_blob(blobs.value(row), *encoding).map_err(|e| match e {
+                        DecodeError::Damaged(e) => damaged(name, e),
+                        DecodeError::Unsupported(e) => DecodeError::Unsupported(format!(
+                            "field {name:?}: the {} column holds {e}",
+                            encoding.name()
+                        )),
+                    })?,
                 }
             }
             ColumnGroup::Json { name, column } => {
                 let texts = typed_column::<StringArray>(batch, *column, "utf8")
-                    .map_err(|e| format!("field {name:?}: {e}"))?;
+                    .map_err(|e| damaged(name, e))?;
                 match texts.is_null(row) {
                     true => Value::Null,
                     false => Value::Json(texts.value(row).to_owned()),
@@ -162,6 +262,35 @@ pub fn decode_row(
         sample.insert(group.shared_name().clone(), value);
     }
     Ok(sample)
+}
+
+/// Whether the null column at `column` (if any) marks row `row` null: `true` only; `false` and an
+/// Arrow null (what torchcachex writes into a column it does not know) are not null.
+fn marked_null(
+    batch: &RecordBatch,
+    row: usize,
+    column: Option<usize>,
+) -> std::result::Result<bool, String> {
+    let Some(column) = column else { return Ok(false) };
+    let flags = typed_column::<BooleanArray>(batch, column, "bool")?;
+    Ok(flags.is_valid(row) && flags.value(row))
+}
+
+/// One stored blob as the field's value.
+fn decode_blob(stored: &[u8], encoding: BlobEncoding) -> std::result::Result<Value, DecodeError> {
+    match encoding {
+        BlobEncoding::Raw => Ok(Value::Bytes(Bytes::copy_from_slice(stored))),
+        // torchcachex's placeholder for a value its row did not have.
+        _ if stored.is_empty() => Ok(Value::Null),
+        BlobEncoding::VerbatimPickles => Ok(Value::Bytes(Bytes::copy_from_slice(stored))),
+        BlobEncoding::PickledBytes => match blob_encoding::unpickle_bytes(stored) {
+            Ok(Some(bytes)) => Ok(Value::Bytes(Bytes::copy_from_slice(bytes))),
+            Ok(None) => Ok(Value::Null),
+            Err(UnpickleError::Broken(why)) => Err(DecodeError::Damaged(why)),
+            // A well-formed pickle of something else: not the field's bytes.
+            Err(UnpickleError::NotBytes(why)) => Err(DecodeError::Unsupported(why)),
+        },
+    }
 }
 
 /// Column `column` of `batch` as array type `A` (`wanted` names it for the error).
@@ -336,18 +465,31 @@ mod tests {
         let groups = column_groups(&dict, OutputStructure::Dict).unwrap();
         let names: Vec<&str> = groups.iter().map(ColumnGroup::name).collect();
         assert_eq!(names, ["feat", "meta", "label", "info"]);
-        let feat =
-            ColumnGroup::Tensor { name: "feat".into(), dtype: DType::F32, data: 1, shape: 2 };
+        let feat = ColumnGroup::Tensor {
+            name: "feat".into(),
+            dtype: DType::F32,
+            data: 1,
+            shape: 2,
+            null: None,
+        };
         assert_eq!(groups[0], feat);
         assert_eq!(groups[3], ColumnGroup::Json { name: "info".into(), column: 6 });
         let tensor =
             column_groups(&schema(&["key", "data", "shape"]), OutputStructure::Tensor).unwrap();
-        let expected =
-            ColumnGroup::Tensor { name: "tensor".into(), dtype: DType::F32, data: 1, shape: 2 };
+        let expected = ColumnGroup::Tensor {
+            name: "tensor".into(),
+            dtype: DType::F32,
+            data: 1,
+            shape: 2,
+            null: None,
+        };
         assert_eq!(tensor, [expected]);
         let unpaired = column_groups(&schema(&["key", "x_data"]), OutputStructure::Tuple);
         assert!(unpaired.unwrap_err().contains("x_shape"));
         let odd = column_groups(&schema(&["key", "odd"]), OutputStructure::Dict);
+        let orphan_null =
+            column_groups(&schema(&["key", "x_json", "y_null"]), OutputStructure::Dict);
+        assert!(orphan_null.unwrap_err().contains("y_null"));
         assert!(odd.unwrap_err().contains("odd"));
         assert!(column_groups(&schema(&["key"]), OutputStructure::Blob).is_err());
     }

@@ -7,6 +7,7 @@
 //!
 //! ```text
 //! header (crate::framed): magic "STWKEYS1" | rows | capacity (a power of two) | seed
+//!                         | writer session (0 in sidecars written before it was recorded)
 //! slots (capacity x 16 bytes): key hash u64 (xxh3 with the seed) | row + 1 u64 (0: empty)
 //! ```
 //!
@@ -32,8 +33,22 @@ pub fn sidecar_path(segment: &Path) -> PathBuf {
 }
 
 /// The bytes of the sidecar of a segment whose rows have `keys` (in row order; for a key stored
-/// twice, the later row wins, as in the segment).
+/// twice, the later row wins, as in the segment), with no writer session recorded.
 pub fn build(keys: &[&str]) -> Result<Vec<u8>> {
+    build_in_session(keys, 0)
+}
+
+/// [`build`], recording the writer session that wrote the segment
+/// ([`crate::ownership`]: what proves an uncommitted segment is stowage's own leftover).
+///
+/// ```
+/// let dir = tempfile::tempdir()?;
+/// let path = dir.path().join("segment_000000.keys");
+/// std::fs::write(&path, stowage_arrow::key_sidecar::build_in_session(&["a", "b"], 77)?)?;
+/// assert_eq!(stowage_arrow::key_sidecar::KeySidecar::open(&path)?.session(), 77);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn build_in_session(keys: &[&str], session: u64) -> Result<Vec<u8>> {
     let rows = u32::try_from(keys.len())
         .map_err(|_| Error::invalid(format!("{} rows do not fit one segment", keys.len())))?;
     let capacity = ((keys.len() * 8 / 7) + 1).next_power_of_two().max(16);
@@ -53,7 +68,7 @@ pub fn build(keys: &[&str]) -> Result<Vec<u8>> {
         .flat_map(|(hash, row)| [hash.to_le_bytes(), row.to_le_bytes()])
         .flatten()
         .collect();
-    Ok(framed::encode(MAGIC, &[u64::from(rows), capacity as u64, SEED], &body))
+    Ok(framed::encode(MAGIC, &[u64::from(rows), capacity as u64, SEED, session], &body))
 }
 
 /// An open sidecar: the mapped table.
@@ -63,6 +78,7 @@ pub struct KeySidecar {
     rows: usize,
     capacity: usize,
     seed: u64,
+    session: u64,
 }
 
 impl KeySidecar {
@@ -96,7 +112,12 @@ impl KeySidecar {
                 HEADER + file.body().len()
             )));
         };
-        Ok(KeySidecar { rows: rows as usize, capacity, seed, file })
+        Ok(KeySidecar { rows: rows as usize, capacity, seed, session: file.field(3), file })
+    }
+
+    /// The writer session recorded when it was written (0: none).
+    pub fn session(&self) -> u64 {
+        self.session
     }
 
     /// Rows of the segment it indexes.

@@ -5,6 +5,7 @@
 pub const BACKEND_NAME: &str = "arrow";
 
 pub mod backend;
+pub mod blob_encoding;
 pub mod commit_log;
 mod committer;
 pub mod decode;
@@ -14,8 +15,11 @@ mod framed;
 pub mod key_sidecar;
 pub mod layout;
 pub mod merged_index;
+pub mod no_replace;
 pub mod options;
+pub mod ownership;
 mod pending;
+pub mod pickled_index;
 pub mod reader;
 pub mod row_sums;
 mod sample_cache;
@@ -26,6 +30,7 @@ mod validate;
 mod writer;
 
 pub use backend::{ArrowBackend, capabilities};
+pub use blob_encoding::BlobEncoding;
 pub use factory::ArrowFactory;
 pub use options::{ArrowOptions, Compression};
 pub use writer::Compaction;

@@ -2,6 +2,9 @@
 
 use stowage_core::{Error, Result};
 
+use crate::blob_encoding::BlobEncoding;
+use crate::schema_json::OutputStructure;
+
 /// Tuning and process-role options of an [`crate::ArrowBackend`].
 ///
 /// ```
@@ -40,6 +43,17 @@ pub struct ArrowOptions {
     /// torchcachex's uncompressed files. pyarrow reads either; torchcachex 0.2 and memory-mapped
     /// zero-copy gets need `None`.
     pub compression: Option<Compression>,
+    /// The output structure a new cache is written in, so that torchcachex returns samples as
+    /// that structure (a tuple or list of the fields `item0`, `item1`, …, say); `None`, the
+    /// default, infers it from the schema ([`crate::encode::columns_with`]). Used by `create`
+    /// only: an existing cache keeps the structure its commit log records, and `attach` takes
+    /// torchcachex's.
+    pub output_structure: Option<OutputStructure>,
+    /// How a new cache stores bytes fields ([`BlobEncoding`]): pickled Python `bytes` (the
+    /// default), or values that already are pickles, kept verbatim. Used by `create` only
+    /// (`attach` keeps torchcachex's pickles verbatim). [`BlobEncoding::Raw`] is refused:
+    /// torchcachex cannot read it.
+    pub blob_encoding: BlobEncoding,
 }
 
 /// An Arrow IPC buffer compression codec.
@@ -74,6 +88,8 @@ impl Default for ArrowOptions {
             writer_rank: 0,
             rank: None,
             compression: None,
+            output_structure: None,
+            blob_encoding: BlobEncoding::PickledBytes,
         }
     }
 }
@@ -111,6 +127,13 @@ impl ArrowOptions {
         }
         if self.merge_after == 0 {
             return Err(Error::invalid("ArrowOptions::merge_after must be at least 1"));
+        }
+        if self.blob_encoding == BlobEncoding::Raw {
+            return Err(Error::invalid(
+                "ArrowOptions::blob_encoding Raw is how caches before commit log version 3 \
+                 stored bytes; torchcachex cannot read it, so new caches use PickledBytes or \
+                 VerbatimPickles",
+            ));
         }
         Ok(())
     }

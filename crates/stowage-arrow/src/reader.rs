@@ -3,16 +3,21 @@
 //! The segments are the source of truth: `index.pkl` is never read (it may be stale, missing or
 //! corrupt, and a segment renamed into place just before a crash is absent from it). A key is
 //! found through the merged key index runs ([`crate::merged_index`]) for the segments they
-//! cover, newest first, and through each newer segment's sidecar ([`crate::key_sidecar`]; built
-//! in memory from the segment's `key` column when the segment has none, as torchcachex's do),
-//! newest first and before any run: a later row of a segment and a higher segment both win, as
-//! torchcachex writes them. A run that cannot be opened is ignored with every newer one (their
-//! segments are then found through their sidecars, so the newest data still comes first); damage
-//! inside a run's slots can hide a key but never return another key's row (every candidate is
-//! confirmed against the segment's `key` column), and `validate` is what finds it. A newer
-//! segment's sidecar is checked whole and rebuilt in memory when damaged. A missing or damaged
-//! `schema.json` does not make the data unreadable: the structure is then inferred from the
-//! columns (a `list` then reads as a `tuple`, which has the same columns).
+//! cover, and through the sidecar ([`crate::key_sidecar`]) of every segment no run covers (built
+//! in memory from the segment's `key` column when the segment has none, as torchcachex's do, and
+//! always for another writer's segment in a cache stowage writes, whose sidecar files, if any,
+//! are not vouched for): the highest segment id holding the key wins, and within a segment the
+//! last row, as torchcachex writes them. Segments another writer added may lie below segments a
+//! run covers, so a lookup compares the newest sidecar hit with the runs above it.
+//!
+//! A run that cannot be opened is ignored with every newer one (their segments are then found
+//! through their sidecars, so the newest data still comes first); damage inside a run's slots
+//! can hide a key but never return another key's row (every candidate is confirmed against the
+//! segment's `key` column), and `validate` is what finds it. A newer segment's sidecar is checked
+//! whole and rebuilt in memory when damaged. A missing or damaged `schema.json` does not make the
+//! data unreadable: the structure is then inferred from the columns (a `list` then reads as a
+//! `tuple`, which has the same columns). Another writer's segment that does not read hides
+//! nothing else: lookups skip it and `validate` reports it.
 //!
 //! Opening maps the runs and reads the keys of the segments they do not cover (to count
 //! distinct keys); covered segments are opened on their first read.
@@ -21,13 +26,15 @@ use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use stowage_core::{Error, Result, Sample};
+use stowage_core::{DType, Error, Result, Sample, Schema, Tensor, Value};
 
+use crate::blob_encoding::BlobEncoding;
 use crate::commit_log::RunEntry;
-use crate::decode::{ColumnGroup, column_groups, decode_row};
+use crate::decode::{ColumnGroup, DecodeError, column_groups_for, decode_row};
 use crate::key_sidecar::{self, KeySidecar};
 use crate::layout::Layout;
 use crate::merged_index::{MergedIndex, discover_runs};
+use crate::ownership::SegmentOrigin;
 use crate::row_sums::{self, RowSums};
 use crate::schema_json::{OutputStructure, SchemaJson};
 use crate::segment::Segment;
@@ -37,6 +44,7 @@ use crate::segment::Segment;
 struct SegmentSlot {
     id: u64,
     path: PathBuf,
+    origin: SegmentOrigin,
     open: OnceLock<OpenSegment>,
 }
 
@@ -55,6 +63,10 @@ struct OpenSegment {
 pub struct CacheReader {
     layout: Layout,
     structure: Option<OutputStructure>,
+    /// How bytes fields are stored.
+    encoding: BlobEncoding,
+    /// The cache's schema, which rows stowage did not write must fit (`None`: not checked).
+    schema: Option<Schema>,
     /// Every segment, in id order.
     segments: Vec<SegmentSlot>,
     /// Key index runs in use, oldest first, over consecutive segment ranges from the first.
@@ -72,7 +84,9 @@ pub struct CacheReader {
 }
 
 impl CacheReader {
-    /// Opens the cache in `dir`.
+    /// Opens the cache in `dir`: every segment listed in `segments/`, each read through its
+    /// sidecars where it has them. Bytes read as torchcachex stores them, verbatim pickles
+    /// ([`BlobEncoding::VerbatimPickles`]: the pickle itself, `b""` as null).
     ///
     /// Key index runs are taken from the directory (those that verify and chain from the first
     /// segment, see [`discover_runs`]).
@@ -85,13 +99,17 @@ impl CacheReader {
         let structure =
             SchemaJson::read(&layout.schema()).ok().flatten().map(|s| s.output_structure);
         let segments = layout.list_segments()?;
-        CacheReader::assemble(layout, segments, structure, None)
+        let segments = segments.into_iter().map(|(id, path)| (id, path, SegmentOrigin::Stowage));
+        let encoding = BlobEncoding::VerbatimPickles;
+        CacheReader::assemble(layout, segments.collect(), structure, encoding, None)
     }
 
-    /// Opens the segments `ids` of the cache in `dir` and nothing else (the committed segments of
-    /// a cache stowage writes, [`crate::commit_log`]), with a known output structure, using the
+    /// Opens the segments `ids` of the cache in `dir` and nothing else (committed segments of a
+    /// cache stowage writes, [`crate::commit_log`]), with a known output structure, using the
     /// key index runs `runs` (the ones the commit log vouches for, oldest first) as far as they
-    /// open and agree with their entries.
+    /// open and agree with their entries. Bytes read raw, as caches before commit log version 3
+    /// store them: for any cache stowage writes, [`crate::ArrowBackend::segment_reader`] knows
+    /// its encoding and which segments are another writer's.
     ///
     /// Errors: as [`CacheReader::open`]; a listed segment that is missing is [`Error::Io`]
     /// naming it when no run covers it, else an error on its first read.
@@ -101,25 +119,47 @@ impl CacheReader {
         structure: OutputStructure,
         runs: &[RunEntry],
     ) -> Result<CacheReader> {
+        let segments: Vec<(u64, SegmentOrigin)> =
+            ids.into_iter().map(|id| (id, SegmentOrigin::Stowage)).collect();
+        CacheReader::open_cache(dir, &segments, structure, BlobEncoding::Raw, runs)
+    }
+
+    /// Opens the segments of a cache stowage writes: `segments` (id, who wrote it), ascending
+    /// ids, with the cache's output structure and blob encoding and the key index runs `runs`
+    /// its commit log vouches for. Another writer's segment ([`SegmentOrigin::Foreign`]) is read
+    /// without checksums and its sidecar files are ignored; the runs never cover it.
+    ///
+    /// Errors: as [`CacheReader::open_segments`].
+    pub fn open_cache(
+        dir: impl AsRef<Path>,
+        segments: &[(u64, SegmentOrigin)],
+        structure: OutputStructure,
+        encoding: BlobEncoding,
+        runs: &[RunEntry],
+    ) -> Result<CacheReader> {
         let layout = Layout::new(dir.as_ref());
-        let segments = ids.into_iter().map(|id| (id, layout.segment(id))).collect();
-        CacheReader::assemble(layout, segments, Some(structure), Some(runs.to_vec()))
+        let segments =
+            segments.iter().map(|&(id, origin)| (id, layout.segment(id), origin)).collect();
+        CacheReader::assemble(layout, segments, Some(structure), encoding, Some(runs.to_vec()))
     }
 
     /// `expected_runs`: the runs to use (`None`: discover them in the directory).
     fn assemble(
         layout: Layout,
-        segments: Vec<(u64, PathBuf)>,
+        segments: Vec<(u64, PathBuf, SegmentOrigin)>,
         structure: Option<OutputStructure>,
+        encoding: BlobEncoding,
         expected_runs: Option<Vec<RunEntry>>,
     ) -> Result<CacheReader> {
         let segments: Vec<SegmentSlot> = segments
             .into_iter()
-            .map(|(id, path)| SegmentSlot { id, path, open: OnceLock::new() })
+            .map(|(id, path, origin)| SegmentSlot { id, path, origin, open: OnceLock::new() })
             .collect();
         let mut reader = CacheReader {
             layout,
             structure,
+            encoding,
+            schema: None,
             segments,
             runs: Vec::new(),
             recent: Vec::new(),
@@ -129,14 +169,24 @@ impl CacheReader {
             expected_runs,
         };
         reader.load_runs();
-        let through = reader.runs_through();
         for position in 0..reader.segments.len() {
-            if through.is_some_and(|t| reader.segments[position].id <= t) {
+            if reader.covered_by_runs(position) {
                 continue;
             }
-            reader.index_segment(position)?;
+            match reader.index_segment(position) {
+                // Another writer's segment that does not read (torchcachex skips such segments
+                // too) hides none of the rest: its keys are unknown, `validate` reports it.
+                Err(_) if reader.segments[position].origin.is_foreign() => {}
+                other => other?,
+            }
         }
         Ok(reader)
+    }
+
+    /// Whether the runs answer for segment `position` (never another writer's).
+    fn covered_by_runs(&self, position: usize) -> bool {
+        let slot = &self.segments[position];
+        !slot.origin.is_foreign() && self.runs_through().is_some_and(|t| slot.id <= t)
     }
 
     /// Maps the runs: the expected ones up to the first that does not open as recorded or whose
@@ -159,14 +209,16 @@ impl CacheReader {
     }
 
     /// Makes segment `position` (newer than every indexed one) findable: its sidecar, or one
-    /// built in memory when it has none or a damaged one, goes first in the lookup order. Costs
-    /// the segment's own rows only, however many keys the cache holds.
+    /// built in memory when it has none or a damaged one (or is another writer's), goes first in
+    /// the lookup order. Costs the segment's own rows only, however many keys the cache holds.
     fn index_segment(&mut self, position: usize) -> Result<()> {
+        let foreign = self.segments[position].origin.is_foreign();
         let segment = self.segment(position)?;
         let keys = segment.keys()?;
         let sidecar_path = key_sidecar::sidecar_path(segment.path());
-        let sidecar = KeySidecar::open(&sidecar_path)
-            .ok()
+        let sidecar = (!foreign)
+            .then(|| KeySidecar::open(&sidecar_path).ok())
+            .flatten()
             .filter(|s| s.rows() == keys.len() && s.verify().is_ok())
             .map_or_else(|| KeySidecar::in_memory(segment.path(), &keys), Ok)?;
         self.recent.insert(0, (position, sidecar));
@@ -174,7 +226,8 @@ impl CacheReader {
         Ok(())
     }
 
-    /// Adds segment `id`, just committed after every segment this reader has, to the lookup.
+    /// Adds segment `id`, just committed by stowage after every segment this reader has, to the
+    /// lookup.
     ///
     /// Errors: as [`CacheReader::open`] for that segment; the reader is unchanged.
     pub fn push_segment(&mut self, id: u64) -> Result<()> {
@@ -182,7 +235,8 @@ impl CacheReader {
             return Err(Error::invalid(format!("segment {id} is not newer than every segment")));
         }
         let path = self.layout.segment(id);
-        self.segments.push(SegmentSlot { id, path, open: OnceLock::new() });
+        let origin = SegmentOrigin::Stowage;
+        self.segments.push(SegmentSlot { id, path, origin, open: OnceLock::new() });
         let position = self.segments.len() - 1;
         self.index_segment(position).inspect_err(|_| {
             self.segments.pop();
@@ -197,12 +251,11 @@ impl CacheReader {
     pub fn reload_runs(&mut self, runs: &[RunEntry]) -> Result<()> {
         self.expected_runs = Some(runs.to_vec());
         self.load_runs();
-        let through = self.runs_through();
         let rest: Vec<usize> = self
             .recent
             .iter()
             .map(|(p, _)| *p)
-            .filter(|&p| through.is_none_or(|t| self.segments[p].id > t))
+            .filter(|&p| !self.covered_by_runs(p))
             .rev()
             .collect();
         self.recent.clear();
@@ -222,14 +275,16 @@ impl CacheReader {
         self.runs.iter()
     }
 
-    /// Segments no run covers (whose keys are found through their sidecars).
+    /// Committed segments no run covers yet (whose keys are found through their sidecars; a
+    /// merge would cover them). Another writer's segments are not counted: no run covers them.
     pub fn unmerged_segments(&self) -> usize {
-        self.recent.len()
+        self.recent.iter().filter(|(p, _)| !self.segments[*p].origin.is_foreign()).count()
     }
 
-    /// Rows of the segments no run covers (what the next merge gathers).
+    /// Rows of the committed segments no run covers (what the next merge gathers).
     pub fn unmerged_rows(&self) -> u64 {
-        self.recent.iter().map(|(_, sidecar)| sidecar.rows() as u64).sum()
+        let committed = self.recent.iter().filter(|(p, _)| !self.segments[*p].origin.is_foreign());
+        committed.map(|(_, sidecar)| sidecar.rows() as u64).sum()
     }
 
     /// The highest segment id a run covers, if there is one.
@@ -254,6 +309,27 @@ impl CacheReader {
     /// Every segment this reader reads: (id, path), in id order.
     pub fn segment_paths(&self) -> impl Iterator<Item = (u64, &Path)> {
         self.segments.iter().map(|s| (s.id, s.path.as_path()))
+    }
+
+    /// Every segment this reader reads with who wrote it: (id, path, origin), in id order.
+    pub fn segment_origins(&self) -> impl Iterator<Item = (u64, &Path, SegmentOrigin)> {
+        self.segments.iter().map(|s| (s.id, s.path.as_path(), s.origin))
+    }
+
+    /// How bytes fields are read: the cache's [`BlobEncoding`] (verbatim pickles for a cache
+    /// torchcachex wrote, opened with [`CacheReader::open`]).
+    pub fn blob_encoding(&self) -> BlobEncoding {
+        self.encoding
+    }
+
+    /// Checks every row stowage did not write (an adopted or another writer's segment) against
+    /// `schema`, the cache's: a row that does not fit is an error naming the key, field and both
+    /// sides, never a sample outside the schema. A bfloat16 field that another writer stored as
+    /// plain `uint16` (torchcachex writes `schema.json`'s types, which cannot name bfloat16)
+    /// reads as bfloat16 bits.
+    pub fn with_schema(mut self, schema: Schema) -> CacheReader {
+        self.schema = Some(schema);
+        self
     }
 
     /// The cache directory's layout.
@@ -296,12 +372,17 @@ impl CacheReader {
     }
 
     /// Every key, each once, in segment and row order of its first row (the order of first
-    /// put).
+    /// put). Another writer's segment that does not read is skipped (as by lookups).
     pub fn keys(&self) -> Result<Vec<String>> {
         let mut keys = Vec::new();
         let mut seen: HashSet<&str> = HashSet::new();
         for position in 0..self.segments.len() {
-            for key in self.segment(position)?.keys()? {
+            let segment_keys = self.segment(position).and_then(Segment::keys);
+            let segment_keys = match segment_keys {
+                Err(_) if self.segments[position].origin.is_foreign() => continue,
+                other => other?,
+            };
+            for key in segment_keys {
                 if seen.insert(key) {
                     keys.push(key.to_owned());
                 }
@@ -310,18 +391,32 @@ impl CacheReader {
         Ok(keys)
     }
 
-    /// The segment id and row holding the winning value of `key`.
+    /// The segment id and row holding the winning value of `key`: the highest segment id
+    /// holding it, its last row there.
     pub fn locate(&self, key: &str) -> Option<(u64, usize)> {
+        let mut best = None;
         for (position, sidecar) in &self.recent {
             let id = self.segments[*position].id;
             if let Some(row) = sidecar.find(key, |row| self.key_at(id, row) == Some(key)) {
-                return Some((id, row));
+                best = Some((id, row));
+                break;
             }
         }
-        self.runs
-            .iter()
-            .rev()
-            .find_map(|run| run.find(key, |id, row| self.key_at(id, row) == Some(key)))
+        // The sidecars are probed newest first, and without another writer's segments every one
+        // is newer than every run: the loop then ends at once. Runs are disjoint and ordered, so
+        // the first one holding the key holds its newest row among them.
+        for run in self.runs.iter().rev() {
+            if best.is_some_and(|(id, _)| id > run.through()) {
+                break;
+            }
+            if let Some(found) = run.find(key, |id, row| self.key_at(id, row) == Some(key)) {
+                if best.is_none_or(|(id, _)| found.0 > id) {
+                    best = Some(found);
+                }
+                break;
+            }
+        }
+        best
     }
 
     /// The sample stored under `key`, `Ok(None)` when absent. Tensors share the segment's map.
@@ -399,14 +494,35 @@ impl CacheReader {
         }
     }
 
-    /// Row `row` of segment `id`, which holds `key`, checked against its row checksum.
+    /// Row `row` of segment `id`, which holds `key`, checked against its row checksum (and,
+    /// for a row stowage did not write, against the schema given to [`CacheReader::with_schema`]).
     pub(crate) fn read_row(&self, key: &str, id: u64, row: usize) -> Result<Sample> {
         let position = self.position(id).expect("located in a listed segment");
+        let origin = self.segments[position].origin;
         let OpenSegment { segment, groups, sums } = self.opened(position)?;
         let (batch, at) = segment.locate(row).expect("located rows exist");
-        let sample = decode_row(batch, at, groups).map_err(|why| {
-            Error::corrupted(segment.path(), format!("key {key:?} (row {row}): {why}"))
+        let sample = decode_row(batch, at, groups).map_err(|e| match e {
+            DecodeError::Damaged(why) => {
+                Error::corrupted(segment.path(), format!("key {key:?} (row {row}): {why}"))
+            }
+            DecodeError::Unsupported(why) => Error::unsupported(
+                crate::BACKEND_NAME,
+                format!(
+                    "reading key {key:?} (row {row}) of {}: {why}; torchcachex, or \
+                     CacheReader::open, returns the stored pickle",
+                    segment.path().display()
+                ),
+            ),
         })?;
+        let sample = match (&self.schema, origin.is_stowage()) {
+            (Some(schema), false) => {
+                conform(sample, schema).map_err(|why| Error::Incompatible {
+                    path: segment.path().to_path_buf(),
+                    detail: format!("key {key:?} (row {row}), written by another writer: {why}"),
+                })?
+            }
+            _ => sample,
+        };
         let sums = match sums {
             Ok(sums) => sums.as_ref().filter(|_| self.verify_checksums),
             Err((path, why)) if self.verify_checksums => {
@@ -451,26 +567,72 @@ impl CacheReader {
             return Ok(open);
         }
         let segment = Segment::open(slot.id, &slot.path)?;
-        let structure = self.structure.unwrap_or_else(|| infer_structure(&segment));
-        let groups = column_groups(segment.schema(), structure)
-            .map_err(|why| Error::corrupted(segment.path(), why))?;
+        let groups =
+            self.groups_of(&segment).map_err(|why| Error::corrupted(segment.path(), why))?;
         let sums_path = row_sums::sums_path(&slot.path);
-        let sums = match RowSums::open(&sums_path) {
-            Ok(sums) if sums.rows() == segment.rows() => Ok(Some(sums)),
-            Ok(sums) => Err((
+        // Another writer's segment has no checksums; a sidecar file beside it is not vouched for.
+        let opened = (!slot.origin.is_foreign()).then(|| RowSums::open(&sums_path));
+        let sums = match opened {
+            None => Ok(None),
+            Some(Ok(sums)) if sums.rows() == segment.rows() => Ok(Some(sums)),
+            Some(Ok(sums)) => Err((
                 sums_path,
                 format!("{} checksums for the {} rows of its segment", sums.rows(), segment.rows()),
             )),
-            Err(Error::Io { source, .. })
+            Some(Err(Error::Io { source, .. }))
                 if source.kind() == std::io::ErrorKind::NotFound && !self.checksums_required =>
             {
                 Ok(None)
             }
-            Err(e) => Err((sums_path, e.to_string())),
+            Some(Err(e)) => Err((sums_path, e.to_string())),
         };
         let _ = slot.open.set(OpenSegment { segment, groups, sums });
         Ok(slot.open.get().expect("set just now or by another thread"))
     }
+}
+
+impl CacheReader {
+    /// The sample fields `segment`'s columns hold, under this cache's structure and encoding.
+    pub(crate) fn groups_of(
+        &self,
+        segment: &Segment,
+    ) -> std::result::Result<Vec<ColumnGroup>, String> {
+        let structure = self.structure.unwrap_or_else(|| infer_structure(segment));
+        column_groups_for(segment.schema(), structure, self.encoding)
+    }
+
+    /// The schema rows stowage did not write are checked against, if any.
+    pub(crate) fn schema(&self) -> Option<&Schema> {
+        self.schema.as_ref()
+    }
+}
+
+/// `sample`, a row stowage did not write, as a sample of `schema`: bfloat16 fields stored as
+/// plain `uint16` reinterpreted, then checked.
+///
+/// Errors: text naming the field and both sides when it does not fit.
+pub(crate) fn conform(mut sample: Sample, schema: &Schema) -> std::result::Result<Sample, String> {
+    for field in &schema.fields {
+        let stowage_core::FieldKind::Tensor { dtype: DType::BF16, .. } = field.kind else {
+            continue;
+        };
+        if let Some(Value::Tensor(tensor)) = sample.get(&field.name)
+            && tensor.dtype() == DType::U16
+        {
+            let bits = tensor.to_shared_bytes();
+            let tensor = Tensor::shared(DType::BF16, tensor.shape().to_vec(), bits)
+                .map_err(|e| e.to_string())?;
+            sample.insert(field.name.as_str(), tensor);
+        }
+    }
+    schema.validate(&sample).map_err(|e| match e {
+        Error::SchemaMismatch { field, detail } => format!(
+            "field {field:?}: {detail} (the cache's schema; torchcachex stores a missing value \
+             as [] or b\"\", which reads as null)"
+        ),
+        other => other.to_string(),
+    })?;
+    Ok(sample)
 }
 
 /// A stage of the prefetched lookup of a key in the key index runs.

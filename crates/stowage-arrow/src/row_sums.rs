@@ -2,7 +2,7 @@
 //! byte as data (torchcachex stores no checksums; it never sees this file).
 //!
 //! ```text
-//! header (crate::framed): magic "STWSUMS2" | rows
+//! header (crate::framed): magic "STWSUMS2" | rows | writer session (0 when not recorded)
 //! body: one u64 per row, xxh3 of the row's key and sample (see `of_sample`)
 //! ```
 //!
@@ -116,10 +116,25 @@ fn named_value(hasher: &mut Xxh3, name: &str, value: &Value) {
     }
 }
 
-/// The bytes of the checksum file of a segment whose rows have checksums `sums`.
+/// The bytes of the checksum file of a segment whose rows have checksums `sums`, with no writer
+/// session recorded.
 pub fn encode(sums: &[u64]) -> Vec<u8> {
+    encode_in_session(sums, 0)
+}
+
+/// [`encode`], recording the writer session that wrote the segment ([`crate::ownership`]).
+///
+/// ```
+/// let dir = tempfile::tempdir()?;
+/// let path = dir.path().join("segment_000000.sums");
+/// std::fs::write(&path, stowage_arrow::row_sums::encode_in_session(&[1, 2], 9))?;
+/// let sums = stowage_arrow::row_sums::RowSums::open(&path)?;
+/// assert_eq!((sums.rows(), sums.session()), (2, 9));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn encode_in_session(sums: &[u64], session: u64) -> Vec<u8> {
     let body: Vec<u8> = sums.iter().flat_map(|s| s.to_le_bytes()).collect();
-    framed::encode(MAGIC, &[sums.len() as u64], &body)
+    framed::encode(MAGIC, &[sums.len() as u64, session], &body)
 }
 
 /// An open checksum file.
@@ -150,6 +165,11 @@ impl RowSums {
     /// Rows it covers.
     pub fn rows(&self) -> usize {
         self.rows
+    }
+
+    /// The writer session recorded when it was written (0: none).
+    pub fn session(&self) -> u64 {
+        self.file.field(1)
     }
 
     /// The stored checksum of row `row`.

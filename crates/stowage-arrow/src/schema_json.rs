@@ -18,7 +18,8 @@ use stowage_core::canonical_json::{PyJsonOptions, to_python_json};
 use stowage_core::{DType, Error, IoResultExt, Result};
 
 /// How a sample is split into columns; fixed by the first sample torchcachex wrote.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
 pub enum OutputStructure {
     /// One tensor: `data`, `shape`.
     Tensor,
@@ -216,6 +217,8 @@ impl SchemaJson {
                     DataType::List(item) => {
                         ColumnType::List(crate::encode::dtype_of(item.data_type())?)
                     }
+                    // stowage's null columns; torchcachex's type parser reads "bool" back.
+                    DataType::Boolean => ColumnType::Other("bool".into()),
                     other => {
                         return Err(Error::unsupported(
                             crate::BACKEND_NAME,

@@ -1,18 +1,20 @@
 //! `CacheReader::validate`: every segment, sidecar, checksum and key index run checked
 //! against the segments, which are the truth. Never mutates; lists every problem with its file
-//! and key.
+//! and key, and every segment another writer added (read, decoded and checked against the
+//! schema, but covered by no checksum) as unchecked.
 
 use std::collections::HashMap;
 
-use stowage_core::{Result, ValidationReport};
+use stowage_core::{Result, Unchecked, ValidationReport};
 
 use crate::commit_log;
 use crate::commit_log::RunEntry;
-use crate::decode::{column_groups, decode_row};
+use crate::decode::decode_row;
 use crate::key_sidecar::{self, KeySidecar};
 use crate::layout::Layout;
 use crate::merged_index::MergedIndex;
-use crate::reader::CacheReader;
+use crate::ownership::SegmentOrigin;
+use crate::reader::{CacheReader, conform};
 use crate::row_sums::{self, RowSums};
 use crate::segment::Segment;
 
@@ -20,14 +22,16 @@ impl CacheReader {
     /// Checks the whole cache: each segment decodes, every row decodes and matches its row
     /// checksum (where the segment has them), each key sidecar finds every key of its segment at
     /// its winning row, and each key index run finds every key of the segments it covers at its
-    /// winning row and counts them right. Damage is a [`stowage_core::Problem`] in the report, not an error; only a
-    /// directory that cannot be listed is.
+    /// winning row and counts them right. Damage is a [`stowage_core::Problem`] in the report,
+    /// not an error; only a directory that cannot be listed is. A segment another writer added
+    /// ([`crate::ownership::SegmentOrigin::Foreign`]) is one [`Unchecked`] entry: its rows are
+    /// decoded (and checked against the schema given to [`CacheReader::with_schema`]), a failure
+    /// being a problem, but no checksum covers them.
     pub fn validate(&self) -> Result<ValidationReport> {
         let mut report = ValidationReport::default();
-        let structure = self.output_structure().ok();
-        // Every readable segment's keys, read once, for the runs' check.
+        // Every readable committed segment's keys, read once, for the runs' check.
         let mut segment_keys: Vec<(u64, Vec<String>)> = Vec::new();
-        for (id, path) in self.segment_paths() {
+        for (id, path, origin) in self.segment_origins() {
             let path = path.to_path_buf();
             report.files_checked += 1;
             let segment = match Segment::open(id, &path) {
@@ -44,16 +48,17 @@ impl CacheReader {
                     continue;
                 }
             };
-            let mut last_row: HashMap<&str, usize> = HashMap::new();
-            for (row, key) in keys.iter().enumerate() {
-                last_row.insert(key, row);
+            if let SegmentOrigin::Foreign { writer } = origin {
+                report.unchecked.push(unchecked_segment(self.layout(), &path, writer, keys.len()));
+            } else {
+                let mut last_row: HashMap<&str, usize> = HashMap::new();
+                for (row, key) in keys.iter().enumerate() {
+                    last_row.insert(key, row);
+                }
+                segment_keys.push((id, keys.iter().map(|k| (*k).to_owned()).collect()));
+                check_sidecar(&mut report, &segment, &keys, &last_row);
             }
-            segment_keys.push((id, keys.iter().map(|k| (*k).to_owned()).collect()));
-            check_sidecar(&mut report, &segment, &keys, &last_row);
-            let groups = structure
-                .ok_or_else(|| "schema.json names no output structure".to_owned())
-                .and_then(|s| column_groups(segment.schema(), s));
-            let groups = match groups {
+            let groups = match self.groups_of(&segment) {
                 Ok(groups) => groups,
                 Err(why) => {
                     report.problem(Some(&path), None, format!("columns do not fit: {why}"));
@@ -61,32 +66,21 @@ impl CacheReader {
                 }
             };
             let sums_path = row_sums::sums_path(&path);
-            let sums = match RowSums::open(&sums_path) {
-                Ok(sums) => {
-                    report.files_checked += 1;
-                    if let Err(e) = sums.verify() {
-                        report.problem(Some(&sums_path), None, e.to_string());
-                    }
-                    if sums.rows() != keys.len() {
-                        let detail = format!("{} checksums for {} rows", sums.rows(), keys.len());
-                        report.problem(Some(&sums_path), None, detail);
-                    }
-                    Some(sums)
-                }
-                Err(stowage_core::Error::Io { source, .. })
-                    if source.kind() == std::io::ErrorKind::NotFound =>
-                {
-                    None
-                }
-                Err(e) => {
-                    report.problem(Some(&sums_path), None, e.to_string());
-                    None
-                }
+            // Another writer's segment has no checksums; a file of that name is not vouched for.
+            let sums = match origin.is_foreign() {
+                true => None,
+                false => open_sums(&mut report, &sums_path, keys.len()),
             };
             for (row, key) in keys.iter().enumerate() {
-                report.samples_checked += 1;
+                // Another writer's rows are decoded, but no checksum vouches for their bytes.
+                report.samples_checked += u64::from(!origin.is_foreign());
                 let (batch, at) = segment.locate(row).expect("rows of the segment");
-                match decode_row(batch, at, &groups) {
+                let decoded = decode_row(batch, at, &groups).map_err(|e| e.to_string());
+                let decoded = match (self.schema(), origin.is_stowage()) {
+                    (Some(schema), false) => decoded.and_then(|s| conform(s, schema)),
+                    _ => decoded,
+                };
+                match decoded {
                     Err(why) => report.problem(Some(&path), Some(key), format!("row {row}: {why}")),
                     Ok(sample) => {
                         let actual = row_sums::of_sample(key, &sample);
@@ -105,6 +99,56 @@ impl CacheReader {
         }
         check_runs(self, &mut report, &segment_keys);
         Ok(report)
+    }
+}
+
+/// The [`Unchecked`] entry of another writer's segment at `path` (of the cache `layout`), which
+/// `writer` wrote with `rows` rows.
+pub(crate) fn unchecked_segment(
+    layout: &Layout,
+    path: &std::path::Path,
+    writer: &str,
+    rows: usize,
+) -> Unchecked {
+    Unchecked {
+        path: path.to_path_buf(),
+        writer: writer.to_owned(),
+        samples: rows as u64,
+        next_step: format!(
+            "run `stowage adopt {}` (ArrowBackend::adopt) to checksum it",
+            layout.root().display()
+        ),
+    }
+}
+
+/// The row checksums at `path` of a segment of `rows` rows, checked whole; `None` when there
+/// are none (a problem when they are damaged).
+fn open_sums(
+    report: &mut ValidationReport,
+    path: &std::path::Path,
+    rows: usize,
+) -> Option<RowSums> {
+    match RowSums::open(path) {
+        Ok(sums) => {
+            report.files_checked += 1;
+            if let Err(e) = sums.verify() {
+                report.problem(Some(path), None, e.to_string());
+            }
+            if sums.rows() != rows {
+                let detail = format!("{} checksums for {rows} rows", sums.rows());
+                report.problem(Some(path), None, detail);
+            }
+            Some(sums)
+        }
+        Err(stowage_core::Error::Io { source, .. })
+            if source.kind() == std::io::ErrorKind::NotFound =>
+        {
+            None
+        }
+        Err(e) => {
+            report.problem(Some(path), None, e.to_string());
+            None
+        }
     }
 }
 

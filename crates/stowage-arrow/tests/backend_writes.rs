@@ -163,30 +163,47 @@ fn crash_leftovers_are_ignored_by_readers_and_removed_by_the_next_writer() {
     let mut cache = ArrowBackend::create(dir.path(), &schema(), options.clone()).unwrap();
     put_range(&mut cache, 0..20);
     drop(cache);
-    // A segment renamed into place whose commit record never became durable, its sidecars and
-    // a temporary file.
+    // A segment renamed into place whose commit record never became durable: written by a
+    // session whose record is then cut off the log.
+    let log = dir.path().join("stowage.log");
+    let committed = std::fs::metadata(&log).unwrap().len();
+    let mut cache = ArrowBackend::open(dir.path(), OpenMode::Append, options.clone()).unwrap();
+    put_range(&mut cache, 20..30);
+    cache.flush().unwrap();
+    drop(cache);
+    std::fs::OpenOptions::new().write(true).open(&log).unwrap().set_len(committed).unwrap();
+    // A temporary file, and sidecars whose segment's rename never happened.
     let segments = dir.path().join("segments");
-    for ext in ["arrow", "keys", "sums"] {
+    std::fs::write(segments.join(".segment_000003.arrow.tmp-1-1"), b"partial").unwrap();
+    for ext in ["keys", "sums"] {
         std::fs::copy(
-            segments.join(format!("segment_000001.{ext}")),
             segments.join(format!("segment_000002.{ext}")),
+            segments.join(format!("segment_000004.{ext}")),
         )
         .unwrap();
     }
-    std::fs::write(segments.join(".segment_000003.arrow.tmp-1-1"), b"partial").unwrap();
     let reader = ArrowBackend::open(dir.path(), OpenMode::ReadOnly, options.clone()).unwrap();
     assert_eq!(reader.len(), 20);
+    assert!(reader.get(&key(25)).unwrap().is_none(), "a leftover's key was read");
     assert!(reader.validate(stowage_core::ValidationLevel::Full).unwrap().is_clean());
     drop(reader);
     let mut writer = ArrowBackend::open(dir.path(), OpenMode::Append, options.clone()).unwrap();
-    for leftover in ["segment_000002.arrow", "segment_000002.keys", ".segment_000003.arrow.tmp-1-1"]
-    {
+    for leftover in [
+        "segment_000002.arrow",
+        "segment_000002.keys",
+        "segment_000002.sums",
+        "segment_000004.keys",
+        ".segment_000003.arrow.tmp-1-1",
+    ] {
         assert!(!segments.join(leftover).exists(), "{leftover} left in place");
     }
     put_range(&mut writer, 20..30);
     writer.flush().unwrap();
     check_range(&writer, 0..30);
     assert!(writer.validate(stowage_core::ValidationLevel::Full).unwrap().is_clean());
+    // No id is used twice: the new segment is above every id the directory held.
+    let ids: Vec<u64> = commit_log::read(&log).unwrap().segments.iter().map(|s| s.id).collect();
+    assert_eq!(ids, [0, 1, 5]);
 }
 
 #[test]
@@ -433,4 +450,193 @@ fn the_sample_cache_never_serves_a_value_written_over() {
         got.tensor("tensor").unwrap().bytes(),
         sample(333).tensor("tensor").unwrap().bytes()
     );
+}
+
+/// A segment another writer added (here: a copy under a new id, which nothing proves stowage's)
+/// is read by every open, listed as unchecked, never deleted; stowage's next segment takes an id
+/// above it, and a segment another writer publishes while a writer is open is never replaced:
+/// the writer takes the next free id. Sidecar files beside another writer's segment are not
+/// trusted (the next writer deletes them: only stowage writes sidecars).
+#[test]
+fn another_writers_segment_is_read_reported_and_never_removed_or_replaced() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = ArrowOptions { flush_every: 10, ..options() };
+    let mut cache = ArrowBackend::create(dir.path(), &schema(), options.clone()).unwrap();
+    put_range(&mut cache, 0..20);
+    drop(cache);
+    let segments = dir.path().join("segments");
+    let foreign = segments.join("segment_000007.arrow");
+    std::fs::copy(segments.join("segment_000001.arrow"), &foreign).unwrap();
+    // A stale sidecar beside it (of another segment): must not be used to find its keys.
+    std::fs::copy(segments.join("segment_000000.keys"), segments.join("segment_000007.keys"))
+        .unwrap();
+    let foreign_bytes = std::fs::read(&foreign).unwrap();
+    let reader = ArrowBackend::open(dir.path(), OpenMode::ReadOnly, options.clone()).unwrap();
+    assert_eq!(reader.foreign_segments().len(), 1);
+    assert_eq!(reader.foreign_segments()[0].writer, "another writer");
+    check_range(&reader, 0..20);
+    let report = reader.validate(stowage_core::ValidationLevel::Full).unwrap();
+    assert!(report.is_undamaged(), "{:?}", report.problems);
+    assert_eq!(report.unchecked.len(), 1, "{report:?}");
+    assert_eq!(
+        (report.unchecked[0].path.as_path(), report.unchecked[0].samples),
+        (foreign.as_path(), 10)
+    );
+    assert!(!report.is_clean());
+    drop(reader);
+
+    let mut writer = ArrowBackend::open(dir.path(), OpenMode::Append, options.clone()).unwrap();
+    assert_eq!(std::fs::read(&foreign).unwrap(), foreign_bytes);
+    assert!(!segments.join("segment_000007.keys").exists(), "a stray sidecar was kept");
+    put_range(&mut writer, 20..30);
+    writer.flush().unwrap();
+    // Another writer publishes the id the writer would take next, while the writer is open.
+    let taken = segments.join("segment_000009.arrow");
+    std::fs::copy(segments.join("segment_000000.arrow"), &taken).unwrap();
+    let taken_bytes = std::fs::read(&taken).unwrap();
+    put_range(&mut writer, 30..40);
+    writer.flush().unwrap();
+    drop(writer);
+    assert_eq!(std::fs::read(&taken).unwrap(), taken_bytes, "another writer's file was replaced");
+    assert_eq!(std::fs::read(&foreign).unwrap(), foreign_bytes);
+    let log = commit_log::read(&dir.path().join("stowage.log")).unwrap();
+    let ids: Vec<u64> = log.segments.iter().map(|s| s.id).collect();
+    assert_eq!(ids, [0, 1, 8, 10], "ids above every file of the directory, none replaced");
+    let reader = ArrowBackend::open(dir.path(), OpenMode::ReadOnly, options).unwrap();
+    check_range(&reader, 0..40);
+    assert_eq!(reader.foreign_segments().len(), 2);
+}
+
+/// torchcachex's `index.pkl` is left alone by read-only opens, `validate` and `adopt` (no
+/// segment changes), and removed by the writer that makes a new segment visible.
+#[test]
+fn index_pkl_is_removed_by_a_write_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cache = ArrowBackend::create(dir.path(), &schema(), options()).unwrap();
+    put_range(&mut cache, 0..5);
+    cache.flush().unwrap();
+    drop(cache);
+    let segments = dir.path().join("segments");
+    std::fs::copy(segments.join("segment_000000.arrow"), segments.join("segment_000003.arrow"))
+        .unwrap();
+    let index = dir.path().join("index.pkl");
+    std::fs::write(&index, b"torchcachex's index").unwrap();
+    let reader = ArrowBackend::open(dir.path(), OpenMode::ReadOnly, options()).unwrap();
+    reader.validate(stowage_core::ValidationLevel::Full).unwrap();
+    drop(reader);
+    let mut writer = ArrowBackend::open(dir.path(), OpenMode::Append, options()).unwrap();
+    let adoption = writer.adopt().unwrap();
+    assert_eq!(adoption.samples, 5);
+    writer.validate(stowage_core::ValidationLevel::Full).unwrap();
+    writer.flush().unwrap();
+    assert_eq!(std::fs::read(&index).unwrap(), b"torchcachex's index", "removed without a write");
+    put_range(&mut writer, 5..6);
+    writer.flush().unwrap();
+    assert!(!index.exists(), "a new segment left index.pkl in place");
+    check_range(&writer, 0..6);
+    assert!(writer.validate(stowage_core::ValidationLevel::Full).unwrap().is_clean());
+    // The adopted segment is never compacted away (its file is not stowage's to delete).
+    let report = writer.compact(u64::MAX).unwrap();
+    assert!(!report.removed.contains(&3), "{report:?}");
+    drop(writer);
+    assert!(segments.join("segment_000003.arrow").exists());
+    let reader = ArrowBackend::open(dir.path(), OpenMode::ReadOnly, options()).unwrap();
+    check_range(&reader, 0..6);
+    assert!(reader.validate(stowage_core::ValidationLevel::Full).unwrap().is_clean());
+}
+
+/// `adopt` needs a writer: a read-only handle refuses it.
+#[test]
+fn adopt_on_a_read_only_handle_is_unsupported() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = ArrowBackend::create(dir.path(), &schema(), options()).unwrap();
+    drop(cache);
+    let mut reader = ArrowBackend::open(dir.path(), OpenMode::ReadOnly, options()).unwrap();
+    let err = reader.adopt().unwrap_err();
+    assert!(matches!(err, stowage_core::Error::Unsupported { .. }), "{err}");
+}
+
+/// Another writer's segment that does not read (a torn torchcachex write: it does no fsync)
+/// hides nothing else: every open reads the rest, `validate` reports it as damage naming it,
+/// `adopt` refuses naming it, and no writer deletes it.
+#[test]
+fn an_unreadable_segment_of_another_writer_hides_nothing_and_is_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cache = ArrowBackend::create(dir.path(), &schema(), options()).unwrap();
+    put_range(&mut cache, 0..5);
+    cache.flush().unwrap();
+    drop(cache);
+    let torn = dir.path().join("segments/segment_000004.arrow");
+    std::fs::write(&torn, b"ARROW1\0\0 torn").unwrap();
+    let reader = ArrowBackend::open(dir.path(), OpenMode::ReadOnly, options()).unwrap();
+    check_range(&reader, 0..5);
+    assert_eq!(reader.keys().unwrap().len(), 5);
+    let report = reader.validate(stowage_core::ValidationLevel::Full).unwrap();
+    assert!(
+        report.problems.iter().any(|p| p.path.as_deref() == Some(torn.as_path())),
+        "{report:?}"
+    );
+    drop(reader);
+    let mut writer = ArrowBackend::open(dir.path(), OpenMode::Append, options()).unwrap();
+    let err = writer.adopt().unwrap_err();
+    assert!(err.to_string().contains("segment_000004.arrow"), "{err}");
+    drop(writer);
+    assert!(torn.exists());
+}
+
+/// Another writer's segment whose id lies inside a key index run's range (the run covers
+/// stowage's segments on both sides of it): its rows win over older segments and lose to newer
+/// ones, as numeric segment order says; `validate` finds the run right.
+#[test]
+fn another_writers_segment_between_merged_segments_wins_by_its_id() {
+    let options = ArrowOptions { flush_every: 2, merge_after: 100, ..options() };
+    let dir = tempfile::tempdir().unwrap();
+    let mut cache = ArrowBackend::create(dir.path(), &schema(), options.clone()).unwrap();
+    cache.put("a", &sample(0)).unwrap();
+    cache.put("b", &sample(0)).unwrap();
+    cache.flush().unwrap();
+    drop(cache);
+    // The other writer's segment: a and c with values of its own, as segment 1.
+    let other = tempfile::tempdir().unwrap();
+    let mut writer = ArrowBackend::create(other.path(), &schema(), options.clone()).unwrap();
+    writer.put("a", &sample(1)).unwrap();
+    writer.put("c", &sample(1)).unwrap();
+    writer.flush().unwrap();
+    drop(writer);
+    std::fs::copy(
+        other.path().join("segments/segment_000000.arrow"),
+        dir.path().join("segments/segment_000001.arrow"),
+    )
+    .unwrap();
+    let mut cache = ArrowBackend::open(dir.path(), OpenMode::Append, options.clone()).unwrap();
+    cache.put("c", &sample(2)).unwrap();
+    cache.put("d", &sample(2)).unwrap();
+    cache.flush().unwrap();
+    cache.merge_index().unwrap();
+    let runs = commit_log::read(&dir.path().join("stowage.log")).unwrap().runs;
+    assert_eq!((runs.len(), runs[0].first, runs[0].through), (1, 0, 2), "{runs:?}");
+    let check = |cache: &ArrowBackend| {
+        for (key, value) in [("a", 1), ("b", 0), ("c", 2), ("d", 2)] {
+            assert_eq!(cache.get(key).unwrap(), Some(sample(value)), "{key}");
+        }
+        assert_eq!(cache.len(), 4);
+        let batch = cache.get_batch(&["d", "a", "c", "b"]).unwrap();
+        assert_eq!(batch, [2, 1, 2, 0].map(|v| Some(sample(v))));
+        let report = cache.validate(stowage_core::ValidationLevel::Full).unwrap();
+        assert!(report.is_undamaged(), "{:?}", report.problems);
+        assert_eq!(report.unchecked.len(), 1);
+    };
+    check(&cache);
+    drop(cache);
+    check(&ArrowBackend::open(dir.path(), OpenMode::ReadOnly, options.clone()).unwrap());
+    // Adopted, it is covered like stowage's own once merged again.
+    let mut cache = ArrowBackend::open(dir.path(), OpenMode::Append, options).unwrap();
+    cache.adopt().unwrap();
+    assert!(commit_log::read(&dir.path().join("stowage.log")).unwrap().runs.is_empty());
+    cache.merge_index().unwrap();
+    for (key, value) in [("a", 1), ("b", 0), ("c", 2), ("d", 2)] {
+        assert_eq!(cache.get(key).unwrap(), Some(sample(value)), "{key}");
+    }
+    assert_eq!(cache.reader().unmerged_segments(), 0);
+    assert!(cache.validate(stowage_core::ValidationLevel::Full).unwrap().is_clean());
 }

@@ -95,11 +95,15 @@ fn pyarrow_reads_segments_stowage_wrote() {
     let tmp = tempfile::tempdir().unwrap();
     let layout = Layout::new(tmp.path());
     let fields = vec![
-        FieldColumns::Tensor { name: "feat".into(), dtype: DType::F32 },
-        FieldColumns::Tensor { name: "flag".into(), dtype: DType::Bool },
-        FieldColumns::Tensor { name: "small".into(), dtype: DType::I8 },
-        FieldColumns::Tensor { name: "brain".into(), dtype: DType::BF16 },
-        FieldColumns::Blob { name: "meta".into() },
+        FieldColumns::Tensor { name: "feat".into(), dtype: DType::F32, null_column: false },
+        FieldColumns::Tensor { name: "flag".into(), dtype: DType::Bool, null_column: false },
+        FieldColumns::Tensor { name: "small".into(), dtype: DType::I8, null_column: false },
+        FieldColumns::Tensor { name: "brain".into(), dtype: DType::BF16, null_column: false },
+        FieldColumns::Blob {
+            name: "meta".into(),
+            encoding: stowage_arrow::BlobEncoding::Raw,
+            null_column: false,
+        },
         FieldColumns::Json { name: "info".into() },
     ];
     let schema = Arc::new(arrow_schema(OutputStructure::Dict, &fields));
@@ -124,4 +128,30 @@ fn pyarrow_reads_segments_stowage_wrote() {
         );
         assert_eq!(out, "7", "{compression:?}");
     }
+}
+
+/// stowage's pickle of Python bytes is byte for byte CPython's `pickle.dumps(b)` (protocol 4,
+/// the default through 3.13), across the size classes (short, 4-byte length, unframed past 64
+/// KiB); `pickle.loads` gives the bytes back, and `None` pickles the same too.
+#[test]
+fn pickled_bytes_are_cpythons_pickle_dumps() {
+    let test = "pickled_bytes_are_cpythons_pickle_dumps";
+    let Some(python) = stowage_conformance::python::python_with(test, &["pickle"]) else { return };
+    let sizes = [0usize, 1, 255, 256, 65_535, 65_536, 65_537, 300_000];
+    let script = r#"
+import json, pickle, sys
+sizes = json.load(sys.stdin)
+out = [pickle.dumps(bytes((i * 7) % 256 for i in range(n)), protocol=4).hex() for n in sizes]
+print(json.dumps({"bytes": out, "none": pickle.dumps(None, protocol=4).hex()}))
+"#;
+    let stdin = serde_json::to_vec(&sizes).unwrap();
+    let out = stowage_conformance::python::run_script(python, script, &[], &stdin, test);
+    let out: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let hex = |bytes: &[u8]| bytes.iter().map(|b| format!("{b:02x}")).collect::<String>();
+    for (n, expected) in sizes.iter().zip(out["bytes"].as_array().unwrap()) {
+        let value: Vec<u8> = (0..*n).map(|i| ((i * 7) % 256) as u8).collect();
+        let pickle = stowage_arrow::blob_encoding::pickle_bytes(&value);
+        assert_eq!(hex(&pickle), expected.as_str().unwrap(), "{n} bytes");
+    }
+    assert_eq!(hex(stowage_arrow::blob_encoding::PICKLED_NONE), out["none"].as_str().unwrap());
 }

@@ -2,7 +2,7 @@
 //! parsed with torchcachex's type parser and equal to every segment's schema (so torchcachex
 //! could go on appending), the key index rebuilt from `segments/segment_*.arrow` in numeric order
 //! (no `index.pkl` is written; torchcachex rebuilds a missing one the same way), and every key
-//! read with `ipc.open_file` + `take` and rebuilt with the column's dtype.
+//! read with `ipc.open_file` + `take` and rebuilt with the column's dtype, bytes unpickled.
 
 use stowage_arrow::{ArrowBackend, ArrowOptions};
 use stowage_core::bytes::Bytes;
@@ -49,7 +49,8 @@ for key, want in expected.items():
         assert value.dtype == np.dtype(want[name]["dtype"]), (key, name, value.dtype)
         assert value.tolist() == want[name]["values"], (key, name, value.tolist())
     for name, blob in want.get("blobs", {}).items():
-        assert record[name + "_blob"] == bytes.fromhex(blob), (key, name)
+        # torchcachex's pickle.loads of the stored pickle of Python bytes.
+        assert pickle.loads(record[name + "_blob"]) == bytes.fromhex(blob), (key, name)
 print(len(expected))
 "#;
 

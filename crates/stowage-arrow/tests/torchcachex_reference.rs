@@ -134,6 +134,7 @@ fn damaged_metadata_and_leftovers_do_not_hide_the_data() {
 /// (`tensor_keys` and `torch_dtype` included).
 #[test]
 fn segment_schemas_stowage_builds_describe_as_torchcachex_wrote_them() {
+    use stowage_arrow::BlobEncoding;
     use stowage_arrow::encode::{FieldColumns, arrow_schema};
     let Some(set) = reference_set("torchcachex") else { return };
     for entry in std::fs::read_dir(set.join("caches")).unwrap() {
@@ -152,11 +153,13 @@ fn segment_schemas_stowage_builds_describe_as_torchcachex_wrote_them() {
                 };
                 match (name, &f.column_type, f.name.strip_suffix("_blob")) {
                     (Some(name), ColumnType::List(dtype), _) => {
-                        Some(FieldColumns::Tensor { name, dtype: *dtype })
+                        Some(FieldColumns::Tensor { name, dtype: *dtype, null_column: false })
                     }
-                    (_, ColumnType::Binary, Some(blob)) => {
-                        Some(FieldColumns::Blob { name: blob.to_owned() })
-                    }
+                    (_, ColumnType::Binary, Some(blob)) => Some(FieldColumns::Blob {
+                        name: blob.to_owned(),
+                        encoding: BlobEncoding::VerbatimPickles,
+                        null_column: false,
+                    }),
                     _ => None,
                 }
             })

@@ -1,7 +1,8 @@
-//! `ArrowBackend::validate_log_and_index` plus each segment's own `CacheReader::validate` finds
-//! what `validate` finds: the split the stowage command uses to check segments in parallel.
+//! `ArrowBackend::validate_log_and_index` plus each segment's own check
+//! (`ArrowBackend::segment_reader(id).validate()`) finds what `validate` finds, problems and
+//! another writer's unchecked segment alike: the split the stowage command uses to check
+//! segments in parallel.
 
-use stowage_arrow::reader::CacheReader;
 use stowage_arrow::{ArrowBackend, ArrowOptions};
 use stowage_core::{Backend, DType, OpenMode, Sample, Schema, ShapeRule, Tensor, ValidationLevel};
 
@@ -24,23 +25,34 @@ fn the_split_validation_finds_what_validate_finds() {
     bytes[at + 2] ^= 0x20;
     std::fs::write(&segment, bytes).unwrap();
     std::fs::write(dir.path().join("schema.json"), b"{}").unwrap();
+    // Another writer's segment (a copy nothing proves stowage's), one value changed in it.
+    let foreign = dir.path().join("segments/segment_000010.arrow");
+    let mut bytes = std::fs::read(dir.path().join("segments/segment_000002.arrow")).unwrap();
+    let at = bytes.windows(4).position(|w| w == 12f32.to_le_bytes()).unwrap();
+    bytes[at + 2] ^= 0x20;
+    std::fs::write(&foreign, bytes).unwrap();
 
     let cache =
         ArrowBackend::open(dir.path(), OpenMode::ReadOnly, ArrowOptions::default()).unwrap();
     let whole = cache.validate(ValidationLevel::Full).unwrap();
     let mut split = cache.validate_log_and_index().unwrap().problems;
     assert!(split.iter().all(|p| p.key.is_none()), "no row is decoded: {split:?}");
-    let output = cache.output_structure();
+    let mut unchecked = Vec::new();
     for (id, _) in cache.reader().segment_paths() {
-        let reader = CacheReader::open_segments(dir.path(), [id], output, &[])
-            .unwrap()
-            .requiring_checksums();
-        split.extend(reader.validate().unwrap().problems);
+        let report = cache.segment_reader(id).unwrap().validate().unwrap();
+        split.extend(report.problems);
+        unchecked.extend(report.unchecked);
     }
+    assert_eq!(unchecked, whole.unchecked);
+    assert_eq!(cache.unchecked(), whole.unchecked, "the list without validating");
+    assert_eq!(whole.unchecked.len(), 1, "{:?}", whole.unchecked);
+    assert_eq!(whole.unchecked[0].path, foreign);
     let sorted = |mut problems: Vec<stowage_core::Problem>| {
         problems.sort_by(|a, b| format!("{a}").cmp(&format!("{b}")));
         problems
     };
+    // k7's flipped value (no checksum catches it in the foreign copy: a value can change
+    // unchecked there, which is why it is listed as unchecked) and schema.json.
     assert_eq!(whole.problems.len(), 2, "{:?}", whole.problems);
     assert_eq!(sorted(split), sorted(whole.problems));
 }

@@ -13,7 +13,8 @@ use stowage_core::bytes::Bytes;
 use stowage_core::{DType, Error, Sample, Tensor, Value};
 
 fn dict_fields() -> Vec<FieldColumns> {
-    let tensor = |name: &str, dtype| FieldColumns::Tensor { name: name.into(), dtype };
+    let tensor =
+        |name: &str, dtype| FieldColumns::Tensor { name: name.into(), dtype, null_column: false };
     vec![
         tensor("feat", DType::F32),
         tensor("label", DType::I64),
@@ -21,7 +22,11 @@ fn dict_fields() -> Vec<FieldColumns> {
         tensor("half", DType::F16),
         tensor("count", DType::U32),
         tensor("brain", DType::BF16),
-        FieldColumns::Blob { name: "meta".into() },
+        FieldColumns::Blob {
+            name: "meta".into(),
+            encoding: stowage_arrow::BlobEncoding::Raw,
+            null_column: false,
+        },
         FieldColumns::Json { name: "info".into() },
     ]
 }
@@ -108,7 +113,8 @@ fn dict_segments_round_trip_and_later_segments_win() {
 fn tensor_structure_round_trips_with_torch_dtype_metadata() {
     let dir = tempfile::tempdir().unwrap();
     let layout = Layout::new(dir.path());
-    let fields = vec![FieldColumns::Tensor { name: "tensor".into(), dtype: DType::F64 }];
+    let fields =
+        vec![FieldColumns::Tensor { name: "tensor".into(), dtype: DType::F64, null_column: false }];
     let schema = Arc::new(arrow_schema(OutputStructure::Tensor, &fields));
     assert_eq!(schema.metadata()["torch_dtype"], "torch.float64");
     let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
@@ -153,7 +159,8 @@ fn merged_and_recent_indexes_agree_with_reading_every_segment_in_order() {
     use std::collections::HashMap;
     let dir = tempfile::tempdir().unwrap();
     let layout = Layout::new(dir.path());
-    let fields = vec![FieldColumns::Tensor { name: "tensor".into(), dtype: DType::I32 }];
+    let fields =
+        vec![FieldColumns::Tensor { name: "tensor".into(), dtype: DType::I32, null_column: false }];
     let schema = Arc::new(arrow_schema(OutputStructure::Tensor, &fields));
     let format = SegmentFormat::new(layout.clone(), schema, fields);
     let mut oracle: HashMap<String, (u64, usize, i32)> = HashMap::new();
@@ -219,7 +226,8 @@ fn merged_and_recent_indexes_agree_with_reading_every_segment_in_order() {
 fn a_flipped_value_byte_is_refused_by_the_row_checksum() {
     let dir = tempfile::tempdir().unwrap();
     let layout = Layout::new(dir.path());
-    let fields = vec![FieldColumns::Tensor { name: "tensor".into(), dtype: DType::F64 }];
+    let fields =
+        vec![FieldColumns::Tensor { name: "tensor".into(), dtype: DType::F64, null_column: false }];
     let schema = Arc::new(arrow_schema(OutputStructure::Tensor, &fields));
     let marker = 1234.5678f64;
     let samples: Vec<Sample> = [1.0, marker, 3.0]
@@ -267,7 +275,8 @@ fn a_flipped_value_byte_is_refused_by_the_row_checksum() {
 fn validate_reports_each_damage_with_its_file_and_key() {
     let dir = tempfile::tempdir().unwrap();
     let layout = Layout::new(dir.path());
-    let fields = vec![FieldColumns::Tensor { name: "tensor".into(), dtype: DType::F64 }];
+    let fields =
+        vec![FieldColumns::Tensor { name: "tensor".into(), dtype: DType::F64, null_column: false }];
     let schema = Arc::new(arrow_schema(OutputStructure::Tensor, &fields));
     let format = SegmentFormat::new(layout.clone(), schema, fields);
     let marker = 4321.875f64;
@@ -328,7 +337,8 @@ fn validate_reports_each_damage_with_its_file_and_key() {
 #[test]
 fn compressed_segments_read_back_and_are_smaller() {
     use stowage_arrow::Compression;
-    let fields = vec![FieldColumns::Tensor { name: "tensor".into(), dtype: DType::F32 }];
+    let fields =
+        vec![FieldColumns::Tensor { name: "tensor".into(), dtype: DType::F32, null_column: false }];
     let schema = Arc::new(arrow_schema(OutputStructure::Tensor, &fields));
     let samples: Vec<Sample> = (0..64)
         .map(|i| {

@@ -19,7 +19,7 @@ use crate::layout::Layout;
 use crate::pending::Pending;
 use crate::reader::CacheReader;
 use crate::segment::Segment;
-use crate::segment_writer::write_segment;
+use crate::segment_writer::write_next_segment;
 
 /// What a compaction did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -37,16 +37,16 @@ pub struct Compaction {
 }
 
 impl Writer {
-    /// Compacts every committed segment smaller than `small_bytes` (when there are at least two)
-    /// and deletes the files earlier compactions replaced. `reader` must see every committed
-    /// segment; afterwards the caller opens a new one (the segment list changed).
+    /// Compacts every committed segment smaller than `small_bytes` (when there are at least two;
+    /// never an adopted segment, whose file is another writer's) and deletes the files earlier
+    /// compactions replaced. `reader` must see every committed segment; afterwards the caller
+    /// opens a new one (the segment list changed).
     pub fn compact(&mut self, reader: &mut CacheReader, small_bytes: u64) -> Result<Compaction> {
-        self.collect(true, reader)?;
-        self.finish_merge(true, reader)?;
+        self.settle(reader)?;
         let mut report =
             Compaction { files_deleted: self.delete_replaced()?, ..Compaction::default() };
         let mut victims = Vec::new();
-        for &id in &self.committed {
+        for &id in self.committed.iter().filter(|id| !self.adopted.contains(id)) {
             let path = self.layout.segment(id);
             let bytes = std::fs::metadata(&path).map_err(|e| Error::io(&path, e))?.len();
             if bytes < small_bytes {
@@ -71,11 +71,9 @@ impl Writer {
         }
         let mut segments = Vec::new();
         for chunk in kept.chunks(self.format.max_segment_bytes) {
-            let id = self.next_id;
-            let path = write_segment(&self.format, id, &chunk)?;
+            let (id, path) = write_next_segment(&self.format, &self.next_id, &chunk)?;
             let bytes = std::fs::metadata(&path).map_err(|e| Error::io(&path, e))?.len();
             segments.push(crate::commit_log::SegmentEntry { id, rows: chunk.len() as u64, bytes });
-            self.next_id += 1;
         }
         report.written = segments.iter().map(|s| s.id).collect();
         let record = CompactedEntry { segments, removed: victims.clone() };
@@ -97,7 +95,11 @@ impl Writer {
     }
 
     /// Deletes the files of the segments earlier compactions replaced; returns how many.
+    /// torchcachex's `index.pkl` goes first: it may point into them.
     fn delete_replaced(&mut self) -> Result<u64> {
+        if !self.replaced.is_empty() {
+            crate::pickled_index::remove(&self.layout, true)?;
+        }
         let mut deleted = 0;
         for id in std::mem::take(&mut self.replaced) {
             deleted += delete_segment_files(&self.layout, id)?;

@@ -7,6 +7,7 @@
 
 use std::collections::VecDeque;
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 use std::thread::JoinHandle;
 
 use stowage_core::file_safety::{AppendLog, WriterLock, atomic_write, fsync_dir};
@@ -20,7 +21,9 @@ use crate::pending::Pending;
 use crate::reader::CacheReader;
 use crate::segment_writer::SegmentFormat;
 
+mod adoption;
 mod compaction;
+pub use adoption::Checked;
 pub use compaction::Compaction;
 
 /// The writer rank's state.
@@ -30,12 +33,14 @@ pub struct Writer {
     layout: Layout,
     format: SegmentFormat,
     committer: Committer,
-    max_segment_bytes: u64,
     merge_after: usize,
-    /// The id the next submitted segment gets.
-    next_id: u64,
+    /// The id the next segment gets (or above, when another writer took it), shared with the
+    /// committer.
+    next_id: Arc<AtomicU64>,
     /// The committed segments, ascending.
     committed: Vec<u64>,
+    /// The committed segments another writer wrote (adopted): never compacted away.
+    adopted: Vec<u64>,
     /// The key index runs the commit log vouches for, oldest first.
     runs: Vec<RunEntry>,
     /// Submitted items whose outcome has not come back, oldest first (`None`: a bare record).
@@ -64,10 +69,12 @@ pub struct WriterSetup {
     pub background: bool,
     /// Unmerged segments that start a merge.
     pub merge_after: usize,
-    /// The id of the next segment.
+    /// The id of the next segment: above every id in the log and in `segments/`.
     pub next_id: u64,
     /// The committed segments, ascending.
     pub committed: Vec<u64>,
+    /// The committed segments another writer wrote (adopted).
+    pub adopted: Vec<u64>,
     /// The key index runs the commit log vouches for, oldest first.
     pub runs: Vec<RunEntry>,
     /// Whether `stowage.complete` is in place.
@@ -80,16 +87,16 @@ impl Writer {
     /// A writer from `setup`.
     pub fn new(setup: WriterSetup) -> Writer {
         let layout = setup.format.layout.clone();
-        let max_segment_bytes = setup.format.max_segment_bytes;
+        let next_id = Arc::new(AtomicU64::new(setup.next_id));
         Writer {
             _lock: setup.lock,
             layout,
             format: setup.format.clone(),
-            committer: Committer::new(setup.format, setup.log, setup.background),
-            max_segment_bytes,
+            committer: Committer::new(setup.format, setup.log, next_id.clone(), setup.background),
             merge_after: setup.merge_after,
-            next_id: setup.next_id,
+            next_id,
             committed: setup.committed,
+            adopted: setup.adopted,
             runs: setup.runs,
             in_flight: VecDeque::new(),
             poisoned: None,
@@ -97,11 +104,6 @@ impl Writer {
             complete_marker: setup.complete_marker,
             replaced: setup.replaced,
         }
-    }
-
-    /// The committed segments, ascending.
-    pub fn committed(&self) -> &[u64] {
-        &self.committed
     }
 
     /// Errors when an earlier write failed.
@@ -121,10 +123,21 @@ impl Writer {
             return;
         }
         let rows = Arc::new(rows);
-        let first_id = self.next_id;
-        self.next_id += rows.chunks(self.max_segment_bytes).len() as u64;
-        self.committer.submit(Work::Segments { first_id, rows: rows.clone() });
+        self.committer.submit(Work::Segments { rows: rows.clone() });
         self.in_flight.push_back(Some(rows));
+    }
+
+    /// Waits for every queued write and for a background merge, taking in their outcomes: no
+    /// work runs when it returns.
+    ///
+    /// Errors: the first failed write or merge (the writer is then poisoned).
+    pub fn settle(&mut self, reader: &mut CacheReader) -> Result<()> {
+        self.collect(true, reader)?;
+        let merged = self.finish_merge(true, reader);
+        if let Err(e) = &merged {
+            self.poisoned.get_or_insert_with(|| e.to_string());
+        }
+        merged
     }
 
     fn submit_record(&mut self, record: Record) {
@@ -259,8 +272,7 @@ impl Writer {
     /// Merges every committed segment and run into one run now, on this thread (nothing to do
     /// when one run already covers them all).
     pub fn merge_now(&mut self, reader: &mut CacheReader) -> Result<()> {
-        self.collect(true, reader)?;
-        self.finish_merge(true, reader)?;
+        self.settle(reader)?;
         let Some(&through) = self.committed.last() else { return Ok(()) };
         if self.runs.len() == 1 && self.runs[0].through == through {
             return Ok(());

@@ -7,20 +7,33 @@
 //! its own rows only. Once `merge_after` segments are in no key index run, the writer merges them
 //! into a run on a background thread, folding in the newest runs no larger than that
 //! ([`crate::merged_index`]).
+//!
+//! The cache is shared with torchcachex ([`crate::ownership`]): segments it appends are read by
+//! every open, reported unchecked by `validate`, and adopted on request ([`ArrowBackend::adopt`]);
+//! a writer never reuses an id of the directory and never replaces a file, and it removes
+//! torchcachex's `index.pkl` before a new segment becomes visible ([`crate::pickled_index`]).
+//! [`ArrowBackend::attach`] starts stowage's log in a cache torchcachex created.
 
-use std::path::{Path, PathBuf};
+mod adopt;
+mod attach;
+
+pub use attach::torchcachex_header;
+
+use std::path::Path;
 use std::sync::Arc;
 
 use stowage_core::file_safety::{AppendLog, WriterLock, atomic_write, fsync_dir};
 use stowage_core::{
-    Backend, Capabilities, Error, IoResultExt, OpenMode, Result, Sample, Schema, ValidationLevel,
-    ValidationReport,
+    Backend, Capabilities, Error, IoResultExt, OpenMode, Result, Sample, Schema, Unchecked,
+    ValidationLevel, ValidationReport, Value,
 };
 
+use crate::blob_encoding::{self, BlobEncoding};
 use crate::commit_log::{self, CacheHeader, Committed, CompleteMarker, Record};
-use crate::encode::{FieldColumns, arrow_schema, columns_for};
+use crate::encode::{FieldColumns, arrow_schema, columns_with};
 use crate::layout::Layout;
 use crate::options::ArrowOptions;
+use crate::ownership::{ForeignSegment, SegmentOrigin, Survey};
 use crate::pending::Pending;
 use crate::reader::CacheReader;
 use crate::sample_cache::SampleCache;
@@ -76,6 +89,8 @@ enum Role {
 pub struct ArrowBackend {
     layout: Layout,
     schema: Schema,
+    structure: OutputStructure,
+    encoding: BlobEncoding,
     fields: Vec<FieldColumns>,
     arrow_schema: Arc<arrow_schema::Schema>,
     capabilities: Capabilities,
@@ -92,25 +107,25 @@ pub struct ArrowBackend {
 impl ArrowBackend {
     /// Creates an empty cache in `dir` (created if missing) and returns a writer. On a rank other
     /// than `options.writer_rank` nothing is created: the handle reads what the writer rank has
-    /// committed and keeps its own puts in memory.
+    /// committed and keeps its own puts in memory. The output structure and blob encoding come
+    /// from `options` and are recorded in the commit log.
     ///
-    /// Errors: `Unsupported` for a schema outside [`capabilities`]; `AlreadyExists` when `dir`
-    /// holds a cache (stowage's or torchcachex's segments); `Locked` when another writer holds
-    /// `dir`; `InvalidArgument` for bad options or `RANK`; `Io` naming the path.
+    /// Errors: `Unsupported` for a schema outside [`capabilities`]; `InvalidArgument` when
+    /// `options.output_structure` does not fit the schema (naming both), for bad options or
+    /// `RANK`; `AlreadyExists` when `dir` holds a cache (stowage's or torchcachex's segments);
+    /// `Locked` when another writer holds `dir`; `Io` naming the path.
     pub fn create(
         dir: impl AsRef<Path>,
         schema: &Schema,
         options: ArrowOptions,
     ) -> Result<ArrowBackend> {
         options.check()?;
-        let capabilities = capabilities();
-        capabilities.check_schema(schema, crate::BACKEND_NAME)?;
-        let (structure, fields) = columns_for(schema);
-        let arrow = Arc::new(arrow_schema(structure, &fields));
+        capabilities().check_schema(schema, crate::BACKEND_NAME)?;
+        let (structure, _) = columns_with(schema, options.output_structure, options.blob_encoding)?;
+        let header = CacheHeader::new(schema.clone(), structure, options.blob_encoding);
         let layout = Layout::new(dir.as_ref());
-        let rank = options.current_rank()?;
-        if rank != options.writer_rank {
-            return Self::other_rank(layout, schema.clone(), options);
+        if options.current_rank()? != options.writer_rank {
+            return Self::other_rank(layout, header, options);
         }
         let refuse_existing = |layout: &Layout| -> Result<()> {
             if layout.commit_log().exists() {
@@ -126,66 +141,26 @@ impl ArrowBackend {
         let lock = WriterLock::acquire(layout.root())?;
         refuse_existing(&layout)?;
         std::fs::create_dir_all(layout.segments_dir()).at(layout.segments_dir())?;
+        let (structure, fields, _) = header.columns()?;
+        let arrow = arrow_schema(structure, &fields);
         let described = SchemaJson::describe(structure, &arrow)?;
         atomic_write(layout.schema(), &described.to_json())?;
-        // The log is built under a temporary name and renamed: a log in place always has its
-        // header, so a crash during create never leaves a half-made cache that opens.
-        let header = Record::Cache(CacheHeader {
-            format: commit_log::FORMAT_NAME.into(),
-            version: commit_log::FORMAT_VERSION,
-            schema: schema.clone(),
-        });
-        let staging = layout.root().join(".stowage.log.new");
-        let _ = std::fs::remove_file(&staging);
-        let (mut log, _) = AppendLog::open(&staging, true)?;
-        log.append(&header.to_bytes())?;
-        log.sync()?;
-        drop(log);
-        std::fs::rename(&staging, layout.commit_log()).at(layout.commit_log())?;
-        fsync_dir(layout.root())?;
-        let parent = layout.root().parent().filter(|p| !p.as_os_str().is_empty());
-        fsync_dir(parent.unwrap_or(Path::new(".")))?;
-        let (log, _) = AppendLog::open(layout.commit_log(), false)?;
-        let reader = CacheReader::open_segments(layout.root(), [], structure, &[])?
-            .with_checksums(options.verify_checksums)
-            .requiring_checksums();
-        let writer = Writer::new(WriterSetup {
-            lock,
-            log,
-            format: segment_format(&layout, &arrow, &fields, &options),
-            background: options.background_flush,
-            merge_after: options.merge_after,
-            next_id: 0,
-            committed: Vec::new(),
-            runs: Vec::new(),
-            complete_marker: false,
-            replaced: Vec::new(),
-        });
-        Ok(ArrowBackend {
-            layout,
-            schema: schema.clone(),
-            fields,
-            arrow_schema: arrow,
-            capabilities,
-            sample_cache: SampleCache::new(options.sample_cache_bytes),
-            options,
-            reader,
-            pending: Pending::default(),
-            finalized: false,
-            sealed: false,
-            role: Role::Writer(Box::new(writer)),
-        })
+        write_new_log(&layout, &header)?;
+        Self::open_writer(layout, lock, options)
     }
 
-    /// Opens an existing cache. Read-only takes no lock and sees every committed segment;
-    /// append takes the writer lock, deletes what a crash left uncommitted (segments renamed
-    /// into place whose commit record never became durable, temporary files) and resumes or
-    /// appends. On a rank other than the writer rank, append mode writes nothing (see
-    /// [`ArrowBackend::create`]).
+    /// Opens an existing cache. Read-only takes no lock; append takes the writer lock, deletes
+    /// what a stowage crash left uncommitted (segments proven its own whose commit record never
+    /// became durable, stowage's temporary and sidecar files the log does not vouch for) and
+    /// resumes or appends. Either way every committed segment is read, and so is every segment
+    /// another writer (torchcachex) added ([`ArrowBackend::foreign_segments`]): the highest
+    /// segment id holding a key wins. On a rank other than the writer rank, append mode writes
+    /// nothing (see [`ArrowBackend::create`]).
     ///
     /// Errors: `NotFound` when `dir` holds no stowage Arrow cache (read torchcachex's own
-    /// caches with [`CacheReader`]); `Corrupted` naming the commit log when it is damaged
-    /// before its end, or a committed segment the key index needs cannot be read; `Locked`.
+    /// caches with [`CacheReader`], or start stowage's log in one with
+    /// [`ArrowBackend::attach`]); `Corrupted` naming the commit log when it is damaged before
+    /// its end, or a segment the key index needs cannot be read; `Locked`.
     pub fn open(dir: impl AsRef<Path>, mode: OpenMode, options: ArrowOptions) -> Result<Self> {
         options.check()?;
         let layout = Layout::new(dir.as_ref());
@@ -193,17 +168,26 @@ impl ArrowBackend {
         let rank = options.current_rank()?;
         match mode {
             OpenMode::Append if rank == options.writer_rank => {}
-            OpenMode::Append => {
-                return Self::other_rank(layout, committed.header.schema, options);
+            OpenMode::Append => return Self::other_rank(layout, committed.header, options),
+            OpenMode::ReadOnly => {
+                let survey = survey_for(&layout, &committed)?;
+                return Self::assemble(layout, committed, &survey, options, Role::Reader);
             }
-            OpenMode::ReadOnly => return Self::assemble(layout, committed, options, Role::Reader),
         }
         let lock = WriterLock::acquire(layout.root())?;
-        // Re-read under the lock: another writer may have committed more before it let go.
+        Self::open_writer(layout, lock, options)
+    }
+
+    /// The writer over the cache of `layout`, whose lock this process holds.
+    fn open_writer(layout: Layout, lock: WriterLock, options: ArrowOptions) -> Result<Self> {
+        // Read under the lock: another writer may have committed more before it let go.
         let recovered = AppendLog::read_all(layout.commit_log())?;
         let committed = commit_log::interpret(&layout.commit_log(), &recovered)?;
         let (log, _) = AppendLog::open(layout.commit_log(), false)?;
-        remove_uncommitted(&layout, committed.next_segment_id())?;
+        let survey = survey_for(&layout, &committed)?;
+        // Above every id of the log and of the directory, leftovers included: no id is reused.
+        let next_id = committed.next_segment_id().max(survey.highest_id.map_or(0, |id| id + 1));
+        remove_uncommitted(&layout, &survey)?;
         remove_stale_runs(&layout, &committed.runs)?;
         let marker = CompleteMarker::read(&layout.complete_marker())?;
         let complete_marker = match marker {
@@ -220,10 +204,10 @@ impl ArrowBackend {
             }
             other => other.is_some(),
         };
-        let (next_id, ids) = (committed.next_segment_id(), committed.ids());
+        let (ids, adopted) = (committed.ids(), committed.adopted.clone());
         let runs = committed.runs.clone();
         let replaced = committed.removed.clone();
-        let mut backend = Self::assemble(layout, committed, options, Role::Reader)?;
+        let mut backend = Self::assemble(layout, committed, &survey, options, Role::Reader)?;
         let format = segment_format(
             &backend.layout,
             &backend.arrow_schema,
@@ -238,6 +222,7 @@ impl ArrowBackend {
             merge_after: backend.options.merge_after,
             next_id,
             committed: ids,
+            adopted,
             runs,
             complete_marker,
             replaced,
@@ -245,43 +230,44 @@ impl ArrowBackend {
         Ok(backend)
     }
 
-    fn other_rank(layout: Layout, schema: Schema, options: ArrowOptions) -> Result<ArrowBackend> {
+    fn other_rank(layout: Layout, header: CacheHeader, options: ArrowOptions) -> Result<Self> {
         let committed = match commit_log::read(&layout.commit_log()) {
             Ok(committed) => committed,
             // The writer rank has not created it yet: nothing to read.
             Err(Error::NotFound { .. }) => Committed {
-                header: CacheHeader {
-                    format: commit_log::FORMAT_NAME.into(),
-                    version: commit_log::FORMAT_VERSION,
-                    schema,
-                },
+                header,
                 segments: Vec::new(),
                 finalized: false,
                 runs: Vec::new(),
                 removed: Vec::new(),
+                adopted: Vec::new(),
                 records: 0,
             },
             Err(e) => return Err(e),
         };
-        Self::assemble(layout, committed, options, Role::OtherRank)
+        let survey = survey_for(&layout, &committed)?;
+        Self::assemble(layout, committed, &survey, options, Role::OtherRank)
     }
 
     fn assemble(
         layout: Layout,
         committed: Committed,
+        survey: &Survey,
         options: ArrowOptions,
         role: Role,
     ) -> Result<ArrowBackend> {
-        let ids = committed.ids();
-        let schema = committed.header.schema;
-        let (structure, fields) = columns_for(&schema);
+        let (structure, fields, encoding) = committed
+            .header
+            .columns()
+            .map_err(|e| Error::corrupted(layout.commit_log(), format!("header: {e}")))?;
         let arrow = Arc::new(arrow_schema(structure, &fields));
-        let reader = CacheReader::open_segments(layout.root(), ids, structure, &committed.runs)?
-            .with_checksums(options.verify_checksums)
-            .requiring_checksums();
+        let schema = committed.header.schema.clone();
+        let reader = cache_reader(&layout, &committed, survey, &schema, &options)?;
         Ok(ArrowBackend {
             layout,
             schema,
+            structure,
+            encoding,
             fields,
             arrow_schema: arrow,
             capabilities: capabilities(),
@@ -295,14 +281,89 @@ impl ArrowBackend {
         })
     }
 
-    /// The committed segments' reader.
+    /// The reader of the committed segments and of those another writer added.
     pub fn reader(&self) -> &CacheReader {
         &self.reader
     }
 
-    /// How samples are split into columns (fixed by the schema).
+    /// How samples are split into columns, as the commit log records it (inferred from the
+    /// schema for caches before version 3): what torchcachex returns a sample as. Pass it to
+    /// [`ArrowOptions::output_structure`] to write a copy torchcachex reads the same way.
     pub fn output_structure(&self) -> OutputStructure {
-        columns_for(&self.schema).0
+        self.structure
+    }
+
+    /// How bytes fields are stored, as the commit log records it ([`BlobEncoding::Raw`] for
+    /// caches before version 3). A copy takes [`ArrowOptions::blob_encoding`] from it (with
+    /// `Raw` as the default `PickledBytes`: the values read back are the same bytes).
+    pub fn blob_encoding(&self) -> BlobEncoding {
+        self.encoding
+    }
+
+    /// The segments another writer (torchcachex) added that are not adopted, ascending ids, as
+    /// of this handle's open: read like the others, covered by no checksum
+    /// ([`ArrowBackend::adopt`] checksums them).
+    pub fn foreign_segments(&self) -> Vec<ForeignSegment> {
+        self.reader
+            .segment_origins()
+            .filter_map(|(id, path, origin)| match origin {
+                SegmentOrigin::Foreign { writer } => {
+                    Some(ForeignSegment { id, path: path.to_path_buf(), writer })
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// Every segment another writer added that is not adopted, as the [`Unchecked`] entry
+    /// `validate` lists for it (a segment that does not read counts 0 samples; `validate`
+    /// reports it as a problem): for a caller that does not validate every segment (a sampled
+    /// check, a summary) but must not call the cache clean.
+    ///
+    /// ```
+    /// use stowage_arrow::{ArrowBackend, ArrowOptions};
+    /// use stowage_core::{DType, Schema, ShapeRule};
+    /// let dir = tempfile::tempdir()?;
+    /// let schema = Schema::new().tensor("tensor", DType::F32, ShapeRule::Any);
+    /// let cache = ArrowBackend::create(dir.path(), &schema, ArrowOptions::default())?;
+    /// assert!(cache.unchecked().is_empty());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn unchecked(&self) -> Vec<Unchecked> {
+        self.foreign_segments()
+            .iter()
+            .map(|segment| {
+                let rows = crate::segment::Segment::open(segment.id, &segment.path)
+                    .map_or(0, |opened| opened.rows());
+                crate::validate::unchecked_segment(
+                    &self.layout,
+                    &segment.path,
+                    segment.writer,
+                    rows,
+                )
+            })
+            .collect()
+    }
+
+    /// A reader of segment `id` alone (committed or another writer's), decoding as this cache
+    /// does: what [`ArrowBackend::validate_log_and_index`] leaves to a per-segment check
+    /// ([`CacheReader::validate`], which lists another writer's segment as unchecked).
+    ///
+    /// Errors: `NotFound` when this handle reads no segment `id`; as
+    /// [`CacheReader::open_cache`].
+    pub fn segment_reader(&self, id: u64) -> Result<CacheReader> {
+        let origin = self.reader.segment_origins().find(|(i, ..)| *i == id).map(|(.., o)| o);
+        let origin = origin.ok_or_else(|| Error::NotFound {
+            what: format!("segment {id} in {}", self.layout.root().display()),
+        })?;
+        let reader = CacheReader::open_cache(
+            self.layout.root(),
+            &[(id, origin)],
+            self.structure,
+            self.encoding,
+            &[],
+        )?;
+        Ok(reader.requiring_checksums().with_schema(self.schema.clone()))
     }
 
     /// Whether this handle writes files: opened for writing on the writer rank.
@@ -358,16 +419,18 @@ impl ArrowBackend {
     /// key sidecar and row checksums), `stowage.complete`, `schema.json`, and every key index run
     /// against the key columns of the segments it covers.
     ///
-    /// The rest of `validate` concerns one segment at a time: [`CacheReader::validate`] of a
-    /// reader over that segment alone ([`CacheReader::open_segments`] with its id and no runs).
-    /// Together they find every problem `validate` finds, so a caller can check the segments in
+    /// The rest of `validate` concerns one segment at a time: [`CacheReader::validate`] of
+    /// [`ArrowBackend::segment_reader`] for each id of `reader().segment_paths()` (another
+    /// writer's segment included: its check lists it as unchecked). Together they find every
+    /// problem and unchecked segment `validate` finds, so a caller can check the segments in
     /// parallel. A segment that cannot be read is left to its own check.
     ///
     /// Errors: as [`Backend::validate`].
     pub fn validate_log_and_index(&self) -> Result<ValidationReport> {
         let mut report = ValidationReport::default();
         let mut segment_keys: Vec<(u64, Vec<String>)> = Vec::new();
-        for (id, path) in self.reader.segment_paths() {
+        let committed = self.reader.segment_origins().filter(|(.., o)| !o.is_foreign());
+        for (id, path, _) in committed {
             if let Ok(segment) = crate::segment::Segment::open(id, path)
                 && let Ok(keys) = segment.keys()
             {
@@ -437,18 +500,81 @@ impl ArrowBackend {
     /// row to keep fails its checksum (nothing is committed then); `Io`.
     pub fn compact(&mut self, small_bytes: u64) -> Result<Compaction> {
         self.flush()?;
-        let structure = self.output_structure();
         let Role::Writer(writer) = &mut self.role else { return Ok(Compaction::default()) };
         let report = writer.compact(&mut self.reader, small_bytes)?;
         if !report.removed.is_empty() {
-            let ids = writer.committed().to_vec();
-            self.reader = CacheReader::open_segments(self.layout.root(), ids, structure, &[])?
-                .with_checksums(self.options.verify_checksums)
-                .requiring_checksums();
-            writer.merge_now(&mut self.reader)?;
+            self.reload_reader()?;
+            if let Role::Writer(writer) = &mut self.role {
+                writer.merge_now(&mut self.reader)?;
+            }
         }
         Ok(report)
     }
+
+    /// Reopens the reader from the commit log as it now stands, keeping the other writers'
+    /// segments this handle reads (after a compaction or an adoption changed the segment list;
+    /// the writer has no work in flight).
+    fn reload_reader(&mut self) -> Result<()> {
+        let committed = commit_log::read(&self.layout.commit_log())?;
+        let foreign = self.foreign_segments();
+        let survey = Survey {
+            foreign: foreign.into_iter().filter(|f| !committed.ids().contains(&f.id)).collect(),
+            ..Survey::default()
+        };
+        self.reader = cache_reader(&self.layout, &committed, &survey, &self.schema, &self.options)?;
+        Ok(())
+    }
+}
+
+/// The reader of the segments `committed` lists and the other writers' segments of `survey`.
+fn cache_reader(
+    layout: &Layout,
+    committed: &Committed,
+    survey: &Survey,
+    schema: &Schema,
+    options: &ArrowOptions,
+) -> Result<CacheReader> {
+    let (structure, _, encoding) = committed.header.columns()?;
+    let mut segments: Vec<(u64, SegmentOrigin)> = committed
+        .segments
+        .iter()
+        .map(|s| match committed.adopted.contains(&s.id) {
+            true => (s.id, SegmentOrigin::Adopted),
+            false => (s.id, SegmentOrigin::Stowage),
+        })
+        .collect();
+    segments
+        .extend(survey.foreign.iter().map(|f| (f.id, SegmentOrigin::Foreign { writer: f.writer })));
+    segments.sort_unstable_by_key(|(id, _)| *id);
+    let reader =
+        CacheReader::open_cache(layout.root(), &segments, structure, encoding, &committed.runs)?;
+    Ok(reader
+        .with_checksums(options.verify_checksums)
+        .requiring_checksums()
+        .with_schema(schema.clone()))
+}
+
+/// What `segments/` of `layout` holds beside what `committed` vouches for.
+fn survey_for(layout: &Layout, committed: &Committed) -> Result<Survey> {
+    let vouched: std::collections::HashSet<u64> =
+        committed.ids().into_iter().chain(committed.removed.iter().copied()).collect();
+    crate::ownership::survey(layout, |id| vouched.contains(&id))
+}
+
+/// Writes the commit log of a new cache with `header` under a temporary name and renames it
+/// into place: a log in place always has its header, so a crash never leaves a half-made cache
+/// that opens.
+fn write_new_log(layout: &Layout, header: &CacheHeader) -> Result<()> {
+    let staging = layout.root().join(".stowage.log.new");
+    let _ = std::fs::remove_file(&staging);
+    let (mut log, _) = AppendLog::open(&staging, true)?;
+    log.append(&Record::Cache(header.clone()).to_bytes())?;
+    log.sync()?;
+    drop(log);
+    std::fs::rename(&staging, layout.commit_log()).at(layout.commit_log())?;
+    fsync_dir(layout.root())?;
+    let parent = layout.root().parent().filter(|p| !p.as_os_str().is_empty());
+    fsync_dir(parent.unwrap_or(Path::new(".")))
 }
 
 /// How this cache's segments are written.
@@ -465,6 +591,7 @@ fn segment_format(
         max_segment_bytes: options.max_segment_bytes,
         durable: options.durable,
         compression: options.compression,
+        session: crate::ownership::new_session(),
     }
 }
 
@@ -484,30 +611,32 @@ fn remove_stale_runs(layout: &Layout, runs: &[commit_log::RunEntry]) -> Result<(
     Ok(())
 }
 
-/// Deletes segment files (and their sidecars and temporary files) with ids from `next_id` on,
-/// and every temporary file in `segments/`: what a crash left between a rename and its commit.
-fn remove_uncommitted(layout: &Layout, next_id: u64) -> Result<()> {
-    let dir = layout.segments_dir();
-    let entries = match std::fs::read_dir(&dir) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            std::fs::create_dir_all(&dir).at(&dir)?;
-            return Ok(());
-        }
-        Err(e) => return Err(e).at(&dir),
-    };
+/// Deletes what a stowage crash left that the commit log does not vouch for (`survey`): the
+/// segments proven stowage's own leftovers with their sidecars, sidecar files of no vouched-for
+/// segment, and stowage's temporary files. Never another writer's segment. torchcachex's
+/// `index.pkl` goes first when a leftover segment does: torchcachex may have indexed it.
+fn remove_uncommitted(layout: &Layout, survey: &Survey) -> Result<()> {
+    if !survey.leftovers.is_empty() {
+        crate::pickled_index::remove(layout, true)?;
+    }
+    let leftovers = survey.leftovers.iter().flat_map(|&id| {
+        let segment = layout.segment(id);
+        [segment.with_extension("keys"), segment.with_extension("sums"), segment]
+    });
     let mut removed = false;
-    for entry in entries {
-        let entry = entry.at(&dir)?;
-        let name = entry.file_name();
-        let Some(name) = name.to_str() else { continue };
-        let temporary = name.starts_with(".segment_") && name.contains(".tmp");
-        let leftover = crate::layout::segment_file_id(name).is_some_and(|id| id >= next_id);
-        if temporary || leftover {
-            let path: PathBuf = entry.path();
-            std::fs::remove_file(&path).at(&path)?;
-            removed = true;
+    for path in leftovers
+        .chain(survey.stray_sidecars.iter().cloned())
+        .chain(survey.temporaries.iter().cloned())
+    {
+        match std::fs::remove_file(&path) {
+            Ok(()) => removed = true,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(Error::io(path, e)),
         }
+    }
+    let dir = layout.segments_dir();
+    if !dir.is_dir() {
+        std::fs::create_dir_all(&dir).at(&dir)?;
     }
     if removed {
         fsync_dir(&dir)?;
@@ -539,6 +668,11 @@ impl Backend for ArrowBackend {
         }
         self.capabilities.check_key(key, crate::BACKEND_NAME)?;
         self.schema.validate(sample)?;
+        match self.encoding {
+            BlobEncoding::VerbatimPickles => check_verbatim(key, sample)?,
+            BlobEncoding::Raw => check_legacy_row(&self.schema, key, sample)?,
+            BlobEncoding::PickledBytes => {}
+        }
         self.sample_cache.remove(key);
         self.pending.insert(key, sample);
         if is_writer
@@ -597,6 +731,8 @@ impl Backend for ArrowBackend {
         self.finalized
     }
 
+    /// Every committed row is decoded and checked against its checksum, every segment another
+    /// writer added is decoded and listed in `unchecked` (its rows have no checksums).
     fn validate(&self, level: ValidationLevel) -> Result<ValidationReport> {
         // Both levels decode every row: the checksums are per row, over the decoded sample.
         let _ = level;
@@ -606,4 +742,52 @@ impl Backend for ArrowBackend {
         crate::validate::check_commits(&mut report, &self.layout, &expected_schema_json)?;
         Ok(report)
     }
+}
+
+/// Errors unless every bytes value of `sample` is (structurally) a pickle, as a cache of
+/// verbatim pickles stores them ([`blob_encoding::check_pickle`]).
+fn check_verbatim(key: &str, sample: &Sample) -> Result<()> {
+    for (name, value) in sample.fields() {
+        if let Value::Bytes(bytes) = value {
+            blob_encoding::check_pickle(bytes).map_err(|why| {
+                Error::schema(
+                    name,
+                    format!("key {key:?}: this cache stores verbatim pickles: {why}"),
+                )
+            })?;
+        }
+    }
+    Ok(())
+}
+
+/// Errors unless torchcachex can read `sample` once written into a cache of commit log version
+/// 2, whose layout stores bytes raw (torchcachex unpickles every blob) and a null as an Arrow
+/// null or `[]` / `[]` (which torchcachex cannot unpickle or reshape): no null value, and bytes
+/// that are a pickle.
+fn check_legacy_row(schema: &Schema, key: &str, sample: &Sample) -> Result<()> {
+    for field in &schema.fields {
+        if matches!(field.kind, stowage_core::FieldKind::Json { .. }) {
+            continue; // torchcachex skips the column
+        }
+        let why = match sample.get(&field.name) {
+            None | Some(Value::Null) => "a null value, which this layout stores as torchcachex \
+                 cannot read"
+                .to_owned(),
+            Some(Value::Bytes(bytes)) => match blob_encoding::check_pickle(bytes) {
+                Ok(()) => continue,
+                Err(why) => format!("bytes stored raw, which torchcachex unpickles: {why}"),
+            },
+            Some(_) => continue,
+        };
+        return Err(Error::unsupported(
+            crate::BACKEND_NAME,
+            format!(
+                "writing key {key:?} field {:?} into a cache of commit log version 2: {why}; \
+                 convert the cache into a new one (version 3 stores every row in a form \
+                 torchcachex reads)",
+                field.name
+            ),
+        ));
+    }
+    Ok(())
 }
