@@ -9,6 +9,7 @@
 //!   `docs/benchmarks.md`.
 
 mod bench;
+mod hangar_venv;
 mod machine;
 mod prerequisites;
 mod reliability;
@@ -27,8 +28,11 @@ Commands:
                     1. prerequisites: libhdf5-dev and pkg-config for stowage-hdf5 (apt-get
                        install -y when missing; the error names them when apt-get fails),
                        python3 with numpy, xxhash, pyarrow, tables and h5py (installed with
-                       pip when missing), rustfmt and clippy (rustup component add when
-                       missing), the reference caches (required when CI is set)
+                       pip when missing), a venv with hangar 0.5.2 for the NUMPY_10
+                       mixed-writer tests (target/hangar-venv, made when missing; the tests
+                       get its python in STOWAGE_HANGAR_PYTHON), rustfmt and clippy (rustup
+                       component add when missing), the reference caches (required when CI
+                       is set)
                     2. cargo fmt --all -- --check
                     3. cargo clippy --workspace --all-targets -- -D warnings
                     4. cargo test --workspace   (STOWAGE_REQUIRE_PYTHON=1; STOWAGE_REQUIRE_REFERENCE=1

@@ -7,7 +7,8 @@ use std::process::{Command, Stdio};
 use std::time::Instant;
 
 use crate::prerequisites::{self, PREREQUISITES};
-use crate::{cargo, display_command, is_ci, workspace_root};
+use crate::hangar_venv::{self, HANGAR_PYTHON_ENV};
+use crate::{cargo, display_command, is_ci, target_dir, workspace_root};
 
 /// Runs the prerequisites step and then the cargo steps (only `cargo test` when `quick`).
 pub fn run(quick: bool) -> Result<(), String> {
@@ -19,6 +20,8 @@ pub fn run(quick: bool) -> Result<(), String> {
     let python = prerequisites::python_version()?;
     prerequisites::ensure(PREREQUISITES)?;
     println!("xtask: {python} with numpy, xxhash, pyarrow, tables and h5py; libhdf5-dev present");
+    let hangar_python = hangar_venv::ensure(&target_dir())?;
+    println!("xtask: hangar 0.5.2 in {}", hangar_python.display());
     if !quick {
         prerequisites::ensure_rust_components()?;
         println!("xtask: rustfmt and clippy present");
@@ -40,6 +43,7 @@ pub fn run(quick: bool) -> Result<(), String> {
     let mut test = cargo();
     test.args(["test", "--workspace"])
         .env("STOWAGE_REQUIRE_PYTHON", "1")
+        .env(HANGAR_PYTHON_ENV, &hangar_python)
         .env("STOWAGE_REFERENCE_DIR", &reference.path);
     if require_reference {
         test.env("STOWAGE_REQUIRE_REFERENCE", "1");

@@ -11,7 +11,9 @@ pub enum Status {
     /// `verify` found problems, `convert --verify` mismatches, `explain` a stale cache; exit
     /// status 1.
     ProblemsFound,
-    /// `explain` cannot tell: the format records no fingerprint; exit status 3.
+    /// `explain` cannot tell: the format records no fingerprint; `verify` cannot tell: it found
+    /// no problem, but the cache holds data another writer added that stowage's checksums do not
+    /// cover. Exit status 3.
     CannotTell,
 }
 
@@ -28,7 +30,8 @@ impl Status {
 
 /// Exit status when `verify` found problems.
 pub const EXIT_PROBLEMS: u8 = 1;
-/// Exit status of `explain` when the cache records no fingerprint to compare.
+/// Exit status of `explain` when the cache records no fingerprint to compare, and of `verify`
+/// when it found no problem but data it could not check.
 pub const EXIT_CANNOT_TELL: u8 = 3;
 /// Exit status of every error: bad arguments, an unreadable path, a path that is not a cache, a
 /// missing key, corrupted data that `get` refuses to return.

@@ -48,7 +48,8 @@ Exit status:
      bench: a backend failed to write, verify or read its workload
   2  error: bad arguments, a path that cannot be read or is not a cache, a missing key,
      corrupted data that get refuses to return, a field convert cannot translate
-  3  explain cannot tell: the format records no fingerprint";
+  3  cannot tell: explain: the format records no fingerprint; verify: no problem found, but
+     the cache holds data another writer added that stowage's checksums do not cover";
 
 const MAIN_EXAMPLES: &str = "\
 Examples:
@@ -105,9 +106,12 @@ Example:
   stowage verify ./cache && echo intact
 
 Opens the cache read-only, checks its structure and recomputes every sample's checksum. Prints
-each problem on its own line (file: key: detail), then a summary line:
-  N samples, M files checked: clean        (exit 0)
-  N samples, M files checked: K problems   (exit 1)
+each problem on its own line (file: key: detail), then each file holding data that another
+writer (the original tool) added and stowage's checksums do not cover, with what to do next,
+then a summary line:
+  N samples, M files checked: clean                           (exit 0)
+  N samples, M files checked: K problems                      (exit 1)
+  N samples, M files checked: no problem, U samples unchecked (exit 3)
 A cache that cannot be opened at all is an error (exit 2) naming the file. For a bare hangar
 data directory it checks each collection file's header and size, and that every marker has
 its data file (without records there are no checksums to check).";

@@ -80,11 +80,10 @@ pub fn run(path: &Path, options: VerifyOptions, out: &mut dyn Write) -> Result<S
         }
         CacheKind::StowageArrow => {
             let cache = ArrowBackend::open(path, OpenMode::ReadOnly, ArrowOptions::default())?;
-            let mut structure = cache.validate_log_and_index()?;
+            let structure = cache.validate_log_and_index()?;
             let keys = cache.keys()?;
             let segments = ArrowSegments { reader: cache.reader(), checksums_required: true };
-            let plan = segments.plan(&mut structure, &keys, options)?;
-            report(Plan { structure, ..plan }, options, out)
+            report(segments.plan(structure, &keys, options)?, options, out)
         }
         CacheKind::Torchcachex => {
             let source = match TorchcachexSource::open(path) {
@@ -95,8 +94,7 @@ pub fn run(path: &Path, options: VerifyOptions, out: &mut dyn Write) -> Result<S
             check_schema_json(&source.reader, &mut structure);
             let keys = source.reader.keys()?;
             let segments = ArrowSegments { reader: &source.reader, checksums_required: false };
-            let plan = segments.plan(&mut structure, &keys, options)?;
-            report(Plan { structure, ..plan }, options, out)
+            report(segments.plan(structure, &keys, options)?, options, out)
         }
         CacheKind::AenetHdf5 => {
             let source = AenetSource::open(path)?;
@@ -226,7 +224,7 @@ fn plan_by_keys<'a>(
     // A memmap index that cannot be read is a structure problem: no key to check then.
     let keys = match source.keys() {
         Ok(keys) => keys,
-        Err(_) if !structure.is_clean() => Vec::new(),
+        Err(_) if !structure.is_undamaged() => Vec::new(),
         Err(e) => return Err(e),
     };
     let selected = select(&keys, options.sample, options.seed);
@@ -334,9 +332,10 @@ struct ArrowSegments<'a> {
 impl<'a> ArrowSegments<'a> {
     /// One unit per segment: every row of it checked (a reader over that segment alone,
     /// [`CacheReader::validate`]), or with a sample, the selected keys whose winning row is in it.
+    /// `structure` holds the whole-cache checks already made; the plan keeps every problem in it.
     fn plan(
         &self,
-        structure: &mut ValidationReport,
+        mut structure: ValidationReport,
         keys: &[String],
         options: VerifyOptions,
     ) -> Result<Plan<'a>, CliError> {
@@ -387,7 +386,7 @@ impl<'a> ArrowSegments<'a> {
                 .collect()
         };
         Ok(Plan {
-            structure: std::mem::take(structure),
+            structure,
             keys: keys.len() as u64,
             selected: selected.len() as u64,
             units,
@@ -477,7 +476,7 @@ fn damaged_hdf5(
 ) -> Result<Plan<'static>, CliError> {
     let open_error = refuse_a_sample(open_error, options)?;
     let structure = stowage_hdf5::Hdf5Backend::validate_dir(path, ValidationLevel::Full)?;
-    if structure.is_clean() {
+    if structure.is_undamaged() {
         // Not damage validation can see (a permission error, say): the open's error stands.
         return Err(open_error);
     }
@@ -632,14 +631,15 @@ fn hangar(
     for problem in &report.problems {
         say!(out, "{}", escape_control(&problem.to_string()));
     }
-    let verdict = verdict(report.problems.len());
+    print_unchecked(&report, out)?;
     say!(
         out,
-        "0 samples, {} checked: {verdict} (a bare hangar data directory has no records: headers \
+        "0 samples, {} checked: {} (a bare hangar data directory has no records: headers \
          and sizes only)",
-        count(report.files_checked, "file")
+        count(report.files_checked, "file"),
+        verdict(&report)
     );
-    Ok(status(report.problems.len()))
+    Ok(status(&report))
 }
 
 /// Runs the units on `jobs` threads and merges their reports into `structure`'s, in unit order;
@@ -675,6 +675,7 @@ fn execute(
     for report in results.into_iter().flatten() {
         merged.samples_checked += report.samples_checked;
         merged.files_checked += report.files_checked;
+        merged.unchecked.extend(report.unchecked);
         merged.problems.extend(
             report
                 .problems
@@ -685,12 +686,40 @@ fn execute(
     (merged, total)
 }
 
-fn verdict(problems: usize) -> String {
-    if problems == 0 { "clean".to_owned() } else { count(problems as u64, "problem") }
+/// `clean`, `K problems`, or `no problem, U samples unchecked`: a cache holding data that no
+/// checksum covers is never called clean.
+fn verdict(report: &ValidationReport) -> String {
+    if !report.problems.is_empty() {
+        return count(report.problems.len() as u64, "problem");
+    }
+    if report.unchecked.is_empty() {
+        return "clean".to_owned();
+    }
+    let samples: u64 = report.unchecked.iter().map(|u| u.samples).sum();
+    let files = count(report.unchecked.len() as u64, "file");
+    match samples {
+        0 => format!("no problem, {files} unchecked"),
+        _ => format!("no problem, {} unchecked", count(samples, "sample")),
+    }
 }
 
-fn status(problems: usize) -> Status {
-    if problems == 0 { Status::Success } else { Status::ProblemsFound }
+/// Exit 1 for problems, 3 for unchecked data and no problem, 0 for a clean cache.
+fn status(report: &ValidationReport) -> Status {
+    if !report.problems.is_empty() {
+        Status::ProblemsFound
+    } else if !report.unchecked.is_empty() {
+        Status::CannotTell
+    } else {
+        Status::Success
+    }
+}
+
+/// Each file holding data another writer added, with what to do next.
+fn print_unchecked(report: &ValidationReport, out: &mut dyn Write) -> Result<(), CliError> {
+    for unchecked in &report.unchecked {
+        say!(out, "unchecked: {}", escape_control(&unchecked.to_string()));
+    }
+    Ok(())
 }
 
 /// Runs `plan` and prints its problems, the damaged keys and how to repair them, and the summary.
@@ -728,6 +757,7 @@ fn report(plan: Plan<'_>, options: VerifyOptions, out: &mut dyn Write) -> Result
             say!(out, "to repair: {file_repair}");
         }
     }
+    print_unchecked(&report, out)?;
     if let Some(why) = no_checksums {
         note(why);
     }
@@ -741,9 +771,9 @@ fn report(plan: Plan<'_>, options: VerifyOptions, out: &mut dyn Write) -> Result
         out,
         "{samples}, {} checked: {}",
         count(report.files_checked, "file"),
-        verdict(report.problems.len())
+        verdict(&report)
     );
-    Ok(status(report.problems.len()))
+    Ok(status(&report))
 }
 
 #[cfg(test)]

@@ -60,6 +60,9 @@ pub struct CacheReport {
     pub integrity: String,
     /// The structure check's problems, one line each.
     pub problems: Vec<String>,
+    /// Data another writer added that stowage's checksums do not cover, one line each (the file,
+    /// its writer, the samples, what to do next).
+    pub unchecked: Vec<String>,
     /// What could not be read, one line each.
     pub errors: Vec<String>,
 }
@@ -196,6 +199,7 @@ impl CacheReport {
             memory: None,
             integrity: "not checked".into(),
             problems: Vec::new(),
+            unchecked: Vec::new(),
             errors: Vec::new(),
         }
     }
@@ -214,6 +218,7 @@ impl CacheReport {
     pub fn set_integrity(&mut self, report: &ValidationReport, verify_adds: &str) {
         self.integrity = integrity(report, Path::new(&self.path), verify_adds);
         self.problems = report.problems.iter().map(|p| escape_control(&p.to_string())).collect();
+        self.unchecked = report.unchecked.iter().map(|u| escape_control(&u.to_string())).collect();
     }
 
     /// Lists every regular file under `root` (links not followed) with `role` naming each; the
@@ -351,6 +356,12 @@ impl CacheReport {
         if self.problems.len() > MAX_LISTED_PROBLEMS {
             say!(out, "{indent}  ... {} more", self.problems.len() - MAX_LISTED_PROBLEMS);
         }
+        for unchecked in self.unchecked.iter().take(MAX_LISTED_PROBLEMS) {
+            say!(out, "{indent}  unchecked: {unchecked}");
+        }
+        if self.unchecked.len() > MAX_LISTED_PROBLEMS {
+            say!(out, "{indent}  ... {} more unchecked", self.unchecked.len() - MAX_LISTED_PROBLEMS);
+        }
         Ok(())
     }
 }
@@ -384,10 +395,17 @@ pub fn segment_cache_state(finalized: bool) -> String {
     }
 }
 
-/// The integrity line for a structure check of the cache at `path`: `clean (...)` or
-/// `N problems (...)`. `verify_adds` says what `stowage verify` checks on top.
+/// The integrity line for a structure check of the cache at `path`: `clean (...)`,
+/// `N problems (...)`, or, when another writer's data is not covered by stowage's checksums,
+/// `no problem, N files unchecked (...)`. `verify_adds` says what `stowage verify` checks on top.
 pub fn integrity(report: &ValidationReport, path: &Path, verify_adds: &str) -> String {
-    if report.is_clean() {
+    if report.is_undamaged() && !report.unchecked.is_empty() {
+        format!(
+            "no problem in the structure, {} holding data another writer added that stowage's \
+             checksums do not cover (listed below)",
+            count(report.unchecked.len() as u64, "file")
+        )
+    } else if report.is_clean() {
         // A structure check that reads no sample: "of 0 samples" would mislead.
         let samples = match report.samples_checked {
             0 => String::new(),
