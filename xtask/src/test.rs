@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
-use crate::prerequisites::{self, PREREQUISITES};
 use crate::hangar_venv::{self, HANGAR_PYTHON_ENV};
+use crate::prerequisites::{self, PREREQUISITES};
 use crate::{cargo, display_command, is_ci, target_dir, workspace_root};
 
 /// Runs the prerequisites step and then the cargo steps (only `cargo test` when `quick`).

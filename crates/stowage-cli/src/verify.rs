@@ -59,8 +59,8 @@ pub struct Plan<'a> {
     pub keys: u64,
     /// Keys whose samples the units check.
     pub selected: u64,
-    /// What the cache's checksums cover, when it has none: said in a note.
-    pub no_checksums: Option<&'static str>,
+    /// Samples the format stores without checksums, reported as unchecked.
+    pub no_checksums: Option<NoChecksums>,
     /// How a damaged key can be repaired, for the advice line.
     pub repair: &'static str,
     /// How damaged files whose keys cannot be named are repaired, when the format has such files
@@ -68,9 +68,22 @@ pub struct Plan<'a> {
     pub file_repair: Option<&'static str>,
 }
 
+/// Samples a cache's format stores without checksums (the original tools write none): verify
+/// reads them and checks what it can (decoding, shapes, JSON), but not their bytes, so they are
+/// reported as [`stowage_core::Unchecked`] and the cache is never called clean.
+pub struct NoChecksums {
+    /// The cache.
+    pub path: PathBuf,
+    /// The tool that wrote them.
+    pub writer: &'static str,
+    /// What verify checked instead, and how to get checksums.
+    pub next_step: &'static str,
+}
+
 /// Prints each problem on its own line, then the damaged keys and how to repair them, then
-/// `N samples, M files checked: clean` (status 0) or `...: K problems` (status 1). A cache that
-/// cannot be opened is an error (status 2).
+/// the data no checksum covers, then `N samples, M files checked: clean` (status 0),
+/// `...: K problems` (status 1) or `...: no problem, U samples unchecked` (status 3). A cache
+/// that cannot be opened is an error (status 2).
 pub fn run(path: &Path, options: VerifyOptions, out: &mut dyn Write) -> Result<Status, CliError> {
     let kind = detect(path)?;
     match kind {
@@ -230,10 +243,11 @@ fn plan_by_keys<'a>(
     let selected = select(&keys, options.sample, options.seed);
     let (no_checksums, repair) = match kind {
         CacheKind::DnanetMemmap => (
-            Some(
-                "DNANet writes no checksums: verify checked file sizes, the index, the sidecars, \
-                 every row's readability and JSON texts, not the bytes' integrity",
-            ),
+            Some(NoChecksums {
+                path: source.path().to_path_buf(),
+                writer: "DNANet",
+                next_step: DNANET_NO_CHECKSUMS,
+            }),
             "rows cannot be replaced in a memmap cache: rebuild it with DNANet (delete its \
              directory; the next run writes it again)",
         ),
@@ -390,7 +404,7 @@ impl<'a> ArrowSegments<'a> {
             keys: keys.len() as u64,
             selected: selected.len() as u64,
             units,
-            no_checksums: (!required).then_some(TORCHCACHEX_NO_CHECKSUMS),
+            no_checksums: (!required).then(|| torchcachex_no_checksums(&root)),
             file_repair: None,
             repair: if required {
                 "put the damaged keys again (a later row replaces them), or delete a damaged \
@@ -460,7 +474,7 @@ fn damaged_torchcachex(
         units: segment_units(path, segments, schema.output_structure, false),
         keys: 0,
         selected: 0,
-        no_checksums: Some(TORCHCACHEX_NO_CHECKSUMS),
+        no_checksums: Some(torchcachex_no_checksums(path)),
         repair: TORCHCACHEX_REPAIR,
         file_repair: None,
     })
@@ -496,9 +510,21 @@ fn damaged_hdf5(
     })
 }
 
-/// The note for a cache torchcachex wrote.
-const TORCHCACHEX_NO_CHECKSUMS: &str = "torchcachex writes no checksums: verify decoded every \
-    row (and checked the row checksums of segments stowage added), not the bytes' integrity";
+/// Samples of a cache torchcachex wrote.
+fn torchcachex_no_checksums(path: &Path) -> NoChecksums {
+    NoChecksums {
+        path: path.to_path_buf(),
+        writer: "torchcachex",
+        next_step: "torchcachex writes no checksums: verify decoded every row (and checked the \
+            row checksums of segments stowage added), not the bytes' integrity; `stowage convert \
+            --to arrow` copies it into a stowage cache that checksums every row",
+    }
+}
+
+/// What verify checks of a cache DNANet wrote.
+const DNANET_NO_CHECKSUMS: &str = "DNANet writes no checksums: verify checked file sizes, the \
+    index, the sidecars, every row's readability and JSON texts, not the bytes' integrity; \
+    `stowage convert --to memmap` copies it into a stowage cache that checksums every row";
 
 /// How to repair a cache torchcachex wrote.
 const TORCHCACHEX_REPAIR: &str = "recompute the damaged keys with torchcachex (delete a \
@@ -555,10 +581,12 @@ fn plan_aenet(source: &AenetSource, options: VerifyOptions) -> Result<Plan<'_>, 
         keys: keys.len() as u64,
         selected: selected.len() as u64,
         units,
-        no_checksums: Some(
-            "aenet's format has no checksums: verify read every selected entry and checked the \
-             shapes of its arrays, not the bytes' integrity",
-        ),
+        no_checksums: Some(NoChecksums {
+            path: source.path().to_path_buf(),
+            writer: "aenet",
+            next_step: "aenet's format has no checksums: verify read every selected entry and \
+                checked the shapes of its arrays, not the bytes' integrity",
+        }),
         repair: "rebuild the torch cache with aenet (delete /torch_cache from the dataset file, \
                  or use an intact copy)",
         file_repair: None,
@@ -626,8 +654,21 @@ fn hangar(
         repair: "",
         file_repair: None,
     };
-    let (report, _) =
+    let (mut report, _) =
         execute(plan.units, plan.structure, VerifyOptions { sample: None, ..options });
+    // The samples are there, but only hangar's records (in its LMDB, not here) say where and
+    // carry their checksums: none of them was checked.
+    for file in &dir.files {
+        report.unchecked.push(stowage_core::Unchecked {
+            path: file.path.clone(),
+            writer: "hangar".to_owned(),
+            samples: 0,
+            next_step: "its samples' records (and their xxh64 checksums) are in hangar's \
+                database, not in this directory: check a sample with `stowage get DIR --record \
+                REC`"
+                .to_owned(),
+        });
+    }
     for problem in &report.problems {
         say!(out, "{}", escape_control(&problem.to_string()));
     }
@@ -726,7 +767,15 @@ fn print_unchecked(report: &ValidationReport, out: &mut dyn Write) -> Result<(),
 fn report(plan: Plan<'_>, options: VerifyOptions, out: &mut dyn Write) -> Result<Status, CliError> {
     let (keys, selected, repair, file_repair, no_checksums) =
         (plan.keys, plan.selected, plan.repair, plan.file_repair, plan.no_checksums);
-    let (report, _) = execute(plan.units, plan.structure, options);
+    let (mut report, _) = execute(plan.units, plan.structure, options);
+    if let Some(no_checksums) = no_checksums {
+        report.unchecked.push(stowage_core::Unchecked {
+            path: no_checksums.path,
+            writer: no_checksums.writer.to_owned(),
+            samples: report.samples_checked,
+            next_step: no_checksums.next_step.to_owned(),
+        });
+    }
     for problem in &report.problems {
         say!(out, "{}", escape_control(&problem.to_string()));
     }
@@ -758,21 +807,13 @@ fn report(plan: Plan<'_>, options: VerifyOptions, out: &mut dyn Write) -> Result
         }
     }
     print_unchecked(&report, out)?;
-    if let Some(why) = no_checksums {
-        note(why);
-    }
     let samples = if selected < keys {
         let percent = 100.0 * selected as f64 / keys.max(1) as f64;
         format!("{} of {keys} samples ({percent:.1}%, seed {})", selected, options.seed)
     } else {
         count(report.samples_checked.max(selected), "sample")
     };
-    say!(
-        out,
-        "{samples}, {} checked: {}",
-        count(report.files_checked, "file"),
-        verdict(&report)
-    );
+    say!(out, "{samples}, {} checked: {}", count(report.files_checked, "file"), verdict(&report));
     Ok(status(&report))
 }
 

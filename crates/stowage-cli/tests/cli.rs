@@ -90,7 +90,8 @@ fn help_lists_every_command_with_examples_and_exit_codes() {
         "Examples:",
         "Exit status:",
         "2  error",
-        "3  explain cannot tell",
+        "3  cannot tell",
+        "verify: no problem found, but",
     ] {
         assert!(run.stdout.contains(needle), "--help lacks {needle:?}: {run:?}");
     }
@@ -595,9 +596,18 @@ fn inspect_and_verify_describe_the_reference_directory() {
     ] {
         assert!(run.stdout.contains(needle), "inspect lacks {needle:?}: {run:?}");
     }
+    // No records here, so no sample's checksum can be checked: never "clean".
     let run = stowage(args(&[&"verify", &repo]));
-    assert_eq!(run.code, 0, "{run:?}");
-    assert!(run.stdout.starts_with("0 samples, 10 files checked: clean"), "{run:?}");
+    assert_eq!(run.code, 3, "{run:?}");
+    assert_eq!(run.stdout.matches("unchecked: ").count(), 10, "one line per file: {run:?}");
+    assert!(
+        run.stdout.contains("written by hangar, not covered by stowage's checksums"),
+        "{run:?}"
+    );
+    assert!(
+        run.stdout.contains("0 samples, 10 files checked: no problem, 10 files unchecked"),
+        "{run:?}"
+    );
 }
 
 #[test]
@@ -801,10 +811,14 @@ fn verify_keys_and_get_read_every_dnanet_reference_cache() {
     for key in ["aed9b48500e9acfd", "ff9cde909fae61f6", UNFINALIZED_KEY] {
         let cache = set.join("cache_root").join(key);
         let rows = reference_rows(&set, key);
+        // DNANet writes no checksums: every row is read, none is called clean.
         let run = stowage(args(&[&"verify", &cache]));
-        assert_eq!(run.code, 0, "{run:?}");
-        assert!(run.stdout.starts_with(&format!("{} samples, ", rows.len())), "{run:?}");
-        assert!(run.stdout.ends_with("files checked: clean\n"), "{run:?}");
+        assert_eq!(run.code, 3, "{run:?}");
+        let unchecked = format!("{} written by DNANet", count(rows.len() as u64, "sample"));
+        assert!(run.stdout.contains(&unchecked), "{run:?}");
+        let summary = format!("no problem, {} unchecked\n", count(rows.len() as u64, "sample"));
+        assert!(run.stdout.starts_with(&format!("unchecked: {}", cache.display())), "{run:?}");
+        assert!(run.stdout.ends_with(&summary), "{run:?}");
 
         let run = stowage(args(&[&"keys", &cache]));
         assert_eq!(run.code, 0, "{run:?}");

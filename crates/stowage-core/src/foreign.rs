@@ -43,7 +43,8 @@ pub struct Unchecked {
     pub path: PathBuf,
     /// Who wrote it, as far as the layout tells: the original tool's name, or `another writer`.
     pub writer: String,
-    /// How many samples (rows, records, entries) of it stowage did not check.
+    /// How many samples (rows, records, entries) of it stowage did not check; 0 when the cache
+    /// does not record how many there are (hangar's records live in its own database).
     pub samples: u64,
     /// What to do next: how to adopt it, or how else to read and check it.
     pub next_step: String,
@@ -51,12 +52,15 @@ pub struct Unchecked {
 
 impl std::fmt::Display for Unchecked {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let noun = if self.samples == 1 { "sample" } else { "samples" };
+        let what = match self.samples {
+            0 => "samples (how many, the cache does not record)".to_owned(),
+            1 => "1 sample".to_owned(),
+            n => format!("{n} samples"),
+        };
         write!(
             f,
-            "{}: {} {noun} written by {}, not covered by stowage's checksums: {}",
+            "{}: {what} written by {}, not covered by stowage's checksums: {}",
             self.path.display(),
-            self.samples,
             self.writer,
             self.next_step
         )

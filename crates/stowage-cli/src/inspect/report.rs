@@ -360,7 +360,11 @@ impl CacheReport {
             say!(out, "{indent}  unchecked: {unchecked}");
         }
         if self.unchecked.len() > MAX_LISTED_PROBLEMS {
-            say!(out, "{indent}  ... {} more unchecked", self.unchecked.len() - MAX_LISTED_PROBLEMS);
+            say!(
+                out,
+                "{indent}  ... {} more unchecked",
+                self.unchecked.len() - MAX_LISTED_PROBLEMS
+            );
         }
         Ok(())
     }

@@ -107,3 +107,8 @@ pub fn read_npy(path: &Path) -> (DType, Vec<usize>, String, Vec<u8>) {
     assert_eq!(bytes.len(), h.data_offset + h.data_len().unwrap(), "{}", path.display());
     (h.dtype, h.shape, h.descr, bytes[h.data_offset..].to_vec())
 }
+
+/// `1 sample`, `2 samples`: the CLI's counted nouns.
+pub fn count(n: u64, noun: &str) -> String {
+    if n == 1 { format!("1 {noun}") } else { format!("{n} {noun}s") }
+}
