@@ -52,14 +52,14 @@ pub struct Unchecked {
 
 impl std::fmt::Display for Unchecked {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let what = match self.samples {
-            0 => "samples (how many, the cache does not record)".to_owned(),
-            1 => "1 sample".to_owned(),
-            n => format!("{n} samples"),
+        let (what, how_many) = match self.samples {
+            0 => ("samples".to_owned(), " (how many, the cache does not record)"),
+            1 => ("1 sample".to_owned(), ""),
+            n => (format!("{n} samples"), ""),
         };
         write!(
             f,
-            "{}: {what} written by {}, not covered by stowage's checksums: {}",
+            "{}: {what} written by {}{how_many}, not covered by stowage's checksums: {}",
             self.path.display(),
             self.writer,
             self.next_step

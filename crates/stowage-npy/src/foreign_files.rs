@@ -135,11 +135,10 @@ fn describe(backend: &NpyBackend, uid: &str) -> Unchecked {
         ),
     };
     let next_step = format!(
-        "the number of samples is unknown: the records that address them are kept by their writer \
-         (hangar keeps them in its LMDB record database), not in this cache, so stowage cannot \
-         count them and reports 0. The file holds {}; hangar sees it as {seen_as}. Read each \
-         sample through its record with {how}, which checks the xxh64 the record carries. stowage \
-         never changes, moves or deletes this file or its markers",
+        "the records that address its samples are kept by their writer (hangar keeps them in \
+         its LMDB record database), not in this cache. The file holds {}; hangar sees it as \
+         {seen_as}. Read each sample through its record with {how}, which checks the xxh64 the \
+         record carries. stowage never changes, moves or deletes this file or its markers",
         contents(backend, &path)
     );
     Unchecked { path, writer: writer.into(), samples: 0, next_step }

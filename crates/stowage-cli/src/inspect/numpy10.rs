@@ -78,12 +78,16 @@ pub fn stowage_npy(path: &Path) -> Result<(CacheReport, Option<CliError>), CliEr
     report.checksums.scheme =
         "xxh64 per sample and field, in each record (records.log), hangar's".into();
     let used = opened.is_ok();
+    // Files stowage created that no record uses yet (a session that crashed before a flush)
+    // are its own; every other unused file is another writer's (hangar's).
+    let claimed = stowage_npy::ownership::read_claims(&layout).map(|c| c.uids).unwrap_or_default();
     report.set_files(
         path,
         |name| {
             let Some(file) = name.strip_prefix("data/10/") else {
                 return match name {
                     "records.log" => "record log".into(),
+                    "owned_files.log" => "collection files stowage created".into(),
                     "stowage.json" => "metadata".into(),
                     "_COMPLETE" => "finalize marker".into(),
                     n if n.starts_with("store_data/") => "committed marker".into(),
@@ -94,7 +98,8 @@ pub fn stowage_npy(path: &Path) -> Result<(CacheReport, Option<CliError>), CliEr
             let uid = file.strip_suffix(".npy").unwrap_or(file);
             let used_by = match field_of_uid.get(uid) {
                 Some(field) => format!("field {field:?}"),
-                None if used => "no record uses it".to_owned(),
+                None if used && claimed.contains(uid) => "stowage's, no record uses it".to_owned(),
+                None if used => "another writer's (no stowage record)".to_owned(),
                 None => String::new(),
             };
             let marker = if layout.store_dir().join(file).exists() {
@@ -108,12 +113,17 @@ pub fn stowage_npy(path: &Path) -> Result<(CacheReport, Option<CliError>), CliEr
         },
         MARKERS,
     )?;
-    report.checksums.covered_files = report
+    let (covered, uncovered): (Vec<String>, Vec<String>) = report
         .files
         .iter()
         .filter(|f| f.name.starts_with("data/10/"))
         .map(|f| f.name.clone())
-        .collect();
+        .partition(|name| {
+            let uid = name.trim_start_matches("data/10/").trim_end_matches(".npy");
+            field_of_uid.contains_key(uid) || claimed.contains(uid)
+        });
+    report.checksums.covered_files = covered;
+    report.checksums.uncovered_files = uncovered;
     match opened {
         Ok(cache) => {
             let structure = cache.validate(ValidationLevel::Structure)?;
