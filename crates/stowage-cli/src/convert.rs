@@ -42,10 +42,16 @@ pub enum Target {
 }
 
 impl Target {
-    /// The factory that creates and opens caches of this backend.
-    fn factory(self) -> Box<dyn BackendFactory> {
+    /// The factory that creates and opens caches of this backend, set up to carry over what the
+    /// source records that the target's layout can hold too ([`Carried`]).
+    fn factory(self, carried: &Carried) -> Box<dyn BackendFactory> {
         match self {
-            Target::Memmap => Box::new(stowage_memmap::MemmapFactory::default()),
+            Target::Memmap => Box::new(stowage_memmap::MemmapFactory {
+                options: stowage_memmap::MemmapOptions {
+                    carry_fingerprint: carried.fingerprint.clone(),
+                    ..Default::default()
+                },
+            }),
             Target::Arrow => Box::new(stowage_arrow::ArrowFactory::default()),
             Target::Hdf5 => Box::new(stowage_hdf5::Hdf5Factory),
             Target::Npy => Box::new(stowage_npy::NpyFactory::default()),
@@ -72,6 +78,48 @@ pub struct ConvertOptions {
     pub verify: bool,
     /// Samples between two flushes.
     pub flush_every: usize,
+}
+
+/// What a conversion carries over besides the samples: what the source records about itself
+/// that the target's layout has a place for.
+#[derive(Debug, Default)]
+struct Carried {
+    /// DNANet's `fingerprint.json`, byte for byte, into a memmap row cache from another one: so
+    /// DNANet's `validate_fingerprint` accepts the copy whenever it accepts the source.
+    fingerprint: Option<stowage_memmap::CarriedFingerprint>,
+}
+
+impl Carried {
+    /// What `source` records that `target` can hold, and a line saying what happens to the rest
+    /// (`None` when there is nothing to say).
+    fn from_source(
+        source: &dyn SampleSource,
+        target: Target,
+    ) -> Result<(Carried, Option<String>), CliError> {
+        let memmap_source =
+            matches!(source.kind(), CacheKind::StowageMemmap | CacheKind::DnanetMemmap);
+        let fingerprint = match memmap_source {
+            true => stowage_memmap::CarriedFingerprint::read(source.path())?,
+            false => None,
+        };
+        let Some(fingerprint) = fingerprint else { return Ok((Carried::default(), None)) };
+        if target == Target::Memmap {
+            let line = format!(
+                "fingerprint: {} carried over byte for byte (hash {})",
+                fingerprint.source().display(),
+                fingerprint.fingerprint().hash
+            );
+            return Ok((Carried { fingerprint: Some(fingerprint) }, Some(line)));
+        }
+        let line = format!(
+            "fingerprint: {} is not carried over: a {} has no place for DNANet's fingerprint \
+             (DNANet reads only memmap row caches); the source keeps it, and `stowage explain` \
+             of the source still tells whether it is fresh",
+            fingerprint.source().display(),
+            target.kind().description()
+        );
+        Ok((Carried::default(), Some(line)))
+    }
 }
 
 /// What the source holds in one field, as far as a scan saw.
@@ -270,7 +318,8 @@ pub fn run(
 ) -> Result<Status, CliError> {
     let source = open_source(src, "convert")?;
     let keys = source.keys()?;
-    let factory = options.target.factory();
+    let (carried, carried_line) = Carried::from_source(source.as_ref(), options.target)?;
+    let factory = options.target.factory(&carried);
     let caps = factory.capabilities();
     let backend = options.target.kind().description();
     let schema = translate(source.schema(), &caps, backend, &mut || scan(source.as_ref(), &keys))?;
@@ -341,6 +390,9 @@ pub fn run(
             format!(" ({} already in the target skipped)", count(done.len() as u64, "key"))
         }
     );
+    if let Some(line) = carried_line {
+        say!(out, "{line}");
+    }
     if !options.verify {
         return Ok(Status::Success);
     }

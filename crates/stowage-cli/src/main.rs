@@ -2,8 +2,9 @@
 //! ## Code layout
 //!
 //! `main` parses the arguments (clap), dispatches to one module per subcommand (`inspect`,
-//! `verify`, `keys`, `get`, `convert`, `bench`, `explain`) and turns the outcome into an exit
-//! status: 0 success, 1 problems found, 2 any error, 3 `explain` cannot tell. `detect` finds out
+//! `verify`, `adopt`, `keys`, `get`, `convert`, `bench`, `explain`) and turns the outcome into an
+//! exit status: 0 success, 1 problems found, 2 any error, 3 cannot tell (`explain`: no
+//! fingerprint; `verify`: data no checksum covers). `detect` finds out
 //! what kind of cache a path is, `open` and `source` open it for reading, `walk` finds the caches
 //! below a directory, `hangar` scans bare hangar data directories, `npy_out` writes tensors as
 //! `.npy` files and `out` holds the shared output helpers; `bench` is a module tree of its own.
@@ -23,6 +24,7 @@ macro_rules! say {
     };
 }
 
+mod adopt;
 mod bench;
 mod convert;
 mod detect;
@@ -55,6 +57,7 @@ const MAIN_EXAMPLES: &str = "\
 Examples:
   stowage inspect ./cache
   stowage verify ./cache
+  stowage adopt ./cache
   stowage keys ./cache | head
   stowage get ./cache sample-0 --out ./sample-0
   stowage get ./hangar-repo --record '10:4ujrcb35:fd40def8890c87db:3:10 10' --out fx013.npy
@@ -115,6 +118,18 @@ then a summary line:
 A cache that cannot be opened at all is an error (exit 2) naming the file. For a bare hangar
 data directory it checks each collection file's header and size, and that every marker has
 its data file (without records there are no checksums to check).";
+
+const ADOPT_HELP: &str = "\
+Example:
+  stowage verify ./cache; stowage adopt ./cache && stowage verify ./cache
+
+The original tools go on writing caches stowage wrote: torchcachex appends segments, DNANet
+resumes and finalizes, aenet appends rows. stowage reads that data, but its checksums do not
+cover it, so verify lists it as unchecked (exit 3). adopt takes the cache's writer lock and
+computes those checksums from the bytes as they are now, in stowage's own files; the other
+writer's files are not changed. Prints what it adopted, or that there was nothing to adopt.
+hangar's collection files cannot be adopted (their records are in hangar's database): read
+them with `stowage get DIR --record REC`.";
 
 const KEYS_HELP: &str = "\
 Example:
@@ -229,6 +244,13 @@ enum Command {
         /// same for any number
         #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=4096))]
         jobs: Option<u32>,
+    },
+
+    /// Checksum the data another writer (the original tool) added, so verify checks it
+    #[command(after_help = format!("{ADOPT_HELP}\n\n{EXIT_STATUS}"))]
+    Adopt {
+        /// The cache (a directory, or an aenet HDF5 file)
+        path: PathBuf,
     },
 
     /// Print every key, one per line
@@ -395,6 +417,7 @@ fn run(command: Command, out: &mut dyn Write) -> Result<Status, CliError> {
             let jobs = jobs.map_or_else(available_cores, |n| n as usize);
             verify::run(&path, verify::VerifyOptions { sample, seed, jobs }, out)
         }
+        Command::Adopt { path } => adopt::run(&path, out),
         Command::Keys { path } => keys::run(&path, out),
         Command::Get(args) => match (&args.key, &args.record) {
             (Some(key), None) => get::by_key(&args.path, key, &args.out, out),
@@ -492,7 +515,7 @@ fn argument_error(e: &clap::Error) -> ExitCode {
             ExitCode::SUCCESS
         }
         ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand | ErrorKind::MissingSubcommand => fail(
-            "no command given: use one of inspect, verify, keys, get, convert, bench, explain (see `stowage --help`)",
+            "no command given: use one of inspect, verify, adopt, keys, get, convert, bench, explain (see `stowage --help`)",
         ),
         _ => fail(&error::escape_control(&clap_error_line(&e.to_string()))),
     }

@@ -524,7 +524,7 @@ fn torchcachex_no_checksums(path: &Path) -> NoChecksums {
 /// What verify checks of a cache DNANet wrote.
 const DNANET_NO_CHECKSUMS: &str = "DNANet writes no checksums: verify checked file sizes, the \
     index, the sidecars, every row's readability and JSON texts, not the bytes' integrity; \
-    `stowage convert --to memmap` copies it into a stowage cache that checksums every row";
+    `stowage adopt` adds stowage's checksums of every row beside DNANet's files";
 
 /// How to repair a cache torchcachex wrote.
 const TORCHCACHEX_REPAIR: &str = "recompute the damaged keys with torchcachex (delete a \

@@ -1,0 +1,83 @@
+//! `stowage adopt PATH`: checksums the data another writer (the original tool) added to a cache,
+//! so that `verify` checks it from then on.
+//!
+//! Caches are shared with the original tools: torchcachex appends segments, DNANet resumes and
+//! finalizes, aenet appends rows. stowage reads such data but its checksums do not cover it, so
+//! `verify` lists it as unchecked. Adopting is the explicit step that computes those checksums
+//! from the bytes as they are now (it cannot know whether they were written correctly, only that
+//! they do not change afterwards). It takes the cache's writer lock and changes only stowage's own
+//! files: the other writer's files stay byte for byte as they were.
+
+use std::io::Write;
+use std::path::Path;
+
+use stowage_core::Adoption;
+
+use crate::detect::{CacheKind, detect};
+use crate::error::{CliError, Status};
+use crate::out::count;
+
+/// Adopts what can be adopted in the cache at `path` and prints what was checksummed.
+///
+/// Errors: a cache kind whose other writers' data stowage cannot checksum (the message says why
+/// and what to do instead); a cache another writer holds (`Locked`); damage found while adopting
+/// (nothing is adopted then).
+pub fn run(path: &Path, out: &mut dyn Write) -> Result<Status, CliError> {
+    let kind = detect(path)?;
+    let adoption = match kind {
+        CacheKind::StowageMemmap | CacheKind::DnanetMemmap => {
+            let options = stowage_memmap::MemmapOptions::default();
+            stowage_memmap::MemmapBackend::open_append(path, options)?.adopt()?
+        }
+        CacheKind::StowageNpy | CacheKind::HangarNumpy10 => {
+            return Err(CliError::new(format!(
+                "{}: hangar's collection files cannot be adopted: the records that say which \
+                 slots hold samples, and their xxh64 checksums, are in hangar's own database, not \
+                 in the cache; read and check each sample through its record with `stowage get {} \
+                 --record REC`",
+                path.display(),
+                path.display()
+            )));
+        }
+        CacheKind::Torchcachex => {
+            return Err(CliError::new(format!(
+                "{}: a cache torchcachex wrote alone has no stowage log to adopt its segments \
+                 into; `stowage convert {} NEW_DIR --to arrow` copies it into a stowage cache that \
+                 checksums every row",
+                path.display(),
+                path.display()
+            )));
+        }
+        other => {
+            return Err(CliError::new(format!(
+                "{}: a {} has nothing another writer could add that stowage can adopt",
+                path.display(),
+                other.description()
+            )));
+        }
+    };
+    report(path, &adoption, out)
+}
+
+/// `adopted N samples in M files: a, b` or `nothing to adopt: ...`.
+fn report(path: &Path, adoption: &Adoption, out: &mut dyn Write) -> Result<Status, CliError> {
+    if adoption.is_empty() {
+        say!(out, "nothing to adopt in {}: stowage's checksums cover every sample", path.display());
+        return Ok(Status::Success);
+    }
+    let files: Vec<String> = adoption.files.iter().map(|f| f.display().to_string()).collect();
+    say!(
+        out,
+        "adopted {} in {}: {}",
+        count(adoption.samples, "sample"),
+        count(files.len() as u64, "file"),
+        crate::error::escape_control(&files.join(", "))
+    );
+    say!(
+        out,
+        "their checksums vouch for the bytes as they are now; `stowage verify {}` checks them \
+         from here on",
+        path.display()
+    );
+    Ok(Status::Success)
+}
