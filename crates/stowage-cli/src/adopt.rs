@@ -29,6 +29,7 @@ pub fn run(path: &Path, out: &mut dyn Write) -> Result<Status, CliError> {
             let options = stowage_memmap::MemmapOptions::default();
             stowage_memmap::MemmapBackend::open_append(path, options)?.adopt()?
         }
+        CacheKind::AenetHdf5 => stowage_hdf5::TorchCacheWriter::adopt(path)?,
         CacheKind::StowageNpy | CacheKind::HangarNumpy10 => {
             return Err(CliError::new(format!(
                 "{}: hangar's collection files cannot be adopted: the records that say which \

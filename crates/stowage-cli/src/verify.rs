@@ -113,7 +113,7 @@ pub fn run(path: &Path, options: VerifyOptions, out: &mut dyn Write) -> Result<S
             let source = AenetSource::open(path)?;
             report(plan_aenet(&source, options)?, options, out)
         }
-        CacheKind::HangarNumpy10 => hangar(&HangarDir::scan(path)?, options, out),
+        CacheKind::HangarNumpy10 => hangar(path, &HangarDir::scan(path)?, options, out),
         CacheKind::CacheRoot => {
             let cache = open(path)?;
             Err(CliError::new(cache.why_no_keys(path, "verify").unwrap_or_default()))
@@ -570,23 +570,20 @@ fn check_schema_json(reader: &CacheReader, report: &mut ValidationReport) {
 }
 
 /// An aenet torch cache: opening it checked the index tables (every row points into its
-/// payload, no entry twice); each unit reads its entries' features and derivatives and checks
-/// every array's shape against the section's attributes.
+/// payload, no entry twice) and the structure check lists the rows stowage's checksums do not
+/// cover (aenet's); each unit reads its entries' features and derivatives, checking stowage's
+/// rows against their checksums and every array's shape against the section's attributes.
 fn plan_aenet(source: &AenetSource, options: VerifyOptions) -> Result<Plan<'_>, CliError> {
+    let structure = stowage_hdf5::TorchCache::validate(source.path(), ValidationLevel::Structure)?;
     let keys = source.keys()?;
     let selected = select(&keys, options.sample, options.seed);
     let units = key_units(&selected, move |report, key| check_aenet_entry(report, source, key));
     Ok(Plan {
-        structure: ValidationReport { files_checked: 1, ..Default::default() },
+        structure,
         keys: keys.len() as u64,
         selected: selected.len() as u64,
         units,
-        no_checksums: Some(NoChecksums {
-            path: source.path().to_path_buf(),
-            writer: "aenet",
-            next_step: "aenet's format has no checksums: verify read every selected entry and \
-                checked the shapes of its arrays, not the bytes' integrity",
-        }),
+        no_checksums: None,
         repair: "rebuild the torch cache with aenet (delete /torch_cache from the dataset file, \
                  or use an intact copy)",
         file_repair: None,
@@ -617,6 +614,7 @@ fn check_aenet_entry(report: &mut ValidationReport, source: &AenetSource, key: &
 /// Every collection file's header and size, and every marker's data file; no records here, so no
 /// samples and no sample to choose (`--sample` does not apply).
 fn hangar(
+    path: &Path,
     dir: &HangarDir,
     options: VerifyOptions,
     out: &mut dyn Write,
@@ -663,10 +661,11 @@ fn hangar(
             path: file.path.clone(),
             writer: "hangar".to_owned(),
             samples: 0,
-            next_step: "its samples' records (and their xxh64 checksums) are in hangar's \
-                database, not in this directory: check a sample with `stowage get DIR --record \
-                REC`"
-                .to_owned(),
+            next_step: format!(
+                "its samples' records (and their xxh64 checksums) are in hangar's database, not \
+                 in this directory: check a sample with `stowage get {} --record REC`",
+                path.display()
+            ),
         });
     }
     for problem in &report.problems {

@@ -601,13 +601,17 @@ fn inspect_and_verify_describe_the_reference_directory() {
     assert_eq!(run.code, 3, "{run:?}");
     assert_eq!(run.stdout.matches("unchecked: ").count(), 10, "one line per file: {run:?}");
     assert!(
-        run.stdout.contains("written by hangar, not covered by stowage's checksums"),
+        run.stdout.contains(
+            "written by hangar (how many, the cache does not record), not covered by stowage's \
+             checksums"
+        ),
         "{run:?}"
     );
     assert!(
         run.stdout.contains("0 samples, 10 files checked: no problem, 10 files unchecked"),
         "{run:?}"
     );
+    assert!(run.stdout.contains(&format!("`stowage get {} --record REC`", repo.display())));
 }
 
 #[test]

@@ -204,3 +204,49 @@ fn hangar_into_stowage_reads_both_writers_and_reports_hangars_file_unchecked() {
         assert!(before == snapshot(&cache), "{name}: verify or adopt changed a file");
     }
 }
+
+#[test]
+fn aenet_append_reads_every_entry_verify_reports_aenets_rows_and_adopt_checks_them() {
+    let Some(set) = reference_set("mixed/aenet-append") else { return };
+    let manifest = manifest(&set);
+    let file = set.join(manifest["cache_path"].as_str().unwrap());
+    let entries = manifest["keys"].as_object().unwrap();
+
+    let run = stowage(args(&[&"keys", &file]));
+    assert_eq!(run.code, 0, "{run:?}");
+    assert_eq!(run.stdout.lines().collect::<Vec<_>>(), ["0", "1", "2"], "{run:?}");
+    let out = tempfile::tempdir().unwrap();
+    let mut compared = 0;
+    for (entry, want) in entries {
+        let dir = out.path().join(entry);
+        let run = stowage(args(&[&"get", &file, entry, &"--out", &dir]));
+        assert_eq!(run.code, 0, "{run:?}");
+        for (field, spec) in want["fields"].as_object().unwrap() {
+            let expected = set.join(spec["expected_file"].as_str().unwrap());
+            let got = read_npy(&dir.join(format!("{field}.npy")));
+            assert_eq!(got, read_npy(&expected), "entry {entry} {field}");
+            compared += 1;
+        }
+    }
+    // Entry 1 has no derivatives: null, nothing written for them.
+    assert!(out.path().join("1/features.npy").exists());
+    assert!(!out.path().join("1/radial_center_idx.npy").exists());
+    assert_eq!(compared, 3 + 2 * 11, "features of 3 entries, derivatives of 2");
+
+    // No stowage checksums in this file (stowage 9e4830f kept none): all 3 entries unchecked.
+    let run = stowage(args(&[&"verify", &file]));
+    assert_eq!(run.code, 3, "{run:?}");
+    assert!(run.stdout.contains("3 samples written by aenet"), "{run:?}");
+    assert!(summary(&run).ends_with("no problem, 3 samples unchecked"), "{run:?}");
+
+    let (_temp, copy) = copy_of(file.parent().unwrap());
+    let copy = copy.join(file.file_name().unwrap());
+    let run = stowage(args(&[&"adopt", &copy]));
+    assert_eq!(run.code, 0, "{run:?}");
+    assert!(run.stdout.starts_with("adopted 3 samples in 1 file: "), "{run:?}");
+    let run = stowage(args(&[&"verify", &copy]));
+    assert_eq!(run.code, 0, "{run:?}");
+    assert_eq!(summary(&run), "3 samples, 1 file checked: clean", "{run:?}");
+    let run = stowage(args(&[&"inspect", &copy]));
+    assert!(run.stdout.contains("3 of 3 samples carry one"), "{run:?}");
+}

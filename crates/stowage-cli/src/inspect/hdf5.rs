@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use stowage_core::file_safety::AppendLog;
-use stowage_core::{Backend, OpenMode, ValidationLevel, ValidationReport};
+use stowage_core::{Backend, OpenMode, ValidationLevel};
 use stowage_hdf5::{CacheVersion, Hdf5Backend};
 
 use super::report::{CacheReport, FileReport, Total, projected_memory};
@@ -97,6 +97,7 @@ pub fn aenet(path: &Path) -> Result<CacheReport, CliError> {
     );
     report.detail("compat sha256", signature.compat_sha256.clone());
     report.detail("compat", signature.compat_json.clone());
+    report.detail("manifest", descriptor_manifest(path)?);
     let meta = std::fs::metadata(path).map_err(|e| crate::detect::io_error(path, &e))?;
     let name = path.file_name().unwrap_or_default().to_string_lossy().into_owned();
     report.files = vec![FileReport {
@@ -106,18 +107,41 @@ pub fn aenet(path: &Path) -> Result<CacheReport, CliError> {
         role: "dataset file (/entries and the torch cache)".into(),
     }];
     report.total = Total { files: 1, bytes: meta.len(), allocated_bytes: allocated_bytes(&meta) };
-    report.checksums.scheme = "none (aenet's format has no checksums; libhdf5's Fletcher32 is \
-                               not used)"
-        .into();
-    report.checksums.uncovered_files = vec![name];
-    report.checksums.covered_samples = Some(0);
-    report.checksums.samples = Some(source.entries().len() as u64);
+    let entries = source.entries().len() as u64;
+    let unchecked = cache.unchecked_entries().len() as u64;
+    if cache.has_checksums() {
+        report.checksums.scheme = "xxh3 per row stowage wrote, in /torch_cache/stowage_checksums \
+                                   (a group aenet does not read; aenet's format has none)"
+            .into();
+    } else {
+        report.checksums.scheme = "none (aenet's format has no checksums; libhdf5's Fletcher32 \
+                                   is not used)"
+            .into();
+    }
+    if unchecked == entries {
+        report.checksums.uncovered_files = vec![name];
+    } else {
+        report.checksums.covered_files = vec![name];
+    }
+    report.checksums.covered_samples = Some(entries - unchecked);
+    report.checksums.samples = Some(entries);
     let keys = source.keys()?;
     (report.memory, _) = projected_memory(&source, &keys);
-    let structure = ValidationReport { files_checked: 1, ..Default::default() };
+    let structure = stowage_hdf5::TorchCache::validate(path, ValidationLevel::Structure)?;
     report.set_integrity(
         &structure,
         "opening it checked the index tables; `stowage verify` also reads every entry",
     );
     Ok(report)
+}
+
+/// The file's `/descriptor_manifest`, as one line: its descriptor class and config hash, or that
+/// there is none (aenet then needs a descriptor to load the cache).
+fn descriptor_manifest(path: &Path) -> Result<String, CliError> {
+    Ok(match stowage_hdf5::DescriptorManifest::read(path)? {
+        Some(manifest) => {
+            format!("{} (config sha256 {})", manifest.descriptor_class, manifest.config_sha256)
+        }
+        None => "none (aenet needs a descriptor to load the cache)".into(),
+    })
 }
