@@ -6,12 +6,13 @@
 //! `verify` lists it as unchecked. Adopting is the explicit step that computes those checksums
 //! from the bytes as they are now (it cannot know whether they were written correctly, only that
 //! they do not change afterwards). It takes the cache's writer lock and changes only stowage's own
-//! files: the other writer's files stay byte for byte as they were.
+//! files: the other writer's files stay byte for byte as they were. A cache torchcachex wrote
+//! alone gets stowage's commit log first; from then on it is a stowage Arrow cache.
 
 use std::io::Write;
 use std::path::Path;
 
-use stowage_core::Adoption;
+use stowage_core::{Adoption, OpenMode};
 
 use crate::detect::{CacheKind, detect};
 use crate::error::{CliError, Status};
@@ -40,14 +41,21 @@ pub fn run(path: &Path, out: &mut dyn Write) -> Result<Status, CliError> {
                 path.display()
             )));
         }
+        CacheKind::StowageArrow => {
+            let options = stowage_arrow::ArrowOptions::default();
+            stowage_arrow::ArrowBackend::open(path, OpenMode::Append, options)?.adopt()?
+        }
         CacheKind::Torchcachex => {
-            return Err(CliError::new(format!(
-                "{}: a cache torchcachex wrote alone has no stowage log to adopt its segments \
-                 into; `stowage convert {} NEW_DIR --to arrow` copies it into a stowage cache that \
-                 checksums every row",
-                path.display(),
+            // stowage's log starts beside torchcachex's files, which stay as they are: from then
+            // on the cache is one stowage appends to and checks, and torchcachex still reads.
+            let options = stowage_arrow::ArrowOptions::default();
+            let adoption = stowage_arrow::ArrowBackend::attach(path, options)?.adopt()?;
+            say!(
+                out,
+                "started stowage's commit log in {} (torchcachex's files are not changed)",
                 path.display()
-            )));
+            );
+            adoption
         }
         other => {
             return Err(CliError::new(format!(

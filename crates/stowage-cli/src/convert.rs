@@ -22,6 +22,9 @@ use stowage_core::{
     BackendFactory, Capabilities, FieldKind, OpenMode, Sample, Schema, ShapeRule, Value,
 };
 
+use stowage_arrow::BlobEncoding;
+use stowage_arrow::schema_json::OutputStructure;
+
 use crate::detect::{CacheKind, detect_here};
 use crate::error::{CliError, Status};
 use crate::open::{open_kind, open_source};
@@ -52,7 +55,13 @@ impl Target {
                     ..Default::default()
                 },
             }),
-            Target::Arrow => Box::new(stowage_arrow::ArrowFactory::default()),
+            Target::Arrow => Box::new(stowage_arrow::ArrowFactory {
+                options: stowage_arrow::ArrowOptions {
+                    output_structure: carried.arrow_structure,
+                    blob_encoding: carried.blob_encoding,
+                    ..Default::default()
+                },
+            }),
             Target::Hdf5 => Box::new(stowage_hdf5::Hdf5Factory),
             Target::Npy => Box::new(stowage_npy::NpyFactory::default()),
         }
@@ -87,6 +96,13 @@ struct Carried {
     /// DNANet's `fingerprint.json`, byte for byte, into a memmap row cache from another one: so
     /// DNANet's `validate_fingerprint` accepts the copy whenever it accepts the source.
     fingerprint: Option<stowage_memmap::CarriedFingerprint>,
+    /// torchcachex's output structure, into an Arrow cache from another one: a tuple stays a
+    /// tuple for torchcachex (the schema alone would make it a dict of `item0`, `item1`, ...).
+    arrow_structure: Option<OutputStructure>,
+    /// How bytes fields are stored, into an Arrow cache from another one: torchcachex's pickles
+    /// are kept as they are (pickling them again would hand torchcachex the pickle's bytes
+    /// instead of the object); raw bytes of an old stowage cache are pickled as `bytes`.
+    blob_encoding: BlobEncoding,
 }
 
 impl Carried {
@@ -96,6 +112,22 @@ impl Carried {
         source: &dyn SampleSource,
         target: Target,
     ) -> Result<(Carried, Option<String>), CliError> {
+        if target == Target::Arrow
+            && let Some((structure, encoding)) = arrow_choices(source)?
+        {
+            let blob_encoding = match encoding {
+                BlobEncoding::Raw => BlobEncoding::PickledBytes,
+                kept => kept,
+            };
+            let carried =
+                Carried { arrow_structure: Some(structure), blob_encoding, ..Carried::default() };
+            let line = format!(
+                "torchcachex layout: output structure {:?} and bytes stored as {} carried over",
+                structure.name(),
+                blob_encoding.name()
+            );
+            return Ok((carried, Some(line)));
+        }
         let memmap_source =
             matches!(source.kind(), CacheKind::StowageMemmap | CacheKind::DnanetMemmap);
         let fingerprint = match memmap_source {
@@ -109,7 +141,10 @@ impl Carried {
                 fingerprint.source().display(),
                 fingerprint.fingerprint().hash
             );
-            return Ok((Carried { fingerprint: Some(fingerprint) }, Some(line)));
+            return Ok((
+                Carried { fingerprint: Some(fingerprint), ..Carried::default() },
+                Some(line),
+            ));
         }
         let line = format!(
             "fingerprint: {} is not carried over: a {} has no place for DNANet's fingerprint \
@@ -120,6 +155,26 @@ impl Carried {
         );
         Ok((Carried::default(), Some(line)))
     }
+}
+
+/// The output structure and bytes encoding of an Arrow source (stowage's or torchcachex's);
+/// `None` for the other kinds.
+fn arrow_choices(
+    source: &dyn SampleSource,
+) -> Result<Option<(OutputStructure, BlobEncoding)>, CliError> {
+    Ok(match source.kind() {
+        CacheKind::StowageArrow => {
+            let options = stowage_arrow::ArrowOptions::default();
+            let cache =
+                stowage_arrow::ArrowBackend::open(source.path(), OpenMode::ReadOnly, options)?;
+            Some((cache.output_structure(), cache.blob_encoding()))
+        }
+        CacheKind::Torchcachex => {
+            let reader = stowage_arrow::reader::CacheReader::open(source.path())?;
+            Some((reader.output_structure()?, reader.blob_encoding()))
+        }
+        _ => None,
+    })
 }
 
 /// What the source holds in one field, as far as a scan saw.

@@ -128,8 +128,10 @@ resumes and finalizes, aenet appends rows. stowage reads that data, but its chec
 cover it, so verify lists it as unchecked (exit 3). adopt takes the cache's writer lock and
 computes those checksums from the bytes as they are now, in stowage's own files; the other
 writer's files are not changed. Prints what it adopted, or that there was nothing to adopt.
-hangar's collection files cannot be adopted (their records are in hangar's database): read
-them with `stowage get DIR --record REC`.";
+A cache torchcachex or DNANet wrote alone is adopted whole: stowage's files (commit log,
+checksums) start beside the original tool's, which still reads the cache. hangar's collection
+files cannot be adopted (their records are in hangar's database): read them with
+`stowage get DIR --record REC`.";
 
 const KEYS_HELP: &str = "\
 Example:

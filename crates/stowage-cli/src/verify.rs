@@ -93,9 +93,18 @@ pub fn run(path: &Path, options: VerifyOptions, out: &mut dyn Write) -> Result<S
         }
         CacheKind::StowageArrow => {
             let cache = ArrowBackend::open(path, OpenMode::ReadOnly, ArrowOptions::default())?;
-            let structure = cache.validate_log_and_index()?;
+            let mut structure = cache.validate_log_and_index()?;
             let keys = cache.keys()?;
-            let segments = ArrowSegments { reader: cache.reader(), checksums_required: true };
+            if options.sample.is_some_and(|f| f < 1.0) {
+                // A sample reads rows, not whole segments: another writer's segments are
+                // unchecked whether or not a row of theirs is drawn.
+                structure.unchecked.extend(cache.unchecked());
+            }
+            let segments = ArrowSegments {
+                reader: cache.reader(),
+                backend: Some(&cache),
+                checksums_required: true,
+            };
             report(segments.plan(structure, &keys, options)?, options, out)
         }
         CacheKind::Torchcachex => {
@@ -106,7 +115,8 @@ pub fn run(path: &Path, options: VerifyOptions, out: &mut dyn Write) -> Result<S
             let mut structure = ValidationReport::default();
             check_schema_json(&source.reader, &mut structure);
             let keys = source.reader.keys()?;
-            let segments = ArrowSegments { reader: &source.reader, checksums_required: false };
+            let segments =
+                ArrowSegments { reader: &source.reader, backend: None, checksums_required: false };
             report(segments.plan(structure, &keys, options)?, options, out)
         }
         CacheKind::AenetHdf5 => {
@@ -339,6 +349,9 @@ fn plan_npy(cache: &NpyBackend, options: VerifyOptions) -> Result<Plan<'_>, CliE
 /// The segments of an Arrow cache, stowage's or torchcachex's.
 struct ArrowSegments<'a> {
     reader: &'a CacheReader,
+    /// The cache stowage writes, which knows how its segments are decoded and which ones another
+    /// writer added; `None` for a cache torchcachex wrote alone.
+    backend: Option<&'a ArrowBackend>,
     /// Every segment must have row checksums (stowage wrote it).
     checksums_required: bool,
 }
@@ -361,7 +374,17 @@ impl<'a> ArrowSegments<'a> {
         let segments: Vec<(u64, PathBuf)> =
             reader.segment_paths().map(|(id, path)| (id, path.to_path_buf())).collect();
         let units = if options.sample.is_none_or(|f| f >= 1.0) {
-            segment_units(&root, segments, output, required)
+            match self.backend {
+                Some(cache) => segments
+                    .into_iter()
+                    .map(|(id, path)| {
+                        segment_unit(path, move |path| {
+                            validated(path, cache.segment_reader(id).and_then(|r| r.validate()))
+                        })
+                    })
+                    .collect(),
+                None => segment_units(&root, segments, output),
+            }
         } else {
             let mut by_segment: BTreeMap<u64, Vec<String>> = BTreeMap::new();
             for key in &selected {
@@ -417,28 +440,46 @@ impl<'a> ArrowSegments<'a> {
     }
 }
 
-/// One unit per segment, checking all of it ([`whole_segment`]); progress counts bytes.
+/// One unit per segment of a cache torchcachex wrote, checking all of it ([`whole_segment`]).
 fn segment_units(
     root: &Path,
     segments: Vec<(u64, PathBuf)>,
     output: stowage_arrow::schema_json::OutputStructure,
-    required: bool,
 ) -> Vec<Unit<'static>> {
     segments
         .into_iter()
         .map(|(id, path)| {
             let root = root.to_path_buf();
-            let bytes = std::fs::metadata(&path).map_or(1, |m| m.len().max(1));
-            Unit {
-                samples: bytes,
-                check: Box::new(move |progress: &Progress| {
-                    let report = whole_segment(&root, id, &path, output, required);
-                    progress.inc(bytes);
-                    report
-                }),
-            }
+            segment_unit(path, move |path| whole_segment(&root, id, path, output))
         })
         .collect()
+}
+
+/// A unit checking the whole segment at `path` with `check`; progress counts its bytes.
+fn segment_unit<'a>(
+    path: PathBuf,
+    check: impl Fn(&Path) -> ValidationReport + Send + Sync + 'a,
+) -> Unit<'a> {
+    let bytes = std::fs::metadata(&path).map_or(1, |m| m.len().max(1));
+    Unit {
+        samples: bytes,
+        check: Box::new(move |progress: &Progress| {
+            let report = check(&path);
+            progress.inc(bytes);
+            report
+        }),
+    }
+}
+
+/// The report of a segment's validation, or its error as a problem naming the segment.
+fn validated(path: &Path, result: stowage_core::Result<ValidationReport>) -> ValidationReport {
+    result.unwrap_or_else(|e| {
+        let mut report = ValidationReport { files_checked: 1, ..Default::default() };
+        let mut problem = problem_of(&e, None);
+        problem.path.get_or_insert_with(|| path.to_path_buf());
+        report.problems.push(problem);
+        report
+    })
 }
 
 /// A cache that does not open has no key list to draw a sample from: with `--sample`, the open's
@@ -471,7 +512,7 @@ fn damaged_torchcachex(
     }
     Ok(Plan {
         structure,
-        units: segment_units(path, segments, schema.output_structure, false),
+        units: segment_units(path, segments, schema.output_structure),
         keys: 0,
         selected: 0,
         no_checksums: Some(torchcachex_no_checksums(path)),
@@ -515,9 +556,9 @@ fn torchcachex_no_checksums(path: &Path) -> NoChecksums {
     NoChecksums {
         path: path.to_path_buf(),
         writer: "torchcachex",
-        next_step: "torchcachex writes no checksums: verify decoded every row (and checked the \
-            row checksums of segments stowage added), not the bytes' integrity; `stowage convert \
-            --to arrow` copies it into a stowage cache that checksums every row",
+        next_step: "torchcachex writes no checksums: verify decoded every row, not the bytes' \
+            integrity; `stowage adopt` starts stowage's log beside torchcachex's files and \
+            checksums every segment (torchcachex's files are not changed)",
     }
 }
 
@@ -530,32 +571,16 @@ const DNANET_NO_CHECKSUMS: &str = "DNANet writes no checksums: verify checked fi
 const TORCHCACHEX_REPAIR: &str = "recompute the damaged keys with torchcachex (delete a \
     damaged segment, or the cache directory, and torchcachex writes them again)";
 
-/// Every row of segment `id` (at `path`) decoded and checked against its row checksums, and its
-/// key sidecar against its keys.
+/// Every row of segment `id` (at `path`) of a cache torchcachex wrote decoded, and checked
+/// against its row checksums where stowage added them.
 fn whole_segment(
     root: &Path,
     id: u64,
     path: &Path,
     output: stowage_arrow::schema_json::OutputStructure,
-    required: bool,
 ) -> ValidationReport {
-    let opened = CacheReader::open_segments(root, [id], output, &[]);
-    let reader = match opened {
-        Ok(reader) if required => reader.requiring_checksums(),
-        Ok(reader) => reader,
-        Err(e) => {
-            let mut report = ValidationReport { files_checked: 1, ..Default::default() };
-            let mut problem = problem_of(&e, None);
-            problem.path.get_or_insert_with(|| path.to_path_buf());
-            report.problems.push(problem);
-            return report;
-        }
-    };
-    reader.validate().unwrap_or_else(|e| {
-        let mut report = ValidationReport::default();
-        report.problems.push(problem_of(&e, None));
-        report
-    })
+    let reader = CacheReader::open_segments(root, [id], output, &[]);
+    validated(path, reader.and_then(|reader| reader.validate()))
 }
 
 /// A torchcachex `schema.json` that exists must parse (torchcachex reads it at open).

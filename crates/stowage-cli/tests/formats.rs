@@ -307,7 +307,7 @@ fn a_stowage_arrow_cache_goes_through_every_command() {
     assert_eq!(run.code, 0, "{run:?}");
     for needle in [
         "stowage Arrow segment cache",
-        "format:      stowage-arrow version 2",
+        "format:      stowage-arrow version 3",
         "state:       finalized",
         "keys:        40\n",
         "segments:    4\n",

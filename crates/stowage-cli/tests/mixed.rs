@@ -250,3 +250,99 @@ fn aenet_append_reads_every_entry_verify_reports_aenets_rows_and_adopt_checks_th
     let run = stowage(args(&[&"inspect", &copy]));
     assert!(run.stdout.contains("3 of 3 samples carry one"), "{run:?}");
 }
+
+#[test]
+fn torchcachex_sets_read_every_key_verify_reports_torchcachexs_segment_and_adopt_checks_it() {
+    for name in
+        ["torchcachex-append-tensor", "torchcachex-append-dict", "torchcachex-readonly-open"]
+    {
+        let Some(set) = reference_set(&format!("mixed/{name}")) else { return };
+        let manifest = manifest(&set);
+        let cache = set.join(manifest["cache_path"].as_str().unwrap());
+        let keys = manifest["keys"].as_object().unwrap();
+
+        let run = stowage(args(&[&"keys", &cache]));
+        assert_eq!(run.code, 0, "{run:?}");
+        let mut listed: Vec<&str> = run.stdout.lines().collect();
+        listed.sort_unstable();
+        let mut want: Vec<&str> = keys.keys().map(String::as_str).collect();
+        want.sort_unstable();
+        assert_eq!(listed, want, "{name}: both writers' keys");
+
+        // Every key's winning value: torchcachex's later row for the keys it wrote over.
+        let out = tempfile::tempdir().unwrap();
+        for (key, entry) in keys {
+            let dir = out.path().join(key);
+            let run = stowage(args(&[&"get", &cache, key, &"--out", &dir]));
+            assert_eq!(run.code, 0, "{run:?}");
+            for (field, spec) in entry["fields"].as_object().unwrap() {
+                let expected = set.join(spec["expected_file"].as_str().unwrap());
+                let got = read_npy(&dir.join(format!("{field}.npy")));
+                assert_eq!(got, read_npy(&expected), "{name} {key} {field}");
+            }
+        }
+
+        let appended = name != "torchcachex-readonly-open";
+        let before = snapshot(&cache);
+        let run = stowage(args(&[&"verify", &cache]));
+        if appended {
+            assert_eq!(run.code, 3, "{run:?}");
+            assert!(run.stdout.contains("segment_000002.arrow: "), "{run:?}");
+            assert!(run.stdout.contains("written by torchcachex"), "{run:?}");
+        } else {
+            // torchcachex only read (and rewrote index.pkl): every row is stowage's, checked.
+            assert_eq!(run.code, 0, "{run:?}");
+            assert!(summary(&run).ends_with(" checked: clean"), "{run:?}");
+        }
+        assert!(before == snapshot(&cache), "{name}: verify changed a file");
+
+        let (_temp, copy) = copy_of(&cache);
+        let torchcachex_segment = copy.join("segments/segment_000002.arrow");
+        let segment_before = std::fs::read(&torchcachex_segment).ok();
+        let run = stowage(args(&[&"adopt", &copy]));
+        assert_eq!(run.code, 0, "{run:?}");
+        let adopted = run.stdout.starts_with("adopted ");
+        assert_eq!(adopted, appended, "{name}: {run:?}");
+        assert_eq!(std::fs::read(&torchcachex_segment).ok(), segment_before, "{name}");
+        let run = stowage(args(&[&"verify", &copy]));
+        assert_eq!(run.code, 0, "{name}: {run:?}");
+        assert!(summary(&run).ends_with(" checked: clean"), "{run:?}");
+    }
+}
+
+/// The torchcachex peer (`xtask/py/torchcachex_peer.py`): torchcachex's read path.
+fn torchcachex_read(cache: &Path, test: &str) -> Option<serde_json::Value> {
+    let python = stowage_conformance::python::python_with(test, &["numpy", "pyarrow"])?;
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../xtask/py/torchcachex_peer.py");
+    let script = std::fs::read_to_string(script).unwrap();
+    let out = stowage_conformance::python::run_script(
+        python,
+        &script,
+        &["read", cache.to_str().unwrap()],
+        b"",
+        test,
+    );
+    Some(serde_json::from_str(&out).unwrap())
+}
+
+#[test]
+fn converting_a_torchcachex_tuple_cache_keeps_the_tuple_and_its_pickles() {
+    const TEST: &str = "converting_a_torchcachex_tuple_cache_keeps_the_tuple_and_its_pickles";
+    let Some(set) = reference_set("torchcachex") else { return };
+    let out = tempfile::tempdir().unwrap();
+    for name in ["tuple_mixed", "list_tensors", "dict_mixed"] {
+        // torchcachex reads from a copy: it writes index.pkl when it is done.
+        let (_temp, source) = copy_of(&set.join("caches").join(name));
+        let converted = out.path().join(name);
+        let run = stowage(args(&[&"convert", &source, &converted, &"--to", &"arrow", &"--verify"]));
+        assert_eq!(run.code, 0, "{run:?}");
+        assert!(run.stdout.contains("bytes stored as verbatim_pickles carried over"), "{run:?}");
+        let (Some(want), Some(got)) =
+            (torchcachex_read(&source, TEST), torchcachex_read(&converted, TEST))
+        else {
+            return;
+        };
+        assert_eq!(got["output_structure"], want["output_structure"], "{name}");
+        assert_eq!(got["values"], want["values"], "{name}: torchcachex reads the same objects");
+    }
+}

@@ -39,7 +39,11 @@ pub fn stowage_arrow(path: &Path) -> Result<CacheReport, CliError> {
     );
     let keys = cache.keys()?;
     common(&mut report, cache.reader(), &keys, true)?;
-    let structure = cache.validate_log_and_index()?;
+    let mut structure = cache.validate_log_and_index()?;
+    structure.unchecked.extend(cache.unchecked());
+    if let Some(line) = pickled_index_line(cache.reader()) {
+        report.detail("index.pkl", line);
+    }
     let source = BackendSource { kind: CacheKind::StowageArrow, backend: Box::new(cache) };
     (report.memory, _) = projected_memory(&source, &keys);
     report.set_integrity(
@@ -59,14 +63,9 @@ pub fn torchcachex(path: &Path) -> Result<CacheReport, CliError> {
                     time)"
         .into();
     report.set_schema(source.schema());
-    let pickled = reader.layout().pickled_index();
     report.detail(
         "index.pkl",
-        if pickled.exists() {
-            "present (torchcachex's index; stowage reads the segments, never the pickle)"
-        } else {
-            "absent (torchcachex rebuilds it from the segments)"
-        },
+        pickled_index_line(reader).unwrap_or("absent (torchcachex rebuilds it from the segments)"),
     );
     let keys = source.keys()?;
     common(&mut report, reader, &keys, false)?;
@@ -91,6 +90,14 @@ pub fn torchcachex(path: &Path) -> Result<CacheReport, CliError> {
     Ok(report)
 }
 
+/// What `index.pkl` is to stowage, when there is one.
+fn pickled_index_line(reader: &CacheReader) -> Option<&'static str> {
+    reader.layout().pickled_index().exists().then_some(
+        "present (torchcachex's index, which it trusts while it exists; stowage reads the \
+         segments, never the pickle, and removes it before it adds a segment)",
+    )
+}
+
 /// What both kinds share: the output structure, segments and rows, files, checksum coverage and
 /// the rows that overwritten keys left behind.
 fn common(
@@ -105,12 +112,14 @@ fn common(
     let mut with_sums = 0u64;
     let mut covered_rows = 0u64;
     let mut segments = 0u64;
-    for (id, path) in reader.segment_paths() {
+    for (id, path, origin) in reader.segment_origins() {
         segments += 1;
         let Ok(segment) = Segment::open(id, path) else { continue };
         let name = crate::walk::relative(path, reader.layout().root());
         rows += segment.rows() as u64;
-        if stowage_arrow::row_sums::sums_path(path).is_file() {
+        // Another writer's segment is not covered, whatever sidecar files lie beside it.
+        let foreign = matches!(origin, stowage_arrow::ownership::SegmentOrigin::Foreign { .. });
+        if !foreign && stowage_arrow::row_sums::sums_path(path).is_file() {
             with_sums += 1;
             covered_rows += segment.rows() as u64;
             report.checksums.covered_files.push(name);
