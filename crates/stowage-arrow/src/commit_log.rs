@@ -226,6 +226,30 @@ pub struct Committed {
 }
 
 impl Committed {
+    /// The state of a log that holds only `header`: nothing committed yet.
+    ///
+    /// ```
+    /// use stowage_arrow::blob_encoding::BlobEncoding;
+    /// use stowage_arrow::commit_log::{CacheHeader, Committed};
+    /// use stowage_arrow::schema_json::OutputStructure;
+    /// use stowage_core::{DType, Schema, ShapeRule};
+    /// let schema = Schema::new().tensor("tensor", DType::F32, ShapeRule::Any);
+    /// let header = CacheHeader::new(schema, OutputStructure::Tensor, BlobEncoding::PickledBytes);
+    /// let committed = Committed::empty(header);
+    /// assert!(committed.segments.is_empty() && !committed.finalized);
+    /// ```
+    pub fn empty(header: CacheHeader) -> Committed {
+        Committed {
+            header,
+            segments: Vec::new(),
+            finalized: false,
+            runs: Vec::new(),
+            removed: Vec::new(),
+            adopted: Vec::new(),
+            records: 0,
+        }
+    }
+
     /// Adds a committed segment; ids only grow, even past compacted ones.
     fn add(&mut self, path: &Path, record: usize, entry: SegmentEntry) -> Result<()> {
         let last = self
@@ -354,15 +378,8 @@ pub fn interpret(path: &Path, recovered: &Recovered) -> Result<Committed> {
         });
         return Err(Error::corrupted(path, format!("header of version {}: {why}", header.version)));
     }
-    let mut committed = Committed {
-        header,
-        segments: Vec::new(),
-        finalized: false,
-        runs: Vec::new(),
-        removed: Vec::new(),
-        adopted: Vec::new(),
-        records: recovered.records.len() as u64,
-    };
+    let mut committed = Committed::empty(header);
+    committed.records = recovered.records.len() as u64;
     for (i, record) in records.enumerate() {
         match record? {
             Record::Segment(entry) => {

@@ -15,7 +15,6 @@ mod framed;
 pub mod key_sidecar;
 pub mod layout;
 pub mod merged_index;
-pub mod no_replace;
 pub mod options;
 pub mod ownership;
 mod pending;

@@ -1,7 +1,7 @@
 //! Writing one segment crash-safely: the Arrow IPC file, its key sidecar ([`crate::key_sidecar`])
 //! and its row checksums ([`crate::row_sums`]) are written under temporary names and fsynced
 //! together (one journal commit instead of three); the sidecars are renamed into place, then the
-//! segment gets its name *without replacing anything* ([`crate::no_replace`]), and the directory
+//! segment gets its name *without replacing anything* ([`stowage_core::file_safety::publish_no_replace`]), and the directory
 //! is fsynced once. torchcachex does no fsync: a crash could leave a renamed, partly written
 //! segment. A reader never sees a partial segment (temporary names are not segment names), and a
 //! segment in place always has its sidecars (a sidecar without its segment is a leftover of a
@@ -141,7 +141,7 @@ pub fn write_segment(format: &SegmentFormat, id: u64, rows: &[(&str, &Sample)]) 
     crate::pickled_index::remove(layout, format.durable)?;
     let (temp, _, file) = staged.files.remove(0);
     drop(file);
-    let published = crate::no_replace::publish(&temp, &path);
+    let published = stowage_core::file_safety::publish_no_replace(&temp, &path);
     let _ = std::fs::remove_file(&temp);
     if let Err(e) = published {
         // Another writer took the name: what this write published goes, before anyone reads it
@@ -237,7 +237,7 @@ impl Staged {
         path: &Path,
         write: impl FnOnce(&mut BufWriter<File>) -> io::Result<()>,
     ) -> Result<()> {
-        let (temp, file) = crate::no_replace::create_temp(path).at(path)?;
+        let (temp, file) = stowage_core::file_safety::create_temp_beside(path).at(path)?;
         // Registered before writing so that a failure removes it on drop.
         self.files.push((temp, path.to_path_buf(), file));
         let (_, _, file) = self.files.last().expect("pushed just now");

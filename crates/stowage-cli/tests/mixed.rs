@@ -55,6 +55,17 @@ fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
     files
 }
 
+/// `stowage keys` of `cache` lists exactly the keys of the manifest's `keys` (in any order).
+fn assert_lists_keys(cache: &Path, keys: &serde_json::Map<String, serde_json::Value>) {
+    let run = stowage(args(&[&"keys", &cache]));
+    assert_eq!(run.code, 0, "{run:?}");
+    let mut listed: Vec<&str> = run.stdout.lines().collect();
+    listed.sort_unstable();
+    let mut want: Vec<&str> = keys.keys().map(String::as_str).collect();
+    want.sort_unstable();
+    assert_eq!(listed, want, "{}", cache.display());
+}
+
 /// The last line of the output: verify's summary.
 fn summary(run: &Run) -> &str {
     run.stdout.lines().last().unwrap_or_default()
@@ -168,13 +179,8 @@ fn hangar_into_stowage_reads_both_writers_and_reports_hangars_file_unchecked() {
     for (name, cache_entry) in manifest["caches"].as_object().unwrap() {
         let cache = set.join(cache_entry["cache_path"].as_str().unwrap());
         let keys = cache_entry["keys"].as_object().unwrap();
-        let run = stowage(args(&[&"keys", &cache]));
-        assert_eq!(run.code, 0, "{run:?}");
-        let mut listed: Vec<&str> = run.stdout.lines().collect();
-        listed.sort_unstable();
-        let mut want: Vec<&str> = keys.keys().map(String::as_str).collect();
-        want.sort_unstable();
-        assert_eq!(listed, want, "{name}: hangar's samples have no keys");
+        // hangar's samples have no keys: only stowage's are listed.
+        assert_lists_keys(&cache, keys);
         for (key, entry) in keys {
             let dir = out.path().join(format!("{name}-{key}"));
             let run = stowage(args(&[&"get", &cache, key, &"--out", &dir]));
@@ -261,13 +267,8 @@ fn torchcachex_sets_read_every_key_verify_reports_torchcachexs_segment_and_adopt
         let cache = set.join(manifest["cache_path"].as_str().unwrap());
         let keys = manifest["keys"].as_object().unwrap();
 
-        let run = stowage(args(&[&"keys", &cache]));
-        assert_eq!(run.code, 0, "{run:?}");
-        let mut listed: Vec<&str> = run.stdout.lines().collect();
-        listed.sort_unstable();
-        let mut want: Vec<&str> = keys.keys().map(String::as_str).collect();
-        want.sort_unstable();
-        assert_eq!(listed, want, "{name}: both writers' keys");
+        // Both writers' keys.
+        assert_lists_keys(&cache, keys);
 
         // Every key's winning value: torchcachex's later row for the keys it wrote over.
         let out = tempfile::tempdir().unwrap();

@@ -37,6 +37,7 @@ fn main() {
     }
     from_backends(&mut seeds, work.path());
     attributes(&mut seeds);
+    pickles(&mut seeds);
     println!("wrote {} seeds under {}", seeds.written, seeds.corpus.display());
 }
 
@@ -298,4 +299,21 @@ fn attributes(seeds: &mut Seeds) {
     seeds.add("hdf5_attributes", "int64", &[&[4u8, 6, 0][..], &2i64.to_le_bytes()].concat());
     seeds.add("hdf5_attributes", "float64", &[&[5u8, 3, 0][..], &1.5f64.to_le_bytes()].concat());
     seeds.add("hdf5_attributes", "array", &[4, 4, 2, 1, 0, 0, 0, 2, 0, 0, 0]);
+}
+
+/// Seeds of `arrow_pickled_bytes`: stowage's own pickles of bytes (short, framed) and CPython's
+/// pickles of None, a str and an object, which a torchcachex blob column may hold.
+fn pickles(seeds: &mut Seeds) {
+    use stowage_arrow::blob_encoding::pickle_bytes;
+    seeds.add("arrow_pickled_bytes", "bytes-empty", &pickle_bytes(b""));
+    seeds.add("arrow_pickled_bytes", "bytes-short", &pickle_bytes(b"abc"));
+    seeds.add("arrow_pickled_bytes", "bytes-long", &pickle_bytes(&[7u8; 300]));
+    seeds.add("arrow_pickled_bytes", "none", b"\x80\x04N.");
+    // pickle.dumps("abc") and pickle.dumps(collections.OrderedDict()), protocol 4.
+    seeds.add("arrow_pickled_bytes", "str", b"\x80\x04\x95\x07\0\0\0\0\0\0\0\x8c\x03abc\x94.");
+    seeds.add(
+        "arrow_pickled_bytes",
+        "object",
+        b"\x80\x04\x95\x22\0\0\0\0\0\0\0\x8c\x0bcollections\x94\x8c\x0bOrderedDict\x94\x93\x94)R\x94.",
+    );
 }

@@ -234,15 +234,7 @@ impl ArrowBackend {
         let committed = match commit_log::read(&layout.commit_log()) {
             Ok(committed) => committed,
             // The writer rank has not created it yet: nothing to read.
-            Err(Error::NotFound { .. }) => Committed {
-                header,
-                segments: Vec::new(),
-                finalized: false,
-                runs: Vec::new(),
-                removed: Vec::new(),
-                adopted: Vec::new(),
-                records: 0,
-            },
+            Err(Error::NotFound { .. }) => Committed::empty(header),
             Err(e) => return Err(e),
         };
         let survey = survey_for(&layout, &committed)?;

@@ -1,6 +1,6 @@
 //! Crash-safe file primitives every backend builds on.
 //!
-//! Five concepts, one module each:
+//! Six concepts, one module each:
 //!
 //! - **Atomic replace** ([`atomic_write`], [`atomic_write_with`], [`fsync_dir`]): a whole file is
 //!   swapped in with write-temp, fsync, rename, fsync-directory, so a reader or a crash sees either
@@ -17,6 +17,9 @@
 //!   durable in one journal commit instead of one each.
 //! - **Staged files** ([`StagedFiles`]): several new files (a data file and its sidecars) written
 //!   under temporary names, synced together, renamed into place in order, directories synced once.
+//! - **Publishing without replacing** ([`publish_no_replace`], [`create_temp_beside`]): a new
+//!   file takes its final name only if no file has it, for caches shared with writers that take
+//!   no lock.
 //!
 //! ```
 //! use stowage_core::file_safety::{AppendLog, WriterLock, atomic_write};
@@ -35,11 +38,13 @@
 mod append_log;
 mod atomic;
 mod lock;
+mod no_replace;
 mod staged;
 mod sync_together;
 
 pub use append_log::{AppendLog, Damage, DamageKind, Recovered};
 pub use atomic::{atomic_write, atomic_write_with, fsync_dir};
 pub use lock::WriterLock;
+pub use no_replace::{create_temp_beside, publish_no_replace};
 pub use staged::StagedFiles;
 pub use sync_together::sync_together;

@@ -1,8 +1,8 @@
 //! Giving a complete file its final name without ever replacing a file of that name.
 //!
-//! `rename(2)` replaces its target. torchcachex takes segment ids from the directory listing and
-//! knows nothing of stowage's lock, so between stowage choosing an id and publishing the segment,
-//! torchcachex may have written a segment of that id; a rename would destroy it. Publishing is
+//! `rename(2)` replaces its target. Another writer that shares a cache and knows nothing of
+//! stowage's lock (torchcachex takes segment ids from the directory listing) may create a file of
+//! the name stowage chose between the choice and the publish; a rename would destroy it. Publishing is
 //! instead a hard link from the temporary name to the final one, which fails with `EEXIST` when
 //! the final name exists, atomically, then the removal of the temporary name.
 //!
@@ -15,11 +15,9 @@
 //! checking for the target and renaming, which only another writer running at that very moment
 //! can race.
 
-use std::ffi::OsString;
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Names the complete file `temp` as `path` unless `path` exists; `temp` may keep its name too
 /// (the caller removes it, ignoring that it may be gone).
@@ -31,15 +29,15 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// let (temp, path) = (dir.path().join(".new.tmp"), dir.path().join("segment"));
 /// std::fs::write(&temp, b"new")?;
 /// std::fs::write(&path, b"another writer's")?;
-/// let err = stowage_arrow::no_replace::publish(&temp, &path).unwrap_err();
+/// let err = stowage_core::file_safety::publish_no_replace(&temp, &path).unwrap_err();
 /// assert_eq!(err.kind(), std::io::ErrorKind::AlreadyExists);
 /// assert_eq!(std::fs::read(&path)?, b"another writer's");
 /// std::fs::remove_file(&path)?;
-/// stowage_arrow::no_replace::publish(&temp, &path)?;
+/// stowage_core::file_safety::publish_no_replace(&temp, &path)?;
 /// assert_eq!(std::fs::read(&path)?, b"new");
 /// # Ok::<(), std::io::Error>(())
 /// ```
-pub fn publish(temp: &Path, path: &Path) -> io::Result<()> {
+pub fn publish_no_replace(temp: &Path, path: &Path) -> io::Result<()> {
     match std::fs::hard_link(temp, path) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Err(e),
@@ -59,29 +57,22 @@ pub fn publish(temp: &Path, path: &Path) -> io::Result<()> {
     }
 }
 
-static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
-
 /// Creates a new temporary file beside `path`, named `.<name>.tmp-<pid>-<n>` (the temporary names
-/// the next writer deletes), never opening a file that exists.
+/// a backend's next writer deletes), never opening a file that exists.
 ///
-/// Errors: the I/O error of the creation.
-pub fn create_temp(path: &Path) -> io::Result<(PathBuf, File)> {
-    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+/// Errors: the I/O error of the creation; `InvalidInput` for a path without a file name.
+///
+/// ```
+/// use std::io::Write;
+/// let dir = tempfile::tempdir()?;
+/// let (temp, mut file) = stowage_core::file_safety::create_temp_beside(&dir.path().join("a"))?;
+/// file.write_all(b"new")?;
+/// assert!(temp.file_name().unwrap().to_str().unwrap().starts_with(".a.tmp-"));
+/// # Ok::<(), std::io::Error>(())
+/// ```
+pub fn create_temp_beside(path: &Path) -> io::Result<(PathBuf, File)> {
     let name = path.file_name().ok_or_else(|| {
         io::Error::new(io::ErrorKind::InvalidInput, "a temporary file needs a name")
     })?;
-    let pid = std::process::id();
-    let mut attempts = 0;
-    loop {
-        let n = TEMP_COUNTER.fetch_add(1, Ordering::Relaxed);
-        let mut temp_name = OsString::from(".");
-        temp_name.push(name);
-        temp_name.push(format!(".tmp-{pid}-{n}"));
-        let temp = dir.join(temp_name);
-        match OpenOptions::new().write(true).create_new(true).open(&temp) {
-            Ok(file) => return Ok((temp, file)),
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists && attempts < 64 => attempts += 1,
-            Err(e) => return Err(e),
-        }
-    }
+    super::atomic::create_temp(super::atomic::parent_dir(path), name)
 }
