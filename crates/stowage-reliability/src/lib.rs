@@ -8,5 +8,6 @@ pub mod concurrency;
 pub mod corruption;
 pub mod crash;
 pub mod faults;
+pub mod mixed;
 pub mod tables;
 pub mod work_dir;

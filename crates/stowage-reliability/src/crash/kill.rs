@@ -13,6 +13,35 @@ use std::time::{Duration, Instant};
 /// Tells whether an op is of one kind.
 type OpKind = fn(&Op) -> bool;
 
+/// What the parent needs to know of a child's op to follow it: the crash campaign's [`Op`], and
+/// the steps of a mixed-sequence trial ([`crate::mixed::session::Step`]).
+pub trait ChildOp {
+    /// The op's name in reports (ops of one name share their timing).
+    fn name(&self) -> &'static str;
+    /// Whether the op returning makes every earlier put durable.
+    fn acknowledges(&self) -> bool;
+    /// How long the op is guessed to take before one of its kind has finished.
+    fn first_guess(&self) -> Duration;
+}
+
+impl ChildOp for Op {
+    fn name(&self) -> &'static str {
+        Op::name(self)
+    }
+
+    fn acknowledges(&self) -> bool {
+        Op::acknowledges(self)
+    }
+
+    fn first_guess(&self) -> Duration {
+        Duration::from_millis(match self {
+            Op::Put(_) => 1,
+            Op::Flush => 3,
+            _ => 6,
+        })
+    }
+}
+
 /// When to kill: once the child announces op `op`, after `fraction` of the time such an op has
 /// taken so far in this run (a fraction above 1 may land just after it ends).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -80,14 +109,15 @@ pub struct Killed {
 /// How long the parent waits for the child's next line before declaring it hung.
 const LINE_TIMEOUT: Duration = Duration::from_secs(120);
 
-/// Runs `command` (the child, its stdout the protocol of [`Line`]), kills it with SIGKILL at
-/// `plan`, and returns what it announced. Its stderr goes to `stderr_path`.
+/// Runs `command` (the child, its stdout the protocol of [`Line`], announcing `ops` in order),
+/// kills it with SIGKILL at `plan`, and returns what it announced. Its stderr goes to
+/// `stderr_path`.
 ///
 /// Errors: the child failed an op or exited by itself, went silent for two minutes, or could
 /// not be started; the message quotes its stderr.
-pub fn run_child(
+pub fn run_child<O: ChildOp>(
     mut command: Command,
-    workload: &Workload,
+    ops: &[O],
     plan: KillPlan,
     stderr_path: &Path,
 ) -> Result<Killed, String> {
@@ -109,7 +139,7 @@ pub fn run_child(
             }
         }
     });
-    let mut follow = Follower::new(workload);
+    let mut follow = Follower::new(ops);
     let mut outcome = Err("the crash child exited before the kill".to_string());
     loop {
         match lines.recv_timeout(LINE_TIMEOUT) {
@@ -119,7 +149,7 @@ pub fn run_child(
                     break;
                 }
                 Ok(Some(Line::Begin(n))) if n == plan.op => {
-                    let expected = follow.expected_duration(&workload.ops[n]);
+                    let expected = follow.expected_duration(&ops[n]);
                     std::thread::sleep(expected.mul_f64(plan.fraction));
                     outcome = Ok(());
                     break;
@@ -150,18 +180,18 @@ pub fn run_child(
 }
 
 /// Follows the child's lines: where it is, what it acknowledged, how long ops take.
-struct Follower<'w> {
-    workload: &'w Workload,
+struct Follower<'w, O> {
+    ops: &'w [O],
     killed: Killed,
     started: Option<Instant>,
     /// Total time and count of finished ops, by op name.
     durations: std::collections::HashMap<&'static str, (Duration, u32)>,
 }
 
-impl<'w> Follower<'w> {
-    fn new(workload: &'w Workload) -> Self {
+impl<'w, O: ChildOp> Follower<'w, O> {
+    fn new(ops: &'w [O]) -> Self {
         let killed = Killed { moment: Moment::Start, last_begun: None, acknowledged: None };
-        Follower { workload, killed, started: None, durations: Default::default() }
+        Follower { ops, killed, started: None, durations: Default::default() }
     }
 
     fn line(&mut self, at: Instant, text: &str) -> Result<Option<Line>, String> {
@@ -169,6 +199,12 @@ impl<'w> Follower<'w> {
             return Err(format!("the crash child reported {text:?}"));
         };
         match line {
+            Line::Begin(n) if n >= self.ops.len() => {
+                return Err(format!("the crash child began op {n} of {}", self.ops.len()));
+            }
+            Line::End(n) if n >= self.ops.len() => {
+                return Err(format!("the crash child ended op {n} of {}", self.ops.len()));
+            }
             Line::Begin(n) => {
                 self.killed.moment = Moment::Inside(n);
                 self.killed.last_begun = Some(n);
@@ -176,7 +212,7 @@ impl<'w> Follower<'w> {
             }
             Line::End(n) => {
                 self.killed.moment = Moment::After(n);
-                let op = &self.workload.ops[n];
+                let op = &self.ops[n];
                 if op.acknowledges() {
                     self.killed.acknowledged = Some(n);
                 }
@@ -191,14 +227,10 @@ impl<'w> Follower<'w> {
     }
 
     /// The mean time ops like `op` took so far, or a guess before the first.
-    fn expected_duration(&self, op: &Op) -> Duration {
+    fn expected_duration(&self, op: &O) -> Duration {
         match self.durations.get(op.name()) {
             Some(&(total, count)) if count > 0 => total / count,
-            _ => Duration::from_millis(match op {
-                Op::Put(_) => 1,
-                Op::Flush => 3,
-                _ => 6,
-            }),
+            _ => op.first_guess(),
         }
     }
 }

@@ -13,6 +13,10 @@
 //! Each trial's workload and kill plan come from its seed, so a failing trial is replayed with
 //! `crash --backends <name> --models <model> --seed <seed> --trials 1` (the kill lands at a
 //! slightly different instant: timing is not replayable).
+//!
+//! Kills in sequences where an original tool writes the same cache between stowage's sessions
+//! are the mixed campaign's ([`crate::mixed`], `crash --mixed`), which reuses this campaign's
+//! child protocol ([`child::Line`]) and killing parent ([`kill::run_child`]).
 
 pub mod child;
 pub mod durable_image;

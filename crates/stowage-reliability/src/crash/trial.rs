@@ -141,7 +141,7 @@ fn attempt(
     if let Some(image) = &image {
         image.attach(&mut command)?;
     }
-    let killed: Killed = run_child(command, workload, report.plan, &dir.join("child.stderr"))?;
+    let killed: Killed = run_child(command, &workload.ops, report.plan, &dir.join("child.stderr"))?;
     report.inside = match killed.moment {
         Moment::Inside(n) => Some(workload.ops[n].name()),
         Moment::After(_) | Moment::Done | Moment::Start => None,
