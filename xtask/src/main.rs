@@ -72,6 +72,9 @@ Commands:
                   are tests under `test`), each recorded in its section of docs/reliability.md:
                     crash        cargo run --release -p stowage-reliability --bin crash --
                                  --trials 200 --markdown
+                    crash-mixed  ... --bin crash -- --mixed --trials 50 --markdown (stowage and
+                                 the original tools' peers sharing caches; hangar 0.5.2's venv
+                                 made as for `test`)
                     corruption   ... --bin corruption -- --flips 1000 --truncations 100 --markdown
                     corruption-asan  the same, built as cargo-fuzz builds (nightly,
                                  AddressSanitizer, debug assertions) in target/asan

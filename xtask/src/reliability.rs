@@ -16,8 +16,10 @@ use crate::{cargo, display_command, run_for_markdown, workspace_root};
 /// One campaign: a binary of stowage-reliability and its long-form arguments.
 #[derive(Debug)]
 pub struct Campaign {
-    /// The name `--campaign` selects, the binary's name and the section's marker name.
+    /// The name `--campaign` selects and the section's marker name.
     pub name: &'static str,
+    /// The binary of stowage-reliability that runs it.
+    pub binary: &'static str,
     /// The section's heading (after `## `).
     pub heading: &'static str,
     /// The arguments of the long form (`--markdown` is added).
@@ -25,39 +27,60 @@ pub struct Campaign {
     /// Whether the binary is built as cargo-fuzz builds its targets: nightly, AddressSanitizer,
     /// debug assertions and overflow checks, in its own target directory.
     pub sanitized: bool,
+    /// Whether it runs hangar 0.5.2 itself (its venv is made as for the tests and its python
+    /// passed in `STOWAGE_HANGAR_PYTHON`).
+    pub hangar: bool,
 }
 
 /// Every campaign, in the order they run and their sections appear.
 pub const CAMPAIGNS: &[Campaign] = &[
     Campaign {
         name: "crash",
+        binary: "crash",
         heading: "Crash: SIGKILL at random moments, and simulated power loss",
         args: &["--trials", "200"],
         sanitized: false,
+        hangar: false,
+    },
+    Campaign {
+        name: "crash-mixed",
+        binary: "crash",
+        heading: "Crash in mixed sequences: stowage and the original tools sharing a cache",
+        args: &["--mixed", "--trials", "50"],
+        sanitized: false,
+        hangar: true,
     },
     Campaign {
         name: "corruption",
+        binary: "corruption",
         heading: "Corruption: single-byte flips and truncations of finalized caches",
         args: &["--flips", "1000", "--truncations", "100"],
         sanitized: false,
+        hangar: false,
     },
     Campaign {
         name: "corruption-asan",
+        binary: "corruption",
         heading: "Corruption under AddressSanitizer",
         args: &["--flips", "1000", "--truncations", "100"],
         sanitized: true,
+        hangar: false,
     },
     Campaign {
         name: "concurrency",
+        binary: "concurrency",
         heading: "Concurrency: a writer process, reader threads and processes, competing writers",
         args: &["--seconds", "60"],
         sanitized: false,
+        hangar: false,
     },
     Campaign {
         name: "faults",
+        binary: "faults",
         heading: "Resource faults: disk full and I/O errors",
         args: &[],
         sanitized: false,
+        hangar: false,
     },
 ];
 
@@ -129,7 +152,7 @@ fn parse(args: &[String]) -> Result<Vec<&'static str>, String> {
 
 /// Builds and runs one campaign binary, records its markdown.
 fn run_campaign(root: &Path, docs: &Path, campaign: &Campaign) -> Result<(), String> {
-    let binary = campaign.name.trim_end_matches("-asan");
+    let binary = campaign.binary;
     let source = root.join(format!("crates/stowage-reliability/src/bin/{binary}.rs"));
     if !source.is_file() {
         return Err(format!("not runnable yet: {} does not exist", source.display()));
@@ -141,6 +164,10 @@ fn run_campaign(root: &Path, docs: &Path, campaign: &Campaign) -> Result<(), Str
             sanitized_cargo(root)
         }
     };
+    if campaign.hangar {
+        let python = crate::hangar_venv::ensure(&crate::target_dir())?;
+        command.env(crate::hangar_venv::HANGAR_PYTHON_ENV, python);
+    }
     command.args(["run", "--release", "--quiet", "-p", "stowage-reliability", "--bin"]);
     command.arg(binary).arg("--").args(campaign.args).arg("--markdown");
     let (markdown, status, line) = run_for_markdown(&mut command)?;
@@ -349,7 +376,15 @@ mod tests {
     fn campaigns_are_chosen_in_run_order_and_unknown_ones_refused() {
         assert_eq!(
             parse_args(&[]).unwrap(),
-            ["crash", "corruption", "corruption-asan", "concurrency", "faults", "fuzz"]
+            [
+                "crash",
+                "crash-mixed",
+                "corruption",
+                "corruption-asan",
+                "concurrency",
+                "faults",
+                "fuzz"
+            ]
         );
         assert_eq!(
             parse_args(&["--campaign", "fuzz", "--campaign", "crash"]).unwrap(),
@@ -358,8 +393,8 @@ mod tests {
         let err = parse_args(&["--campaign", "chaos"]).unwrap_err();
         assert_eq!(
             err,
-            "unknown campaign `chaos`; the campaigns are crash, corruption, corruption-asan, \
-             concurrency, faults, fuzz"
+            "unknown campaign `chaos`; the campaigns are crash, crash-mixed, corruption, \
+             corruption-asan, concurrency, faults, fuzz"
         );
         assert!(parse_args(&["--campaign"]).is_err());
         assert!(parse_args(&["--quick"]).unwrap_err().contains("--campaign NAME"));
