@@ -89,6 +89,12 @@ impl Layout {
         self.root.join("stowage.log")
     }
 
+    /// `.stowage.log.new`, where `create` and `attach` write a new commit log before renaming it
+    /// into place.
+    pub fn new_commit_log(&self) -> PathBuf {
+        self.root.join(".stowage.log.new")
+    }
+
     /// `stowage.complete`, written when a cache stowage writes is finalized.
     pub fn complete_marker(&self) -> PathBuf {
         self.root.join("stowage.complete")
@@ -120,6 +126,14 @@ impl Layout {
         segments.sort_unstable_by_key(|&(id, _)| id);
         Ok(segments)
     }
+}
+
+/// Whether stowage writes the cache directory's file `name` under a temporary name first
+/// (`.<name>.tmp-<pid>-<n>`, the core's `atomic_write`): `schema.json`, `stowage.complete` and
+/// the key index runs. torchcachex's own temporaries (`index.pkl.tmp`, `segments/*.arrow.tmp`)
+/// are named otherwise.
+pub(crate) fn is_written_through_temporary(name: &str) -> bool {
+    matches!(name, "schema.json" | "stowage.complete") || parse_run_name(name).is_some()
 }
 
 /// The (first, through) of a key index run file name, `stowage_index_<first>_<through>.bin`;
@@ -213,6 +227,18 @@ mod tests {
             layout.list_index_runs().unwrap().into_iter().map(|(f, t, _)| (f, t)).collect();
         runs.sort_unstable();
         assert_eq!(runs, [(0, 31), (32, 1_000_000)]);
+    }
+
+    #[test]
+    fn the_files_written_through_temporaries_are_named_as_the_layout_names_them() {
+        let layout = Layout::new("cache");
+        for path in [layout.schema(), layout.complete_marker(), layout.index_run(0, 31)] {
+            let name = path.file_name().unwrap().to_str().unwrap();
+            assert!(is_written_through_temporary(name), "{name}");
+        }
+        for other in ["index.pkl", "stowage.log", "segment_000001.arrow", "stowage_index_1.bin"] {
+            assert!(!is_written_through_temporary(other), "{other}");
+        }
     }
 
     #[test]

@@ -207,6 +207,57 @@ fn crash_leftovers_are_ignored_by_readers_and_removed_by_the_next_writer() {
 }
 
 #[test]
+fn a_killed_writers_temporaries_in_the_cache_directory_are_removed_by_the_next_writer() {
+    let dir = tempfile::tempdir().unwrap();
+    // As a create killed inside the atomic write of schema.json leaves it (nothing of the cache
+    // is in place yet): the next create removes it.
+    let schema_temp = dir.path().join(".schema.json.tmp-4194305-0");
+    std::fs::write(&schema_temp, b"{\"fie").unwrap();
+    let mut cache = ArrowBackend::create(dir.path(), &schema(), options()).unwrap();
+    assert!(!schema_temp.exists());
+    put_range(&mut cache, 0..5);
+    cache.flush().unwrap();
+    drop(cache);
+    // As writers killed inside a key index merge, a finalize, a create or an attach leave them
+    // (named as `atomic_write` and `create` name them; no process has a pid above 2^22) ...
+    let leftovers = [
+        ".stowage_index_000000_000031.bin.tmp-4194305-1",
+        ".schema.json.tmp-4194305-2",
+        ".stowage.complete.tmp-4194305-3",
+        ".stowage.log.new",
+    ];
+    // ... and files that are not stowage's: torchcachex's temporaries, another program's.
+    let others = [
+        "index.pkl.tmp",
+        "segments/segment_000009.arrow.tmp",
+        ".index.pkl.tmp-4194305-4",
+        ".notes.txt.tmp-4194305-5",
+        ".stowage_index_0.bin.tmp-4194305-6",
+        "stowage_index_000000_000031.bin.tmp-1-1",
+    ];
+    for name in leftovers.iter().chain(&others) {
+        std::fs::write(dir.path().join(name), b"partial").unwrap();
+    }
+    let reader = ArrowBackend::open(dir.path(), OpenMode::ReadOnly, options()).unwrap();
+    check_range(&reader, 0..5);
+    drop(reader);
+    for name in leftovers.iter().chain(&others) {
+        assert!(dir.path().join(name).exists(), "a reader removed {name}");
+    }
+    let mut writer = ArrowBackend::open(dir.path(), OpenMode::Append, options()).unwrap();
+    for name in leftovers {
+        assert!(!dir.path().join(name).exists(), "{name} left in place");
+    }
+    for name in others {
+        assert!(dir.path().join(name).exists(), "{name} was removed");
+    }
+    put_range(&mut writer, 5..10);
+    writer.finalize().unwrap();
+    check_range(&writer, 0..10);
+    assert!(writer.validate(stowage_core::ValidationLevel::Full).unwrap().is_clean());
+}
+
+#[test]
 fn finalize_marks_complete_and_an_append_unmarks_it() {
     let dir = tempfile::tempdir().unwrap();
     let marker = dir.path().join("stowage.complete");

@@ -15,7 +15,9 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use stowage_core::file_safety::{AppendLog, WriterLock, atomic_write, fsync_dir};
+use stowage_core::file_safety::{
+    AppendLog, WriterLock, atomic_write, fsync_dir, remove_abandoned_temps,
+};
 use stowage_core::{
     Backend, BackendFactory, Capabilities, DType, DynBackend, Error, IoResultExt, OpenMode, Result,
     Sample, Schema, ValidationLevel, ValidationReport,
@@ -45,6 +47,12 @@ pub fn capabilities() -> Capabilities {
 
 pub(crate) fn segment_path(dir: &Path, id: u64) -> PathBuf {
     dir.join(SEGMENTS).join(format!("segment_{id:06}.h5"))
+}
+
+/// Whether `name` is a segment file's name, `segment_<digits>.h5`.
+fn is_segment_name(name: &str) -> bool {
+    let digits = name.strip_prefix("segment_").and_then(|rest| rest.strip_suffix(".h5"));
+    digits.is_some_and(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// Where a committed key's sample lives.
@@ -135,7 +143,8 @@ impl Hdf5Backend {
         })
     }
 
-    /// Opens the cache in `dir`.
+    /// Opens the cache in `dir`. In append mode, under the writer lock, it first removes the
+    /// temporary files a killed writer left (of segments and of `stowage.complete`).
     ///
     /// Errors: `Error::NotFound` when `dir` holds no cache; `Error::Locked` in append mode when a
     /// writer holds it; `Error::Corrupted` for a damaged log, a missing or resized segment, or a
@@ -155,6 +164,10 @@ impl Hdf5Backend {
             }
             OpenMode::Append => {
                 let lock = WriterLock::acquire(dir)?;
+                // Under the lock no other writer is building one: every temporary is a crash's.
+                let segments = dir.join(SEGMENTS);
+                remove_abandoned_temps(&segments, is_segment_name)?;
+                remove_abandoned_temps(dir, |name| name == COMPLETE_NAME)?;
                 let (log, recovered) = AppendLog::open(&log_path, false)?;
                 let committed = commit_log::interpret(&log_path, &recovered)?;
                 (committed, Some(WriteState { log, _lock: lock, failed: false }))
@@ -264,10 +277,12 @@ impl Hdf5Backend {
     fn write_pending(&mut self) -> Result<()> {
         let id = self.committed.next_segment_id();
         let path = segment_path(&self.dir, id);
-        let temp = TempBeside::new(&path)?;
+        let mut temp = TempBeside::new(&path)?;
         let rows: Vec<(&str, &Sample)> =
             self.pending.iter().map(|(k, s)| (k.as_str(), s)).collect();
+        temp.before_libhdf5_opens();
         segment::write(temp.path(), &self.schema, &rows)?;
+        temp.after_libhdf5_closed()?;
         temp.publish(true)?;
         let (bytes, xxh3) = segment::file_checksum(&path)?;
         let entry = SegmentEntry { id, rows: rows.len() as u64, bytes, xxh3 };

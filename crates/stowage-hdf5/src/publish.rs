@@ -6,52 +6,102 @@
 //! target, fsync the directory (the core's [`fsync_dir`]). A reader or a crash sees the old file or
 //! the new one, never a mix. The temporary file is removed when the build is abandoned.
 //!
+//! A killed build leaves its temporary (for a dataset file, a whole copy of it), and an aenet
+//! dataset file has no writer lock that would tell the next writer no build is under way. So the
+//! builder holds a lock on its temporary, on a descriptor of its own, for as long as it exists
+//! ([`create_locked_temp_beside`]); the next writer removes the temporaries whose lock it can take
+//! ([`remove_abandoned_builds`]). libhdf5 opens the temporary by path with its own file locking
+//! off, so it neither takes nor drops that lock. When `HDF5_USE_FILE_LOCKING` tells libhdf5 to
+//! lock every file anyway, its exclusive lock would be refused by the builder's: the builder lets
+//! go of its own while libhdf5 has the file open (libhdf5's lock tells cleaners the build lives
+//! meanwhile) and takes it back before publishing.
+//!
 //! A long build can start its writeback early ([`Writeback`]): the disk then writes while the
 //! build computes, and the fsync at publish finds little left.
 
-use std::ffi::OsString;
+use std::ffi::OsStr;
 use std::fs::File;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use stowage_core::file_safety::fsync_dir;
+use stowage_core::file_safety::{
+    create_locked_temp_beside, fsync_dir, relock_temp, remove_abandoned_temps,
+};
 use stowage_core::{Error, IoResultExt, Result};
 
-static COUNTER: AtomicU64 = AtomicU64::new(0);
+use crate::error::write_error;
+use crate::ffi::Failure;
 
-/// A temporary path beside `target`; removed on drop unless published.
+/// A temporary file beside `target`, created empty and locked as long as it exists; removed on
+/// drop unless published.
 #[derive(Debug)]
 pub(crate) struct TempBeside {
     path: PathBuf,
     target: PathBuf,
+    /// Holds the lock that tells [`remove_abandoned_builds`] this build is alive; closed right
+    /// after the rename or the removal.
+    lock: Option<File>,
     published: bool,
 }
 
 impl TempBeside {
-    /// A fresh temporary name in the directory of `target` (nothing is created yet).
+    /// A new, empty, locked temporary file in the directory of `target`, never one that existed.
     pub fn new(target: &Path) -> Result<TempBeside> {
-        let name = target.file_name().ok_or_else(|| {
-            Error::invalid(format!("{} has no file name to build beside", target.display()))
-        })?;
-        let mut temp = OsString::from(".");
-        temp.push(name);
-        temp.push(format!(
-            ".tmp-{}-{}",
-            std::process::id(),
-            COUNTER.fetch_add(1, Ordering::Relaxed)
-        ));
-        let path = target.with_file_name(temp);
-        // A dead process with our pid may have left one: it is nobody's file.
-        let _ = std::fs::remove_file(&path);
-        Ok(TempBeside { path, target: target.to_path_buf(), published: false })
+        if target.file_name().is_none() {
+            return Err(Error::invalid(format!(
+                "{} has no file name to build beside",
+                target.display()
+            )));
+        }
+        let (path, lock) = create_locked_temp_beside(target).at(target)?;
+        Ok(TempBeside { path, target: target.to_path_buf(), lock: Some(lock), published: false })
     }
 
     /// The temporary path to build at.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// Call before libhdf5 opens (creates) the temporary: lets go of the build's lock when
+    /// libhdf5 will lock the file itself, which this lock would refuse.
+    pub fn before_libhdf5_opens(&mut self) {
+        if libhdf5_locks_every_file() {
+            self.lock = None;
+        }
+    }
+
+    /// Call once libhdf5 closed the temporary: takes the build's lock back if it was let go.
+    /// Losing the lock never loses data (a cleaner that removes the file makes the rename fail,
+    /// and nothing is published); holding it keeps other writers from removing a finished copy.
+    ///
+    /// Errors: when another writer of the target took the build for a killed one's and removed
+    /// it meanwhile (nothing is published then), or the lock could not be taken; naming the file.
+    pub fn after_libhdf5_closed(&mut self) -> Result<()> {
+        if self.lock.is_some() {
+            return Ok(());
+        }
+        match relock_temp(&self.path).at(&self.path)? {
+            Some(lock) => self.lock = Some(lock),
+            // Someone else holds it: a cleaner about to remove it (the rename then fails), or a
+            // child process that inherited libhdf5's descriptor and its exclusive lock (libhdf5
+            // does not open files close-on-exec), which keeps cleaners out as well.
+            None if self.path.exists() => {}
+            None => {
+                return Err(write_error(
+                    &self.path,
+                    "taking the build's lock back",
+                    Failure(
+                        "another writer of the file removed this unfinished copy while libhdf5 \
+                         held it (HDF5_USE_FILE_LOCKING is set): nothing was written; write again"
+                            .into(),
+                    ),
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Fsyncs the (closed) temporary file, renames it over the target and fsyncs the directory;
@@ -62,6 +112,8 @@ impl TempBeside {
         }
         std::fs::rename(&self.path, &self.target).at(&self.target)?;
         self.published = true;
+        // The file is the target now: its readers and writers must not meet the build's lock.
+        drop(self.lock.take());
         if durable {
             let dir = match self.target.parent() {
                 Some(dir) if !dir.as_os_str().is_empty() => dir,
@@ -76,9 +128,36 @@ impl TempBeside {
 impl Drop for TempBeside {
     fn drop(&mut self) {
         if !self.published {
+            // Removed while still locked: a cleaner never meets a name whose lock is free. (If it
+            // was let go, the name is still this process's alone: it holds its pid.)
             let _ = std::fs::remove_file(&self.path);
         }
+        drop(self.lock.take());
     }
+}
+
+/// Whether libhdf5 locks every file it opens whatever the file access property list says:
+/// `HDF5_USE_FILE_LOCKING` set to `TRUE`, `1` or `BEST_EFFORT` overrides it (libhdf5 1.10.7 and
+/// later; `FALSE` or `0` turn locking off, other values leave it to the property list).
+fn libhdf5_locks_every_file() -> bool {
+    matches!(std::env::var("HDF5_USE_FILE_LOCKING").as_deref(), Ok("TRUE" | "1" | "BEST_EFFORT"))
+}
+
+/// Removes the temporaries of builds of `target` that no live process is building (each one's
+/// lock is free: its builder was killed); returns them. Never another file: only names
+/// `.<target name>.tmp-<pid>-<n>`, as [`TempBeside`] names them.
+///
+/// Errors: [`Error::Io`] naming the directory or the file that could not be removed.
+pub(crate) fn remove_abandoned_builds(target: &Path) -> Result<Vec<PathBuf>> {
+    let Some(name) = target.file_name().and_then(OsStr::to_str) else {
+        // Temporaries of a name that is not UTF-8 are not recognized: left, never misjudged.
+        return Ok(Vec::new());
+    };
+    let dir = match target.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    remove_abandoned_temps(dir, |built| built == name)
 }
 
 /// How often a [`Writeback`] asks the kernel to write a file's dirty pages.

@@ -1,8 +1,9 @@
 //! Writing a `/torch_cache` (v2) into an aenet dataset file, atomically: the new file is built
 //! beside the target (the dataset's own groups and root attributes copied as stored, the
 //! existing cache's rows carried over, then the new rows), fsynced and renamed over it. A crash
-//! leaves the old file or the new one. The file is written back to disk in the background while
-//! it is built, so the final fsync is short.
+//! leaves the old file or the new one, and the unfinished copy beside it, which the next writer
+//! of the file removes (never while its builder lives). The file is written back to disk in the
+//! background while it is built, so the final fsync is short.
 //!
 //! libhdf5 cannot append to a file crash-safely in place (a crash in the middle of an update of
 //! its metadata can leave the whole file unreadable), so every write is a rebuild: the cost of a
@@ -26,7 +27,7 @@ use crate::ffi::{self, Element};
 use crate::index_tables::{DerivativeIndexRow, FeatureIndexRow, write_index};
 use crate::layout::{self, attr};
 use crate::manifest::{DescriptorConfig, DescriptorManifest};
-use crate::publish::{TempBeside, Writeback};
+use crate::publish::{TempBeside, Writeback, remove_abandoned_builds};
 use crate::reader::{CacheVersion, DerivativeLayout, TorchCache, float_element};
 use crate::row_checksums::{self, ChecksumRow, Coverage};
 
@@ -145,6 +146,9 @@ impl Source {
 
 /// Builds a v2 torch cache for one aenet dataset file, entry by entry, and publishes it atomically
 /// with [`TorchCacheWriter::finish`]. Dropping it unfinished leaves the file untouched.
+/// Starting one (and [`TorchCacheWriter::adopt`], when it rebuilds) removes the copies that killed
+/// writers of the file left beside it (`.<name>.tmp-<pid>-<n>`), never one a live writer, in any
+/// process, is still building.
 ///
 /// An existing target keeps everything, byte for byte as aenet reads it:
 /// - what belongs to the dataset (`/entries`, `/descriptor_manifest`, every root attribute such
@@ -319,6 +323,8 @@ impl TorchCacheWriter {
             Some(_) => Some(Source::open(&target)?),
             None => None,
         };
+        // Whole copies of the file that killed builds left; a live build's temporary is locked.
+        remove_abandoned_builds(&target)?;
         // Taken under the lock the source holds: aenet's writers cannot change it any more.
         let identity = match &source {
             Some(_) => FileIdentity::of(&target)?,
@@ -371,8 +377,9 @@ impl TorchCacheWriter {
             sections.derivatives |= cache.derivatives.is_some();
         }
 
-        let temp = TempBeside::new(&target)?;
+        let mut temp = TempBeside::new(&target)?;
         let path = temp.path().to_path_buf();
+        temp.before_libhdf5_opens();
         // No libhdf5 file lock on the private temporary file: a child process forked meanwhile
         // would inherit the descriptor (libhdf5 does not set close-on-exec) and keep the
         // exclusive lock, refusing readers (aenet's too) of the published file until it exits.
@@ -653,7 +660,7 @@ impl TorchCacheWriter {
             cache,
             file,
             writeback,
-            temp,
+            mut temp,
             target,
             source,
             identity,
@@ -661,6 +668,7 @@ impl TorchCacheWriter {
         } = self;
         drop((features, derivatives, cache));
         file.close().map_err(|e| write_error(&path, "closing", e))?;
+        temp.after_libhdf5_closed()?;
         writeback.finish()?;
         // The file this build carried must still be the one at the target: a writer that takes
         // no libhdf5 lock (another stowage writer renaming its own rebuild) would otherwise lose

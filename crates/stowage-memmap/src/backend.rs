@@ -5,7 +5,7 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
-use stowage_core::file_safety::{WriterLock, atomic_write, fsync_dir};
+use stowage_core::file_safety::{WriterLock, atomic_write, fsync_dir, remove_abandoned_temps};
 use stowage_core::fingerprint::{FingerprintFile, SourceStamp};
 use stowage_core::{
     Backend, Capabilities, DType, Error, IoResultExt, OpenMode, Result, Sample, Schema, Tensor,
@@ -165,6 +165,8 @@ impl MemmapBackend {
         if holds_cache(&layout) {
             return Err(Error::AlreadyExists { path: layout.root().to_path_buf() });
         }
+        // A create killed before stowage.json was in place may have left its temporary.
+        remove_abandoned_temporaries(&layout, &format)?;
         // stowage.json first: from here on the directory is a cache, and a crash before the
         // manifest exists leaves one that the next writer restarts from empty files.
         atomic_write(layout.stowage_meta(), &StowageMeta::new(schema).to_json())?;
@@ -236,7 +238,10 @@ impl MemmapBackend {
     /// writer holds it) and recovers an unfinished cache to exactly its committed rows: a torn
     /// last manifest line is cut off, each `.bin` file is cut back to `committed * row_bytes`
     /// (a shorter one is `Error::Corrupted`, never padded). [`Backend::contains`] and
-    /// [`Backend::keys`] then list the committed keys, so the caller can skip them.
+    /// [`Backend::keys`] then list the committed keys, so the caller can skip them. The
+    /// temporaries a killed stowage writer left (`.<name>.tmp-<pid>-<n>` of the files stowage
+    /// writes atomically: an adopt's `stowage_checksums.bin`, a finalize's sidecars, index,
+    /// `shapes.json`, `fingerprint.json`, `_COMPLETE`) are removed; DNANet's files never.
     ///
     /// `_COMPLETE` is never removed: on a finalized cache `put` returns `Error::Finalized`. A cache
     /// whose finalize stopped just before `_COMPLETE` gets it now (its files are complete).
@@ -259,6 +264,7 @@ impl MemmapBackend {
         }
         let lock = WriterLock::acquire(layout.root())?;
         let mut backend = Self::open_existing(layout, options)?;
+        remove_abandoned_temporaries(&backend.layout, &backend.format)?;
         backend.try_index()?;
         let session = match backend.state.clone() {
             State::Finalized => None,
@@ -925,6 +931,31 @@ impl MemmapBackend {
         fsync_dir(layout.root())?;
         atomic_write(layout.complete_marker(), b"")
     }
+}
+
+/// Deletes the temporaries a killed stowage writer left in the cache directory: the
+/// `.<name>.tmp-<pid>-<n>` files of the core's `atomic_write` for every file stowage writes that
+/// way (`stowage.json`, `stowage_checksums.bin` (adopt), the sidecars of `format`,
+/// `index.parquet`, `shapes.json`, `fingerprint.json`, `_COMPLETE`). The caller holds the writer
+/// lock, so no stowage writer is making one. DNANet writes its files in place, never under such
+/// a name; no other name is touched.
+fn remove_abandoned_temporaries(layout: &Layout, format: &RowFormat) -> Result<()> {
+    let mut written: Vec<PathBuf> = vec![
+        layout.stowage_meta(),
+        layout.checksums(),
+        layout.index(),
+        layout.shapes(),
+        layout.fingerprint(),
+        layout.complete_marker(),
+    ];
+    for field in &format.json {
+        if let JsonStorage::Deduplicated { sidecar, .. } = &field.storage {
+            written.push(layout.file(sidecar));
+        }
+    }
+    let names: Vec<&str> = written.iter().filter_map(|path| path.file_name()?.to_str()).collect();
+    remove_abandoned_temps(layout.root(), |name| names.contains(&name))?;
+    Ok(())
 }
 
 /// Whether `layout` holds a cache of any kind, finished or not, stowage's or DNANet's.

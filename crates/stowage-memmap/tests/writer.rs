@@ -443,3 +443,58 @@ fn a_writer_without_a_manifest_restarts_from_empty_files() {
     drop(cache);
     check_rows(&read_only(dir).unwrap(), 7..8);
 }
+
+#[test]
+fn a_killed_writers_temporaries_are_removed_by_the_next_writer_and_dnanets_files_never() {
+    let dir = tempfile::tempdir().unwrap();
+    // As a create killed inside the atomic write of stowage.json leaves it (no cache yet): the
+    // next create removes it.
+    let meta_temp = dir.path().join(".stowage.json.tmp-4194305-0");
+    std::fs::write(&meta_temp, b"{\"form").unwrap();
+    write_flushed(dir.path(), 0..4);
+    assert!(!meta_temp.exists());
+    // As writers killed inside an adopt (the checksum file rewritten), a finalize (sidecars,
+    // index, shapes, fingerprint, marker) or a resume of a DNANet cache (stowage.json) leave
+    // them, named as `atomic_write` names them (no process has a pid above 2^22) ...
+    let leftovers = [
+        ".stowage_checksums.bin.tmp-4194305-1",
+        ".panels.json.tmp-4194305-2",
+        ".alleles.json.tmp-4194305-3",
+        ".index.parquet.tmp-4194305-4",
+        ".shapes.json.tmp-4194305-5",
+        ".fingerprint.json.tmp-4194305-6",
+        "._COMPLETE.tmp-4194305-7",
+        ".stowage.json.tmp-4194305-8",
+    ];
+    // ... and files that are not stowage's temporaries: names stowage never writes atomically
+    // (DNANet's row files and manifest), other programs' names and forms.
+    let others = [
+        ".data.bin.tmp-4194305-9",
+        ".manifest.jsonl.tmp-4194305-10",
+        ".notes.txt.tmp-4194305-11",
+        "index.parquet.tmp-1-1",
+        ".index.parquet.tmp",
+        ".shapes.json.tmp-1-x",
+    ];
+    for name in leftovers.iter().chain(&others) {
+        std::fs::write(dir.path().join(name), b"partial").unwrap();
+    }
+    let files = |names: &[&str]| -> Vec<Vec<u8>> {
+        let mut all: Vec<&str> = vec!["data.bin", "annotation.bin", "scaler.bin", "manifest.jsonl"];
+        all.extend(names);
+        all.iter().map(|name| std::fs::read(dir.path().join(name)).unwrap()).collect()
+    };
+    let before = files(&others);
+    check_rows(&read_only(dir.path()).unwrap(), 0..4);
+    assert!(leftovers.iter().all(|name| dir.path().join(name).exists()), "a reader removed one");
+
+    let mut writer = append(dir.path()).unwrap();
+    for name in leftovers {
+        assert!(!dir.path().join(name).exists(), "{name} left in place");
+    }
+    assert_eq!(files(&others), before, "DNANet's files and the others are as they were");
+    put_rows(&mut writer, 4..6);
+    writer.finalize().unwrap();
+    check_rows(&writer, 0..6);
+    assert!(writer.validate(ValidationLevel::Full).unwrap().is_clean());
+}

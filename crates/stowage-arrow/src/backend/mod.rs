@@ -22,7 +22,9 @@ pub use attach::torchcachex_header;
 use std::path::Path;
 use std::sync::Arc;
 
-use stowage_core::file_safety::{AppendLog, WriterLock, atomic_write, fsync_dir};
+use stowage_core::file_safety::{
+    AppendLog, WriterLock, atomic_write, fsync_dir, remove_abandoned_temps,
+};
 use stowage_core::{
     Backend, Capabilities, Error, IoResultExt, OpenMode, Result, Sample, Schema, Unchecked,
     ValidationLevel, ValidationReport, Value,
@@ -151,11 +153,11 @@ impl ArrowBackend {
 
     /// Opens an existing cache. Read-only takes no lock; append takes the writer lock, deletes
     /// what a stowage crash left uncommitted (segments proven its own whose commit record never
-    /// became durable, stowage's temporary and sidecar files the log does not vouch for) and
-    /// resumes or appends. Either way every committed segment is read, and so is every segment
-    /// another writer (torchcachex) added ([`ArrowBackend::foreign_segments`]): the highest
-    /// segment id holding a key wins. On a rank other than the writer rank, append mode writes
-    /// nothing (see [`ArrowBackend::create`]).
+    /// became durable, stowage's temporary files in `segments/` and in `dir`, and sidecar files
+    /// the log does not vouch for) and resumes or appends. Either way every committed segment is
+    /// read, and so is every segment another writer (torchcachex) added
+    /// ([`ArrowBackend::foreign_segments`]): the highest segment id holding a key wins. On a rank
+    /// other than the writer rank, append mode writes nothing (see [`ArrowBackend::create`]).
     ///
     /// Errors: `NotFound` when `dir` holds no stowage Arrow cache (read torchcachex's own
     /// caches with [`CacheReader`], or start stowage's log in one with
@@ -189,6 +191,7 @@ impl ArrowBackend {
         let next_id = committed.next_segment_id().max(survey.highest_id.map_or(0, |id| id + 1));
         remove_uncommitted(&layout, &survey)?;
         remove_stale_runs(&layout, &committed.runs)?;
+        remove_abandoned_temporaries(&layout)?;
         let marker = CompleteMarker::read(&layout.complete_marker())?;
         let complete_marker = match marker {
             // A crash between the `finalized` record and the marker: finish the finalize.
@@ -557,7 +560,7 @@ fn survey_for(layout: &Layout, committed: &Committed) -> Result<Survey> {
 /// into place: a log in place always has its header, so a crash never leaves a half-made cache
 /// that opens.
 fn write_new_log(layout: &Layout, header: &CacheHeader) -> Result<()> {
-    let staging = layout.root().join(".stowage.log.new");
+    let staging = layout.new_commit_log();
     let _ = std::fs::remove_file(&staging);
     let (mut log, _) = AppendLog::open(&staging, true)?;
     log.append(&Record::Cache(header.clone()).to_bytes())?;
@@ -601,6 +604,21 @@ fn remove_stale_runs(layout: &Layout, runs: &[commit_log::RunEntry]) -> Result<(
         fsync_dir(layout.root())?;
     }
     Ok(())
+}
+
+/// Deletes the temporaries a killed stowage writer left in the cache directory: those of
+/// `schema.json`, `stowage.complete` and key index runs (a merge killed before its rename), and
+/// a new commit log's staging file (`.stowage.log.new`; the log is in place, so it is a
+/// leftover). Under the writer lock no stowage writer is making one; torchcachex's temporaries
+/// have other names and are never touched. (`remove_uncommitted` deletes those of `segments/`.)
+fn remove_abandoned_temporaries(layout: &Layout) -> Result<()> {
+    remove_abandoned_temps(layout.root(), crate::layout::is_written_through_temporary)?;
+    let staging = layout.new_commit_log();
+    match std::fs::remove_file(&staging) {
+        Ok(()) => fsync_dir(layout.root()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(Error::io(staging, e)),
+    }
 }
 
 /// Deletes what a stowage crash left that the commit log does not vouch for (`survey`): the

@@ -23,7 +23,8 @@ static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 /// removed on every error. [`Error::InvalidArgument`] when `path` has no file name.
 ///
 /// A symlink at `path` is replaced by a regular file, not followed. A crash before the rename can
-/// leave a `.<name>.tmp-*` file behind; nothing ever reads it, and it may be deleted.
+/// leave a `.<name>.tmp-*` file behind; nothing ever reads it, and the cache's next writer
+/// removes it ([`remove_abandoned_temps`](super::remove_abandoned_temps)).
 ///
 /// ```
 /// let dir = tempfile::tempdir()?;

@@ -1,6 +1,6 @@
 //! Crash-safe file primitives every backend builds on.
 //!
-//! Six concepts, one module each:
+//! Seven concepts, one module each:
 //!
 //! - **Atomic replace** ([`atomic_write`], [`atomic_write_with`], [`fsync_dir`]): a whole file is
 //!   swapped in with write-temp, fsync, rename, fsync-directory, so a reader or a crash sees either
@@ -20,6 +20,10 @@
 //! - **Publishing without replacing** ([`publish_no_replace`], [`create_temp_beside`]): a new
 //!   file takes its final name only if no file has it, for caches shared with writers that take
 //!   no lock.
+//! - **Abandoned temporaries** ([`remove_abandoned_temps`], [`create_locked_temp_beside`]): the
+//!   next writer removes the `.<name>.tmp-<pid>-<n>` files a killed writer left, never one a live
+//!   writer is building (under the cache's writer lock there is none; elsewhere the builder holds
+//!   an OS lock on its temporary).
 //!
 //! ```
 //! use stowage_core::file_safety::{AppendLog, WriterLock, atomic_write};
@@ -35,6 +39,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod abandoned;
 mod append_log;
 mod atomic;
 mod lock;
@@ -42,6 +47,9 @@ mod no_replace;
 mod staged;
 mod sync_together;
 
+pub use abandoned::{
+    create_locked_temp_beside, relock_temp, remove_abandoned_temps, temp_target_name,
+};
 pub use append_log::{AppendLog, Damage, DamageKind, Recovered};
 pub use atomic::{atomic_write, atomic_write_with, fsync_dir};
 pub use lock::WriterLock;
