@@ -24,11 +24,13 @@ use crate::row_format::RowFormat;
 /// The writer of one cache: present on handles opened by `create` or `open_append`.
 #[derive(Debug)]
 pub(crate) struct Writer {
-    _lock: WriterLock,
     /// The open files; `None` when the cache was already finalized when opened.
     pub(crate) session: Option<Session>,
     /// Set when a write or fsync failed: what reached the disk is unknown, so refuse more writes.
     pub(crate) poisoned: Option<String>,
+    /// Declared last, so dropped last: released only after the session's background writes
+    /// have stopped, so that the next writer never runs beside them.
+    _lock: WriterLock,
 }
 
 impl Writer {

@@ -48,7 +48,6 @@ pub fn capabilities() -> Capabilities {
 
 /// The writing half of a handle: the lock, the logs and one column writer per field.
 struct Writer {
-    _lock: WriterLock,
     log: AppendLog,
     /// The collection files stowage created: the only ones whose markers it changes.
     owned: OwnedFiles,
@@ -60,6 +59,9 @@ struct Writer {
     pending_ends: Vec<usize>,
     /// Set when a write or fsync failed: what reached the disk is unknown, so refuse more writes.
     poisoned: Option<String>,
+    /// Declared last, so dropped last: released only after the column writers' background
+    /// writes have stopped, so that the next writer never runs beside them.
+    _lock: WriterLock,
 }
 
 impl Writer {

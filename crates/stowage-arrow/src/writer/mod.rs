@@ -29,7 +29,6 @@ pub use compaction::Compaction;
 /// The writer rank's state.
 #[derive(Debug)]
 pub struct Writer {
-    _lock: WriterLock,
     layout: Layout,
     format: SegmentFormat,
     committer: Committer,
@@ -54,6 +53,20 @@ pub struct Writer {
     /// Segments compactions replaced whose files are still there for readers that opened
     /// before (deleted by the next compaction).
     replaced: Vec<u64>,
+    /// Declared last, so dropped last: released only after the background work above has
+    /// stopped (the committer's thread joined, the merge joined by `Drop`), so that the next
+    /// writer never runs beside it.
+    _lock: WriterLock,
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        // A merge still running writes a key index run file: let it finish before the lock goes
+        // (a run no record vouches for is deleted by the next writer).
+        if let Some(merging) = self.merging.take() {
+            let _ = merging.join();
+        }
+    }
 }
 
 /// How a [`Writer`] is set up.
