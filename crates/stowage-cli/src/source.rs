@@ -8,7 +8,7 @@ use stowage_arrow::reader::CacheReader;
 use stowage_core::{
     Backend, DType, FieldKind, FieldSpec, Sample, Schema, ShapeRule, Tensor, Value,
 };
-use stowage_hdf5::{LocalDerivatives, StorageDtype, TorchCache};
+use stowage_hdf5::TorchCache;
 
 use crate::detect::CacheKind;
 use crate::error::CliError;
@@ -212,30 +212,6 @@ fn aenet_schema(
     Ok(Schema { fields })
 }
 
-/// `ints` as an int64 tensor of shape `(n,)`.
-fn int_tensor(ints: &[i64]) -> Result<Tensor, CliError> {
-    Ok(Tensor::from_slice(&[ints.len()], ints)?)
-}
-
-/// The 11 derivative arrays of one entry, in field order; typespin arrays of a single-species
-/// descriptor (which aenet does not store) as empty `(0,)` arrays, as aenet's loader returns them.
-fn derivative_tensors(d: LocalDerivatives, float: StorageDtype) -> Result<[Tensor; 11], CliError> {
-    let empty = || Tensor::zeros(float.dtype(), &[0]);
-    Ok([
-        int_tensor(&d.radial.center_idx)?,
-        int_tensor(&d.radial.neighbor_idx)?,
-        d.radial.dg_drij,
-        d.radial.neighbor_typespin.map_or_else(empty, Ok)?,
-        int_tensor(&d.angular.center_idx)?,
-        int_tensor(&d.angular.neighbor_j_idx)?,
-        int_tensor(&d.angular.neighbor_k_idx)?,
-        d.angular.grads_i,
-        d.angular.grads_j,
-        d.angular.grads_k,
-        d.angular.triplet_typespin.map_or_else(empty, Ok)?,
-    ])
-}
-
 impl SampleSource for AenetSource {
     fn kind(&self) -> CacheKind {
         CacheKind::AenetHdf5
@@ -264,8 +240,14 @@ impl SampleSource for AenetSource {
             let names = aenet_derivative_fields();
             match self.cache.derivatives(entry)? {
                 Some(d) => {
-                    for (name, tensor) in names.iter().zip(derivative_tensors(d, float)?) {
-                        sample.insert(name.as_str(), tensor);
+                    for (name, (_, array)) in names.iter().zip(d.named_arrays()) {
+                        // A single-species descriptor stores no typespin: an empty (0,) array,
+                        // as aenet's loader returns it.
+                        let array = match array {
+                            Some(array) => array,
+                            None => Tensor::zeros(float.dtype(), &[0])?,
+                        };
+                        sample.insert(name.as_str(), array);
                     }
                 }
                 None => names.iter().for_each(|name| sample.insert(name.as_str(), Value::Null)),

@@ -73,6 +73,48 @@ pub struct LocalDerivatives {
 }
 
 impl LocalDerivatives {
+    /// The 11 arrays by aenet's node name, in [`crate::layout::DERIVATIVE_ARRAYS`] order: the
+    /// index arrays as int64 `(n,)` tensors, typespin `None` when the descriptor has one species
+    /// (aenet stores none then).
+    ///
+    /// ```
+    /// # use stowage_core::{DType, Tensor};
+    /// # use stowage_hdf5::{AngularDerivatives, LocalDerivatives, RadialDerivatives};
+    /// # let zeros = |dims: &[usize]| Tensor::zeros(DType::F64, dims).unwrap();
+    /// # let d = LocalDerivatives {
+    /// #     n_atoms: 2,
+    /// #     radial: RadialDerivatives { center_idx: vec![0, 1], neighbor_idx: vec![1, 0],
+    /// #         dg_drij: zeros(&[2, 2, 3]), neighbor_typespin: None },
+    /// #     angular: AngularDerivatives { center_idx: vec![], neighbor_j_idx: vec![],
+    /// #         neighbor_k_idx: vec![], grads_i: zeros(&[0, 1, 3]), grads_j: zeros(&[0, 1, 3]),
+    /// #         grads_k: zeros(&[0, 1, 3]), triplet_typespin: None },
+    /// # };
+    /// let arrays = d.named_arrays();
+    /// assert_eq!(arrays[0].0, "radial/center_idx");
+    /// assert_eq!(arrays[0].1.as_ref().unwrap().to_vec::<i64>()?, [0, 1]);
+    /// assert!(arrays[3].1.is_none(), "one species: no typespin");
+    /// # Ok::<(), stowage_core::Error>(())
+    /// ```
+    pub fn named_arrays(&self) -> [(&'static str, Option<Tensor>); 11] {
+        let ints = |v: &[i64]| Some(Tensor::from_slice(&[v.len()], v).expect("1-D of its length"));
+        let (r, a) = (&self.radial, &self.angular);
+        let arrays = [
+            ints(&r.center_idx),
+            ints(&r.neighbor_idx),
+            Some(r.dg_drij.clone()),
+            r.neighbor_typespin.clone(),
+            ints(&a.center_idx),
+            ints(&a.neighbor_j_idx),
+            ints(&a.neighbor_k_idx),
+            Some(a.grads_i.clone()),
+            Some(a.grads_j.clone()),
+            Some(a.grads_k.clone()),
+            a.triplet_typespin.clone(),
+        ];
+        let mut names = crate::layout::DERIVATIVE_ARRAYS.into_iter();
+        arrays.map(|array| (names.next().expect("11 names"), array))
+    }
+
     /// Radial edges `E`.
     pub fn n_radial_edges(&self) -> usize {
         self.radial.center_idx.len()

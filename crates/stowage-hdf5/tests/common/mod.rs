@@ -91,26 +91,6 @@ pub fn root_attribute(path: &Path, name: &str) -> Option<ffi::AttributeValue> {
     ffi::read_attribute(file.id(), name).unwrap()
 }
 
-/// The 11 derivative arrays of `d` by aenet's node name (`radial/center_idx`), in
-/// `layout::DERIVATIVE_ARRAYS` order; typespin `None` when not stored.
-pub fn derivative_arrays(d: &LocalDerivatives) -> Vec<(&'static str, Option<Tensor>)> {
-    let ints = |v: &Vec<i64>| Some(Tensor::from_slice(&[v.len()], v).unwrap());
-    let (r, a) = (&d.radial, &d.angular);
-    vec![
-        ("radial/center_idx", ints(&r.center_idx)),
-        ("radial/neighbor_idx", ints(&r.neighbor_idx)),
-        ("radial/dG_drij", Some(r.dg_drij.clone())),
-        ("radial/neighbor_typespin", r.neighbor_typespin.clone()),
-        ("angular/center_idx", ints(&a.center_idx)),
-        ("angular/neighbor_j_idx", ints(&a.neighbor_j_idx)),
-        ("angular/neighbor_k_idx", ints(&a.neighbor_k_idx)),
-        ("angular/grads_i", Some(a.grads_i.clone())),
-        ("angular/grads_j", Some(a.grads_j.clone())),
-        ("angular/grads_k", Some(a.grads_k.clone())),
-        ("angular/triplet_typespin", a.triplet_typespin.clone()),
-    ]
-}
-
 /// A `.npy` file as a tensor.
 pub fn npy(path: &Path) -> Tensor {
     let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));

@@ -9,8 +9,6 @@ use serde_json::{Value, json};
 use stowage_core::{DType, Tensor};
 use stowage_hdf5::{DescriptorCompat, LocalDerivatives, StorageDtype};
 
-use super::derivative_arrays;
-
 /// The peer's source, run with `python3 -c`.
 pub const PEER: &str = include_str!("../../../../xtask/py/aenet_peer.py");
 
@@ -95,7 +93,8 @@ pub fn append_request(
     let derivatives: Vec<Value> = derivatives
         .iter()
         .map(|(entry, d)| {
-            let arrays: serde_json::Map<String, Value> = derivative_arrays(d)
+            let arrays: serde_json::Map<String, Value> = d
+                .named_arrays()
                 .into_iter()
                 .map(|(name, t)| (name.to_owned(), t.as_ref().map_or(Value::Null, encode)))
                 .collect();
@@ -133,7 +132,7 @@ pub fn assert_peer_reads(
         let got = &out["derivatives"][entry.to_string()];
         match derivatives {
             Some(want) => {
-                for (name, array) in derivative_arrays(want) {
+                for (name, array) in want.named_arrays() {
                     match array {
                         Some(array) => {
                             assert_eq!(decode(&got[name]), array, "entry {entry} {name}")

@@ -123,29 +123,10 @@ fn rows(key: Key, seed: u64) -> (Tensor, Option<LocalDerivatives>) {
     (features, Some(derivatives))
 }
 
-/// The 11 derivative arrays by aenet's node name.
-fn derivative_arrays(d: &LocalDerivatives) -> Vec<(&'static str, Option<Tensor>)> {
-    let ints = |v: &Vec<i64>| Some(Tensor::from_slice(&[v.len()], v).expect("1-D"));
-    let (r, a) = (&d.radial, &d.angular);
-    vec![
-        ("radial/center_idx", ints(&r.center_idx)),
-        ("radial/neighbor_idx", ints(&r.neighbor_idx)),
-        ("radial/dG_drij", Some(r.dg_drij.clone())),
-        ("radial/neighbor_typespin", r.neighbor_typespin.clone()),
-        ("angular/center_idx", ints(&a.center_idx)),
-        ("angular/neighbor_j_idx", ints(&a.neighbor_j_idx)),
-        ("angular/neighbor_k_idx", ints(&a.neighbor_k_idx)),
-        ("angular/grads_i", Some(a.grads_i.clone())),
-        ("angular/grads_j", Some(a.grads_j.clone())),
-        ("angular/grads_k", Some(a.grads_k.clone())),
-        ("angular/triplet_typespin", a.triplet_typespin.clone()),
-    ]
-}
-
 /// An entry's rows as both views show them: aenet's `load` answer for one entry.
 fn entry_view(features: Option<&Tensor>, derivatives: Option<&LocalDerivatives>) -> Json {
     let arrays = |d: &LocalDerivatives| -> serde_json::Map<String, Json> {
-        derivative_arrays(d)
+        d.named_arrays()
             .into_iter()
             .map(|(name, t)| (name.to_owned(), t.as_ref().map_or(Json::Null, array_json)))
             .collect()
@@ -236,7 +217,8 @@ impl Format for Hdf5Aenet {
                 json!({"entry_idx": entry_idx, "n_atoms": n_atoms, "features": array_json(&f)}),
             );
             if let Some(d) = d {
-                let arrays: serde_json::Map<String, Json> = derivative_arrays(&d)
+                let arrays: serde_json::Map<String, Json> = d
+                    .named_arrays()
                     .into_iter()
                     .map(|(name, t)| (name.to_owned(), t.as_ref().map_or(Json::Null, array_json)))
                     .collect();
