@@ -63,11 +63,19 @@ impl KillPlan {
             (|op| *op == Op::Compact, 3),
             (|op| *op == Op::Finalize, 4),
         ];
-        let choices: Vec<(Vec<usize>, u32)> = kinds
-            .iter()
-            .map(|(kind, weight)| (workload.indexes_of(*kind), *weight))
-            .filter(|(ops, _)| !ops.is_empty())
-            .collect();
+        let choices = kinds.iter().map(|(kind, weight)| (workload.indexes_of(*kind), *weight));
+        KillPlan::weighted(choices, rng)
+    }
+
+    /// A plan aimed inside one op of a kind drawn by weight among `kinds` (each: the indexes of
+    /// its ops, its weight; kinds without ops are left out), the op drawn among its kind's, at a
+    /// random fraction (up to 1.3) of its expected time.
+    ///
+    /// # Panics
+    /// When no kind has an op.
+    pub fn weighted(kinds: impl IntoIterator<Item = (Vec<usize>, u32)>, rng: &mut StdRng) -> Self {
+        let choices: Vec<(Vec<usize>, u32)> =
+            kinds.into_iter().filter(|(ops, _)| !ops.is_empty()).collect();
         let mut pick = rng.random_range(0..choices.iter().map(|(_, w)| w).sum::<u32>());
         let (ops, _) = choices
             .iter()

@@ -129,26 +129,10 @@ impl Session {
     /// fraction of the step's expected time (above 1, it may land just after the step).
     pub fn kill_plan(&self, seed: u64) -> KillPlan {
         let mut rng = StdRng::seed_from_u64(seed ^ PLAN_SALT);
-        let kinds: Vec<(Vec<usize>, u32)> =
-            [("open", 3), ("put", 4), ("flush", 4), ("adopt", 3), ("finalize", 3)]
-                .into_iter()
-                .map(|(name, weight)| (self.indexes_of(name), weight))
-                .filter(|(steps, _)| !steps.is_empty())
-                .collect();
-        let mut pick = rng.random_range(0..kinds.iter().map(|(_, w)| w).sum::<u32>());
-        let (steps, _) = kinds
-            .iter()
-            .find(|(_, weight)| {
-                pick < *weight || {
-                    pick -= weight;
-                    false
-                }
-            })
-            .expect("the pick is below the total weight");
-        KillPlan {
-            op: steps[rng.random_range(0..steps.len())],
-            fraction: rng.random_range(0.0..1.3),
-        }
+        let kinds = [("open", 3), ("put", 4), ("flush", 4), ("adopt", 3), ("finalize", 3)]
+            .into_iter()
+            .map(|(name, weight)| (self.indexes_of(name), weight));
+        KillPlan::weighted(kinds, &mut rng)
     }
 
     /// A plan aimed at the start of the first step named `name`, when the session has one:

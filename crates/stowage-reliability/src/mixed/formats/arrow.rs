@@ -143,29 +143,21 @@ impl Format for ArrowTorchcachex {
     /// `ArrowBackend::open` read-only; `CacheReader` for a cache torchcachex wrote alone (the
     /// kill came before stowage's log existed).
     fn stowage_view(&self, cache: &Path, _ledger: &Ledger) -> Fallible<View> {
-        let mut view = View { reader: "stowage".into(), ..View::default() };
-        let read = |key: &str, got: Result<Option<Sample>>| -> Fallible<Option<Json>> {
-            match got {
-                Ok(Some(sample)) => torchcachex_json(&sample).map(Some),
-                Ok(None) => Ok(None),
-                Err(e) => Err(format!("stowage's get({key:?}): {e}")),
-            }
-        };
         if Layout::new(cache).commit_log().exists() {
             let reader = ArrowBackend::open(cache, OpenMode::ReadOnly, ArrowOptions::default())
                 .map_err(|e| format!("stowage's read-only open: {e}"))?;
-            for key in reader.keys().map_err(|e| format!("stowage's keys(): {e}"))? {
-                if let Some(value) = read(&key, reader.get(&key))? {
-                    view.samples.insert(key, value);
-                }
-            }
-        } else {
-            let reader = CacheReader::open(cache)
-                .map_err(|e| format!("stowage's reader of torchcachex's cache: {e}"))?;
-            for key in reader.keys().map_err(|e| format!("stowage's keys(): {e}"))? {
-                if let Some(value) = read(&key, reader.get(&key))? {
-                    view.samples.insert(key, value);
-                }
+            return View::of_backend(&reader, |sample| torchcachex_json(sample).map(Some));
+        }
+        // No log yet: CacheReader, which is not a `Backend`, reads torchcachex's cache.
+        let reader = CacheReader::open(cache)
+            .map_err(|e| format!("stowage's reader of torchcachex's cache: {e}"))?;
+        let mut view = View { reader: "stowage".into(), ..View::default() };
+        for key in reader.keys().map_err(|e| format!("stowage's keys(): {e}"))? {
+            let got = reader.get(&key).map_err(|e| format!("stowage's get({key:?}): {e}"))?;
+            if let Some(sample) = got {
+                let value =
+                    torchcachex_json(&sample).map_err(|e| format!("stowage's {key:?}: {e}"))?;
+                view.samples.insert(key, value);
             }
         }
         Ok(view)

@@ -228,16 +228,7 @@ impl Format for MemmapDnanet {
     }
 
     fn stowage_view(&self, cache: &Path, _ledger: &Ledger) -> Fallible<View> {
-        let reader = read_only(cache)?;
-        let mut view = View { reader: "stowage".into(), ..View::default() };
-        for key in reader.keys().map_err(|e| format!("stowage's keys(): {e}"))? {
-            let got = reader.get(&key).map_err(|e| format!("stowage's get({key:?}): {e}"))?;
-            if let Some(sample) = got {
-                let value = sample_view(&sample).map_err(|e| format!("stowage's {key:?}: {e}"))?;
-                view.samples.insert(key, value);
-            }
-        }
-        Ok(view)
+        View::of_backend(&read_only(cache)?, |sample| sample_view(sample).map(Some))
     }
 
     /// `dnanet_peer.py read`: DNANet's reader of a finished cache, or what its writer's recovery

@@ -17,7 +17,7 @@ use rand::{SeedableRng, rngs::StdRng};
 use serde_json::{Value as Json, json};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use stowage_core::{Result, Tensor, ValidationReport};
+use stowage_core::{Backend, Result, Sample, Tensor, ValidationReport};
 
 /// A stowage handle writing the cache, in a child or in the parent.
 pub trait MixedWriter {
@@ -52,6 +52,28 @@ pub struct View {
     /// Why a sample asked for by name was not found, where the reader says (hangar's
     /// `KeyError`, a record stowage refused).
     pub missing: BTreeMap<String, String>,
+}
+
+impl View {
+    /// stowage's view through `reader`: every key it lists, read with `get`, shown by `value`
+    /// (`None`: a sample this view leaves out).
+    ///
+    /// Errors: a listing or read that fails, or a sample `value` cannot show, naming the key.
+    pub fn of_backend(
+        reader: &dyn Backend,
+        value: impl Fn(&Sample) -> Fallible<Option<Json>>,
+    ) -> Fallible<View> {
+        let mut view = View { reader: "stowage".into(), ..View::default() };
+        for key in reader.keys().map_err(|e| format!("stowage's keys(): {e}"))? {
+            let got = reader.get(&key).map_err(|e| format!("stowage's get({key:?}): {e}"))?;
+            if let Some(sample) = got
+                && let Some(json) = value(&sample).map_err(|e| format!("stowage's {key:?}: {e}"))?
+            {
+                view.samples.insert(key, json);
+            }
+        }
+        Ok(view)
+    }
 }
 
 /// A format pair's two sides.

@@ -140,13 +140,8 @@ impl Format for NpyHangar {
     /// Every key stowage lists, and each of hangar's records through `read_record`.
     fn stowage_view(&self, cache: &Path, ledger: &Ledger) -> Fallible<View> {
         let reader = read_only(cache)?;
-        let mut view = View { reader: "stowage".into(), ..View::default() };
-        for key in reader.keys().map_err(|e| format!("stowage's keys(): {e}"))? {
-            let got = reader.get(&key).map_err(|e| format!("stowage's get({key:?}): {e}"))?;
-            if let Some(tensor) = got.as_ref().and_then(|s: &Sample| s.tensor(FIELD)) {
-                view.samples.insert(key, tensor_view(tensor));
-            }
-        }
+        let mut view =
+            View::of_backend(&reader, |sample| Ok(sample.tensor(FIELD).map(tensor_view)))?;
         for (key, entry) in ledger.entries() {
             if key.writer() != Writer::Tool || entry.written != Written::Acknowledged {
                 continue;
