@@ -599,7 +599,7 @@ fn check_schema_json(reader: &CacheReader, report: &mut ValidationReport) {
 /// cover (aenet's); each unit reads its entries' features and derivatives, checking stowage's
 /// rows against their checksums and every array's shape against the section's attributes.
 fn plan_aenet(source: &AenetSource, options: VerifyOptions) -> Result<Plan<'_>, CliError> {
-    let structure = stowage_hdf5::TorchCache::validate(source.path(), ValidationLevel::Structure)?;
+    let structure = source.cache.check(ValidationLevel::Structure);
     let keys = source.keys()?;
     let selected = select(&keys, options.sample, options.seed);
     let units = key_units(&selected, move |report, key| check_aenet_entry(report, source, key));

@@ -61,22 +61,39 @@ impl TorchCache {
                 return Ok(report);
             }
         };
+        Ok(cache.check(level))
+    }
+
+    /// [`TorchCache::validate`] of this cache, already open (opening it checked what the
+    /// `Structure` level checks of the file): at `Full`, every entry read; at both levels, what
+    /// stowage's checksums do not cover.
+    ///
+    /// ```no_run
+    /// use stowage_core::ValidationLevel;
+    /// let cache = stowage_hdf5::TorchCache::open("dataset.h5")?.expect("a cache");
+    /// let report = cache.check(ValidationLevel::Structure);
+    /// println!("{} files hold rows stowage did not checksum", report.unchecked.len());
+    /// # Ok::<(), stowage_core::Error>(())
+    /// ```
+    pub fn check(&self, level: ValidationLevel) -> ValidationReport {
+        let path = self.path();
+        let mut report = ValidationReport { files_checked: 1, ..Default::default() };
         if level == ValidationLevel::Full {
-            for entry in cache.entries() {
+            for entry in self.entries() {
                 report.samples_checked += 1;
                 let key = entry.to_string();
-                if let Err(e) = cache.features(entry) {
+                if let Err(e) = self.features(entry) {
                     report.problem(Some(path), Some(&key), e.to_string());
                 }
-                if let Err(e) = cache.derivatives(entry) {
+                if let Err(e) = self.derivatives(entry) {
                     report.problem(Some(path), Some(&key), e.to_string());
                 }
             }
         }
-        if let Some(unchecked) = cache.unchecked() {
+        if let Some(unchecked) = self.unchecked() {
             report.unchecked.push(unchecked);
         }
-        Ok(report)
+        report
     }
 
     /// What of this cache stowage's checksums do not cover, for [`ValidationReport::unchecked`]:

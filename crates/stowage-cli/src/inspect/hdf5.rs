@@ -127,7 +127,7 @@ pub fn aenet(path: &Path) -> Result<CacheReport, CliError> {
     report.checksums.samples = Some(entries);
     let keys = source.keys()?;
     (report.memory, _) = projected_memory(&source, &keys);
-    let structure = stowage_hdf5::TorchCache::validate(path, ValidationLevel::Structure)?;
+    let structure = cache.check(ValidationLevel::Structure);
     report.set_integrity(
         &structure,
         "opening it checked the index tables; `stowage verify` also reads every entry",
