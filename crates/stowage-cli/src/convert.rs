@@ -5,11 +5,16 @@
 //!    [`Capabilities`] cannot hold as declared is narrowed to what the source really holds (one
 //!    fixed shape, a maximum shape, no nulls), found by reading the source once; a field that
 //!    still does not fit is refused, naming it and the reason, before anything is written.
-//! 2. `DST` is created, or, when it already holds a cache of the target backend with the same
-//!    schema, opened in append mode: the keys it has committed are skipped. So an interrupted
-//!    conversion (even `kill -9`) is resumed by running the same command again.
+//! 2. `DST` records which source it is converted from ([`ConvertRecord`], written durably before
+//!    the cache is created). `DST` is created, or, when it already holds a cache of the target
+//!    backend with the same schema converted from the same source, opened in append mode: the
+//!    keys it has committed are skipped. So an interrupted conversion (even `kill -9`, at any
+//!    point) is finished by running the same command again. A different source is refused
+//!    unless `--merge` is given; then the target's samples win for the keys it already holds,
+//!    and the run says how many of those differ from the source's.
 //! 3. Samples are put in the source's key order and flushed (made durable) every
-//!    `--flush-every` samples; the target is finalized at the end.
+//!    `--flush-every` samples; the target is finalized at the end, also when a rerun finds every
+//!    key already there but the target not yet finalized.
 //! 4. With `--verify`, every key is read back from `DST` and its sample's digest compared with
 //!    the source's ([`sample_digest`]).
 
@@ -25,6 +30,7 @@ use stowage_core::{
 use stowage_arrow::BlobEncoding;
 use stowage_arrow::schema_json::OutputStructure;
 
+use crate::convert_record::{ConvertRecord, SourceId};
 use crate::detect::{CacheKind, detect_here};
 use crate::error::{CliError, Status};
 use crate::open::{open_kind, open_source};
@@ -67,6 +73,16 @@ impl Target {
         }
     }
 
+    /// The backend's name, as `--to` takes it.
+    fn name(self) -> &'static str {
+        match self {
+            Target::Memmap => "memmap",
+            Target::Arrow => "arrow",
+            Target::Hdf5 => "hdf5",
+            Target::Npy => "npy",
+        }
+    }
+
     /// The kind of cache this backend writes.
     fn kind(self) -> CacheKind {
         match self {
@@ -87,6 +103,8 @@ pub struct ConvertOptions {
     pub verify: bool,
     /// Samples between two flushes.
     pub flush_every: usize,
+    /// Accept a target converted from another source: its samples win for the keys it holds.
+    pub merge: bool,
 }
 
 /// What a conversion carries over besides the samples: what the source records about itself
@@ -379,7 +397,9 @@ pub fn run(
     let backend = options.target.kind().description();
     let schema = translate(source.schema(), &caps, backend, &mut || scan(source.as_ref(), &keys))?;
 
+    let source_id = SourceId::of(src, source.kind().description())?;
     let appending = existing(dst, options.target)?;
+    let (merging, record) = check_provenance(dst, options, source_id, appending)?;
     let done: HashSet<String> = match appending {
         true => open_kind(dst, options.target.kind())?
             .expect("the targets have keys")
@@ -389,11 +409,13 @@ pub fn run(
         false => HashSet::new(),
     };
     let todo: Vec<&String> = keys.iter().filter(|k| !done.contains(*k)).collect();
-    // A target holding every key already (a finished conversion run again) is not reopened
-    // for writing: a finalized memmap or NUMPY_10 cache cannot be.
-    let mut target = match (appending, todo.is_empty()) {
-        (true, true) => None,
-        (true, false) => {
+    // A finished conversion run again is not reopened for writing (a finalized memmap or
+    // NUMPY_10 cache cannot be); one killed inside finalize is, to finalize it.
+    let finalized =
+        appending && todo.is_empty() && factory.open(dst, OpenMode::ReadOnly)?.is_finalized();
+    let mut target = match appending {
+        true if finalized => None,
+        true => {
             let target = factory.open(dst, OpenMode::Append)?;
             if target.schema() != &schema {
                 return Err(CliError::new(format!(
@@ -402,9 +424,16 @@ pub fn run(
                     dst.display()
                 )));
             }
+            // Recorded once the target takes the source's keys.
+            record.map(|r| r.write(dst)).transpose()?;
             Some(target)
         }
-        (false, _) => Some(factory.create(dst, &schema)?),
+        false => {
+            // Recorded before the cache exists, so a rerun knows whose leftovers it finds.
+            std::fs::create_dir_all(dst).map_err(|e| crate::detect::io_error(dst, &e))?;
+            record.map(|r| r.write(dst)).transpose()?;
+            Some(factory.create(dst, &schema)?)
+        }
     };
     let started = Instant::now();
     let progress = Progress::new(todo.len() as u64, "converting");
@@ -448,6 +477,9 @@ pub fn run(
     if let Some(line) = carried_line {
         say!(out, "{line}");
     }
+    if merging {
+        merge_line(source.as_ref(), &keys, &done, dst, options.target, out)?;
+    }
     if !options.verify {
         return Ok(Status::Success);
     }
@@ -455,7 +487,8 @@ pub fn run(
 }
 
 /// Whether `dst` already holds a cache of `target` (to append to); an error when it holds
-/// something else.
+/// something else. A directory holding only what an interrupted `convert` leaves before the
+/// cache exists (its [`ConvertRecord`], the writer lock, temporary files) is not a cache yet.
 fn existing(dst: &Path, target: Target) -> Result<bool, CliError> {
     if !dst.exists() {
         return Ok(false);
@@ -468,14 +501,108 @@ fn existing(dst: &Path, target: Target) -> Result<bool, CliError> {
             kind.description(),
             target.kind().description()
         ))),
-        None if dst.is_dir() && std::fs::read_dir(dst).is_ok_and(|mut d| d.next().is_none()) => {
-            Ok(false)
-        }
+        None if dst.is_dir() && holds_only_convert_leftovers(dst)? => Ok(false),
         None => Err(CliError::new(format!(
             "{} exists and is not an empty directory: convert into a new or empty directory",
             dst.display()
         ))),
     }
+}
+
+/// Whether every entry of the directory `dst` is one a conversion leaves before its cache
+/// exists: the record, the writer lock, and stowage's temporary files (`.<name>.tmp-<pid>-<n>`).
+fn holds_only_convert_leftovers(dst: &Path) -> Result<bool, CliError> {
+    let entries = std::fs::read_dir(dst).map_err(|e| crate::detect::io_error(dst, &e))?;
+    for entry in entries {
+        let name = entry.map_err(|e| crate::detect::io_error(dst, &e))?.file_name();
+        let name = name.to_string_lossy();
+        let leftover = name == crate::convert_record::FILE_NAME
+            || name == stowage_core::file_safety::WriterLock::FILE_NAME
+            || (name.starts_with('.') && name.contains(".tmp-"));
+        if !leftover {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// Checks that `dst` is converted from `source` (its record lists it), or that it may be: a
+/// new target, or `--merge`. Returns whether this run merges a source into a target converted
+/// from another one (or written by another program), and the record to write (`None` when the
+/// record already lists `source`).
+fn check_provenance(
+    dst: &Path,
+    options: &ConvertOptions,
+    source: SourceId,
+    appending: bool,
+) -> Result<(bool, Option<ConvertRecord>), CliError> {
+    let record = ConvertRecord::read(dst)?;
+    let backend = options.target.kind().description();
+    let refusal = |from: String| {
+        CliError::new(format!(
+            "{} {from}, not from {source}: run the conversion from that source again to resume \
+             it, convert into a new directory, or pass --merge to add this source's keys (the \
+             target's samples win for keys it already holds)",
+            dst.display()
+        ))
+    };
+    match &record {
+        Some(record) if record.has(&source) => return Ok((false, None)),
+        Some(record) if !options.merge => {
+            return Err(refusal(format!("is converted from {}", record.describe_sources())));
+        }
+        None if appending && !options.merge => {
+            return Err(refusal(format!(
+                "already holds a {backend} that records no conversion source (written by \
+                 another program, or by a stowage older than the record {})",
+                crate::convert_record::FILE_NAME
+            )));
+        }
+        _ => {}
+    }
+    let merging = appending || record.is_some();
+    let record = match record {
+        Some(mut record) => {
+            record.sources.push(source);
+            record
+        }
+        None => ConvertRecord::new(options.target.name(), source),
+    };
+    Ok((merging, Some(record)))
+}
+
+/// Says what a merge kept: how many of the source's keys the target already held (their samples
+/// stay the target's) and how many of those differ from the source's.
+fn merge_line(
+    source: &dyn SampleSource,
+    keys: &[String],
+    done: &HashSet<String>,
+    dst: &Path,
+    target: Target,
+    out: &mut dyn Write,
+) -> Result<(), CliError> {
+    let converted = open_kind(dst, target.kind())?.expect("the targets have keys");
+    let both: Vec<&String> = keys.iter().filter(|k| done.contains(*k)).collect();
+    let progress = Progress::new(both.len() as u64, "comparing kept keys");
+    let mut differ = 0u64;
+    for key in &both {
+        let theirs = converted.get(key)?.map(|s| sample_digest(&s));
+        if theirs != Some(sample_digest(&get(source, key)?)) {
+            differ += 1;
+        }
+        progress.inc(1);
+    }
+    progress.finish();
+    say!(
+        out,
+        "merged into {}: the target's samples win; {} of {} were already there and kept, {} of \
+         them differing from the source's",
+        dst.display(),
+        count(both.len() as u64, "key"),
+        source.path().display(),
+        differ
+    );
+    Ok(())
 }
 
 /// Reads every key back from `dst` and compares its sample's digest with the source's; prints

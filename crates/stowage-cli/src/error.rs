@@ -76,24 +76,35 @@ impl From<stowage_core::Error> for CliError {
     }
 }
 
-/// `text` with every control character replaced by its Rust escape (`\n`, `\u{1b}`); other
-/// characters, quotes and backslashes included, are kept as they are.
+/// `text` with every control and bidirectional formatting character
+/// ([`unsafe_char`](crate::out::unsafe_char)) replaced by its Rust escape (`\n`, `\u{1b}`,
+/// `\u{202e}`); other characters, quotes and backslashes included, are kept as they are.
 ///
 /// ```ignore
 /// assert_eq!(escape_control("a\nb\"c"), "a\\nb\"c");
 /// ```
 pub fn escape_control(text: &str) -> String {
-    if !text.chars().any(char::is_control) {
+    use crate::out::unsafe_char;
+    if !text.chars().any(unsafe_char) {
         return text.to_owned();
     }
     text.chars()
-        .map(|c| if c.is_control() { c.escape_debug().to_string() } else { c.to_string() })
+        .map(|c| if unsafe_char(c) { c.escape_debug().to_string() } else { c.to_string() })
         .collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn bidirectional_overrides_are_escaped_in_keys_and_messages() {
+        let key = "cat\u{202e}gpj.exe";
+        assert_eq!(crate::out::display_key(key), "\"cat\\u{202e}gpj.exe\"");
+        assert_eq!(crate::out::display_key("x\u{2066}y"), "\"x\\u{2066}y\"");
+        assert_eq!(escape_control(key), "cat\\u{202e}gpj.exe");
+        assert_eq!(crate::out::display_key("caf\u{e9}"), "caf\u{e9}");
+    }
 
     #[test]
     fn messages_become_one_line() {

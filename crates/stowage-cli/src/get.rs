@@ -16,7 +16,7 @@ use stowage_npy::read_hangar_record;
 
 use crate::detect::io_error;
 use crate::error::{CliError, Status};
-use crate::npy_out::{has_no_numpy_dtype, write_npy};
+use crate::npy_out::{has_no_numpy_dtype, numpy_loadable, write_npy};
 use crate::open::open_source;
 use crate::out::note;
 
@@ -34,17 +34,24 @@ pub fn by_key(
     let sample = source
         .get(key)?
         .ok_or_else(|| CliError::new(format!("key {key:?} not found in {}", path.display())))?;
-    write_sample(&sample, out_dir, out)?;
+    write_sample(&sample, out_dir, out).map_err(|e| {
+        CliError::new(format!("key {key:?} of {}: {}", path.display(), e.one_line()))
+    })?;
     Ok(Status::Success)
 }
 
 /// Writes each field of `sample` into `dir` (created when missing) and prints each file written.
 ///
-/// Every field name is checked with [`check_field_name`] before anything is created, so a
-/// hostile name never writes outside `dir`, and nothing at all is written when one is refused.
+/// Every field name is checked with [`check_field_name`], and every tensor with
+/// [`numpy_loadable`], before anything is created, so a hostile name never writes outside `dir`,
+/// no `.npy` numpy cannot load is written, and nothing at all is written when one is refused.
 pub fn write_sample(sample: &Sample, dir: &Path, out: &mut dyn Write) -> Result<(), CliError> {
-    for name in sample.field_names() {
+    for (name, value) in sample.fields() {
         check_field_name(name)?;
+        if let Value::Tensor(tensor) = value {
+            numpy_loadable(tensor)
+                .map_err(|why| CliError::new(format!("field {name:?}: {why}")))?;
+        }
     }
     std::fs::create_dir_all(dir).map_err(|e| io_error(dir, &e))?;
     for (name, value) in sample.fields() {
@@ -130,6 +137,7 @@ pub fn by_record(
         )));
     }
     let tensor = read_hangar_record(dir, record, true)?;
+    numpy_loadable(&tensor).map_err(|why| CliError::new(format!("record {record:?}: {why}")))?;
     let descr = write_npy(out_file, &tensor)?;
     say!(out, "{}: {}", out_file.display(), describe(&tensor, descr));
     Ok(Status::Success)

@@ -27,6 +27,7 @@ macro_rules! say {
 mod adopt;
 mod bench;
 mod convert;
+mod convert_record;
 mod detect;
 mod error;
 mod explain;
@@ -174,8 +175,11 @@ the throughput. The schema is translated: a field DST's backend cannot hold as S
 fixed shape, a maximum shape, no nulls), found by reading SRC once; a field that still does not
 fit is refused, naming it and the reason, before anything is written.
 
-Interrupted (even by kill -9)? Run the same command again: DST is opened for appending, the
-keys it has committed are skipped, and the result is the same as an uninterrupted run.
+Interrupted (even by kill -9, at any point)? Run the same command again: DST records the source
+it is converted from (.stowage.convert.json), so it is opened for appending, the keys it has
+committed are skipped, it is finalized, and the result is the same as an uninterrupted run.
+Another source into the same DST is refused unless --merge is given: then DST's samples win
+for the keys it already holds, and the run says how many of those differ from SRC's.
 --verify then reads every sample back from DST and compares its digest with SRC's, listing each
 key that differs.";
 
@@ -281,6 +285,11 @@ enum Command {
         /// Read every converted sample back and compare its digest with the source's
         #[arg(long)]
         verify: bool,
+
+        /// Add SRC's keys to a DST converted from another source (or written by another
+        /// program); DST's samples win for the keys it already holds
+        #[arg(long)]
+        merge: bool,
 
         /// Samples between two durable flushes (what an interruption can lose)
         #[arg(long, value_name = "N", default_value_t = 1024,
@@ -427,9 +436,9 @@ fn run(command: Command, out: &mut dyn Write) -> Result<Status, CliError> {
             // clap's argument group enforces exactly one.
             _ => Err(CliError::new("get needs either KEY or --record RECORD, not both")),
         },
-        Command::Convert { src, dst, to, verify, flush_every } => {
-            let options =
-                convert::ConvertOptions { target: to, verify, flush_every: flush_every as usize };
+        Command::Convert { src, dst, to, verify, merge, flush_every } => {
+            let flush_every = flush_every as usize;
+            let options = convert::ConvertOptions { target: to, verify, flush_every, merge };
             convert::run(&src, &dst, &options, out)
         }
         Command::Bench(args) => run_bench(args, out),

@@ -26,6 +26,36 @@ pub fn write_npy(path: &Path, tensor: &Tensor) -> Result<&'static str, CliError>
     Ok(storage_descr(tensor.dtype()))
 }
 
+/// The most dimensions `numpy.load` accepts (`NPY_MAXDIMS` of numpy 1.x; numpy 2 takes 64).
+pub const NUMPY_MAX_DIMS: usize = 32;
+
+/// Whether numpy can load `tensor` written as `.npy`; why not otherwise.
+///
+/// numpy refuses an array of more than [`NUMPY_MAX_DIMS`] dimensions, and one whose non-zero
+/// dimensions times its item size exceed the largest `intp` (`i64::MAX`), even when another
+/// dimension is 0 and the array holds no byte: a shape a hostile or damaged cache can hold.
+pub fn numpy_loadable(tensor: &Tensor) -> Result<(), String> {
+    let shape = tensor.shape();
+    let refuse = |why: String| {
+        Err(format!(
+            "shape {} cannot be written as .npy: {why}; no numpy array has this shape (is the \
+             cache damaged? `stowage verify` checks it)",
+            stowage_core::shape::display(shape)
+        ))
+    };
+    if shape.len() > NUMPY_MAX_DIMS {
+        return refuse(format!("{} dimensions, numpy loads at most {NUMPY_MAX_DIMS}", shape.len()));
+    }
+    let mut bytes = tensor.dtype().item_size() as u128;
+    for &dim in shape.iter().filter(|d| **d != 0) {
+        bytes = bytes.saturating_mul(dim as u128);
+        if bytes > i64::MAX as u128 {
+            return refuse("its dimensions multiply past the largest array numpy can index".into());
+        }
+    }
+    Ok(())
+}
+
 /// Whether `dtype` is written as a different numpy dtype (bfloat16 as `<u2`).
 pub fn has_no_numpy_dtype(dtype: DType) -> bool {
     dtype.numpy_descr().is_none()
@@ -65,6 +95,17 @@ mod tests {
             assert_eq!(shape, tensor.shape());
             assert_eq!(data, tensor.bytes());
         }
+    }
+
+    #[test]
+    fn shapes_numpy_cannot_load_are_refused() {
+        let huge = Tensor::zeros(DType::F32, &[0, 1 << 40, 1 << 30]).unwrap();
+        let e = numpy_loadable(&huge).unwrap_err();
+        assert!(e.contains("(0, 1099511627776, 1073741824)") && e.contains("multiply"), "{e}");
+        let deep = Tensor::zeros(DType::U8, &[1; 33]).unwrap();
+        assert!(numpy_loadable(&deep).unwrap_err().contains("33 dimensions"));
+        assert_eq!(numpy_loadable(&Tensor::zeros(DType::U8, &[1; 32]).unwrap()), Ok(()));
+        assert_eq!(numpy_loadable(&Tensor::zeros(DType::F64, &[0, 1 << 40]).unwrap()), Ok(()));
     }
 
     #[test]

@@ -92,10 +92,12 @@ pub fn note(text: &str) {
 
 /// A key (or field name) as one printable line.
 ///
-/// Printed as it is, unless it contains a control character (a newline, a tab, an escape...) or
-/// starts with `"`: then it is printed Rust-`{:?}`-escaped, in double quotes (`"a\nb"`). So every
-/// key is exactly one line, and a line that starts with `"` is always an escaped key; the leading
-/// quote rule keeps a key that really starts with a quote from being mistaken for one.
+/// Printed as it is, unless it contains a character a terminal would act on ([`unsafe_char`]: a
+/// newline, a tab, an escape, a bidirectional override...) or starts with `"`: then it is
+/// printed Rust-`{:?}`-escaped, in double quotes (`"a\nb"`, `"x\u{202e}y"`). So every key is
+/// exactly one line that shows its characters in their order, and a line that starts with `"`
+/// is always an escaped key; the leading quote rule keeps a key that really starts with a quote
+/// from being mistaken for one.
 ///
 /// ```ignore
 /// assert_eq!(display_key("sample-1"), "sample-1");
@@ -103,11 +105,19 @@ pub fn note(text: &str) {
 /// assert_eq!(display_key("\"q\""), "\"\\\"q\\\"\"");
 /// ```
 pub fn display_key(key: &str) -> String {
-    if key.starts_with('"') || key.chars().any(char::is_control) {
+    if key.starts_with('"') || key.chars().any(unsafe_char) {
         format!("{key:?}")
     } else {
         key.to_owned()
     }
+}
+
+/// Whether printing `c` to a terminal could do more than show a character: a control character
+/// (a newline, an escape sequence's start) or a bidirectional formatting character (which
+/// reorders the text after it, so a key could show as another one: "Trojan Source").
+pub fn unsafe_char(c: char) -> bool {
+    c.is_control()
+        || matches!(c, '\u{061c}' | '\u{200e}' | '\u{200f}' | '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}')
 }
 
 /// A byte count for people: `248 B`, `4128 B (4.0 KiB)`, `1073741824 B (1.0 GiB)`.

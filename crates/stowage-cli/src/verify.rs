@@ -114,6 +114,7 @@ pub fn run(path: &Path, options: VerifyOptions, out: &mut dyn Write) -> Result<S
             };
             let mut structure = ValidationReport::default();
             check_schema_json(&source.reader, &mut structure);
+            check_no_lost_log(path, &mut structure)?;
             let keys = source.reader.keys()?;
             let segments =
                 ArrowSegments { reader: &source.reader, backend: None, checksums_required: false };
@@ -584,6 +585,60 @@ fn whole_segment(
 }
 
 /// A torchcachex `schema.json` that exists must parse (torchcachex reads it at open).
+/// A NUMPY_10 cache without `stowage.json` reads as a bare hangar data directory; but stowage's
+/// own files beside it (its record log, its owned-files log, its complete marker) mean stowage
+/// wrote it and its metadata is lost: damage, never "unchecked".
+fn check_no_lost_metadata(path: &Path, report: &mut ValidationReport) {
+    let layout = stowage_npy::layout::Layout::new(path);
+    let stowage_files: Vec<PathBuf> =
+        [layout.records_log(), layout.owned_files_log(), layout.complete_marker()]
+            .into_iter()
+            .filter(|p| p.exists())
+            .collect();
+    if let Some(first) = stowage_files.first() {
+        report.problem(
+            Some(&layout.metadata()),
+            None,
+            format!(
+                "missing, but {} of stowage's are here ({} among them): stowage wrote this \
+                 cache and its metadata (the schema) is lost",
+                count(stowage_files.len() as u64, "file"),
+                first.display()
+            ),
+        );
+    }
+}
+
+/// A cache without `stowage.log` reads as one torchcachex wrote alone; but stowage's own files
+/// beside it (sidecars, index runs, the complete marker) mean stowage wrote it and its log is
+/// lost: damage, never "unchecked".
+fn check_no_lost_log(path: &Path, report: &mut ValidationReport) -> Result<(), CliError> {
+    let layout = stowage_arrow::layout::Layout::new(path);
+    let mut stowage_files: Vec<PathBuf> =
+        layout.list_index_runs()?.into_iter().map(|(_, _, path)| path).collect();
+    stowage_files.extend(Some(layout.complete_marker()).filter(|p| p.exists()));
+    if let Ok(entries) = std::fs::read_dir(layout.segments_dir()) {
+        stowage_files.extend(
+            entries.flatten().map(|e| e.path()).filter(|p| {
+                matches!(p.extension().and_then(|e| e.to_str()), Some("keys" | "sums"))
+            }),
+        );
+    }
+    if let Some(first) = stowage_files.first() {
+        report.problem(
+            Some(&layout.commit_log()),
+            None,
+            format!(
+                "missing, but {} of stowage's are here ({} among them): stowage wrote this \
+                 cache and its commit log is lost, so which rows it committed is unknown",
+                count(stowage_files.len() as u64, "file"),
+                first.display()
+            ),
+        );
+    }
+    Ok(())
+}
+
 fn check_schema_json(reader: &CacheReader, report: &mut ValidationReport) {
     let path = reader.layout().schema();
     if path.exists() {
@@ -648,6 +703,7 @@ fn hangar(
     for (path, detail) in &dir.problems {
         structure.problem(Some(path), None, detail.clone());
     }
+    check_no_lost_metadata(path, &mut structure);
     let units = dir
         .files
         .iter()

@@ -8,6 +8,7 @@
 
 mod arrow;
 mod hdf5;
+mod links;
 mod memmap;
 mod numpy10;
 pub mod report;
@@ -119,6 +120,16 @@ fn write_text(out: &mut dyn Write, inspected: &Inspected) -> Result<(), CliError
 
 /// The report of the cache at `path`, of kind `kind` (not a directory of caches).
 fn inspect(path: &Path, kind: CacheKind) -> Result<Inspected, CliError> {
+    let mut inspected = inspect_format(path, kind)?;
+    if path.is_dir() {
+        inspected.report.links_outside =
+            links::reaching_outside(path).iter().map(|l| escape_control(l)).collect();
+    }
+    Ok(inspected)
+}
+
+/// The format's own report of the cache at `path`.
+fn inspect_format(path: &Path, kind: CacheKind) -> Result<Inspected, CliError> {
     let plain = |report: CacheReport| Inspected { report, original_text: None, failure: None };
     Ok(match kind {
         CacheKind::StowageNpy => {

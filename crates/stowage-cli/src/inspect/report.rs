@@ -65,6 +65,9 @@ pub struct CacheReport {
     pub unchecked: Vec<String>,
     /// What could not be read, one line each.
     pub errors: Vec<String>,
+    /// Symbolic links inside the cache directory that lead outside it, `link -> target` each
+    /// ([`super::links::reaching_outside`]).
+    pub links_outside: Vec<String>,
 }
 
 /// Data files listed one by one; the rest are summed in [`CacheReport::unlisted_files`].
@@ -201,6 +204,7 @@ impl CacheReport {
             problems: Vec::new(),
             unchecked: Vec::new(),
             errors: Vec::new(),
+            links_outside: Vec::new(),
         }
     }
 
@@ -348,6 +352,10 @@ impl CacheReport {
         }
         for error in self.errors.iter().filter(|_| memory_and_errors) {
             say!(out, "{}", line("cannot read", error));
+        }
+        for link in &self.links_outside {
+            let text = format!("{link} (outside the cache directory: read, never written)");
+            say!(out, "{}", line("link", &text));
         }
         say!(out, "{}", line("integrity", &self.integrity));
         for problem in self.problems.iter().take(MAX_LISTED_PROBLEMS) {
