@@ -35,6 +35,7 @@ use crate::detect::{CacheKind, detect_here};
 use crate::error::{CliError, Status};
 use crate::open::{open_kind, open_source};
 use crate::out::{Progress, count, display_key, human};
+use crate::phase_trace::PhaseTrace;
 use crate::source::SampleSource;
 
 /// The backends `convert` writes.
@@ -389,6 +390,7 @@ pub fn run(
     options: &ConvertOptions,
     out: &mut dyn Write,
 ) -> Result<Status, CliError> {
+    let trace = PhaseTrace::from_env();
     let source = open_source(src, "convert")?;
     let keys = source.keys()?;
     let (carried, carried_line) = Carried::from_source(source.as_ref(), options.target)?;
@@ -416,6 +418,7 @@ pub fn run(
     let mut target = match appending {
         true if finalized => None,
         true => {
+            trace.mark("open");
             let target = factory.open(dst, OpenMode::Append)?;
             if target.schema() != &schema {
                 return Err(CliError::new(format!(
@@ -431,6 +434,7 @@ pub fn run(
         false => {
             // Recorded before the cache exists, so a rerun knows whose leftovers it finds.
             std::fs::create_dir_all(dst).map_err(|e| crate::detect::io_error(dst, &e))?;
+            trace.mark("create");
             record.map(|r| r.write(dst)).transpose()?;
             Some(factory.create(dst, &schema)?)
         }
@@ -439,6 +443,7 @@ pub fn run(
     let progress = Progress::new(todo.len() as u64, "converting");
     let mut bytes = 0u64;
     if let Some(target) = &mut target {
+        trace.mark("copy");
         for (i, key) in todo.iter().enumerate() {
             let sample = get(source.as_ref(), key)?;
             bytes += crate::inspect::report::sample_bytes(&sample);
@@ -450,12 +455,16 @@ pub fn run(
                 ))
             })?;
             if (i + 1) % options.flush_every.max(1) == 0 {
+                trace.mark("flush");
                 target.flush()?;
+                trace.mark("copy");
             }
             progress.inc(1);
         }
+        trace.mark("finalize");
         target.finalize()?;
     }
+    trace.mark("done");
     progress.finish();
     drop(target);
     let seconds = started.elapsed().as_secs_f64().max(1e-9);

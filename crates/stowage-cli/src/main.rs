@@ -38,6 +38,7 @@ mod keys;
 mod npy_out;
 mod open;
 mod out;
+mod phase_trace;
 mod source;
 mod verify;
 mod walk;
@@ -180,6 +181,8 @@ it is converted from (.stowage.convert.json), so it is opened for appending, the
 committed are skipped, it is finalized, and the result is the same as an uninterrupted run.
 Another source into the same DST is refused unless --merge is given: then DST's samples win
 for the keys it already holds, and the run says how many of those differ from SRC's.
+With STOWAGE_PHASE_TRACE=FILE, each step's start (create, copy, flush, finalize) is appended
+to FILE, for the crash campaign that kills convert inside each step.
 --verify then reads every sample back from DST and compares its digest with SRC's, listing each
 key that differs.";
 
