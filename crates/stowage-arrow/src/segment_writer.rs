@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use arrow_ipc::writer::{FileWriter, IpcWriteOptions};
 use arrow_schema::Schema;
-use stowage_core::file_safety::{fsync_dir, sync_together};
+use stowage_core::file_safety::{create_dir_within, fsync_dir, refuse_symlink, sync_together};
 use stowage_core::{Error, IoResultExt, Result, Sample};
 
 use crate::encode::{FieldColumns, encode_batch};
@@ -92,12 +92,16 @@ impl SegmentFormat {
 /// Errors: [`Error::AlreadyExists`] when the segment exists, also when another writer takes the
 /// name while this one writes (segments are immutable; nothing of this write is left in place
 /// then); [`Error::InvalidArgument`] naming the key and field of a value that does not fit its
-/// column; [`Error::Io`] naming the path that failed.
+/// column; [`Error::Io`] naming the path that failed, or `segments/` when it is a symbolic link
+/// (never written through).
 pub fn write_segment(format: &SegmentFormat, id: u64, rows: &[(&str, &Sample)]) -> Result<PathBuf> {
     let layout = &format.layout;
     let dir = layout.segments_dir();
+    // Checked at every segment, not only at open: a link made meanwhile must not take the
+    // segment (and its sidecars) out of the cache either.
+    refuse_symlink(&dir)?;
     if !dir.is_dir() {
-        std::fs::create_dir_all(&dir).at(&dir)?;
+        create_dir_within(layout.root(), &dir)?;
         fsync_dir(layout.root())?;
     }
     let path = layout.segment(id);

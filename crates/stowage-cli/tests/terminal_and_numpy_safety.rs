@@ -23,7 +23,10 @@ fn keys_with_bidirectional_overrides_are_printed_escaped() {
     assert_eq!(run.code, 0, "{run:?}");
     let mut lines: Vec<&str> = run.stdout.lines().collect();
     lines.sort_unstable();
-    assert_eq!(lines, ["\"a\\u{2067}b\"", "\"bell\\u{7}\"", "\"invoice\\u{202e}fdp.exe\"", "plain"]);
+    assert_eq!(
+        lines,
+        ["\"a\\u{2067}b\"", "\"bell\\u{7}\"", "\"invoice\\u{202e}fdp.exe\"", "plain"]
+    );
     assert!(!run.stdout.contains('\u{202e}') && !run.stdout.contains('\u{7}'));
 }
 
@@ -31,9 +34,11 @@ fn keys_with_bidirectional_overrides_are_printed_escaped() {
 fn get_refuses_a_shape_numpy_cannot_load_and_writes_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("cache");
-    let schema = Schema::new()
-        .tensor("ok", DType::U8, ShapeRule::Fixed(vec![2]))
-        .tensor("huge", DType::F32, ShapeRule::Any);
+    let schema = Schema::new().tensor("ok", DType::U8, ShapeRule::Fixed(vec![2])).tensor(
+        "huge",
+        DType::F32,
+        ShapeRule::Any,
+    );
     let mut cache = stowage_arrow::ArrowFactory::default().create(&path, &schema).unwrap();
     // No byte, but numpy multiplies the non-zero dimensions: 2^70 * 4 bytes.
     let sample = Sample::new()

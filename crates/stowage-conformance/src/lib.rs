@@ -11,6 +11,7 @@ pub mod outcome;
 pub mod python;
 pub mod reference;
 mod runner;
+pub mod symlinks;
 
 pub use context::{CaseContext, ChildLauncher};
 pub use outcome::{CaseResult, Outcome, Report};

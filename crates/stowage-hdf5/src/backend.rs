@@ -16,7 +16,8 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use stowage_core::file_safety::{
-    AppendLog, WriterLock, atomic_write, fsync_dir, remove_abandoned_temps,
+    AppendLog, WriterLock, atomic_write, create_dir_within, fsync_dir, refuse_symlink,
+    remove_abandoned_temps,
 };
 use stowage_core::{
     Backend, BackendFactory, Capabilities, DType, DynBackend, Error, IoResultExt, OpenMode, Result,
@@ -110,7 +111,9 @@ impl Hdf5Backend {
         let dir = dir.as_ref();
         let capabilities = capabilities();
         capabilities.check_schema(schema, BACKEND)?;
-        std::fs::create_dir_all(dir.join(SEGMENTS)).at(dir)?;
+        std::fs::create_dir_all(dir).at(dir)?;
+        // The cache directory may be a link (the user named it); `segments/` inside it never.
+        create_dir_within(dir, &dir.join(SEGMENTS))?;
         let lock = WriterLock::acquire(dir)?;
         let log_path = dir.join(LOG_NAME);
         if log_path.exists() {
@@ -165,7 +168,10 @@ impl Hdf5Backend {
             OpenMode::Append => {
                 let lock = WriterLock::acquire(dir)?;
                 // Under the lock no other writer is building one: every temporary is a crash's.
+                // Never in a linked `segments/`: the removals and every new segment would land
+                // outside the cache. Reads follow it.
                 let segments = dir.join(SEGMENTS);
+                refuse_symlink(&segments)?;
                 remove_abandoned_temps(&segments, is_segment_name)?;
                 remove_abandoned_temps(dir, |name| name == COMPLETE_NAME)?;
                 let (log, recovered) = AppendLog::open(&log_path, false)?;
@@ -277,10 +283,13 @@ impl Hdf5Backend {
     fn write_pending(&mut self) -> Result<()> {
         let id = self.committed.next_segment_id();
         let path = segment_path(&self.dir, id);
+        // Checked at every segment, not only at open: a link made meanwhile must not take the
+        // segment out of the cache either.
+        refuse_symlink(&self.dir.join(SEGMENTS))?;
         let mut temp = TempBeside::new(&path)?;
         let rows: Vec<(&str, &Sample)> =
             self.pending.iter().map(|(k, s)| (k.as_str(), s)).collect();
-        temp.before_libhdf5_opens();
+        temp.before_libhdf5_opens()?;
         segment::write(temp.path(), &self.schema, &rows)?;
         temp.after_libhdf5_closed()?;
         temp.publish(true)?;

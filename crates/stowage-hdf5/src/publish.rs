@@ -28,7 +28,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use stowage_core::file_safety::{
-    create_locked_temp_beside, fsync_dir, relock_temp, remove_abandoned_temps,
+    create_locked_temp_beside, fsync_dir, refuse_symlink, relock_temp, remove_abandoned_temps,
 };
 use stowage_core::{Error, IoResultExt, Result};
 
@@ -65,12 +65,22 @@ impl TempBeside {
         &self.path
     }
 
-    /// Call before libhdf5 opens (creates) the temporary: lets go of the build's lock when
-    /// libhdf5 will lock the file itself, which this lock would refuse.
-    pub fn before_libhdf5_opens(&mut self) {
+    /// Call right before libhdf5 opens (creates) the temporary: refuses a symbolic link in its
+    /// place, and lets go of the build's lock when libhdf5 will lock the file itself, which this
+    /// lock would refuse.
+    ///
+    /// libhdf5 creates by path (`H5Fcreate` with truncation), following a link; the temporary was
+    /// created by this process with `O_EXCL` and `O_NOFOLLOW` moments before, so only a link
+    /// swapped in between this check and libhdf5's open (by a process that can write the
+    /// directory anyway) could still redirect it.
+    ///
+    /// Errors: [`Error::Io`] naming the temporary when it is a symbolic link.
+    pub fn before_libhdf5_opens(&mut self) -> Result<()> {
+        refuse_symlink(&self.path)?;
         if libhdf5_locks_every_file() {
             self.lock = None;
         }
+        Ok(())
     }
 
     /// Call once libhdf5 closed the temporary: takes the build's lock back if it was let go.
@@ -247,5 +257,20 @@ mod tests {
         File::create(other.path()).unwrap();
         drop(Writeback::start(other.path()).unwrap());
         assert!(Writeback::start(&dir.path().join("missing")).is_err());
+    }
+
+    #[test]
+    fn a_link_swapped_in_for_the_temporary_is_refused_before_libhdf5_creates_it() {
+        let (dir, elsewhere) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let outside = elsewhere.path().join("outside.h5");
+        std::fs::write(&outside, b"outside").unwrap();
+        let mut temp = TempBeside::new(&dir.path().join("segment.h5")).unwrap();
+        std::fs::remove_file(temp.path()).unwrap();
+        std::os::unix::fs::symlink(&outside, temp.path()).unwrap();
+        let err = temp.before_libhdf5_opens().unwrap_err();
+        assert!(stowage_core::file_safety::is_refused_symlink(&err), "{err}");
+        assert!(err.to_string().contains(temp.path().to_str().unwrap()), "{err}");
+        drop(temp);
+        assert_eq!(std::fs::read(&outside).unwrap(), b"outside");
     }
 }

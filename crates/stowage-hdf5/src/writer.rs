@@ -379,7 +379,7 @@ impl TorchCacheWriter {
 
         let mut temp = TempBeside::new(&target)?;
         let path = temp.path().to_path_buf();
-        temp.before_libhdf5_opens();
+        temp.before_libhdf5_opens()?;
         // No libhdf5 file lock on the private temporary file: a child process forked meanwhile
         // would inherit the descriptor (libhdf5 does not set close-on-exec) and keep the
         // exclusive lock, refusing readers (aenet's too) of the published file until it exits.

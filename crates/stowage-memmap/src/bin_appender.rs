@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use stowage_core::bytes::Bytes;
-use stowage_core::file_safety::sync_together;
+use stowage_core::file_safety::{open_no_follow, sync_together};
 use stowage_core::write_behind::{BackgroundWriter, Job};
 use stowage_core::{Error, IoResultExt, Result};
 
@@ -53,13 +53,12 @@ impl BinAppender {
         row_bytes: usize,
         worker: Arc<BackgroundWriter>,
     ) -> Result<BinAppender> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(path)
-            .at(path)?;
+        // Never through a link: the truncation would empty the file it points to.
+        let file = open_no_follow(
+            OpenOptions::new().read(true).write(true).create(true).truncate(true),
+            path,
+        )
+        .at(path)?;
         file.sync_all().at(path)?;
         Ok(BinAppender::over(path, file, row_bytes, 0, worker))
     }
@@ -78,7 +77,8 @@ impl BinAppender {
         let expected = (rows as u64).checked_mul(row_bytes as u64).ok_or_else(|| {
             Error::corrupted(path, format!("{rows} rows of {row_bytes} bytes overflow"))
         })?;
-        let file = match OpenOptions::new().read(true).write(true).open(path) {
+        // Never through a link: the cut and the appends would change the file it points to.
+        let file = match open_no_follow(OpenOptions::new().read(true).write(true), path) {
             Ok(file) => file,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 return Err(Error::corrupted(

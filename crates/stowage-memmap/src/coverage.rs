@@ -25,6 +25,7 @@ use std::fs::OpenOptions;
 use std::ops::Range;
 use std::path::Path;
 
+use stowage_core::file_safety::open_no_follow;
 use stowage_core::{Backend, Error, IoResultExt, Result, Unchecked};
 
 use crate::backend::State;
@@ -131,14 +132,12 @@ pub(crate) fn recover_checksum_file<'k>(
     foreign: &[Range<usize>],
     key_of: impl Fn(usize) -> &'k str,
 ) -> Result<()> {
-    // Never truncated here: the rows kept are decided below.
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(path)
-        .at(path)?;
+    // Never truncated here: the rows kept are decided below. Never through a link.
+    let file = open_no_follow(
+        OpenOptions::new().read(true).write(true).create(true).truncate(false),
+        path,
+    )
+    .at(path)?;
     let len = file.metadata().at(path)?.len();
     let width = row_bytes as u64;
     let kept = usize::try_from(len / width).unwrap_or(usize::MAX).min(rows);

@@ -22,6 +22,7 @@ use std::sync::Arc;
 use foldhash::HashSet;
 use serde_json::{Map, Value as Json};
 use stowage_core::canonical_json::write_python_string;
+use stowage_core::file_safety::open_no_follow;
 use stowage_core::{Error, IoResultExt, Result};
 
 use crate::index::{JsonRef, RowEntry};
@@ -292,7 +293,9 @@ impl ManifestWriter {
     /// Opens `path` for appending after `committed_len` bytes: a torn tail beyond them is cut off
     /// (and the cut made durable), and a lost final newline is restored.
     pub fn open(path: &Path, committed_len: u64, missing_newline: bool) -> Result<ManifestWriter> {
-        let mut file = OpenOptions::new().append(true).create(true).open(path).at(path)?;
+        // Never through a link: the cut and the appends would change the file it points to.
+        let mut file =
+            open_no_follow(OpenOptions::new().append(true).create(true), path).at(path)?;
         if file.metadata().at(path)?.len() != committed_len {
             file.set_len(committed_len).at(path)?;
             file.sync_data().at(path)?;

@@ -11,7 +11,9 @@ use crate::{NpyOptions, validate};
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Mutex, OnceLock};
-use stowage_core::file_safety::{AppendLog, WriterLock, atomic_write, fsync_dir};
+use stowage_core::file_safety::{
+    AppendLog, WriterLock, atomic_write, create_dir_within, fsync_dir, open_no_follow,
+};
 use stowage_core::write_behind::BackgroundWriter;
 use stowage_core::{
     Backend, Capabilities, DType, Error, FieldKind, IoResultExt, OpenMode, Result, Sample, Schema,
@@ -723,13 +725,13 @@ impl NpyBackend {
         let writer = self.writer.as_ref().expect("markers are written by a writer");
         for uid in self.index.file_uids() {
             let marker = layout.store_marker(uid);
-            // Not truncating: an existing marker (a rolled-forward finalize) stays as it is.
-            std::fs::OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(false)
-                .open(&marker)
-                .at(&marker)?;
+            // Not truncating: an existing marker (a rolled-forward finalize) stays as it is. Not
+            // following a link: creating through a dangling one would make a file elsewhere.
+            open_no_follow(
+                std::fs::OpenOptions::new().write(true).create(true).truncate(false),
+                &marker,
+            )
+            .at(&marker)?;
         }
         fsync_dir(layout.store_dir())?;
         for uid in writer.owned.uids() {
@@ -763,9 +765,12 @@ impl NpyBackend {
 /// durable: flushes fsync a directory's entries, not its own name in its parent, and a power cut
 /// would otherwise take every collection file with it. Synced even when the directory exists: an
 /// earlier process may have crashed between making it and syncing its parent.
+///
+/// Refuses any of them (or `data/`, `stage_data/`, `store_data/`) that is a symbolic link: every
+/// file of a writer is created in them, and none may land outside the cache.
 fn make_layout_dirs(layout: &Layout) -> Result<()> {
     for dir in [layout.data_dir(), layout.stage_dir(), layout.store_dir()] {
-        std::fs::create_dir_all(&dir).at(&dir)?;
+        create_dir_within(layout.root(), &dir)?;
         fsync_dir(dir.parent().expect("layout directories have a parent"))?;
     }
     Ok(())

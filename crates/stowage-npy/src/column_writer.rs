@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use stowage_core::bytes::Bytes;
-use stowage_core::file_safety::sync_together;
+use stowage_core::file_safety::{open_no_follow, sync_together};
 use stowage_core::write_behind::{BackgroundWriter, Job};
 use stowage_core::{DType, Error, IoResultExt, Result, Tensor, shape};
 
@@ -196,8 +196,10 @@ impl ColumnWriter {
             if let Some(race) = self.before_create.take() {
                 race(&path);
             }
-            // create_new (O_EXCL): a file another writer made since the check is never replaced.
-            match OpenOptions::new().read(true).write(true).create_new(true).open(&path) {
+            // create_new (O_EXCL): a file another writer made since the check is never replaced,
+            // and a link in its place is never followed.
+            match open_no_follow(OpenOptions::new().read(true).write(true).create_new(true), &path)
+            {
                 Ok(file) => break (uid, file),
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
                     owned.release(&uid)?;
@@ -210,7 +212,7 @@ impl ColumnWriter {
         file.write_all(&header).at(&path)?;
         file.set_len(header.len() as u64 + data_len).at(&path)?;
         let marker = layout.stage_marker(&uid);
-        OpenOptions::new().write(true).create_new(true).open(&marker).at(&marker)?;
+        open_no_follow(OpenOptions::new().write(true).create_new(true), &marker).at(&marker)?;
         self.created_files = true;
         if let Some(previous) = self.current.take()
             && previous.dirty

@@ -23,7 +23,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use stowage_core::file_safety::{
-    AppendLog, WriterLock, atomic_write, fsync_dir, remove_abandoned_temps,
+    AppendLog, WriterLock, atomic_write, create_dir_within, fsync_dir, refuse_symlink,
+    remove_abandoned_temps,
 };
 use stowage_core::{
     Backend, Capabilities, Error, IoResultExt, OpenMode, Result, Sample, Schema, Unchecked,
@@ -142,7 +143,8 @@ impl ArrowBackend {
         std::fs::create_dir_all(layout.root()).at(layout.root())?;
         let lock = WriterLock::acquire(layout.root())?;
         refuse_existing(&layout)?;
-        std::fs::create_dir_all(layout.segments_dir()).at(layout.segments_dir())?;
+        // Never a link: every segment is written (and every leftover removed) in it.
+        create_dir_within(layout.root(), &layout.segments_dir())?;
         let (structure, fields, _) = header.columns()?;
         let arrow = arrow_schema(structure, &fields);
         let described = SchemaJson::describe(structure, &arrow)?;
@@ -182,6 +184,9 @@ impl ArrowBackend {
 
     /// The writer over the cache of `layout`, whose lock this process holds.
     fn open_writer(layout: Layout, lock: WriterLock, options: ArrowOptions) -> Result<Self> {
+        // A linked `segments/` would take new segments out of the cache, and the removal of
+        // leftovers below would delete files elsewhere. Reads follow it; writes never do.
+        refuse_symlink(&layout.segments_dir())?;
         // Read under the lock: another writer may have committed more before it let go.
         let recovered = AppendLog::read_all(layout.commit_log())?;
         let committed = commit_log::interpret(&layout.commit_log(), &recovered)?;
@@ -646,7 +651,7 @@ fn remove_uncommitted(layout: &Layout, survey: &Survey) -> Result<()> {
     }
     let dir = layout.segments_dir();
     if !dir.is_dir() {
-        std::fs::create_dir_all(&dir).at(&dir)?;
+        create_dir_within(layout.root(), &dir)?;
     }
     if removed {
         fsync_dir(&dir)?;

@@ -1,6 +1,7 @@
 //! A checksummed append-only log of byte records, for manifests and journals.
 
 use super::atomic::{fsync_dir, parent_dir};
+use super::open_no_follow;
 use crate::{Error, IoResultExt, Result};
 use std::fmt;
 use std::fs::{File, OpenOptions};
@@ -176,16 +177,15 @@ impl AppendLog {
     /// - [`Error::Corrupted`] when the file does not start with the log header;
     ///   [`Error::Incompatible`] when it is a log of another format version. The file is not
     ///   changed in either case.
-    /// - [`Error::Io`] naming the file.
+    /// - [`Error::Io`] naming the file; a symbolic link at `path` is refused, never followed
+    ///   ([`is_refused_symlink`](super::is_refused_symlink)), and stays as it was.
     pub fn open(path: impl AsRef<Path>, create: bool) -> Result<(AppendLog, Recovered)> {
         let path = path.as_ref();
-        let mut file = match OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(create)
-            .truncate(false)
-            .open(path)
-        {
+        // No link followed: recovery truncates, and appends follow.
+        let mut file = match open_no_follow(
+            OpenOptions::new().read(true).write(true).create(create).truncate(false),
+            path,
+        ) {
             Ok(file) => file,
             Err(err) if err.kind() == io::ErrorKind::NotFound && !create => {
                 return Err(Error::NotFound { what: format!("append log {}", path.display()) });

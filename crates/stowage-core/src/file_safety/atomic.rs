@@ -1,5 +1,6 @@
 //! Atomic whole-file replace: readers and crashes see the old bytes or the new bytes, never a mix.
 
+use super::open_no_follow;
 use crate::{Error, IoResultExt, Result};
 use std::ffi::{OsStr, OsString};
 use std::fs::{self, File, OpenOptions};
@@ -125,7 +126,8 @@ pub(crate) fn create_temp(dir: &Path, name: &OsStr) -> io::Result<(PathBuf, File
         temp_name.push(format!(".tmp-{pid}-{n}"));
         let temp = dir.join(temp_name);
         // `create_new`: never write into a file someone else (a dead process that had our pid) left.
-        match OpenOptions::new().write(true).create_new(true).open(&temp) {
+        // (`create_new` never follows a link either; `open_no_follow` says so for every writer.)
+        match open_no_follow(OpenOptions::new().write(true).create_new(true), &temp) {
             Ok(file) => return Ok((temp, file)),
             Err(err) if err.kind() == io::ErrorKind::AlreadyExists && attempts < 64 => {
                 attempts += 1

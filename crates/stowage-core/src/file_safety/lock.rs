@@ -1,5 +1,6 @@
 //! The single-writer lock of a cache: an OS file lock on `<cache>/.stowage.lock`.
 
+use super::open_no_follow;
 use crate::{Error, IoResultExt, Result};
 use std::fs::{File, OpenOptions, TryLockError};
 use std::io::{Seek, SeekFrom, Write};
@@ -47,18 +48,18 @@ impl WriterLock {
     /// # Errors
     /// - [`Error::Locked`] when another process, or another handle in this process, holds it.
     /// - [`Error::Io`] naming the lock file when it cannot be created or locked (for example when
-    ///   `cache_dir` does not exist).
+    ///   `cache_dir` does not exist), or when it is a symbolic link, which is never followed
+    ///   ([`is_refused_symlink`](super::is_refused_symlink)).
     pub fn acquire(cache_dir: impl AsRef<Path>) -> Result<WriterLock> {
         let cache = cache_dir.as_ref().to_path_buf();
         let lock_file = cache.join(Self::FILE_NAME);
         // No truncation here: until we own the lock, the file (and the pid in it) is the holder's.
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&lock_file)
-            .at(&lock_file)?;
+        // No link followed: the pid written below would truncate the file a link points to.
+        let file = open_no_follow(
+            OpenOptions::new().read(true).write(true).create(true).truncate(false),
+            &lock_file,
+        )
+        .at(&lock_file)?;
         match file.try_lock() {
             Ok(()) => {}
             Err(TryLockError::WouldBlock) => return Err(Error::Locked { cache, lock_file }),

@@ -1,6 +1,6 @@
 //! Crash-safe file primitives every backend builds on.
 //!
-//! Seven concepts, one module each:
+//! Eight concepts, one module each:
 //!
 //! - **Atomic replace** ([`atomic_write`], [`atomic_write_with`], [`fsync_dir`]): a whole file is
 //!   swapped in with write-temp, fsync, rename, fsync-directory, so a reader or a crash sees either
@@ -24,6 +24,11 @@
 //!   next writer removes the `.<name>.tmp-<pid>-<n>` files a killed writer left, never one a live
 //!   writer is building (under the cache's writer lock there is none; elsewhere the builder holds
 //!   an OS lock on its temporary).
+//! - **Never writing through a link** ([`open_no_follow`], [`refuse_symlink`],
+//!   [`refuse_symlinks_within`], [`create_dir_within`], [`is_refused_symlink`]): every file inside
+//!   a cache is opened for writing with `O_NOFOLLOW`, every directory inside it is checked, so a
+//!   symbolic link planted in a cache is refused with an error naming it, never written through.
+//!   Reads may follow links, and the cache directory itself may be one. Every helper above uses it.
 //!
 //! ```
 //! use stowage_core::file_safety::{AppendLog, WriterLock, atomic_write};
@@ -43,6 +48,7 @@ mod abandoned;
 mod append_log;
 mod atomic;
 mod lock;
+mod no_follow;
 mod no_replace;
 mod staged;
 mod sync_together;
@@ -53,6 +59,9 @@ pub use abandoned::{
 pub use append_log::{AppendLog, Damage, DamageKind, Recovered};
 pub use atomic::{atomic_write, atomic_write_with, fsync_dir};
 pub use lock::WriterLock;
+pub use no_follow::{
+    create_dir_within, is_refused_symlink, open_no_follow, refuse_symlink, refuse_symlinks_within,
+};
 pub use no_replace::{create_temp_beside, publish_no_replace};
 pub use staged::StagedFiles;
 pub use sync_together::sync_together;
