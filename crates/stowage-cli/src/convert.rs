@@ -24,7 +24,8 @@ use std::path::Path;
 use std::time::Instant;
 
 use stowage_core::{
-    BackendFactory, Capabilities, FieldKind, OpenMode, Sample, Schema, ShapeRule, Value,
+    BackendFactory, Capabilities, FieldKind, OpenMode, Sample, Schema, ShapeRule, ValidationLevel,
+    Value,
 };
 
 use stowage_arrow::BlobEncoding;
@@ -81,6 +82,17 @@ impl Target {
             Target::Arrow => "arrow",
             Target::Hdf5 => "hdf5",
             Target::Npy => "npy",
+        }
+    }
+
+    /// The files this backend's create writes before the directory is a cache of its kind, and
+    /// which its create, run again, replaces: Arrow writes torchcachex's `schema.json` before
+    /// its log, NUMPY_10 its empty logs before `stowage.json`.
+    fn written_before_the_cache(self) -> &'static [&'static str] {
+        match self {
+            Target::Arrow => &["schema.json"],
+            Target::Npy => &["records.log", "owned_files.log"],
+            Target::Memmap | Target::Hdf5 => &[],
         }
     }
 
@@ -412,9 +424,13 @@ pub fn run(
     };
     let todo: Vec<&String> = keys.iter().filter(|k| !done.contains(*k)).collect();
     // A finished conversion run again is not reopened for writing (a finalized memmap or
-    // NUMPY_10 cache cannot be); one killed inside finalize is, to finalize it.
-    let finalized =
-        appending && todo.is_empty() && factory.open(dst, OpenMode::ReadOnly)?.is_finalized();
+    // NUMPY_10 cache cannot be); one killed inside finalize is, to finalize it: also one whose
+    // log says finalized but whose finalize did not complete (an HDF5 cache without
+    // stowage.complete), which an append-open completes.
+    let finalized = appending && todo.is_empty() && {
+        let target = factory.open(dst, OpenMode::ReadOnly)?;
+        target.is_finalized() && target.validate(ValidationLevel::Structure)?.is_undamaged()
+    };
     let mut target = match appending {
         true if finalized => None,
         true => {
@@ -439,6 +455,12 @@ pub fn run(
             Some(factory.create(dst, &schema)?)
         }
     };
+    if target.is_some() {
+        // Under the target's writer lock no other convert is writing the record: a temporary
+        // of it is a killed run's.
+        let record_temp = |name: &str| name == crate::convert_record::FILE_NAME;
+        stowage_core::file_safety::remove_abandoned_temps(dst, record_temp)?;
+    }
     let started = Instant::now();
     let progress = Progress::new(todo.len() as u64, "converting");
     let mut bytes = 0u64;
@@ -462,7 +484,11 @@ pub fn run(
             progress.inc(1);
         }
         trace.mark("finalize");
-        target.finalize()?;
+        // An append-open of a cache whose finalize was cut short may complete it (HDF5): then
+        // there is nothing left to finalize unless this run put keys.
+        if !todo.is_empty() || !target.is_finalized() {
+            target.finalize()?;
+        }
     }
     trace.mark("done");
     progress.finish();
@@ -502,15 +528,21 @@ fn existing(dst: &Path, target: Target) -> Result<bool, CliError> {
     if !dst.exists() {
         return Ok(false);
     }
+    // A directory the record proves a conversion made may hold what the target's create
+    // writes before the directory becomes a cache; killed there, it may read as another kind.
+    let ours = dst.join(crate::convert_record::FILE_NAME).exists();
     match detect_here(dst)? {
         Some(kind) if kind == target.kind() => Ok(true),
+        _ if ours && holds_only_convert_leftovers(dst, target.written_before_the_cache())? => {
+            Ok(false)
+        }
         Some(kind) => Err(CliError::new(format!(
             "{} already holds a {}, not a {}: convert into a new directory",
             dst.display(),
             kind.description(),
             target.kind().description()
         ))),
-        None if dst.is_dir() && holds_only_convert_leftovers(dst)? => Ok(false),
+        None if dst.is_dir() && holds_only_convert_leftovers(dst, &[])? => Ok(false),
         None => Err(CliError::new(format!(
             "{} exists and is not an empty directory: convert into a new or empty directory",
             dst.display()
@@ -519,15 +551,25 @@ fn existing(dst: &Path, target: Target) -> Result<bool, CliError> {
 }
 
 /// Whether every entry of the directory `dst` is one a conversion leaves before its cache
-/// exists: the record, the writer lock, and stowage's temporary files (`.<name>.tmp-<pid>-<n>`).
-fn holds_only_convert_leftovers(dst: &Path) -> Result<bool, CliError> {
+/// exists: the record, the writer lock, stowage's temporary files (`.<name>.tmp-<pid>-<n>`, and
+/// `.<name>.new`, a log staged before it takes its name), and directories (not links) holding
+/// nothing else (a create killed after making `segments/`); `also` names more files that count
+/// as leftovers.
+fn holds_only_convert_leftovers(dst: &Path, also: &[&str]) -> Result<bool, CliError> {
     let entries = std::fs::read_dir(dst).map_err(|e| crate::detect::io_error(dst, &e))?;
     for entry in entries {
-        let name = entry.map_err(|e| crate::detect::io_error(dst, &e))?.file_name();
+        let entry = entry.map_err(|e| crate::detect::io_error(dst, &e))?;
+        let name = entry.file_name();
         let name = name.to_string_lossy();
-        let leftover = name == crate::convert_record::FILE_NAME
-            || name == stowage_core::file_safety::WriterLock::FILE_NAME
-            || (name.starts_with('.') && name.contains(".tmp-"));
+        let leftover = match entry.file_type().map_err(|e| crate::detect::io_error(dst, &e))? {
+            kind if kind.is_dir() => holds_only_convert_leftovers(&entry.path(), &[])?,
+            _ => {
+                name == crate::convert_record::FILE_NAME
+                    || also.contains(&name.as_ref())
+                    || name == stowage_core::file_safety::WriterLock::FILE_NAME
+                    || (name.starts_with('.') && (name.contains(".tmp-") || name.ends_with(".new")))
+            }
+        };
         if !leftover {
             return Ok(false);
         }

@@ -126,6 +126,9 @@ fn a_conversion_stopped_before_its_cache_existed_is_finished_by_a_rerun() {
         // Killed after the record: only it, the lock and a temporary are there.
         let dst = dir.path().join(format!("record-only-{to}"));
         assert_eq!(convert(&src, &dst, to, &[]).code, 0);
+        if to == "arrow" {
+            std::fs::copy(dst.join("schema.json"), dir.path().join("schema-arrow.json")).unwrap();
+        }
         for entry in std::fs::read_dir(&dst).unwrap() {
             let path = entry.unwrap().path();
             if path.file_name().unwrap() != RECORD {
@@ -136,6 +139,18 @@ fn a_conversion_stopped_before_its_cache_existed_is_finished_by_a_rerun() {
             }
         }
         std::fs::write(dst.join(".stowage.lock"), b"12345\n").unwrap();
+        std::fs::create_dir_all(dst.join("segments/empty")).unwrap();
+        std::fs::write(dst.join(".stowage.log.new"), b"half a log").unwrap();
+        if to == "arrow" {
+            // Arrow's create writes schema.json before its log.
+            std::fs::copy(dir.path().join("schema-arrow.json"), dst.join("schema.json")).unwrap();
+        }
+        if to == "npy" {
+            // NUMPY_10's create writes its empty logs before stowage.json.
+            std::fs::write(dst.join("records.log"), b"").unwrap();
+            std::fs::write(dst.join("owned_files.log"), b"").unwrap();
+            std::fs::create_dir_all(dst.join("data/10")).unwrap();
+        }
         std::fs::write(dst.join(".schema.json.tmp-12345-0"), b"{\"fie").unwrap();
         let run = convert(&src, &dst, to, &["--verify"]);
         assert_eq!(run.code, 0, "{to}: {run:?}");
@@ -151,6 +166,7 @@ fn a_conversion_stopped_before_its_cache_existed_is_finished_by_a_rerun() {
         let run = convert(&src, &dst, to, &[]);
         assert_eq!(run.code, 0, "{to}: {run:?}");
         assert_eq!(open(&dst, to).len(), 25);
+        assert!(!dst.join("..stowage.convert.json.tmp-12345-0").exists(), "{to}: removed");
 
         // Anything else in the directory is not ours: refused.
         let dst = dir.path().join(format!("foreign-{to}"));
