@@ -149,6 +149,7 @@ impl NpyBackend {
             return Err(Error::AlreadyExists { path: layout.metadata() });
         }
         make_layout_dirs(&layout)?;
+        remove_killed_writers_temps(&layout)?;
         // Logs left by a create that crashed before stowage.json was written belong to no cache
         // (no put can precede stowage.json, so they claim no file).
         for stale in [layout.records_log(), layout.owned_files_log()] {
@@ -208,6 +209,7 @@ impl NpyBackend {
         let layout = Layout::new(dir.as_ref());
         let meta = CacheMetadata::read(&layout.metadata())?;
         let lock = WriterLock::acquire(layout.root())?;
+        remove_killed_writers_temps(&layout)?;
         // Empty marker directories may be missing (a copy that dropped empty folders, e.g. git).
         make_layout_dirs(&layout)?;
         // Inspect before AppendLog::open truncates: mid-log damage must not be silently cut away.
@@ -759,6 +761,15 @@ impl NpyBackend {
             OpenMode::Append => Self::open_append(dir, options),
         }
     }
+}
+
+/// Removes the temporaries of `stowage.json` and `_COMPLETE` that a writer killed inside
+/// `atomic_write` left (create, finalize). Called under the writer lock, so none is a live
+/// writer's.
+fn remove_killed_writers_temps(layout: &Layout) -> Result<()> {
+    let ours = |name: &str| matches!(name, "stowage.json" | "_COMPLETE");
+    stowage_core::file_safety::remove_abandoned_temps(layout.root(), ours)?;
+    Ok(())
 }
 
 /// Makes `data/10`, `stage_data/10` and `store_data/10` where missing and makes each name
