@@ -359,10 +359,17 @@ impl MemmapBackend {
                 ),
             ));
         }
-        let complete = layout.complete_marker().exists();
-        if !complete && layout.manifest().exists() {
-            return Self::open_unfinished(layout, options, meta);
+        if !layout.complete_marker().exists() && layout.manifest().exists() {
+            match Self::open_unfinished(layout.clone(), options.clone(), meta.clone()) {
+                // A finalize removes the manifest just before it writes `_COMPLETE`: a reader
+                // that saw the manifest and lost it meanwhile opens what the finalize left.
+                Err(Error::Io { source, .. })
+                    if source.kind() == std::io::ErrorKind::NotFound
+                        && !layout.manifest().exists() => {}
+                other => return other,
+            }
         }
+        let complete = layout.complete_marker().exists();
         let finalize_files = layout.shapes().exists() && layout.index().exists();
         if !(complete || finalize_files) {
             // Only stowage.json: created, crashed before any manifest existed.
