@@ -2,9 +2,11 @@
 //! outputs, and tells the crate where each is through a compile-time environment variable (empty
 //! where it cannot be built: the trials that need it then report themselves unavailable):
 //!
-//! - `faultfs/faultfs.c` (`STOWAGE_FAULTFS_LIBRARY`): the durable image of the power-loss trials;
-//! - `faultinject/faultinject.c` (`STOWAGE_FAULTINJECT_LIBRARY`): the ENOSPC and EIO failures of
-//!   the resource-fault campaign.
+//! - `faultfs/faultfs.c` (`STOWAGE_FAULTFS_LIBRARY`): the durable image of the power-loss trials
+//!   (and of the resource-fault trials, where a failed fsync drops the pages it could not write);
+//! - `faultinject/faultinject.c` (`STOWAGE_FAULTINJECT_LIBRARY`): the ENOSPC, EIO and EMFILE
+//!   failures of the resource-fault campaign (writes, fsyncs, ftruncates, fallocates, renames,
+//!   mkdirs, creating opens).
 //!
 //! They are C because they must replace libc's `write`, `fsync`, `rename` and friends in every
 //! library of the child process, libhdf5 included, which only a preloaded shared object can do;

@@ -69,21 +69,32 @@ Commands:
                   which keeps no results, is skipped)
 
   reliability     Run the long reliability campaigns of stowage-reliability (their quick forms
-                  are tests under `test`), each recorded in its section of docs/reliability.md:
+                  are tests under `test`), each recorded in its section of docs/reliability.md;
+                  a campaign with a realistic form (default options, >= 100,000 samples) runs it
+                  next and records it in a section of its own (<name>-realistic):
                     crash        cargo run --release -p stowage-reliability --bin crash --
-                                 --trials 200 --markdown
+                                 --trials 200 --markdown; realistic: --realistic --trials 2
                     crash-mixed  ... --bin crash -- --mixed --trials 50 --markdown (stowage and
                                  the original tools' peers sharing caches; hangar 0.5.2's venv
                                  made as for `test`)
-                    corruption   ... --bin corruption -- --flips 1000 --truncations 100 --markdown
+                    crash-convert  ... --bin convert -- --trials 40 --samples 20000
+                                 --flush-every 256 --markdown (the stowage command killed and
+                                 rerun); realistic: --trials 8 --samples 100000
+                    corruption   ... --bin corruption -- --flips 1000 --truncations 100
+                                 --cli-gets 8 --markdown (the stowage command scored too);
+                                 realistic: --realistic --flips 40 --truncations 10
                     corruption-asan  the same, built as cargo-fuzz builds (nightly,
                                  AddressSanitizer, debug assertions) in target/asan
-                    concurrency  ... --bin concurrency -- --seconds 60 --markdown
-                    faults       ... --bin faults -- --markdown
+                    concurrency  ... --bin concurrency -- --seconds 60 --markdown; realistic:
+                                 --realistic --seconds 60
+                    faults       ... --bin faults -- --markdown; realistic: --realistic
+                                 --points 2
                     fuzz         cargo +nightly fuzz run <target> -- -max_total_time=600, for
                                  every target of fuzz/, as many at once as there are cores,
                                  after writing the seed corpus (cargo-fuzz installed when
                                  missing)
+                  The campaigns that run the stowage command get it built in release
+                  (STOWAGE_BIN).
     --campaign NAME  run only this campaign; may be given more than once
 
   help, --help, -h  Print this text.

@@ -24,6 +24,10 @@ pub struct Campaign {
     pub heading: &'static str,
     /// The arguments of the long form (`--markdown` is added).
     pub args: &'static [&'static str],
+    /// The arguments of its realistic form (default options, realistic sizes), run after the
+    /// long form and recorded in a section of its own, `<name>-realistic`; empty when the
+    /// campaign has none.
+    pub realistic: &'static [&'static str],
     /// Whether the binary is built as cargo-fuzz builds its targets: nightly, AddressSanitizer,
     /// debug assertions and overflow checks, in its own target directory.
     pub sanitized: bool,
@@ -39,6 +43,7 @@ pub const CAMPAIGNS: &[Campaign] = &[
         binary: "crash",
         heading: "Crash: SIGKILL at random moments, and simulated power loss",
         args: &["--trials", "200"],
+        realistic: &["--realistic", "--trials", "2"],
         sanitized: false,
         hangar: false,
     },
@@ -47,14 +52,25 @@ pub const CAMPAIGNS: &[Campaign] = &[
         binary: "crash",
         heading: "Crash in mixed sequences: stowage and the original tools sharing a cache",
         args: &["--mixed", "--trials", "50"],
+        realistic: &[],
         sanitized: false,
         hangar: true,
+    },
+    Campaign {
+        name: "crash-convert",
+        binary: "convert",
+        heading: "Crash in `stowage convert`: SIGKILL in create, copy, flush and finalize, then the same command again",
+        args: &["--trials", "40", "--samples", "20000", "--flush-every", "256"],
+        realistic: &["--trials", "8", "--samples", "100000"],
+        sanitized: false,
+        hangar: false,
     },
     Campaign {
         name: "corruption",
         binary: "corruption",
         heading: "Corruption: single-byte flips and truncations of finalized caches",
-        args: &["--flips", "1000", "--truncations", "100"],
+        args: &["--flips", "1000", "--truncations", "100", "--cli-gets", "8"],
+        realistic: &["--realistic", "--flips", "40", "--truncations", "10"],
         sanitized: false,
         hangar: false,
     },
@@ -62,7 +78,8 @@ pub const CAMPAIGNS: &[Campaign] = &[
         name: "corruption-asan",
         binary: "corruption",
         heading: "Corruption under AddressSanitizer",
-        args: &["--flips", "1000", "--truncations", "100"],
+        args: &["--flips", "1000", "--truncations", "100", "--cli-gets", "8"],
+        realistic: &[],
         sanitized: true,
         hangar: false,
     },
@@ -71,6 +88,7 @@ pub const CAMPAIGNS: &[Campaign] = &[
         binary: "concurrency",
         heading: "Concurrency: a writer process, reader threads and processes, competing writers",
         args: &["--seconds", "60"],
+        realistic: &["--realistic", "--seconds", "60"],
         sanitized: false,
         hangar: false,
     },
@@ -79,6 +97,7 @@ pub const CAMPAIGNS: &[Campaign] = &[
         binary: "faults",
         heading: "Resource faults: disk full and I/O errors",
         args: &[],
+        realistic: &["--realistic", "--points", "2"],
         sanitized: false,
         hangar: false,
     },
@@ -150,8 +169,60 @@ fn parse(args: &[String]) -> Result<Vec<&'static str>, String> {
     Ok(names.into_iter().filter(|n| chosen.is_empty() || chosen.contains(n)).collect())
 }
 
-/// Builds and runs one campaign binary, records its markdown.
+/// Every section name in page order: each campaign's, then its realistic form's, then the fuzz
+/// step's.
+fn section_names() -> Vec<String> {
+    let mut names = Vec::new();
+    for campaign in CAMPAIGNS {
+        names.push(campaign.name.to_string());
+        if !campaign.realistic.is_empty() {
+            names.push(format!("{}-realistic", campaign.name));
+        }
+    }
+    names.push(FUZZ.to_string());
+    names
+}
+
+/// Runs one campaign's long form, then its realistic form when it has one, recording each.
 fn run_campaign(root: &Path, docs: &Path, campaign: &Campaign) -> Result<(), String> {
+    let long = run_form(root, docs, campaign, campaign.name, campaign.heading, campaign.args);
+    if campaign.realistic.is_empty() {
+        return long;
+    }
+    let name = format!("{}-realistic", campaign.name);
+    let heading =
+        format!("{}, realistic form: default options and realistic sizes", campaign.heading);
+    let realistic = run_form(root, docs, campaign, &name, &heading, campaign.realistic);
+    match (long, realistic) {
+        (Ok(()), Ok(())) => Ok(()),
+        (Err(e), Ok(())) | (Ok(()), Err(e)) => Err(e),
+        (Err(a), Err(b)) => Err(format!("{a}; {b}")),
+    }
+}
+
+/// Builds the `stowage` command in release (with the stable toolchain, also for the sanitized
+/// campaigns: the command is scored, not instrumented) and returns its path, for `STOWAGE_BIN`.
+fn stowage_bin() -> Result<std::path::PathBuf, String> {
+    let mut command = cargo();
+    command.args(["build", "--release", "--quiet", "-p", "stowage-cli", "--bin", "stowage"]);
+    let line = display_command(&command);
+    println!("xtask: ==> {line}");
+    let status = command.status().map_err(|e| format!("could not start `{line}`: {e}"))?;
+    if !status.success() {
+        return Err(format!("`{line}` failed ({status})"));
+    }
+    Ok(crate::target_dir().join("release/stowage"))
+}
+
+/// Builds and runs one form of a campaign binary with `args`, records its markdown as `name`.
+fn run_form(
+    root: &Path,
+    docs: &Path,
+    campaign: &Campaign,
+    name: &str,
+    heading: &str,
+    args: &[&str],
+) -> Result<(), String> {
     let binary = campaign.binary;
     let source = root.join(format!("crates/stowage-reliability/src/bin/{binary}.rs"));
     if !source.is_file() {
@@ -168,11 +239,15 @@ fn run_campaign(root: &Path, docs: &Path, campaign: &Campaign) -> Result<(), Str
         let python = crate::hangar_venv::ensure(&crate::target_dir())?;
         command.env(crate::hangar_venv::HANGAR_PYTHON_ENV, python);
     }
+    if matches!(binary, "corruption" | "convert") {
+        // These campaigns run the `stowage` command: scored on every damaged copy, or killed.
+        command.env("STOWAGE_BIN", stowage_bin()?);
+    }
     command.args(["run", "--release", "--quiet", "-p", "stowage-reliability", "--bin"]);
-    command.arg(binary).arg("--").args(campaign.args).arg("--markdown");
+    command.arg(binary).arg("--").args(args).arg("--markdown");
     let (markdown, status, line) = run_for_markdown(&mut command)?;
     let verdict = if status.success() { "passed" } else { "FAILED" };
-    record(docs, campaign.name, campaign.heading, &line, verdict, &markdown)?;
+    record(docs, name, heading, &line, verdict, &markdown)?;
     match status.success() {
         true => Ok(()),
         false => Err(format!("`{line}` failed ({status}); its section says what")),
@@ -358,8 +433,9 @@ fn record(
     let _ = writeln!(section, "Command: `{command}` (from `cargo xtask reliability`).\n");
     section.push_str(body.trim_end());
     let old = std::fs::read_to_string(docs).unwrap_or_else(|_| "# Reliability\n".to_owned());
-    let names: Vec<&str> = CAMPAIGNS.iter().map(|c| c.name).chain(std::iter::once(FUZZ)).collect();
-    let later: Vec<&str> = names.iter().skip_while(|n| **n != name).skip(1).copied().collect();
+    let names = section_names();
+    let later: Vec<&str> =
+        names.iter().skip_while(|n| *n != name).skip(1).map(String::as_str).collect();
     std::fs::write(docs, PAGE.replace(&old, name, &later, &section))
         .map_err(|e| format!("cannot write {}: {e}", docs.display()))
 }
@@ -379,6 +455,7 @@ mod tests {
             [
                 "crash",
                 "crash-mixed",
+                "crash-convert",
                 "corruption",
                 "corruption-asan",
                 "concurrency",
@@ -393,11 +470,19 @@ mod tests {
         let err = parse_args(&["--campaign", "chaos"]).unwrap_err();
         assert_eq!(
             err,
-            "unknown campaign `chaos`; the campaigns are crash, crash-mixed, corruption, \
+            "unknown campaign `chaos`; the campaigns are crash, crash-mixed, crash-convert, corruption, \
              corruption-asan, concurrency, faults, fuzz"
         );
         assert!(parse_args(&["--campaign"]).is_err());
         assert!(parse_args(&["--quick"]).unwrap_err().contains("--campaign NAME"));
+    }
+
+    #[test]
+    fn a_realistic_form_has_its_own_section_after_its_campaign() {
+        let names = section_names();
+        let at = |n: &str| names.iter().position(|x| x == n).unwrap();
+        assert_eq!(at("corruption-realistic"), at("corruption") + 1);
+        assert_eq!(names.last().map(String::as_str), Some(FUZZ));
     }
 
     #[test]

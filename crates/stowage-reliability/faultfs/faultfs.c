@@ -8,9 +8,22 @@
  * - a directory's entries (a new file's name, a rename, an unlink) become durable when the
  *   directory is fsync'd: the shim then writes its listing to SHADOW/dirs/<inode>;
  * - sync() and syncfs() make the whole tree durable.
- * Writes themselves are not intercepted: the real file holds the latest bytes, and fsync is the
- * moment they are copied. Everything else (unsynced writes, unsynced names) is dropped by the
- * reconstruction (src/crash/durable_image.rs), which rebuilds the tree from SHADOW alone.
+ * The real file holds the latest bytes, and fsync is the moment they are copied. Everything else
+ * (unsynced writes, unsynced names) is dropped by the reconstruction
+ * (src/crash/durable_image.rs), which rebuilds the tree from SHADOW (and, for torn writes, may
+ * keep a prefix of a file's unsynced bytes: see there).
+ *
+ * A failed fsync or fdatasync of a regular file (whatever made it fail: a real error or the
+ * faultinject interposer loaded after this one) drops its dirty pages, as Linux does: after a
+ * writeback error the kernel marks the pages clean, keeps the new bytes in the page cache (reads
+ * still see them) and never writes them, so a later fsync "succeeds" without them. The shim
+ * marks every 4 KiB page of the file that differs from its durable snapshot as lost, and keeps
+ * that page's durable bytes (zeros past the durable end) in SHADOW/lostbase/<inode>. A later
+ * write, pwrite, writev or pwritev touching a lost page, or an ftruncate cutting it off, makes it
+ * dirty again (a rewrite after the error does reach the disk); every later snapshot of the file
+ * takes the lost pages' bytes from lostbase, and its length from the file. Each failed fsync is
+ * logged to SHADOW/dropped as "dropped <inode> <pages> <path>". Directories are not modelled so
+ * (their entries are journaled metadata: a failed directory fsync keeps its last listing).
  *
  * Snapshots are keyed by inode number, so an inode must not be reused while a listing may still
  * name it: before a regular file's last link goes (unlink, remove, or a rename over it), the
@@ -43,6 +56,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 static char root[PATH_MAX];
@@ -71,6 +85,27 @@ static int (*real_openat)(int, const char *, int, ...);
 static int (*real_openat64)(int, const char *, int, ...);
 static void *(*real_mmap)(void *, size_t, int, int, int, off_t);
 static void *(*real_mmap64)(void *, size_t, int, int, int, off_t);
+static ssize_t (*real_write)(int, const void *, size_t);
+static ssize_t (*real_pwrite)(int, const void *, size_t, off_t);
+static ssize_t (*real_pwrite64)(int, const void *, size_t, off_t);
+static ssize_t (*real_writev)(int, const struct iovec *, int);
+static ssize_t (*real_pwritev)(int, const struct iovec *, int, off_t);
+static ssize_t (*real_pwritev64)(int, const struct iovec *, int, off_t);
+static int (*real_ftruncate)(int, off_t);
+static int (*real_ftruncate64)(int, off_t);
+
+/* The page size of the failed-fsync model. */
+#define PAGE 4096
+/* The files whose pages a failed fsync dropped: per inode, one flag per page. */
+struct lost {
+    ino_t ino;
+    size_t pages;
+    unsigned char *flags;
+};
+static struct lost *lost_files;
+static size_t lost_count;
+/* lost_count, readable without the lock: most writes see 0 and skip the bookkeeping. */
+static atomic_size_t lost_any;
 
 static void *next(const char *name) { return dlsym(RTLD_NEXT, name); }
 
@@ -91,6 +126,14 @@ static void init(void) {
     real_openat64 = next("openat64");
     real_mmap = next("mmap");
     real_mmap64 = next("mmap64");
+    real_write = next("write");
+    real_pwrite = next("pwrite");
+    real_pwrite64 = next("pwrite64");
+    real_writev = next("writev");
+    real_pwritev = next("pwritev");
+    real_pwritev64 = next("pwritev64");
+    real_ftruncate = next("ftruncate");
+    real_ftruncate64 = next("ftruncate64");
     const char *r = getenv("FAULTFS_ROOT");
     const char *s = getenv("FAULTFS_SHADOW");
     if (!r || !s || r[0] != '/' || s[0] != '/' || strlen(r) >= PATH_MAX ||
@@ -166,7 +209,8 @@ static void temp_name(char *out, size_t size) {
 
 static int write_all(int fd, const char *buf, size_t len) {
     while (len > 0) {
-        ssize_t n = write(fd, buf, len);
+        /* The next write, not this shim's (which would look the shadow file up). */
+        ssize_t n = real_write(fd, buf, len);
         if (n < 0) {
             if (errno == EINTR) continue;
             return -1;
@@ -175,6 +219,124 @@ static int write_all(int fd, const char *buf, size_t len) {
         len -= (size_t)n;
     }
     return 0;
+}
+
+/* The lost pages of `ino`, or NULL. Call with snapshot_lock held. */
+static struct lost *find_lost(ino_t ino) {
+    for (size_t i = 0; i < lost_count; i++)
+        if (lost_files[i].ino == ino) return &lost_files[i];
+    return NULL;
+}
+
+/* Puts back, in the snapshot being written to `out` (`len` bytes), the durable bytes of the
+ * pages of `ino` a failed fsync dropped. Call with snapshot_lock held. */
+static int restore_lost(int out, ino_t ino, off_t len) {
+    struct lost *lost = find_lost(ino);
+    if (!lost) return 0;
+    char path[PATH_MAX], page[PAGE];
+    snprintf(path, sizeof path, "%s/lostbase/%lu", shadow, (unsigned long)ino);
+    int base = real_open(path, O_RDONLY | O_CLOEXEC);
+    if (base < 0) return -1;
+    int failed = 0;
+    for (size_t p = 0; p < lost->pages && (off_t)(p * PAGE) < len; p++) {
+        if (!lost->flags[p]) continue;
+        off_t at = (off_t)(p * PAGE);
+        size_t want = (size_t)(len - at) < PAGE ? (size_t)(len - at) : PAGE;
+        memset(page, 0, sizeof page);
+        if (pread(base, page, want, at) < 0 || real_pwrite(out, page, want, at) != (ssize_t)want)
+            failed = 1;
+    }
+    close(base);
+    return failed ? -1 : 0;
+}
+
+/* Reads up to `len` bytes at `at` of `fd` into `buf` (zeros past its end). */
+static void read_page(int fd, char *buf, size_t len, off_t at) {
+    memset(buf, 0, len);
+    size_t got = 0;
+    while (got < len) {
+        ssize_t n = pread(fd, buf + got, len - got, at + (off_t)got);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        got += (size_t)n;
+    }
+}
+
+/* A failed fsync of the regular file open as `fd` (inode `ino`, at `path`): every page that
+ * differs from its durable snapshot is lost (see the header). Call with snapshot_lock held. */
+static void drop_dirty(int fd, ino_t ino, const char *path) {
+    char src[64], durable_path[PATH_MAX], base_path[PATH_MAX], now[PAGE], then[PAGE];
+    snprintf(src, sizeof src, "/proc/self/fd/%d", fd);
+    snprintf(durable_path, sizeof durable_path, "%s/files/%lu", shadow, (unsigned long)ino);
+    snprintf(base_path, sizeof base_path, "%s/lostbase/%lu", shadow, (unsigned long)ino);
+    int in = real_open(src, O_RDONLY | O_CLOEXEC);
+    int durable = real_open(durable_path, O_RDONLY | O_CLOEXEC);
+    int base = real_open(base_path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    struct stat st;
+    if (in < 0 || base < 0 || fstat(in, &st) < 0) {
+        log_unmodeled("failed-fsync-unreadable", path);
+        goto out;
+    }
+    size_t pages = ((size_t)st.st_size + PAGE - 1) / PAGE;
+    struct lost *lost = find_lost(ino);
+    if (!lost) {
+        struct lost *grown = realloc(lost_files, (lost_count + 1) * sizeof *grown);
+        if (!grown) goto fail;
+        lost_files = grown;
+        lost = &lost_files[lost_count++];
+        *lost = (struct lost){ino, 0, NULL};
+        atomic_store(&lost_any, lost_count);
+    }
+    if (pages > lost->pages) {
+        unsigned char *flags = realloc(lost->flags, pages);
+        if (!flags) goto fail;
+        memset(flags + lost->pages, 0, pages - lost->pages);
+        lost->flags = flags;
+        lost->pages = pages;
+    }
+    size_t dropped = 0;
+    for (size_t p = 0; p < pages; p++) {
+        off_t at = (off_t)(p * PAGE);
+        read_page(in, now, PAGE, at);
+        if (durable >= 0) read_page(durable, then, PAGE, at);
+        else memset(then, 0, PAGE);
+        /* A page past the durable end is new even when it holds zeros. */
+        struct stat dst;
+        int beyond = durable < 0 || (fstat(durable, &dst) == 0 && at >= dst.st_size);
+        if (!beyond && memcmp(now, then, PAGE) == 0) continue;
+        dropped++;
+        if (lost->flags[p]) continue; /* already lost: its durable bytes are kept */
+        lost->flags[p] = 1;
+        if (real_pwrite(base, then, PAGE, at) != PAGE) goto fail;
+    }
+    char log[PATH_MAX];
+    snprintf(log, sizeof log, "%s/dropped", shadow);
+    int fd_log = real_open(log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (fd_log >= 0) {
+        dprintf(fd_log, "dropped %lu %zu %s\n", (unsigned long)ino, dropped, path);
+        close(fd_log);
+    }
+    goto out;
+fail:
+    log_unmodeled("failed-fsync-bookkeeping", path);
+out:
+    if (in >= 0) close(in);
+    if (durable >= 0) close(durable);
+    if (base >= 0) close(base);
+}
+
+/* Pages [from, to) of the file open as `fd` were written (or cut off) after a failed fsync
+ * dropped some: they are dirty again and reach the disk with the next fsync. */
+static void redirty(int fd, off_t from, off_t to) {
+    struct stat st;
+    if (to <= from || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) return;
+    pthread_mutex_lock(&snapshot_lock);
+    struct lost *lost = find_lost(st.st_ino);
+    if (lost) {
+        for (size_t p = (size_t)(from / PAGE); p < lost->pages && (off_t)(p * PAGE) < to; p++)
+            lost->flags[p] = 0;
+    }
+    pthread_mutex_unlock(&snapshot_lock);
 }
 
 /* Copies the regular file open as `fd` to SHADOW/files/<inode>. */
@@ -208,6 +370,7 @@ static void snapshot_file(int fd, ino_t ino) {
         offset += n;
     }
     close(in);
+    if (!failed && restore_lost(out, ino, offset) < 0) failed = 1;
     close(out);
     snprintf(dst, sizeof dst, "%s/files/%lu", shadow, (unsigned long)ino);
     if (failed || real_rename(tmp, dst) < 0) {
@@ -316,10 +479,25 @@ static void pin(int dirfd, const char *path) {
     if (link(full, grave) < 0) log_unmodeled("pin-failed", full);
 }
 
+/* After a failed fsync of `fd`: drops its dirty pages when it is a regular file in the tree. */
+static void fsync_failed(int fd) {
+    int saved = errno;
+    char path[PATH_MAX];
+    struct stat st;
+    if (fd_path(fd, path, sizeof path) == 0 && under_root(path) && fstat(fd, &st) == 0 &&
+        S_ISREG(st.st_mode)) {
+        pthread_mutex_lock(&snapshot_lock);
+        drop_dirty(fd, st.st_ino, path);
+        pthread_mutex_unlock(&snapshot_lock);
+    }
+    errno = saved;
+}
+
 int fsync(int fd) {
     ensure_init();
     int result = real_fsync(fd);
     if (active && result == 0) snapshot_fd(fd);
+    else if (active) fsync_failed(fd);
     return result;
 }
 
@@ -327,6 +505,92 @@ int fdatasync(int fd) {
     ensure_init();
     int result = real_fdatasync(fd);
     if (active && result == 0) snapshot_fd(fd);
+    else if (active) fsync_failed(fd);
+    return result;
+}
+
+/* Where a write(2) or writev(2) on `fd` is about to land, when lost pages are being tracked. */
+static off_t write_offset(int fd) {
+    if (!active || atomic_load(&lost_any) == 0) return -1;
+    int flags = fcntl(fd, F_GETFL);
+    if (flags >= 0 && (flags & O_APPEND)) {
+        struct stat st;
+        return fstat(fd, &st) == 0 ? st.st_size : -1;
+    }
+    return lseek(fd, 0, SEEK_CUR);
+}
+
+/* After a write of `n` bytes at `at` (`at` < 0: not tracked). */
+static void wrote(int fd, off_t at, ssize_t n) {
+    int saved = errno;
+    if (at >= 0 && n > 0 && active && atomic_load(&lost_any) != 0) redirty(fd, at, at + n);
+    errno = saved;
+}
+
+ssize_t write(int fd, const void *buf, size_t len) {
+    ensure_init();
+    off_t at = write_offset(fd);
+    ssize_t n = real_write(fd, buf, len);
+    wrote(fd, at, n);
+    return n;
+}
+
+ssize_t pwrite(int fd, const void *buf, size_t len, off_t offset) {
+    ensure_init();
+    ssize_t n = real_pwrite(fd, buf, len, offset);
+    wrote(fd, offset, n);
+    return n;
+}
+
+ssize_t pwrite64(int fd, const void *buf, size_t len, off_t offset) {
+    ensure_init();
+    ssize_t n = real_pwrite64(fd, buf, len, offset);
+    wrote(fd, offset, n);
+    return n;
+}
+
+ssize_t writev(int fd, const struct iovec *iov, int count) {
+    ensure_init();
+    off_t at = write_offset(fd);
+    ssize_t n = real_writev(fd, iov, count);
+    wrote(fd, at, n);
+    return n;
+}
+
+ssize_t pwritev(int fd, const struct iovec *iov, int count, off_t offset) {
+    ensure_init();
+    ssize_t n = real_pwritev(fd, iov, count, offset);
+    wrote(fd, offset, n);
+    return n;
+}
+
+ssize_t pwritev64(int fd, const struct iovec *iov, int count, off_t offset) {
+    ensure_init();
+    ssize_t n = real_pwritev64(fd, iov, count, offset);
+    wrote(fd, offset, n);
+    return n;
+}
+
+/* A truncation cuts lost pages off (from the page holding the new end on): whatever the file
+ * holds there later is written anew. */
+static void truncated(int fd, off_t length, int result) {
+    int saved = errno;
+    if (result == 0 && active && atomic_load(&lost_any) != 0)
+        redirty(fd, length / PAGE * PAGE, (off_t)1 << 62);
+    errno = saved;
+}
+
+int ftruncate(int fd, off_t length) {
+    ensure_init();
+    int result = real_ftruncate(fd, length);
+    truncated(fd, length, result);
+    return result;
+}
+
+int ftruncate64(int fd, off_t length) {
+    ensure_init();
+    int result = real_ftruncate64(fd, length);
+    truncated(fd, length, result);
     return result;
 }
 

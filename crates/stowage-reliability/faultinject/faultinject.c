@@ -8,9 +8,19 @@
  * Environment (read once, at load):
  * - FAULTINJECT_DIR: absolute directory; only descriptors whose path is below it count. Without
  *   it every call passes straight through.
- * - FAULTINJECT_OP: "write" (write, pwrite, pwrite64, writev, pwritev, pwritev64) or "fsync"
- *   (fsync, fdatasync).
- * - FAULTINJECT_ERRNO: the errno of a failed call (ENOSPC 28, EIO 5).
+ * - FAULTINJECT_OP: which calls count:
+ *   - "write": write, pwrite, pwrite64, writev, pwritev, pwritev64;
+ *   - "fsync": fsync, fdatasync;
+ *   - "ftruncate": ftruncate, ftruncate64, truncate, truncate64;
+ *   - "fallocate": fallocate, fallocate64, posix_fallocate, posix_fallocate64 (which return the
+ *     errno instead of setting it);
+ *   - "rename": rename, renameat, renameat2 (when either name is below the directory);
+ *   - "mkdir": mkdir, mkdirat;
+ *   - "open": open, open64, openat, openat64, creat, creat64 that may create a file (O_CREAT or
+ *     O_TMPFILE): opening an existing file for reading cannot run out of space.
+ *   Rust's std calls open64, ftruncate64, rename and mkdir; libhdf5 open and ftruncate64; the
+ *   other names are there so that a backend switching to the *at forms stays covered.
+ * - FAULTINJECT_ERRNO: the errno of a failed call (ENOSPC 28, EIO 5, EMFILE 24).
  * - FAULTINJECT_AFTER: how many matching calls succeed before the first failure; -1 only counts.
  * - FAULTINJECT_STICKY: "1": every matching call from the first failure on fails too (a full disk
  *   stays full); otherwise only that one call fails (a retried fsync then "succeeds", the trap a
@@ -43,7 +53,7 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-enum op { OP_NONE, OP_WRITE, OP_FSYNC };
+enum op { OP_NONE, OP_WRITE, OP_FSYNC, OP_FTRUNCATE, OP_FALLOCATE, OP_RENAME, OP_MKDIR, OP_OPEN };
 
 static enum op target;
 static char dir[PATH_MAX];
@@ -67,6 +77,25 @@ static ssize_t (*real_pwritev)(int, const struct iovec *, int, off_t);
 static ssize_t (*real_pwritev64)(int, const struct iovec *, int, off_t);
 static int (*real_fsync)(int);
 static int (*real_fdatasync)(int);
+static int (*real_ftruncate)(int, off_t);
+static int (*real_ftruncate64)(int, off_t);
+static int (*real_truncate)(const char *, off_t);
+static int (*real_truncate64)(const char *, off_t);
+static int (*real_fallocate)(int, int, off_t, off_t);
+static int (*real_fallocate64)(int, int, off_t, off_t);
+static int (*real_posix_fallocate)(int, off_t, off_t);
+static int (*real_posix_fallocate64)(int, off_t, off_t);
+static int (*real_rename)(const char *, const char *);
+static int (*real_renameat)(int, const char *, int, const char *);
+static int (*real_renameat2)(int, const char *, int, const char *, unsigned int);
+static int (*real_mkdir)(const char *, mode_t);
+static int (*real_mkdirat)(int, const char *, mode_t);
+static int (*real_open)(const char *, int, ...);
+static int (*real_open64)(const char *, int, ...);
+static int (*real_openat)(int, const char *, int, ...);
+static int (*real_openat64)(int, const char *, int, ...);
+static int (*real_creat)(const char *, mode_t);
+static int (*real_creat64)(const char *, mode_t);
 
 static void copy_env(const char *name, char *out, size_t size) {
     const char *value = getenv(name);
@@ -74,8 +103,9 @@ static void copy_env(const char *name, char *out, size_t size) {
 }
 
 static void log_line(const char *fmt, ...) {
-    if (!log_path[0]) return;
-    int fd = open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    if (!log_path[0] || !real_open) return;
+    /* The real open: this file's own would count the log as a call. */
+    int fd = real_open(log_path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (fd < 0) return;
     char line[PATH_MAX + 128];
     va_list args;
@@ -95,6 +125,25 @@ static void init(void) {
     real_pwritev64 = dlsym(RTLD_NEXT, "pwritev64");
     real_fsync = dlsym(RTLD_NEXT, "fsync");
     real_fdatasync = dlsym(RTLD_NEXT, "fdatasync");
+    real_ftruncate = dlsym(RTLD_NEXT, "ftruncate");
+    real_ftruncate64 = dlsym(RTLD_NEXT, "ftruncate64");
+    real_truncate = dlsym(RTLD_NEXT, "truncate");
+    real_truncate64 = dlsym(RTLD_NEXT, "truncate64");
+    real_fallocate = dlsym(RTLD_NEXT, "fallocate");
+    real_fallocate64 = dlsym(RTLD_NEXT, "fallocate64");
+    real_posix_fallocate = dlsym(RTLD_NEXT, "posix_fallocate");
+    real_posix_fallocate64 = dlsym(RTLD_NEXT, "posix_fallocate64");
+    real_rename = dlsym(RTLD_NEXT, "rename");
+    real_renameat = dlsym(RTLD_NEXT, "renameat");
+    real_renameat2 = dlsym(RTLD_NEXT, "renameat2");
+    real_mkdir = dlsym(RTLD_NEXT, "mkdir");
+    real_mkdirat = dlsym(RTLD_NEXT, "mkdirat");
+    real_open = dlsym(RTLD_NEXT, "open");
+    real_open64 = dlsym(RTLD_NEXT, "open64");
+    real_openat = dlsym(RTLD_NEXT, "openat");
+    real_openat64 = dlsym(RTLD_NEXT, "openat64");
+    real_creat = dlsym(RTLD_NEXT, "creat");
+    real_creat64 = dlsym(RTLD_NEXT, "creat64");
     copy_env("FAULTINJECT_DIR", dir, sizeof dir);
     copy_env("FAULTINJECT_STOP", stop_path, sizeof stop_path);
     copy_env("FAULTINJECT_LOG", log_path, sizeof log_path);
@@ -113,7 +162,14 @@ static void init(void) {
     trace = s && strcmp(s, "1") == 0;
     s = getenv("FAULTINJECT_SHORT");
     short_write = s && strcmp(s, "1") == 0;
-    target = strcmp(op, "write") == 0 ? OP_WRITE : strcmp(op, "fsync") == 0 ? OP_FSYNC : OP_NONE;
+    static const struct {
+        const char *name;
+        enum op op;
+    } ops[] = {{"write", OP_WRITE},         {"fsync", OP_FSYNC}, {"ftruncate", OP_FTRUNCATE},
+               {"fallocate", OP_FALLOCATE}, {"rename", OP_RENAME}, {"mkdir", OP_MKDIR},
+               {"open", OP_OPEN}};
+    for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
+        if (strcmp(op, ops[i].name) == 0) target = ops[i].op;
 }
 
 static void ensure_init(void) { pthread_once(&init_once, init); }
@@ -139,6 +195,32 @@ static int watched(int fd, char *path, size_t size) {
     return !(ignore_name[0] && strcmp(base, ignore_name) == 0);
 }
 
+/* Whether `path` (relative ones resolved against `dirfd`) is below FAULTINJECT_DIR (and not the
+ * ignored file); the absolute path in `out`. The kernel's names of the directories are
+ * canonical, as FAULTINJECT_DIR is; a relative path's ".." is not resolved (no backend uses one). */
+static int watched_path(int dirfd, const char *path, char *out, size_t size) {
+    char base[PATH_MAX];
+    if (!path) return 0;
+    if (path[0] == '/') {
+        if (strlen(path) >= size) return 0;
+        strcpy(out, path);
+    } else {
+        if (dirfd == AT_FDCWD) {
+            if (!getcwd(base, sizeof base)) return 0;
+        } else {
+            char link[64];
+            snprintf(link, sizeof link, "/proc/self/fd/%d", dirfd);
+            ssize_t n = readlink(link, base, sizeof base - 1);
+            if (n < 0) return 0;
+            base[n] = 0;
+        }
+        if ((size_t)snprintf(out, size, "%s/%s", base, path) >= size) return 0;
+    }
+    if (strncmp(out, dir, dir_len) != 0 || out[dir_len] != '/') return 0;
+    const char *name = strrchr(out, '/') + 1;
+    return !(ignore_name[0] && strcmp(name, ignore_name) == 0);
+}
+
 static int stopped(void) {
     struct stat st;
     return stop_path[0] && stat(stop_path, &st) == 0;
@@ -155,10 +237,25 @@ static void print_stack(void) {
     backtrace_symbols_fd(frames, n, 2);
 }
 
+/* The verdict of a matching call on the file `path` (already known to be watched). */
+static enum verdict decide_on(enum op op, const char *name, const char *path);
+
 static enum verdict decide(enum op op, int fd, const char *name) {
     ensure_init();
     char path[PATH_MAX];
     if (target != op || !watched(fd, path, sizeof path)) return PASS;
+    return decide_on(op, name, path);
+}
+
+/* As decide, for a call naming a file by path (relative to `dirfd`). */
+static enum verdict decide_path(enum op op, int dirfd, const char *file, const char *name) {
+    ensure_init();
+    char path[PATH_MAX];
+    if (target != op || !watched_path(dirfd, file, path, sizeof path)) return PASS;
+    return decide_on(op, name, path);
+}
+
+static enum verdict decide_on(enum op op, const char *name, const char *path) {
     long call = atomic_fetch_add(&calls, 1);
     if (trace) log_line("call %s %ld %s\n", name, call, path);
     int due = after >= 0 && (call == after || (sticky && call > after) ||
@@ -271,4 +368,134 @@ int fsync(int fd) {
 int fdatasync(int fd) {
     if (decide(OP_FSYNC, fd, "fdatasync") != PASS) FAIL_WITH_ERRNO;
     return real_fdatasync(fd);
+}
+
+int ftruncate(int fd, off_t length) {
+    if (decide(OP_FTRUNCATE, fd, "ftruncate") != PASS) FAIL_WITH_ERRNO;
+    return real_ftruncate(fd, length);
+}
+
+int ftruncate64(int fd, off_t length) {
+    if (decide(OP_FTRUNCATE, fd, "ftruncate64") != PASS) FAIL_WITH_ERRNO;
+    return real_ftruncate64(fd, length);
+}
+
+int truncate(const char *path, off_t length) {
+    if (decide_path(OP_FTRUNCATE, AT_FDCWD, path, "truncate") != PASS) FAIL_WITH_ERRNO;
+    return real_truncate(path, length);
+}
+
+int truncate64(const char *path, off_t length) {
+    if (decide_path(OP_FTRUNCATE, AT_FDCWD, path, "truncate64") != PASS) FAIL_WITH_ERRNO;
+    return real_truncate64(path, length);
+}
+
+int fallocate(int fd, int mode, off_t offset, off_t len) {
+    if (decide(OP_FALLOCATE, fd, "fallocate") != PASS) FAIL_WITH_ERRNO;
+    return real_fallocate(fd, mode, offset, len);
+}
+
+int fallocate64(int fd, int mode, off_t offset, off_t len) {
+    if (decide(OP_FALLOCATE, fd, "fallocate64") != PASS) FAIL_WITH_ERRNO;
+    return real_fallocate64(fd, mode, offset, len);
+}
+
+/* posix_fallocate returns the error number and leaves errno alone. */
+int posix_fallocate(int fd, off_t offset, off_t len) {
+    if (decide(OP_FALLOCATE, fd, "posix_fallocate") != PASS) return fail_errno;
+    return real_posix_fallocate(fd, offset, len);
+}
+
+int posix_fallocate64(int fd, off_t offset, off_t len) {
+    if (decide(OP_FALLOCATE, fd, "posix_fallocate64") != PASS) return fail_errno;
+    return real_posix_fallocate64(fd, offset, len);
+}
+
+/* A rename counts when its target is below the directory, else when its source is (one call,
+ * one count). */
+static enum verdict decide_rename(int fromfd, const char *from, int tofd, const char *to,
+                                  const char *name) {
+    ensure_init();
+    char path[PATH_MAX];
+    if (target != OP_RENAME) return PASS;
+    if (watched_path(tofd, to, path, sizeof path) || watched_path(fromfd, from, path, sizeof path))
+        return decide_on(OP_RENAME, name, path);
+    return PASS;
+}
+
+int rename(const char *from, const char *to) {
+    if (decide_rename(AT_FDCWD, from, AT_FDCWD, to, "rename") != PASS) FAIL_WITH_ERRNO;
+    return real_rename(from, to);
+}
+
+int renameat(int fromfd, const char *from, int tofd, const char *to) {
+    if (decide_rename(fromfd, from, tofd, to, "renameat") != PASS) FAIL_WITH_ERRNO;
+    return real_renameat(fromfd, from, tofd, to);
+}
+
+int renameat2(int fromfd, const char *from, int tofd, const char *to, unsigned int flags) {
+    if (decide_rename(fromfd, from, tofd, to, "renameat2") != PASS) FAIL_WITH_ERRNO;
+    return real_renameat2(fromfd, from, tofd, to, flags);
+}
+
+int mkdir(const char *path, mode_t mode) {
+    if (decide_path(OP_MKDIR, AT_FDCWD, path, "mkdir") != PASS) FAIL_WITH_ERRNO;
+    return real_mkdir(path, mode);
+}
+
+int mkdirat(int dirfd, const char *path, mode_t mode) {
+    if (decide_path(OP_MKDIR, dirfd, path, "mkdirat") != PASS) FAIL_WITH_ERRNO;
+    return real_mkdirat(dirfd, path, mode);
+}
+
+/* The mode argument is only there with O_CREAT or O_TMPFILE, which are also the opens that count
+ * (they may need a new inode or directory entry). */
+#define CREATES(flags) ((flags) & (O_CREAT | __O_TMPFILE))
+#define MODE_ARG(flags, mode)                                                                      \
+    mode_t mode = 0;                                                                               \
+    if (CREATES(flags)) {                                                                          \
+        va_list args;                                                                              \
+        va_start(args, flags);                                                                     \
+        mode = (mode_t)va_arg(args, int);                                                          \
+        va_end(args);                                                                              \
+    }
+
+static enum verdict decide_open(int dirfd, const char *path, int flags, const char *name) {
+    ensure_init();
+    if (!CREATES(flags)) return PASS;
+    return decide_path(OP_OPEN, dirfd, path, name);
+}
+
+int open(const char *path, int flags, ...) {
+    MODE_ARG(flags, mode);
+    if (decide_open(AT_FDCWD, path, flags, "open") != PASS) FAIL_WITH_ERRNO;
+    return real_open(path, flags, mode);
+}
+
+int open64(const char *path, int flags, ...) {
+    MODE_ARG(flags, mode);
+    if (decide_open(AT_FDCWD, path, flags, "open64") != PASS) FAIL_WITH_ERRNO;
+    return real_open64(path, flags, mode);
+}
+
+int openat(int dirfd, const char *path, int flags, ...) {
+    MODE_ARG(flags, mode);
+    if (decide_open(dirfd, path, flags, "openat") != PASS) FAIL_WITH_ERRNO;
+    return real_openat(dirfd, path, flags, mode);
+}
+
+int openat64(int dirfd, const char *path, int flags, ...) {
+    MODE_ARG(flags, mode);
+    if (decide_open(dirfd, path, flags, "openat64") != PASS) FAIL_WITH_ERRNO;
+    return real_openat64(dirfd, path, flags, mode);
+}
+
+int creat(const char *path, mode_t mode) {
+    if (decide_open(AT_FDCWD, path, O_CREAT, "creat") != PASS) FAIL_WITH_ERRNO;
+    return real_creat(path, mode);
+}
+
+int creat64(const char *path, mode_t mode) {
+    if (decide_open(AT_FDCWD, path, O_CREAT, "creat64") != PASS) FAIL_WITH_ERRNO;
+    return real_creat64(path, mode);
 }

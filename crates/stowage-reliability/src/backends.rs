@@ -1,6 +1,7 @@
 //! Every backend the campaigns run over, as a [`BackendFactory`] with settings that make small
 //! caches span several files (small segments and collection files, early index merges), so that
-//! a crash, a flipped byte or a fault can land in each kind of file.
+//! a crash, a flipped byte or a fault can land in each kind of file ([`all`]); and the same
+//! backends at their default options ([`defaults`]), what users run, for the realistic runs.
 
 use stowage_core::BackendFactory;
 
@@ -39,6 +40,30 @@ pub fn all() -> Vec<Subject> {
     subjects.into_iter().map(|factory| Subject { name: factory.name(), factory }).collect()
 }
 
+/// Every backend at its default options, in report order, each named `<backend>@defaults` (so
+/// that its results are recorded apart from [`all`]'s).
+///
+/// ```
+/// let names: Vec<&str> =
+///     stowage_reliability::backends::defaults().iter().map(|s| s.name).collect();
+/// assert_eq!(names[0], "npy@defaults");
+/// ```
+pub fn defaults() -> Vec<Subject> {
+    let subjects: Vec<(&'static str, Box<dyn BackendFactory>)> = vec![
+        ("npy@defaults", Box::new(stowage_npy::NpyFactory::default())),
+        ("memmap@defaults", Box::new(stowage_memmap::MemmapFactory::default())),
+        ("arrow@defaults", Box::new(stowage_arrow::ArrowFactory::default())),
+        ("hdf5@defaults", Box::new(stowage_hdf5::Hdf5Factory)),
+        ("example-journal@defaults", Box::new(stowage_example::JournalFactory)),
+    ];
+    subjects.into_iter().map(|(name, factory)| Subject { name, factory }).collect()
+}
+
+/// The name of the backend a subject of [`all`] or [`defaults`] runs (`npy@defaults` -> `npy`).
+pub fn backend_of(name: &str) -> &str {
+    name.split('@').next().unwrap_or(name)
+}
+
 /// The options of the Arrow backend in [`all`] (small segments, early index merges), for a
 /// campaign that builds an [`stowage_arrow::ArrowBackend`] itself (to compact it).
 pub fn arrow_options() -> stowage_arrow::ArrowOptions {
@@ -49,7 +74,19 @@ pub fn arrow_options() -> stowage_arrow::ArrowOptions {
 ///
 /// Errors: a name no backend has, listing the names there are.
 pub fn select(names: &[String]) -> Result<Vec<Subject>, String> {
-    let all = all();
+    select_from(all(), names)
+}
+
+/// As [`select`], among [`defaults`] (a name is the backend's: `npy`, not `npy@defaults`).
+///
+/// Errors: a name no backend has.
+pub fn select_defaults(names: &[String]) -> Result<Vec<Subject>, String> {
+    select(names)?;
+    let names: Vec<String> = names.iter().map(|n| format!("{n}@defaults")).collect();
+    select_from(defaults(), &names)
+}
+
+fn select_from(all: Vec<Subject>, names: &[String]) -> Result<Vec<Subject>, String> {
     if let Some(unknown) = names.iter().find(|n| !all.iter().any(|s| s.name == n.as_str())) {
         let known: Vec<&str> = all.iter().map(|s| s.name).collect();
         return Err(format!("unknown backend {unknown:?}; the backends are {}", known.join(", ")));

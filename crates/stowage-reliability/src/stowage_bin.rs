@@ -12,39 +12,43 @@ pub const VARIABLE: &str = "STOWAGE_BIN";
 
 /// The path of the `stowage` binary, built once per process when [`VARIABLE`] is not set.
 ///
-/// Errors: the build failed, or cargo reported no executable (the message says which).
+/// Errors: [`VARIABLE`] names no file; the build failed (the end of its output is quoted).
 pub fn stowage_bin() -> Result<PathBuf, String> {
     static BIN: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    BIN.get_or_init(|| match std::env::var_os(VARIABLE) {
-        Some(path) => Ok(PathBuf::from(path)),
+    BIN.get_or_init(|| match std::env::var_os(VARIABLE).map(PathBuf::from) {
+        Some(path) if path.is_file() => Ok(path),
+        Some(path) => Err(format!("{VARIABLE}={} is not a file", path.display())),
         None => build(),
     })
     .clone()
 }
 
 fn build() -> Result<PathBuf, String> {
-    let workspace = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR")).join("../stowage-cli/Cargo.toml");
+    // `CARGO` is the cargo running us (under `cargo run` or `cargo test`), same toolchain.
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut command = Command::new(cargo);
-    command
-        .current_dir(&workspace)
-        .args(["build", "--quiet", "-p", "stowage-cli", "--bin", "stowage"])
-        .arg("--message-format=json");
+    command.args(["build", "--bin", "stowage", "--message-format=json-render-diagnostics"]);
+    command.arg("--manifest-path").arg(&manifest);
     if !cfg!(debug_assertions) {
         command.arg("--release");
     }
-    let output = command.output().map_err(|e| format!("running cargo to build stowage: {e}"))?;
+    eprintln!("building the stowage command (`cargo build --bin stowage`) ...");
+    let output = command.output().map_err(|e| format!("starting cargo: {e}"))?;
     if !output.status.success() {
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        let tail: Vec<&str> = stderr.lines().rev().take(30).collect();
         return Err(format!(
-            "cargo build -p stowage-cli --bin stowage failed ({}): {}",
+            "building the stowage command failed ({}): {}; or set {VARIABLE}",
             output.status,
-            String::from_utf8_lossy(&output.stderr).trim()
+            tail.into_iter().rev().collect::<Vec<_>>().join("\n")
         ));
     }
     String::from_utf8_lossy(&output.stdout)
         .lines()
         .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-        .filter(|message| message["target"]["name"] == "stowage")
-        .find_map(|message| message["executable"].as_str().map(PathBuf::from))
-        .ok_or_else(|| "cargo built stowage-cli but reported no stowage executable".to_owned())
+        .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == "stowage")
+        .filter_map(|m| m["executable"].as_str().map(PathBuf::from))
+        .next_back()
+        .ok_or_else(|| "cargo built no `stowage` executable".to_string())
 }

@@ -21,7 +21,7 @@ fn readers_see_only_committed_intact_samples_while_a_writer_writes() {
     for subject in all() {
         assert!(subject.factory.capabilities().concurrent_readers, "{}", subject.name);
         let work = tempfile::tempdir().unwrap();
-        let report = live::run(Path::new(EXE), &subject, work.path(), SEED, 2.0)
+        let report = live::run(Path::new(EXE), &subject, work.path(), SEED, 2.0, 0)
             .unwrap_or_else(|e| panic!("{e}"));
         let readers = report.readers();
         assert_eq!(readers.failures, 0, "{}: {:#?}", subject.name, readers.messages);
@@ -158,7 +158,15 @@ fn a_reader_catches_a_backend_that_returns_wrong_bytes() {
     let subject = all().into_iter().find(|s| s.name == "npy").unwrap();
     let work = tempfile::tempdir().unwrap();
     let (dir, progress) = (work.path().join("cache"), work.path().join("progress"));
-    writer::run(&*subject.factory, &dir, &progress, SEED, 0.05, &mut Vec::new()).unwrap();
+    writer::run(
+        &*subject.factory,
+        &dir,
+        &progress,
+        SEED,
+        writer::Pace { seconds: 0.05, preload: 0 },
+        &mut Vec::new(),
+    )
+    .unwrap();
     let lying = Lying(subject.factory);
     let setup = reader::ReaderSetup {
         factory: &lying,
@@ -171,4 +179,29 @@ fn a_reader_catches_a_backend_that_returns_wrong_bytes() {
     let stats = reader::read_until_done(&setup);
     assert_eq!((stats.failures, stats.finished), (1, 1), "{stats:?}");
     assert!(stats.messages[0].contains("key-0000003"), "{:?}", stats.messages);
+}
+
+/// The realistic form's writer first writes its preload at full speed, one flush per
+/// `realistic_flush_every` samples (Arrow: 50, so 100,000 keys make 2,000 segments), at the
+/// backend's default options; here 200 keys.
+#[test]
+fn the_realistic_writer_preloads_in_flushed_batches_at_default_options() {
+    use stowage_reliability::corruption::scale::{Scale, select};
+    let subject = select(Scale::Realistic, &["arrow".to_string()]).unwrap().remove(0);
+    let work = tempfile::tempdir().unwrap();
+    let (dir, progress) = (work.path().join("cache"), work.path().join("progress"));
+    let mut out = Vec::new();
+    let pace = writer::Pace { seconds: 0.0, preload: 200 };
+    writer::run(&*subject.factory, &dir, &progress, SEED, pace, &mut out).unwrap();
+    let out = String::from_utf8(out).unwrap();
+    let summary = out.lines().find_map(|l| l.strip_prefix("summary ")).unwrap();
+    let summary = writer::WriterSummary::parse(summary).unwrap();
+    assert!(summary.keys >= 200, "{summary:?}");
+    // Preload batches of 50 (each flushed), the finalize's flush; no steady phase.
+    assert_eq!(summary.flushes, summary.puts / 50 + 1, "{summary:?}");
+    let segments = std::fs::read_dir(dir.join("segments"))
+        .unwrap()
+        .filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "arrow"))
+        .count() as u64;
+    assert_eq!(segments, summary.puts / 50, "{summary:?}");
 }

@@ -5,16 +5,20 @@
 //!
 //! ```text
 //! concurrency [--seconds S] [--seed N] [--races R] [--kills K] [--finalize-rounds F]
-//!             [--backends a,b] [--markdown]
+//!             [--backends a,b] [--markdown] [--realistic]
 //! ```
+//!
+//! `--realistic` runs every backend at its default options, and the live writer first writes
+//! 100,000 distinct keys at full speed (Arrow flushing every 50: 2,000 segments) while the
+//! readers read, then goes on at its steady pace.
 
 use clap::Parser;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use stowage_reliability::backends::select;
 use stowage_reliability::cli::{CommonArgs, command_line, exit_code};
 use stowage_reliability::concurrency::child::{ChildArgs, Role, child_main};
 use stowage_reliability::concurrency::{Config, report, run_backend};
+use stowage_reliability::corruption::scale::{REALISTIC_SAMPLES, Scale, select};
 use stowage_reliability::work_dir::WorkDir;
 
 /// Readers while a writer writes, two writers, and a killed writer, per backend.
@@ -39,6 +43,12 @@ struct Arguments {
     finalize_rounds: u32,
     #[command(flatten)]
     common: CommonArgs,
+    /// The realistic form: default options, and a live writer that first writes 100,000 keys.
+    #[arg(long)]
+    realistic: bool,
+    /// Internal (child): the live writer's preload (implies the default options).
+    #[arg(long, hide = true, default_value_t = 0)]
+    preload: u64,
     /// Internal: run as a child process of this role.
     #[arg(long, hide = true)]
     child: Option<String>,
@@ -58,7 +68,9 @@ fn main() -> ExitCode {
 }
 
 fn run(args: &Arguments) -> Result<bool, String> {
-    let subjects = select(&args.common.backends)?;
+    let preload = if args.realistic { REALISTIC_SAMPLES as u64 } else { args.preload };
+    let scale = if preload > 0 { Scale::Realistic } else { Scale::Quick };
+    let subjects = select(scale, &args.common.backends)?;
     if let Some(role) = &args.child {
         let [subject] = &subjects[..] else {
             return Err("a child runs exactly one backend".into());
@@ -71,6 +83,7 @@ fn run(args: &Arguments) -> Result<bool, String> {
             seed: args.seed,
             seconds: args.seconds,
             id: args.id,
+            preload,
         };
         child_main(subject, &child, &mut std::io::stdout().lock())?;
         return Ok(true);
@@ -81,6 +94,7 @@ fn run(args: &Arguments) -> Result<bool, String> {
         races: args.races,
         kills: args.kills,
         finalize_rounds: args.finalize_rounds,
+        preload,
     };
     let work = WorkDir::new(args.common.work_dir.as_deref())?;
     let exe = std::env::current_exe().map_err(|e| format!("finding this executable: {e}"))?;

@@ -3,14 +3,16 @@
 //!
 //! ```text
 //! crash [--trials N] [--seed S] [--backends a,b] [--models kill,power-loss] [--markdown]
-//!       [--keep-failed DIR]
+//!       [--keep-failed DIR] [--realistic]
 //! crash --mixed [--trials N] [--seed S] [--backends npy,memmap,arrow,hdf5] [--markdown]
 //!       [--keep-failed DIR]
 //! ```
 //!
 //! Prints one table row per backend and failure model (with `--mixed`: per format pair, under
-//! SIGKILL only), then each failing trial with its seed; exits with status 1 when any trial
-//! failed, 2 when the campaign could not run (a tool's peer missing). The mixed campaign needs
+//! SIGKILL only), then each failing trial with its seed. `--realistic` runs the backends at their
+//! default options with realistic workloads (over 100,000 samples, and some 3,000 files on
+//! Arrow, 400 on npy; see `CrashSubject::workload`), recorded as `<backend>@defaults`. Exits
+//! with status 1 when any trial failed, 2 when the campaign could not run (a tool's peer missing). The mixed campaign needs
 //! `python3` with numpy, pyarrow and tables, and `STOWAGE_HANGAR_PYTHON` naming the Python of a
 //! venv with hangar 0.5.2. The same binary is the trials' child process (`--child <label> <dir>
 //! <seed>`, `--mixed-child <pair> <cache> <seed>`, not for direct use).
@@ -23,7 +25,7 @@ use stowage_reliability::crash::{
 use stowage_reliability::mixed::{self, pair::Pair, peer::ToolPeer};
 
 const USAGE: &str = "usage: crash [--mixed] [--trials N] [--seed S] [--backends a,b] \
-                     [--models kill,power-loss] [--markdown] [--keep-failed DIR]";
+                     [--models kill,power-loss] [--markdown] [--keep-failed DIR] [--realistic]";
 
 struct Args {
     trials: u64,
@@ -33,6 +35,7 @@ struct Args {
     /// `--models` given (the mixed campaign refuses anything but kill).
     models_given: bool,
     mixed: bool,
+    realistic: bool,
     markdown: bool,
     keep_failed: Option<PathBuf>,
 }
@@ -45,6 +48,7 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
         models: FailureModel::ALL.to_vec(),
         models_given: false,
         mixed: false,
+        realistic: false,
         markdown: false,
         keep_failed: None,
     };
@@ -58,6 +62,7 @@ fn parse(mut args: impl Iterator<Item = String>) -> Result<Args, String> {
             "--seed" => parsed.seed = value()?.parse().map_err(|e| format!("--seed: {e}"))?,
             "--backends" => parsed.backends = list(value()?),
             "--mixed" => parsed.mixed = true,
+            "--realistic" => parsed.realistic = true,
             "--models" => {
                 parsed.models_given = true;
                 parsed.models = list(value()?)
@@ -140,7 +145,10 @@ fn scratch(args: &Args) -> Result<(PathBuf, tempfile::TempDir), String> {
 
 /// Runs the campaign and prints its table; whether every trial passed.
 fn run(args: Args) -> Result<bool, String> {
-    let subjects = CrashSubject::select(&args.backends)?;
+    let subjects = match args.realistic {
+        true => CrashSubject::select_realistic(&args.backends)?,
+        false => CrashSubject::select(&args.backends)?,
+    };
     let (scratch, _temporary) = scratch(&args)?;
     let exe = std::env::current_exe().map_err(|e| format!("finding this executable: {e}"))?;
     let options = CampaignOptions {
@@ -155,14 +163,16 @@ fn run(args: Args) -> Result<bool, String> {
     let report = run_campaign(&subjects, &options, |subject, model, trial| {
         if let Some(failure) = &trial.failure {
             eprintln!("FAILED {failure}");
-        } else if trial.seed.wrapping_sub(args.seed) % 50 == 49 {
+        } else if args.realistic || trial.seed.wrapping_sub(args.seed) % 50 == 49 {
             eprintln!("{} {}: {} trials", subject.label, model.name(), trial.seed - args.seed + 1);
         }
     });
     let models: Vec<&str> = args.models.iter().map(|m| m.name()).collect();
-    let names: Vec<&str> = subjects.iter().map(|s| s.label).collect();
+    let names: Vec<&str> =
+        subjects.iter().map(|s| stowage_reliability::backends::backend_of(s.label)).collect();
     let command = format!(
-        "crash --trials {} --seed {} --backends {} --models {}",
+        "crash {}--trials {} --seed {} --backends {} --models {}",
+        if args.realistic { "--realistic " } else { "" },
         args.trials,
         args.seed,
         names.join(","),
@@ -179,6 +189,9 @@ fn run(args: Args) -> Result<bool, String> {
 
 /// Runs the mixed campaign and prints its table; whether every trial passed.
 fn run_mixed(args: Args) -> Result<bool, String> {
+    if args.realistic {
+        return Err("--realistic is for the crash campaign, not --mixed".into());
+    }
     if args.models_given && args.models != [FailureModel::Kill] {
         return Err("--mixed runs under SIGKILL only (--models kill): the original tools fsync \
                     nothing, so a power cut may lose their data by their own design"

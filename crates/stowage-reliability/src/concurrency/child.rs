@@ -58,6 +58,10 @@ pub struct ChildArgs {
     pub seconds: f64,
     /// The child's number among its siblings.
     pub id: u32,
+    /// The realistic form ([`crate::corruption::scale::Scale::Realistic`]): the backend at its
+    /// default options, and the live writer first writes this many distinct keys at full speed
+    /// (0: the quick form, small settings and no preload).
+    pub preload: u64,
 }
 
 impl ChildArgs {
@@ -79,6 +83,14 @@ impl ChildArgs {
             "--id".into(),
             self.id.to_string(),
         ]
+        .into_iter()
+        .chain(
+            (self.preload > 0)
+                .then(|| ["--preload".into(), self.preload.to_string()])
+                .into_iter()
+                .flatten(),
+        )
+        .collect()
     }
 }
 
@@ -86,12 +98,19 @@ impl ChildArgs {
 /// writer's `done` (finalize included).
 pub const READER_SLACK: Duration = Duration::from_secs(180);
 
+/// How much longer readers wait for the writer's `done` when it preloads first (the realistic
+/// form: 100,000 keys, thousands of durable flushes, on a machine other jobs share).
+pub fn preload_slack(preload: u64) -> Duration {
+    Duration::from_secs(if preload > 0 { 900 } else { 0 })
+}
+
 /// Runs the child `args` describes over `subject`, printing its protocol lines to `out`.
 pub fn child_main(subject: &Subject, args: &ChildArgs, out: &mut dyn Write) -> Result<(), String> {
     let factory = &*subject.factory;
     match args.role {
         Role::Writer => {
-            writer::run(factory, &args.dir, &args.progress, args.seed, args.seconds, out)
+            let pace = writer::Pace { seconds: args.seconds, preload: args.preload };
+            writer::run(factory, &args.dir, &args.progress, args.seed, pace, out)
         }
         Role::Reader => {
             let setup = reader::ReaderSetup {
@@ -100,7 +119,10 @@ pub fn child_main(subject: &Subject, args: &ChildArgs, out: &mut dyn Write) -> R
                 progress: &args.progress,
                 seed: args.seed,
                 name: format!("process {}", args.id),
-                deadline: Instant::now() + Duration::from_secs_f64(args.seconds) + READER_SLACK,
+                deadline: Instant::now()
+                    + Duration::from_secs_f64(args.seconds)
+                    + READER_SLACK
+                    + preload_slack(args.preload),
             };
             let stats = reader::read_until_done(&setup);
             writeln!(out, "summary {}", stats.to_json()).map_err(|e| format!("stdout: {e}"))

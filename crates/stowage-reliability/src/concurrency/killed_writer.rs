@@ -95,6 +95,7 @@ pub fn trial(
         seed: trial_seed,
         seconds: 0.0,
         id: trial,
+        preload: 0,
     };
     let stderr = work.join(format!("killed-{trial}.stderr"));
     let mut child = Child::spawn(&format!("{label} holder"), exe, &args.to_args(), &[], &stderr)?;

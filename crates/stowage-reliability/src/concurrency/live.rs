@@ -47,6 +47,7 @@ pub fn run(
     work: &Path,
     seed: u64,
     seconds: f64,
+    preload: u64,
 ) -> Result<LiveReport, String> {
     let label = format!("{} live trial (seed {seed})", subject.name);
     let dir = work.join("live");
@@ -59,6 +60,7 @@ pub fn run(
         seed,
         seconds,
         id,
+        preload,
     };
     let stderr = work.join("live-writer.stderr");
     let mut writer = Child::spawn(
@@ -76,7 +78,10 @@ pub fn run(
         let what = format!("{label}: reader process {id}");
         processes.push(Child::spawn(&what, exe, &args(Role::Reader, id).to_args(), &[], &stderr)?);
     }
-    let deadline = started + Duration::from_secs_f64(seconds) + READER_SLACK;
+    let deadline = started
+        + Duration::from_secs_f64(seconds)
+        + READER_SLACK
+        + super::child::preload_slack(preload);
     let (threads, summary) = std::thread::scope(|scope| {
         // Waits for the writer; if it fails, tells the readers to stop instead of waiting for a
         // `done` that will never come.

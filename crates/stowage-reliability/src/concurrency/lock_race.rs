@@ -98,6 +98,7 @@ pub fn trial(exe: &Path, subject: &Subject, work: &Path, trial: u32) -> Result<(
             seed: trial as u64,
             seconds: 0.0,
             id,
+            preload: 0,
         };
         let stderr = work.join(format!("race-{trial}-racer-{id}.stderr"));
         let mut child =

@@ -50,6 +50,9 @@ pub struct Config {
     pub kills: u32,
     /// Readers-during-finalize rounds per backend.
     pub finalize_rounds: u32,
+    /// The realistic form: distinct keys the live writer writes first, at full speed (0: the
+    /// quick form). The subjects are then the backends at their default options.
+    pub preload: u64,
 }
 
 /// One backend's results.
@@ -117,7 +120,9 @@ pub fn run_backend(exe: &Path, subject: &Subject, config: &Config, work: &Path) 
         let dir = work.join("live");
         std::fs::create_dir_all(&dir)
             .map_err(|e| format!("{}: creating {}: {e}", subject.name, dir.display()))
-            .and_then(|()| live::run(exe, subject, &dir, config.seed, config.seconds))
+            .and_then(|()| {
+                live::run(exe, subject, &dir, config.seed, config.seconds, config.preload)
+            })
     });
     let races = (0..config.races).map(|t| lock_race::trial(exe, subject, work, t)).collect();
     let kills = (0..config.kills)

@@ -34,6 +34,17 @@ pub fn render(reports: &[BackendReport], config: &Config, command: &str, markdow
         config.finalize_rounds,
         config.seed
     ));
+    if config.preload > 0 {
+        out.push_str(&format!(
+            "Realistic form: every backend at its default options; the live writer first writes \
+             {} distinct keys at full speed (flushing every {} samples on arrow, every {} on the \
+             others) while the readers read, then {} s at its steady pace.\n",
+            config.preload,
+            crate::corruption::scale::realistic_flush_every("arrow"),
+            crate::corruption::scale::realistic_flush_every("npy"),
+            config.seconds
+        ));
+    }
     out.push_str(&format!("Command: `{command}`\n\n"));
     out.push_str(&table(&header, &rows, markdown));
     let failures: Vec<String> = reports.iter().flat_map(|r| r.failures()).collect();

@@ -18,6 +18,17 @@ pub const PUT_RATE: f64 = 400.0;
 /// The largest batch between two flush points.
 pub const MAX_BATCH: u64 = 48;
 
+/// How long and how much the writer writes.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Pace {
+    /// Seconds of steady writing at [`PUT_RATE`] (after the preload).
+    pub seconds: f64,
+    /// Distinct keys written first at full speed, in batches of
+    /// [`crate::corruption::scale::realistic_flush_every`] each followed by a flush (the realistic
+    /// form: 100,000 keys, 2,000 Arrow segments), while the readers already read.
+    pub preload: u64,
+}
+
 /// What the writer did, as it reports it.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct WriterSummary {
@@ -48,9 +59,10 @@ pub fn run(
     dir: &Path,
     progress: &Path,
     seed: u64,
-    seconds: f64,
+    pace: Pace,
     out: &mut dyn Write,
 ) -> Result<(), String> {
+    let Pace { seconds, preload } = pace;
     let backend = factory.name();
     let caps = factory.capabilities();
     let schema = schema(&caps);
@@ -66,7 +78,23 @@ pub fn run(
     let mut schedule = Schedule::new(seed, caps.overwrite);
     let mut rng = StdRng::seed_from_u64(seed ^ 0x0037_17E4);
     let mut summary = WriterSummary::default();
-    let started = Instant::now();
+    let preload_batch = crate::corruption::scale::realistic_flush_every(backend) as u64;
+    while (schedule.keys_created_by(summary.puts) as u64) < preload {
+        let end = summary.puts + preload_batch;
+        progress.announce(end)?;
+        for op in summary.puts..end {
+            let n = schedule.key_of(op);
+            cache
+                .put(&key(n), &value(&schema, seed, n, op))
+                .map_err(|e| fail(format!("put {op} (key {:?})", key(n)), e))?;
+        }
+        summary.puts = end;
+        cache.flush().map_err(|e| fail(format!("flush after put {end}"), e))?;
+        summary.flushes += 1;
+        progress.acknowledge(end)?;
+    }
+    // The steady phase's pace counts from the end of the preload.
+    let (started, preloaded) = (Instant::now(), summary.puts);
     while started.elapsed().as_secs_f64() < seconds {
         let end = summary.puts + rng.random_range(1..=MAX_BATCH);
         progress.announce(end)?;
@@ -83,7 +111,7 @@ pub fn run(
             summary.flushes += 1;
             progress.acknowledge(end)?;
         }
-        let due = Duration::from_secs_f64(summary.puts as f64 / PUT_RATE);
+        let due = Duration::from_secs_f64((summary.puts - preloaded) as f64 / PUT_RATE);
         if let Some(wait) = due.checked_sub(started.elapsed()) {
             std::thread::sleep(wait);
         }

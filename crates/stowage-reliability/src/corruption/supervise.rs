@@ -6,10 +6,12 @@
 //! `begin <index>` before it and `verdict <index> <json>` after it. When the worker dies or stops
 //! printing, the trial it had begun is the culprit; a new worker continues after it.
 
-use super::pristine::{Pristine, samples, schema_for};
+use super::cli_check::CliVerdict;
+use super::pristine::{Pristine, samples_of};
 use super::report::BackendReport;
-use super::trial::{self, Trial, Verdict};
-use super::{Config, kinds_by_file};
+use super::scale::{Layout, Scale};
+use super::trial::{self, Outcome, Trial, Verdict};
+use super::{Config, build_pristine, kinds_by_file};
 use crate::backends::Subject;
 use serde_json::{Value, json};
 use std::io::{BufRead, BufReader, Write};
@@ -56,6 +58,20 @@ pub fn worker_args(
     if let Some(id) = config.replay {
         args.extend(["--replay".into(), id.to_string()]);
     }
+    if config.scale == Scale::Realistic {
+        args.push("--realistic".into());
+    }
+    match &config.cli {
+        Some(cli) => args.extend([
+            "--stowage-bin".into(),
+            cli.bin.display().to_string(),
+            "--cli-gets".into(),
+            cli.gets.to_string(),
+            "--cli-timeout".into(),
+            cli.timeout.as_secs().to_string(),
+        ]),
+        None => args.push("--no-cli".into()),
+    }
     args
 }
 
@@ -71,14 +87,16 @@ pub fn worker(
     start: usize,
     out: &mut dyn Write,
 ) -> Result<(), String> {
-    let written = samples(&schema_for(&subject.factory.capabilities()));
+    let layout = Layout::of(config.scale, subject.name, &subject.factory.capabilities());
+    let written = samples_of(&layout.schema, layout.samples);
     let pristine = Pristine::existing(&*subject.factory, pristine_dir, written)?;
     let io = |e: std::io::Error| format!("writing to the supervisor: {e}");
     for (index, id) in config.trial_ids().into_iter().enumerate().skip(start) {
         writeln!(out, "begin {index}").and_then(|()| out.flush()).map_err(io)?;
         let trial = Trial::plan(config.seed, id, &pristine);
-        let verdict = trial::run(&*subject.factory, &pristine, &trial, scratch)?;
-        writeln!(out, "verdict {index} {}", encode(&verdict))
+        let outcome =
+            trial::run(&*subject.factory, &pristine, &trial, scratch, config.cli.as_ref())?;
+        writeln!(out, "verdict {index} {}", encode(&outcome))
             .and_then(|()| out.flush())
             .map_err(io)?;
     }
@@ -88,7 +106,7 @@ pub fn worker(
 /// What a worker printed, as the supervisor's reading thread passes it on.
 enum Line {
     Begin(usize),
-    Verdict(usize, Verdict),
+    Verdict(usize, Outcome),
 }
 
 /// Builds `subject`'s pristine cache under `work` and runs `config`'s trials in worker processes,
@@ -104,12 +122,10 @@ pub fn supervise(
     work: &Path,
 ) -> Result<BackendReport, String> {
     let started = Instant::now();
-    let pristine = Pristine::build(&*subject.factory, &work.join("pristine"))?;
+    let (pristine, mut report) = build_pristine(subject, config, work)?;
     let kinds = kinds_by_file(&pristine);
     let trials: Vec<Trial> =
         config.trial_ids().into_iter().map(|id| Trial::plan(config.seed, id, &pristine)).collect();
-    let mut report =
-        BackendReport::new(subject.name, config.seed, &kinds.values().cloned().collect::<Vec<_>>());
     let stderr_path = work.join("worker-stderr.log");
     let mut start = 0;
     while start < trials.len() {
@@ -129,9 +145,19 @@ pub fn supervise(
         let died = loop {
             match lines.recv_timeout(supervisor.trial_timeout) {
                 Ok(Line::Begin(index)) => begun = Some(index),
-                Ok(Line::Verdict(index, verdict)) => {
+                Ok(Line::Verdict(index, outcome)) => {
                     let trial = &trials[index];
-                    report.record(&kinds[&trial.file], trial, verdict);
+                    report.record(&kinds[&trial.file], trial, outcome);
+                    // A realistic trial takes seconds: say how far the campaign is, ten times.
+                    if (index + 1) % trials.len().div_ceil(10) == 0 {
+                        eprintln!(
+                            "corruption: {}: {} of {} trials, {:.0} s",
+                            subject.name,
+                            index + 1,
+                            trials.len(),
+                            started.elapsed().as_secs_f64()
+                        );
+                    }
                     begun = None;
                     start = index + 1;
                 }
@@ -156,7 +182,9 @@ pub fn supervise(
             Some(index) => {
                 let trial = &trials[index];
                 let detail = format!("{died}; worker stderr ends: {tail}");
-                report.record(&kinds[&trial.file], trial, Verdict::Panicked { detail });
+                let cli = CliVerdict::NotRun { why: "the worker died first".into() };
+                let outcome = Outcome { verdict: Verdict::Panicked { detail }, cli };
+                report.record(&kinds[&trial.file], trial, outcome);
                 start = index + 1;
             }
             // After its last trial a worker must exit cleanly: a sanitizer's report at exit (a
@@ -209,33 +237,65 @@ fn stderr_tail(path: &Path) -> String {
     String::from_utf8_lossy(tail).trim().replace('\n', " | ")
 }
 
-/// A verdict as one line of JSON.
-fn encode(verdict: &Verdict) -> String {
-    let value = match verdict {
+/// An outcome as one line of JSON: `{"library": ..., "cli": ...}`.
+fn encode(outcome: &Outcome) -> String {
+    let library = match &outcome.verdict {
         Verdict::DetectedAtOpen { names_file } => json!({"open": names_file}),
         Verdict::DetectedByValidate { by_error } => json!({"validate": by_error}),
         Verdict::Undetected => json!({"undetected": true}),
         Verdict::Missed { detail } => json!({"missed": detail}),
         Verdict::WrongData { detail } => json!({"wrong": detail}),
+        Verdict::Inconsistent { detail } => json!({"inconsistent": detail}),
         Verdict::Panicked { detail } => json!({"panic": detail}),
     };
-    value.to_string()
+    let cli = match &outcome.cli {
+        CliVerdict::NotRun { why } => json!({"not_run": why}),
+        CliVerdict::Passed { verify_exit, damage, gets } => {
+            json!({"passed": [verify_exit, damage, gets]})
+        }
+        CliVerdict::SaidClean { detail } => json!({"said_clean": detail}),
+        CliVerdict::Refused { detail } => json!({"refused": detail}),
+        CliVerdict::WrongData { detail } => json!({"wrong": detail}),
+        CliVerdict::Crashed { detail } => json!({"crashed": detail}),
+    };
+    json!({"library": library, "cli": cli}).to_string()
 }
 
 /// The inverse of [`encode`].
-fn decode(text: &str) -> Option<Verdict> {
+fn decode(text: &str) -> Option<Outcome> {
     let value: Value = serde_json::from_str(text).ok()?;
-    let (tag, field) = value.as_object()?.iter().next()?;
+    let tagged = |key: &str| -> Option<(String, Value)> {
+        let (tag, field) = value.get(key)?.as_object()?.iter().next()?;
+        Some((tag.clone(), field.clone()))
+    };
+    let (tag, field) = tagged("library")?;
     let detail = || field.as_str().map(str::to_string);
-    Some(match tag.as_str() {
+    let verdict = match tag.as_str() {
         "open" => Verdict::DetectedAtOpen { names_file: field.as_bool()? },
         "validate" => Verdict::DetectedByValidate { by_error: field.as_bool()? },
         "undetected" => Verdict::Undetected,
         "missed" => Verdict::Missed { detail: detail()? },
         "wrong" => Verdict::WrongData { detail: detail()? },
+        "inconsistent" => Verdict::Inconsistent { detail: detail()? },
         "panic" => Verdict::Panicked { detail: detail()? },
         _ => return None,
-    })
+    };
+    let (tag, field) = tagged("cli")?;
+    let detail = || field.as_str().map(str::to_string);
+    let cli = match tag.as_str() {
+        "not_run" => CliVerdict::NotRun { why: detail()? },
+        "passed" => CliVerdict::Passed {
+            verify_exit: i32::try_from(field.get(0)?.as_i64()?).ok()?,
+            damage: field.get(1)?.as_bool()?,
+            gets: field.get(2)?.as_u64()?,
+        },
+        "said_clean" => CliVerdict::SaidClean { detail: detail()? },
+        "refused" => CliVerdict::Refused { detail: detail()? },
+        "wrong" => CliVerdict::WrongData { detail: detail()? },
+        "crashed" => CliVerdict::Crashed { detail: detail()? },
+        _ => return None,
+    };
+    Some(Outcome { verdict, cli })
 }
 
 #[cfg(test)]
@@ -250,12 +310,22 @@ mod tests {
             Verdict::Undetected,
             Verdict::Missed { detail: "a\nb \"c\"".into() },
             Verdict::WrongData { detail: "key".into() },
+            Verdict::Inconsistent { detail: "len".into() },
             Verdict::Panicked { detail: "boom".into() },
         ];
-        for verdict in verdicts {
-            let line = format!("verdict 3 {}", encode(&verdict));
+        let clis = [
+            CliVerdict::NotRun { why: "w".into() },
+            CliVerdict::Passed { verify_exit: 3, damage: false, gets: 48 },
+            CliVerdict::SaidClean { detail: "s".into() },
+            CliVerdict::Refused { detail: "r".into() },
+            CliVerdict::WrongData { detail: "x".into() },
+            CliVerdict::Crashed { detail: "c".into() },
+        ];
+        for (i, verdict) in verdicts.into_iter().enumerate() {
+            let outcome = Outcome { verdict, cli: clis[i % clis.len()].clone() };
+            let line = format!("verdict 3 {}", encode(&outcome));
             match parse_line(&line) {
-                Some(Line::Verdict(3, back)) => assert_eq!(back, verdict),
+                Some(Line::Verdict(3, back)) => assert_eq!(back, outcome),
                 _ => panic!("{line:?} did not parse back"),
             }
         }

@@ -1,12 +1,14 @@
 //! One trial: damage one file of a fresh copy of the pristine cache, then open it, `get` every
-//! key and `validate(Full)`, and classify what the backend did.
+//! key, compare `keys()` and `len()` with what was written, `validate(Full)`, and classify what
+//! the backend did; then score the `stowage` command on the same copy.
 
+use super::cli_check::{CLI_BACKENDS, CliConfig, CliVerdict, keys_to_get, output_dir, score};
 use super::pristine::Pristine;
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use std::fmt;
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
-use stowage_conformance::corrupt::{copy_tree, truncate};
+use stowage_conformance::corrupt::truncate;
 use stowage_conformance::generate::compare;
 use stowage_core::{BackendFactory, OpenMode, ValidationLevel};
 
@@ -165,7 +167,8 @@ pub enum Verdict {
     /// Every `get` returned the written sample and validate was clean: the damage landed in bytes
     /// nothing reads (padding, unused slots). A failure for a truncation.
     Undetected,
-    /// A `get` failed or lost its key but validate reported a clean cache: a failure.
+    /// A `get` failed or lost its key, or `keys()` failed or lost or gained a key, but validate
+    /// reported a clean cache: a failure.
     Missed {
         /// What get saw.
         detail: String,
@@ -173,6 +176,12 @@ pub enum Verdict {
     /// A `get` returned bytes other than those written: a failure.
     WrongData {
         /// The key, field and both sides.
+        detail: String,
+    },
+    /// `len()` disagreed with the number of keys `keys()` listed: a failure, whatever validate
+    /// said.
+    Inconsistent {
+        /// Both numbers.
         detail: String,
     },
     /// The trial panicked (or, seen from a supervising process, aborted or hung): a failure.
@@ -188,70 +197,168 @@ impl Verdict {
         match self {
             Verdict::DetectedAtOpen { .. } | Verdict::DetectedByValidate { .. } => false,
             Verdict::Undetected => kind == DamageKind::Truncation,
-            Verdict::Missed { .. } | Verdict::WrongData { .. } | Verdict::Panicked { .. } => true,
+            Verdict::Missed { .. }
+            | Verdict::WrongData { .. }
+            | Verdict::Inconsistent { .. }
+            | Verdict::Panicked { .. } => true,
         }
     }
 }
 
+/// What one trial came to: the backend's own verdict and the `stowage` command's.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    /// What the backend (open, get, keys, len, validate) did.
+    pub verdict: Verdict,
+    /// What the command (`verify`, `get`) did.
+    pub cli: CliVerdict,
+}
+
+impl Outcome {
+    /// Whether either breaks a rule for a trial of `kind`.
+    pub fn is_failure(&self, kind: DamageKind) -> bool {
+        self.verdict.is_failure(kind) || self.cli.is_failure()
+    }
+}
+
 /// Runs `trial` on a fresh copy of `pristine` made at `scratch` (replaced if present, removed
-/// afterwards), catching any panic of the backend as [`Verdict::Panicked`].
+/// afterwards), catching any panic of the backend as [`Verdict::Panicked`], then, when `cli` is
+/// given and the command reads the backend's caches, scores the command on the same copy
+/// ([`super::cli_check`]).
 ///
-/// Errors: the copy or the damage could not be made (the harness's failure, not the backend's).
+/// The copy hard-links every file but the damaged one ([`Pristine::link_copy`]); after the trial
+/// the pristine cache is checked unchanged ([`Pristine::check_untouched`]).
+///
+/// Errors: the copy or the damage could not be made, the command could not be started, or the
+/// pristine cache changed (the harness's failures, not the backend's).
 pub fn run(
     factory: &dyn BackendFactory,
     pristine: &Pristine,
     trial: &Trial,
     scratch: &Path,
-) -> Result<Verdict, String> {
+    cli: Option<&CliConfig>,
+) -> Result<Outcome, String> {
     if scratch.exists() {
         std::fs::remove_dir_all(scratch)
             .map_err(|e| format!("clearing {}: {e}", scratch.display()))?;
     }
-    copy_tree(&pristine.path, scratch).map_err(|e| {
-        format!("copying {} to {}: {e}", pristine.path.display(), scratch.display())
-    })?;
-    trial.apply(scratch).map_err(|e| format!("{trial}: applying the damage: {e}"))?;
-    let verdict = super::panic_capture::catching(|| examine(factory, pristine, trial, scratch))
-        .unwrap_or_else(|detail| Verdict::Panicked { detail });
+    let copy = scratch.join("cache");
+    pristine
+        .link_copy(&copy, &trial.file)
+        .map_err(|e| format!("copying {} to {}: {e}", pristine.path.display(), copy.display()))?;
+    trial.apply(&copy).map_err(|e| format!("{trial}: applying the damage: {e}"))?;
+    let outcome = judge(factory, pristine, &trial.file, trial.seed, scratch, cli)
+        .map_err(|e| format!("{trial}: {e}"))?;
     let _ = std::fs::remove_dir_all(scratch);
-    Ok(verdict)
+    pristine.check_untouched()?;
+    Ok(outcome)
 }
 
-/// Opens the damaged copy at `copy`, gets every written key, validates, and classifies.
+/// Judges the damaged copy at `scratch/cache` (whose file `damaged`, relative, was damaged): the
+/// backend's verdict (panics caught), then the command's when `cli` is given and it reads the
+/// backend's caches. `seed` draws the keys `get` samples. For damage other than a trial's
+/// (a deleted file, say), make the copy with [`Pristine::link_copy`] and damage it first.
+///
+/// Errors: the command could not be started or its output read.
+pub fn judge(
+    factory: &dyn BackendFactory,
+    pristine: &Pristine,
+    damaged: &Path,
+    seed: u64,
+    scratch: &Path,
+    cli: Option<&CliConfig>,
+) -> Result<Outcome, String> {
+    let copy = scratch.join("cache");
+    let (verdict, suspicious) =
+        super::panic_capture::catching(|| examine(factory, pristine, damaged, &copy))
+            .unwrap_or_else(|detail| (Verdict::Panicked { detail }, Vec::new()));
+    let backend = factory.name();
+    let cli = match cli {
+        None => CliVerdict::NotRun { why: "no stowage binary given".into() },
+        Some(_) if !CLI_BACKENDS.contains(&backend) => CliVerdict::NotRun {
+            why: format!("the stowage command does not read {backend} caches"),
+        },
+        Some(config) => {
+            let keys = keys_to_get(config.gets, &pristine.written, &suspicious, seed);
+            let output = output_dir(scratch);
+            let scored = score(config, &copy, &pristine.written, &keys, &verdict, &output);
+            let _ = std::fs::remove_dir_all(&output);
+            scored.map_err(|e| format!("running the stowage command: {e}"))?
+        }
+    };
+    Ok(Outcome { verdict, cli })
+}
+
+/// Opens the damaged copy at `copy`, gets every written key, compares `keys()` and `len()`,
+/// validates, and classifies; also returns the keys whose `get` failed or lost the key.
 fn examine(
     factory: &dyn BackendFactory,
     pristine: &Pristine,
-    trial: &Trial,
+    damaged: &Path,
     copy: &Path,
-) -> Verdict {
+) -> (Verdict, Vec<String>) {
     let reader = match factory.open(copy, OpenMode::ReadOnly) {
         Ok(reader) => reader,
         Err(e) => {
             let text = e.to_string();
-            let name = trial.file.file_name().map(|n| n.to_string_lossy().into_owned());
-            return Verdict::DetectedAtOpen { names_file: name.is_some_and(|n| text.contains(&n)) };
+            let name = damaged.file_name().map(|n| n.to_string_lossy().into_owned());
+            let names_file = name.is_some_and(|n| text.contains(&n));
+            return (Verdict::DetectedAtOpen { names_file }, Vec::new());
         }
     };
-    let mut get_noticed = None;
+    let mut noticed = None;
+    let mut suspicious = Vec::new();
     for (key, want) in &pristine.written {
         match reader.get(key) {
             Ok(Some(got)) => {
                 if let Err(detail) = compare(key, want, Some(&got)) {
-                    return Verdict::WrongData { detail };
+                    return (Verdict::WrongData { detail }, vec![key.clone()]);
                 }
             }
-            Ok(None) => get_noticed = Some(format!("get({key:?}) returned None (key lost)")),
-            Err(e) => get_noticed = Some(format!("get({key:?}) failed: {e}")),
+            Ok(None) => {
+                noticed = Some(format!("get({key:?}) returned None (key lost)"));
+                suspicious.push(key.clone());
+            }
+            Err(e) => {
+                noticed = Some(format!("get({key:?}) failed: {e}"));
+                suspicious.push(key.clone());
+            }
         }
     }
-    match reader.validate(ValidationLevel::Full) {
+    // keys() and len() of the damaged copy against what was written: a key that vanished or
+    // appeared is damage validate must report, and len() must always agree with keys().
+    match reader.keys() {
+        Ok(keys) => {
+            if keys.len() != reader.len() {
+                let detail =
+                    format!("len() is {} but keys() lists {} keys", reader.len(), keys.len());
+                return (Verdict::Inconsistent { detail }, suspicious);
+            }
+            let listed: std::collections::HashSet<&str> = keys.iter().map(String::as_str).collect();
+            let lost = pristine.written.iter().find(|(k, _)| !listed.contains(k.as_str()));
+            let written: std::collections::HashSet<&str> =
+                pristine.written.iter().map(|(k, _)| k.as_str()).collect();
+            let extra = keys.iter().find(|k| !written.contains(k.as_str()));
+            if let Some((key, _)) = lost {
+                noticed = Some(format!("keys() no longer lists {key:?}"));
+            } else if let Some(key) = extra {
+                noticed = Some(format!("keys() lists {key:?}, which was never written"));
+            } else if keys.len() != written.len() {
+                noticed =
+                    Some(format!("keys() lists {} keys, {} written", keys.len(), written.len()));
+            }
+        }
+        Err(e) => noticed = Some(format!("keys() failed: {e}")),
+    }
+    let verdict = match reader.validate(ValidationLevel::Full) {
         Err(_) => Verdict::DetectedByValidate { by_error: true },
         Ok(report) if !report.is_clean() => Verdict::DetectedByValidate { by_error: false },
-        Ok(_) => match get_noticed {
+        Ok(_) => match noticed {
             Some(seen) => Verdict::Missed {
                 detail: format!("{seen}, but validate(Full) reported a clean cache"),
             },
             None => Verdict::Undetected,
         },
-    }
+    };
+    (verdict, suspicious)
 }

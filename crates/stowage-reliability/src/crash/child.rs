@@ -4,7 +4,7 @@
 //! the child was when it was killed. After the last op it prints `done` and waits to be killed.
 
 use crate::crash::subject::{CrashSubject, Handle};
-use crate::crash::workload::{Op, Workload};
+use crate::crash::workload::Op;
 use std::io::{Read, Write};
 use std::path::Path;
 
@@ -57,7 +57,7 @@ pub fn child_main(label: &str, dir: &Path, seed: u64) -> ! {
         println!("failed 0 no crash subject is labelled {label:?}");
         std::process::exit(3)
     };
-    let workload = Workload::generate(&subject.factory.capabilities(), seed, subject.compacts());
+    let workload = subject.workload(seed);
     let mut out = std::io::stdout().lock();
     let mut say = |line: &dyn std::fmt::Display| {
         // The parent counts on seeing each line as soon as it is true.

@@ -54,7 +54,8 @@ pub struct KillPlan {
 
 impl KillPlan {
     /// A random plan for `workload`: inside create one time in twenty, inside a put batch,
-    /// a flush, a compaction (when there is one) or finalize otherwise, weighted 6:6:3:4.
+    /// a flush, a compaction (when there is one) or finalize otherwise, weighted 6:6:3:4 (among
+    /// the ops from [`Workload::kill_from`] on).
     pub fn random(workload: &Workload, rng: &mut StdRng) -> KillPlan {
         let kinds: [(OpKind, u32); 5] = [
             (|op| *op == Op::Create, 1),
@@ -63,7 +64,7 @@ impl KillPlan {
             (|op| *op == Op::Compact, 3),
             (|op| *op == Op::Finalize, 4),
         ];
-        let choices = kinds.iter().map(|(kind, weight)| (workload.indexes_of(*kind), *weight));
+        let choices = kinds.iter().map(|(kind, weight)| (workload.kill_candidates(*kind), *weight));
         KillPlan::weighted(choices, rng)
     }
 

@@ -33,6 +33,8 @@ pub struct Tally {
     pub absent: u64,
     /// Power-loss trials where the power cut dropped unsynced data or names.
     pub power_cut_dropped: u64,
+    /// Power-loss trials where the power cut tore a write (kept part of a file's unsynced bytes).
+    pub torn: u64,
     /// Each failing trial's message (it names the seed).
     pub failures: Vec<String>,
 }
@@ -60,6 +62,9 @@ impl Tally {
         }
         if trial.rebuilt.is_some_and(|r| r.lost > 0) {
             self.power_cut_dropped += 1;
+        }
+        if trial.rebuilt.is_some_and(|r| r.torn > 0) {
+            self.torn += 1;
         }
         self.failures.extend(trial.failure.clone());
     }
@@ -109,6 +114,7 @@ impl CampaignReport {
             "samples checked",
             "resumed / complete / absent",
             "power cut dropped data",
+            "power cut tore a write",
             "failures",
         ];
         let rows: Vec<Vec<String>> = self
@@ -128,6 +134,10 @@ impl CampaignReport {
                     format!("{} / {} / {}", t.resumed, t.complete, t.absent),
                     match model {
                         FailureModel::PowerLoss => t.power_cut_dropped.to_string(),
+                        FailureModel::Kill => "-".to_owned(),
+                    },
+                    match model {
+                        FailureModel::PowerLoss => t.torn.to_string(),
                         FailureModel::Kill => "-".to_owned(),
                     },
                     t.failures.len().to_string(),

@@ -3,6 +3,7 @@
 //! trials (an Arrow cache with `durable: false`, whose flush fsyncs nothing).
 
 use crate::backends;
+use crate::crash::workload::Workload;
 use std::path::Path;
 use stowage_arrow::{ArrowBackend, ArrowFactory, ArrowOptions};
 use stowage_core::{Backend, BackendFactory, DynBackend, Result, Schema};
@@ -15,6 +16,9 @@ pub struct CrashSubject {
     pub factory: Box<dyn BackendFactory>,
     /// For Arrow: the options the child builds an [`ArrowBackend`] with, so that it can compact.
     pub arrow: Option<ArrowOptions>,
+    /// At default options with a realistic workload ([`Workload::realistic`]): a subject of
+    /// [`backends::defaults`].
+    pub realistic: bool,
 }
 
 impl std::fmt::Debug for CrashSubject {
@@ -34,9 +38,39 @@ impl CrashSubject {
         Ok(backends::select(names)?.into_iter().map(CrashSubject::from_subject).collect())
     }
 
+    /// The backends named in `names` (all when empty) at their default options, each with a
+    /// realistic workload, labelled `<backend>@defaults`.
+    ///
+    /// Errors: an unknown name.
+    pub fn select_realistic(names: &[String]) -> std::result::Result<Vec<CrashSubject>, String> {
+        Ok(backends::select_defaults(names)?.into_iter().map(CrashSubject::from_subject).collect())
+    }
+
     fn from_subject(subject: backends::Subject) -> CrashSubject {
-        let arrow = (subject.name == stowage_arrow::BACKEND_NAME).then(backends::arrow_options);
-        CrashSubject { label: subject.name, factory: subject.factory, arrow }
+        let realistic = subject.name != backends::backend_of(subject.name);
+        let arrow =
+            (backends::backend_of(subject.name) == stowage_arrow::BACKEND_NAME).then(|| {
+                if realistic { ArrowOptions::default() } else { backends::arrow_options() }
+            });
+        CrashSubject { label: subject.name, factory: subject.factory, arrow, realistic }
+    }
+
+    /// The workload of a trial of seed `seed`: [`Workload::generate`], or for a realistic
+    /// subject [`Workload::realistic`] with flushes about every 100 puts on Arrow (each flush
+    /// makes a segment and its two sidecars: some 3,000 files), every 50 on npy (its default
+    /// collection files hold 1,000 samples whatever the flushes: some 400 files) and every
+    /// 2,000 elsewhere.
+    pub fn workload(&self, seed: u64) -> Workload {
+        let caps = self.factory.capabilities();
+        if !self.realistic {
+            return Workload::generate(&caps, seed, self.compacts());
+        }
+        let flush_every = match backends::backend_of(self.label) {
+            "arrow" => 100,
+            "npy" => 50,
+            _ => 2_000,
+        };
+        Workload::realistic(&caps, seed, self.compacts(), flush_every)
     }
 
     /// The negative control: Arrow without fsyncs. Its flushes survive a kill but not a power
@@ -47,6 +81,7 @@ impl CrashSubject {
             label: NOT_DURABLE_ARROW,
             factory: Box::new(ArrowFactory { options: options.clone() }),
             arrow: Some(options),
+            realistic: false,
         }
     }
 
@@ -55,7 +90,11 @@ impl CrashSubject {
         if label == NOT_DURABLE_ARROW {
             return Some(CrashSubject::not_durable_arrow());
         }
-        backends::all().into_iter().find(|s| s.name == label).map(CrashSubject::from_subject)
+        backends::all()
+            .into_iter()
+            .chain(backends::defaults())
+            .find(|s| s.name == label)
+            .map(CrashSubject::from_subject)
     }
 
     /// Whether the workload compacts (Arrow's `compact`).

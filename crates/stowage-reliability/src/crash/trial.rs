@@ -2,7 +2,7 @@
 //! moment; under [`FailureModel::PowerLoss`] the cache is then cut back to its durable image;
 //! then every check of [`crate::crash::verify`] runs.
 
-use crate::crash::durable_image::{DurableImage, Rebuilt};
+use crate::crash::durable_image::{DurableImage, Rebuilt, Tearing};
 use crate::crash::kill::{KillPlan, Killed, Moment, run_child};
 use crate::crash::subject::CrashSubject;
 use crate::crash::verify::{Expectations, Verified, verify};
@@ -16,7 +16,9 @@ use std::process::Command;
 pub enum FailureModel {
     /// SIGKILL: every write the child made stays (the page cache survives).
     Kill,
-    /// SIGKILL, then a power cut: only what was fsynced stays ([`DurableImage`]).
+    /// SIGKILL, then a power cut: only what was fsynced stays ([`DurableImage`]), and of each
+    /// file's unsynced bytes a prefix of whole 512- or 4096-byte blocks the trial's seed picks
+    /// ([`Tearing`]: none, some, or all of them).
     PowerLoss,
 }
 
@@ -88,8 +90,7 @@ pub fn run_trial(
     setup: TrialSetup<'_>,
     plan: Option<KillPlan>,
 ) -> TrialReport {
-    let caps = subject.factory.capabilities();
-    let workload = Workload::generate(&caps, seed, subject.compacts());
+    let workload = subject.workload(seed);
     let plan = plan.unwrap_or_else(|| {
         KillPlan::random(&workload, &mut StdRng::seed_from_u64(seed ^ PLAN_SALT))
     });
@@ -156,8 +157,10 @@ fn attempt(
         if !unmodeled.is_empty() {
             return Err(format!("writes the power-loss model cannot follow: {unmodeled:?}"));
         }
-        let rebuilt =
-            image.cut_power().map_err(|e| format!("rebuilding the durable image: {e}"))?;
+        // Each power cut also tears unsynced writes at block boundaries the seed picks.
+        let rebuilt = image
+            .cut_power_torn(Some(Tearing::for_trial(workload.seed)))
+            .map_err(|e| format!("rebuilding the durable image: {e}"))?;
         report.rebuilt = Some(rebuilt);
     }
     report.verified = Some(verify(&*subject.factory, &cache, workload, &expect)?);

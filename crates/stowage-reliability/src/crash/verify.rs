@@ -93,6 +93,9 @@ pub enum RecoveredState {
 
 /// Samples put when resuming, numbered after the workload's.
 const RESUME_PUTS: usize = 6;
+/// The key number of the first sample put when resuming: above any workload's keys (a realistic
+/// one has over 100,000).
+const RESUMED_KEYS: usize = 10_000_000;
 
 /// Every check of a crashed cache at `dir`: read-only, then in append mode (recovery), then
 /// resumed. The error names the phase, the key and both sides of a mismatch.
@@ -121,7 +124,7 @@ pub fn verify(
         .map_err(|e| format!("in append mode, after recovery: {e}"))?;
     check_validate(&*writer).map_err(|e| format!("in append mode, after recovery: {e}"))?;
     if writer.is_finalized() && !writer.capabilities().append_after_finalize {
-        let (k, number) = (key(1_000_000), workload.ops.len());
+        let (k, number) = (key(RESUMED_KEYS - 1), workload.ops.len());
         return match writer.put(&k, &workload.value(number)) {
             Err(Error::Finalized { .. }) => {
                 verified.state = RecoveredState::Complete;
@@ -232,7 +235,7 @@ fn write_and_read_back(
     let mut expected = holdings.unwrap_or_default();
     let first = workload.puts_before(usize::MAX).count();
     let mut puts: Vec<(String, usize)> =
-        (0..RESUME_PUTS).map(|i| (key(100_000 + i), first + i)).collect();
+        (0..RESUME_PUTS).map(|i| (key(RESUMED_KEYS + i), first + i)).collect();
     if cache.capabilities().overwrite
         && let Some(k) = expected.keys().next()
     {

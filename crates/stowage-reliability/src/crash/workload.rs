@@ -57,6 +57,20 @@ pub struct Workload {
     pub schema: Schema,
     /// The ops, [`Op::Create`] first and [`Op::Finalize`] last.
     pub ops: Vec<Op>,
+    /// The first op a kill may be aimed at (0, or for a realistic workload the first op after
+    /// [`REALISTIC_SAMPLES`] puts, so that the crashed cache is realistically big).
+    pub kill_from: usize,
+}
+
+/// Puts of a realistic workload before any kill (and at least this many samples in its cache).
+pub const REALISTIC_SAMPLES: usize = 100_000;
+
+/// The schema of a realistic workload: [`schema_for`] without its kilobyte image, so that a
+/// hundred thousand samples stay quick to write and to check.
+pub fn realistic_schema_for(caps: &Capabilities) -> Schema {
+    let mut schema = schema_for(caps);
+    schema.fields.retain(|f| f.name != "image");
+    schema
 }
 
 /// A schema with one field of each kind `caps` declares, so that every column writer and
@@ -142,7 +156,54 @@ impl Workload {
             }
         }
         ops.push(Op::Finalize);
-        Workload { seed, schema: schema_for(caps), ops }
+        Workload { seed, schema: schema_for(caps), ops, kill_from: 0 }
+    }
+
+    /// A realistic workload of `seed`: [`REALISTIC_SAMPLES`] puts and up to 4,000 more, of
+    /// small samples ([`realistic_schema_for`]), a flush after every batch of about
+    /// `flush_every` puts (half to one and a half times), one put in fifty replacing an earlier
+    /// key where the backend can overwrite, a compaction after one flush in five hundred with
+    /// `compaction`, then finalize. Kills are aimed after the first [`REALISTIC_SAMPLES`] puts
+    /// ([`Workload::kill_from`]).
+    ///
+    /// ```
+    /// use stowage_reliability::crash::workload::{REALISTIC_SAMPLES, Workload};
+    /// let w = Workload::realistic(&stowage_npy::capabilities(), 1, false, 50);
+    /// assert!(w.puts_before(w.kill_from).count() >= REALISTIC_SAMPLES);
+    /// assert!(w.ops.len() > 2 * REALISTIC_SAMPLES / 75);
+    /// ```
+    pub fn realistic(caps: &Capabilities, seed: u64, compaction: bool, flush_every: usize) -> Self {
+        let mut rng = StdRng::seed_from_u64(seed);
+        let total = REALISTIC_SAMPLES + rng.random_range(0..=4_000);
+        let flush_every = flush_every.max(2);
+        let mut ops = vec![Op::Create];
+        let (mut number, mut distinct, mut kill_from) = (0, 0, None);
+        while number < total {
+            let size = rng.random_range(flush_every / 2..=flush_every * 3 / 2).min(total - number);
+            let batch = (0..size)
+                .map(|_| {
+                    let key = if caps.overwrite && distinct > 0 && rng.random_range(0..50) == 0 {
+                        key(rng.random_range(0..distinct))
+                    } else {
+                        distinct += 1;
+                        key(distinct - 1)
+                    };
+                    number += 1;
+                    Put { key, number: number - 1 }
+                })
+                .collect();
+            ops.push(Op::Put(batch));
+            if number >= REALISTIC_SAMPLES && kill_from.is_none() {
+                kill_from = Some(ops.len());
+            }
+            ops.push(Op::Flush);
+            if compaction && rng.random_range(0..500) == 0 {
+                ops.push(Op::Compact);
+            }
+        }
+        ops.push(Op::Finalize);
+        let kill_from = kill_from.unwrap_or(ops.len() - 1);
+        Workload { seed, schema: realistic_schema_for(caps), ops, kill_from }
     }
 
     /// The sample of put number `number`.
@@ -161,6 +222,13 @@ impl Workload {
     /// The indexes of the ops for which `wanted` is true.
     pub fn indexes_of(&self, wanted: fn(&Op) -> bool) -> Vec<usize> {
         self.ops.iter().enumerate().filter(|(_, op)| wanted(op)).map(|(i, _)| i).collect()
+    }
+
+    /// As [`indexes_of`](Self::indexes_of), from [`Workload::kill_from`] on.
+    pub fn kill_candidates(&self, wanted: fn(&Op) -> bool) -> Vec<usize> {
+        let mut found = self.indexes_of(wanted);
+        found.retain(|&i| i >= self.kill_from);
+        found
     }
 }
 

@@ -16,6 +16,16 @@ pub enum Op {
     Write,
     /// `fsync`, `fdatasync`.
     Fsync,
+    /// `ftruncate`, `ftruncate64`, `truncate`, `truncate64`.
+    Ftruncate,
+    /// `fallocate`, `fallocate64`, `posix_fallocate`, `posix_fallocate64`.
+    Fallocate,
+    /// `rename`, `renameat`, `renameat2` (either name in the cache).
+    Rename,
+    /// `mkdir`, `mkdirat`.
+    Mkdir,
+    /// `open`, `open64`, `openat`, `openat64`, `creat`, `creat64` that may create a file.
+    Open,
 }
 
 impl Op {
@@ -24,7 +34,20 @@ impl Op {
         match self {
             Op::Write => "write",
             Op::Fsync => "fsync",
+            Op::Ftruncate => "ftruncate",
+            Op::Fallocate => "fallocate",
+            Op::Rename => "rename",
+            Op::Mkdir => "mkdir",
+            Op::Open => "open",
         }
+    }
+
+    /// Whether every backend must make such a call when it writes (a writer that never writes
+    /// nor fsyncs is broken); the others a backend may do without (arrow never mkdirs in an
+    /// existing cache, none fallocates), and a kind whose dry run counts none of them is
+    /// reported as not called, never as passed.
+    pub fn always_called(self) -> bool {
+        matches!(self, Op::Write | Op::Fsync)
     }
 }
 
@@ -46,17 +69,35 @@ pub struct FaultKind {
 pub const ENOSPC: i32 = 28;
 /// `EIO`.
 pub const EIO: i32 = 5;
+/// `EMFILE` (the process ran out of file descriptors).
+pub const EMFILE: i32 = 24;
 
 impl FaultKind {
-    /// The four faults of the campaign: a disk that fills up in the middle of a write and stays
-    /// full, a write that fails with EIO once, an fsync that fails with EIO once (the retry
-    /// would "succeed": the trap), and an fsync that fails with ENOSPC and keeps failing.
-    pub fn all() -> [FaultKind; 4] {
+    /// The nine faults of the campaign, each the errno the call most plausibly fails with:
+    ///
+    /// - a disk that fills up in the middle of a write and stays full (ENOSPC);
+    /// - a write that fails with EIO once;
+    /// - an fsync that fails with EIO once (the retry would "succeed": the trap; the power-loss
+    ///   model drops the pages it could not write);
+    /// - an fsync that fails with ENOSPC and keeps failing (delayed allocation on a full disk);
+    /// - an ftruncate that fails with EIO once (growing or cutting a file is a metadata write);
+    /// - a fallocate that fails with ENOSPC until freed (what it exists to report);
+    /// - a rename that fails with EIO once (a journal write of the directory failed);
+    /// - a mkdir that fails with ENOSPC until freed (no room for the directory's block);
+    /// - an open that would create a file failing with EMFILE once (out of descriptors: the
+    ///   commonest transient failure of an open; ENOSPC and EACCES end the write the same way).
+    pub fn all() -> [FaultKind; 9] {
+        let kind = |op, errno, sticky| FaultKind { op, errno, sticky, short: false };
         [
             FaultKind { op: Op::Write, errno: ENOSPC, sticky: true, short: true },
-            FaultKind { op: Op::Write, errno: EIO, sticky: false, short: false },
-            FaultKind { op: Op::Fsync, errno: EIO, sticky: false, short: false },
-            FaultKind { op: Op::Fsync, errno: ENOSPC, sticky: true, short: false },
+            kind(Op::Write, EIO, false),
+            kind(Op::Fsync, EIO, false),
+            kind(Op::Fsync, ENOSPC, true),
+            kind(Op::Ftruncate, EIO, false),
+            kind(Op::Fallocate, ENOSPC, true),
+            kind(Op::Rename, EIO, false),
+            kind(Op::Mkdir, ENOSPC, true),
+            kind(Op::Open, EMFILE, false),
         ]
     }
 
@@ -65,6 +106,7 @@ impl FaultKind {
         let errno = match self.errno {
             ENOSPC => "ENOSPC".to_string(),
             EIO => "EIO".to_string(),
+            EMFILE => "EMFILE".to_string(),
             other => format!("errno {other}"),
         };
         let mut how = Vec::new();

@@ -1,6 +1,9 @@
-//! The resource-fault campaign: disk full (ENOSPC) and EIO, on writes and on fsyncs, injected by
-//! an `LD_PRELOAD` interposer ([`injector`]) into a child process that resumes a cache and writes
-//! to it ([`trial`]).
+//! The resource-fault campaign: disk full (ENOSPC), EIO and EMFILE on writes, fsyncs,
+//! ftruncates, fallocates, renames, mkdirs and creating opens, injected by an `LD_PRELOAD`
+//! interposer ([`injector`]) into a child process that resumes a cache and writes to it
+//! ([`trial`]), under the power-loss model of the crash campaign (a failed fsync drops the
+//! dirty pages it could not write, see [`crate::crash::durable_image`]), so that a backend that
+//! acknowledges data after a failed fsync is caught.
 //!
 //! Per backend and [`injector::FaultKind`]: a dry run counts the matching calls the child makes
 //! (the interposer only counts); the trials then fail the call at chosen points among them, from
@@ -25,6 +28,42 @@ pub struct Config {
     /// Fault points per backend and fault kind: every call when the child makes at most this
     /// many, else this many spread over them (the first and the last always among them).
     pub points: u64,
+    /// Start each trial from a realistic cache ([`REALISTIC_SAMPLES`] samples, flushed in
+    /// batches that make thousands of files on Arrow) instead of a small one; run the
+    /// subjects of [`crate::backends::defaults`] for the defaults.
+    pub realistic: bool,
+}
+
+/// Samples of the base cache of a realistic run.
+pub const REALISTIC_SAMPLES: usize = 100_000;
+
+/// Puts per flush when writing a realistic base cache for `backend`: Arrow makes a segment and
+/// two sidecars per flush (some 3,000 files); npy fills collection files of 1,000 samples at its
+/// defaults (some 400 files) and the others grow the same files, however often they flush.
+fn realistic_flush_every(backend: &str) -> usize {
+    match crate::backends::backend_of(backend) {
+        "arrow" => 100,
+        "npy" => 50,
+        _ => 2_000,
+    }
+}
+
+/// Writes the realistic base cache of `subject` at `dir`: samples `0..REALISTIC_SAMPLES`.
+///
+/// Errors: the backend's, naming the step.
+pub fn write_realistic_base(subject: &Subject, dir: &Path) -> Result<(), String> {
+    let factory = &*subject.factory;
+    let schema = crate::concurrency::schedule::schema(&factory.capabilities());
+    let mut cache = factory.create(dir, &schema).map_err(|e| format!("create: {e}"))?;
+    let every = realistic_flush_every(subject.name);
+    let mut start = 0;
+    while start < REALISTIC_SAMPLES {
+        let end = (start + every).min(REALISTIC_SAMPLES);
+        stowage_conformance::cases::put_generated(&mut *cache, &schema, start..end)?;
+        cache.flush().map_err(|e| format!("flush: {e}"))?;
+        start = end;
+    }
+    Ok(())
 }
 
 /// The trials of one backend and fault kind.
@@ -38,6 +77,14 @@ pub struct KindReport {
     pub trials: Vec<(u64, Verdict)>,
     /// What stopped the kind's trials (the dry run failed, a child could not start).
     pub error: Option<String>,
+}
+
+impl KindReport {
+    /// The backend never makes the calls of this fault (the dry run counted none) and need not
+    /// ([`injector::Op::always_called`]): reported as such, neither passed nor failed.
+    pub fn not_called(&self) -> bool {
+        self.error.is_none() && self.calls == 0 && !self.kind.op.always_called()
+    }
 }
 
 /// One backend's results.
@@ -56,6 +103,9 @@ impl BackendReport {
         let mut out = Vec::new();
         for kind in &self.kinds {
             out.extend(kind.error.clone());
+            if kind.not_called() {
+                continue;
+            }
             if kind.error.is_none() && kind.trials.is_empty() {
                 out.push(format!(
                     "{} {}: no trial ran ({} matching calls in the dry run)",
@@ -118,11 +168,35 @@ pub fn run_backend(
     config: &Config,
     work: &Path,
 ) -> BackendReport {
+    let pristine = work.join("pristine");
+    let base = match config.realistic {
+        true => match write_realistic_base(subject, &pristine) {
+            Ok(()) => Some((pristine.as_path(), REALISTIC_SAMPLES)),
+            Err(e) => {
+                let error =
+                    Some(format!("{}: writing the realistic base cache: {e}", subject.name));
+                let kinds = FaultKind::all()
+                    .into_iter()
+                    .map(|kind| KindReport {
+                        kind,
+                        calls: 0,
+                        trials: Vec::new(),
+                        error: error.clone(),
+                    })
+                    .collect();
+                return BackendReport { backend: subject.name, kinds };
+            }
+        },
+        false => None,
+    };
     let kinds = FaultKind::all()
         .into_iter()
         .enumerate()
         .map(|(k, kind)| {
-            run_kind(exe, library, subject, config, &work.join(format!("kind-{k}")), kind)
+            let seed = config.seed ^ (kind.errno as u64) << 8 ^ kind.op as u64;
+            let work = work.join(format!("kind-{k}"));
+            let choose = |calls| points(calls, config.points, seed);
+            run_kind_from(exe, library, subject, config.seed, &work, kind, base, &choose)
         })
         .collect();
     BackendReport { backend: subject.name, kinds }
@@ -154,7 +228,24 @@ pub fn run_kind_at(
     kind: FaultKind,
     choose: &dyn Fn(u64) -> Vec<u64>,
 ) -> KindReport {
-    let config = Config { seed, points: 0 };
+    run_kind_from(exe, library, subject, seed, work, kind, None, choose)
+}
+
+/// As [`run_kind_at`], each trial starting from a copy of `base` (a cache and its number of
+/// samples) when given.
+#[allow(clippy::too_many_arguments)]
+pub fn run_kind_from(
+    exe: &Path,
+    library: &Path,
+    subject: &Subject,
+    seed: u64,
+    work: &Path,
+    kind: FaultKind,
+    base: Option<(&Path, usize)>,
+    choose: &dyn Fn(u64) -> Vec<u64>,
+) -> KindReport {
+    let config = Config { seed, points: 0, realistic: base.is_some() };
+    let (base, base_samples) = (base.map(|(dir, _)| dir), base.map_or(0, |(_, n)| n));
     let mut report = KindReport { kind, calls: 0, trials: Vec::new(), error: None };
     let label = format!("{} {} (seed {})", subject.name, kind.label(), config.seed);
     let injection = |after| Injection {
@@ -170,7 +261,7 @@ pub fn run_kind_at(
         Ok(dir)
     };
     let dry = trial_dir("dry-run").and_then(|dir| {
-        let launch = Launch { exe, library, work: &dir };
+        let launch = Launch { exe, library, work: &dir, base, base_samples };
         trial::run(&launch, subject, injection(None), &format!("{label} dry run"))
     });
     match dry {
@@ -188,13 +279,14 @@ pub fn run_kind_at(
     }
     for point in choose(report.calls) {
         let outcome = trial_dir(&format!("at-{point}")).and_then(|dir| {
-            let launch = Launch { exe, library, work: &dir };
-            trial::run(
-                &launch,
-                subject,
-                injection(Some(point)),
-                &format!("{label} at call {point}"),
-            )
+            let launch = Launch { exe, library, work: &dir, base, base_samples };
+            let label = format!("{label} at call {point}");
+            let outcome = trial::run(&launch, subject, injection(Some(point)), &label);
+            // A passed trial's copies of the cache are not needed (realistic ones are big).
+            if let Ok((Verdict::Passed { .. }, _)) = &outcome {
+                let _ = std::fs::remove_dir_all(&dir);
+            }
+            outcome
         });
         match outcome {
             Ok((verdict, _)) => report.trials.push((point, verdict)),
@@ -206,3 +298,36 @@ pub fn run_kind_at(
     }
     report
 }
+
+/// The failed-fsync demonstration of the power-loss model: run in a process under both
+/// interposers with the first fsync below `dir` failing once, it leaves `dir/file` holding
+/// `A` x 4096 then `B` x 4096, while a power cut leaves [`FSYNC_DEMO_DURABLE`]: the first fsync
+/// failed and dropped both pages of `A`s, the retried fsync "succeeded" without them, and only
+/// the rewritten second page reached the disk.
+///
+/// Errors: any file operation's but the failing fsync's (which must fail).
+pub fn fsync_demo(dir: &Path) -> std::io::Result<()> {
+    use std::io::{Seek, SeekFrom, Write};
+    let mut file = std::fs::File::create(dir.join("file"))?;
+    file.write_all(&[b'A'; 8192])?;
+    if file.sync_all().is_ok() {
+        return Err(std::io::Error::other("the first fsync should have failed"));
+    }
+    file.sync_all()?;
+    file.seek(SeekFrom::Start(4096))?;
+    file.write_all(&[b'B'; 4096])?;
+    file.sync_all()?;
+    std::fs::File::open(dir)?.sync_all()
+}
+
+/// What a power cut leaves of `file` after [`fsync_demo`]: the dropped first page reads as
+/// zeros (it was never durable), the rewritten second page as `B`s.
+pub const FSYNC_DEMO_DURABLE: [u8; 8192] = {
+    let mut bytes = [0u8; 8192];
+    let mut i = 4096;
+    while i < 8192 {
+        bytes[i] = b'B';
+        i += 1;
+    }
+    bytes
+};

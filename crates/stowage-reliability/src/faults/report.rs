@@ -40,14 +40,23 @@ pub fn render(reports: &[BackendReport], config: &Config, command: &str, markdow
                 not_reached.to_string(),
                 failed.to_string(),
                 steps.join(", "),
-                if failed + not_reached == 0 { "pass" } else { "FAIL" }.to_string(),
+                if kind.not_called() {
+                    "not called (no trial)"
+                } else if failed + not_reached == 0 {
+                    "pass"
+                } else {
+                    "FAIL"
+                }
+                .to_string(),
             ]);
         }
     }
     let mut out = format!(
-        "Resource-fault campaign: up to {} fault points per backend and fault, seed {}.\n\
+        "Resource-fault campaign{}: up to {} fault points per backend and fault, seed {}.\n\
          Command: `{command}`\n\n",
-        config.points, config.seed
+        if config.realistic { " at default options, from 100,000-sample caches" } else { "" },
+        config.points,
+        config.seed
     );
     out.push_str(&table(&header, &rows, markdown));
     let failures: Vec<String> = reports.iter().flat_map(|r| r.failures()).collect();
