@@ -3,7 +3,7 @@
 //! a crash, a flipped byte or a fault can land in each kind of file ([`all`]); and the same
 //! backends at their default options ([`defaults`]), what users run, for the realistic runs.
 
-use stowage_core::BackendFactory;
+use stowage_core::{BackendFactory, DType, Schema, ShapeRule};
 
 /// One backend under test.
 pub struct Subject {
@@ -57,6 +57,31 @@ pub fn defaults() -> Vec<Subject> {
         ("example-journal@defaults", Box::new(stowage_example::JournalFactory)),
     ];
     subjects.into_iter().map(|(name, factory)| Subject { name, factory }).collect()
+}
+
+/// Fixed fields a realistic npy cache has beyond a campaign's common ones: npy writes one
+/// collection file per field per 1,000 samples (its default `collection_size`), so 100,000
+/// samples of 20 fields make 2,000 collection files, the realistic forms' minimum. A sample of
+/// 20 small arrays is an ordinary hangar repository (one arrayset per field).
+pub const NPY_REALISTIC_EXTRA_FIELDS: usize = 18;
+
+/// `schema` as a realistic form writes it to `backend` (a name of [`all`] or [`defaults`]):
+/// for npy, [`NPY_REALISTIC_EXTRA_FIELDS`] more small fixed fields; unchanged elsewhere.
+///
+/// ```
+/// use stowage_core::{DType, Schema, ShapeRule};
+/// use stowage_reliability::backends::with_realistic_fields;
+/// let schema = Schema::new().tensor("x", DType::F32, ShapeRule::Fixed(vec![2]));
+/// assert_eq!(with_realistic_fields("npy@defaults", schema.clone()).fields.len(), 19);
+/// assert_eq!(with_realistic_fields("arrow", schema).fields.len(), 1);
+/// ```
+pub fn with_realistic_fields(backend: &str, mut schema: Schema) -> Schema {
+    if backend_of(backend) == "npy" {
+        for i in 0..NPY_REALISTIC_EXTRA_FIELDS {
+            schema = schema.tensor(&format!("c{i:02}"), DType::U8, ShapeRule::Fixed(vec![4]));
+        }
+    }
+    schema
 }
 
 /// The name of the backend a subject of [`all`] or [`defaults`] runs (`npy@defaults` -> `npy`).

@@ -4,7 +4,7 @@
 //! least 2,000 files for the segment and collection backends, Arrow and npy), as users run them.
 
 use crate::backends::Subject;
-use stowage_core::{BackendFactory, Capabilities, DType, Schema, ShapeRule};
+use stowage_core::{Capabilities, Schema};
 
 /// Which form of the campaign.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -21,12 +21,6 @@ pub const REALISTIC_SAMPLES: usize = 100_000;
 
 /// Files the realistic form gives each segment or collection backend at least.
 pub const REALISTIC_MIN_FILES: usize = 2_000;
-
-/// Fixed fields of a realistic npy cache beyond [`realistic_schema`]'s common ones: npy writes
-/// one collection file per field per 1,000 samples (its default `collection_size`), so 100,000
-/// samples of 20 fields make 2,000 collection files. A sample of 20 small arrays is an ordinary
-/// hangar repository (one arrayset per field).
-const NPY_EXTRA_FIELDS: usize = 18;
 
 /// Samples between two flushes of a realistic writer on `backend`. Arrow writes one segment
 /// (with its sidecars) per flush, so a writer flushing every 50 samples (a small training step,
@@ -86,7 +80,7 @@ impl Layout {
 
 /// The realistic form's schema: the quick form's field kinds ([`super::pristine::schema_for`])
 /// without its kilobyte image (small samples keep 100,000 of them fast to check on every trial),
-/// and for npy [`NPY_EXTRA_FIELDS`] more small fixed fields.
+/// and for npy more small fixed fields ([`crate::backends::with_realistic_fields`]).
 ///
 /// ```
 /// use stowage_reliability::corruption::scale::realistic_schema;
@@ -99,12 +93,7 @@ impl Layout {
 pub fn realistic_schema(backend: &str, caps: &Capabilities) -> Schema {
     let mut schema = super::pristine::schema_for(caps);
     schema.fields.retain(|f| f.name != "image");
-    if backend == "npy" {
-        for i in 0..NPY_EXTRA_FIELDS {
-            schema = schema.tensor(&format!("c{i:02}"), DType::U8, ShapeRule::Fixed(vec![4]));
-        }
-    }
-    schema
+    crate::backends::with_realistic_fields(backend, schema)
 }
 
 /// Every backend at its default options (what a user who sets nothing gets), in the order of
@@ -116,14 +105,9 @@ pub fn realistic_schema(backend: &str, caps: &Capabilities) -> Schema {
 /// assert_eq!(names, ["npy", "memmap", "arrow", "hdf5", "example-journal"]);
 /// ```
 pub fn default_subjects() -> Vec<Subject> {
-    let factories: Vec<Box<dyn BackendFactory>> = vec![
-        Box::new(stowage_npy::NpyFactory::default()),
-        Box::new(stowage_memmap::MemmapFactory::default()),
-        Box::new(stowage_arrow::ArrowFactory::default()),
-        Box::new(stowage_hdf5::Hdf5Factory),
-        Box::new(stowage_example::JournalFactory),
-    ];
-    factories.into_iter().map(|factory| Subject { name: factory.name(), factory }).collect()
+    let plain =
+        |s: Subject| Subject { name: crate::backends::backend_of(s.name), factory: s.factory };
+    crate::backends::defaults().into_iter().map(plain).collect()
 }
 
 /// The backends of `scale` whose names are in `names` (all when empty), in report order.

@@ -57,9 +57,9 @@ impl CrashSubject {
 
     /// The workload of a trial of seed `seed`: [`Workload::generate`], or for a realistic
     /// subject [`Workload::realistic`] with flushes about every 100 puts on Arrow (each flush
-    /// makes a segment and its two sidecars: some 3,000 files), every 50 on npy (its default
-    /// collection files hold 1,000 samples whatever the flushes: some 400 files) and every
-    /// 2,000 elsewhere.
+    /// makes a segment and its two sidecars: some 3,000 files), every 50 on npy (whose realistic
+    /// samples have 20 fields, [`backends::with_realistic_fields`], in collection files of
+    /// 1,000: some 2,000 files) and every 2,000 elsewhere.
     pub fn workload(&self, seed: u64) -> Workload {
         let caps = self.factory.capabilities();
         if !self.realistic {
@@ -70,7 +70,9 @@ impl CrashSubject {
             "npy" => 50,
             _ => 2_000,
         };
-        Workload::realistic(&caps, seed, self.compacts(), flush_every)
+        let mut workload = Workload::realistic(&caps, seed, self.compacts(), flush_every);
+        workload.schema = backends::with_realistic_fields(self.label, workload.schema);
+        workload
     }
 
     /// The negative control: Arrow without fsyncs. Its flushes survive a kill but not a power
