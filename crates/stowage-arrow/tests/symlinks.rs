@@ -4,8 +4,8 @@
 
 use stowage_arrow::{ArrowFactory, ArrowOptions};
 use stowage_conformance::symlinks::{
-    Before, LinkOutcome, check_link_before_create, check_link_in_cache,
-    check_linked_directory_before_create, check_reads_follow_links,
+    Before, LinkOutcome, check_link_in_cache, check_linked_directory_before_create,
+    check_linked_lock_is_refused, check_reads_follow_links,
 };
 
 fn factory() -> ArrowFactory {
@@ -14,14 +14,7 @@ fn factory() -> ArrowFactory {
 
 #[test]
 fn a_linked_lock_file_is_refused() {
-    for before in [Before::Flushed, Before::Finalized] {
-        let outcome = check_link_in_cache(&factory(), ".stowage.lock", before).unwrap();
-        assert_eq!(outcome, LinkOutcome::Refused, "{before:?}");
-    }
-    assert_eq!(
-        check_link_before_create(&factory(), ".stowage.lock").unwrap(),
-        LinkOutcome::Refused
-    );
+    check_linked_lock_is_refused(&factory()).unwrap();
 }
 
 #[test]

@@ -144,6 +144,25 @@ pub fn check_link_before_create(
     link_before_create(factory, relative, false)
 }
 
+/// Checks that a `.stowage.lock` linked to an outside file is refused before create, after a
+/// flush and after finalize, the outside file untouched each time: the case every backend
+/// taking [`stowage_core::file_safety::WriterLock`] shares.
+///
+/// Errors: the first outcome that is not [`LinkOutcome::Refused`], or an error of the checks.
+pub fn check_linked_lock_is_refused(factory: &dyn BackendFactory) -> Result<(), String> {
+    const LOCK: &str = stowage_core::file_safety::WriterLock::FILE_NAME;
+    for before in [Before::Flushed, Before::Finalized] {
+        match check_link_in_cache(factory, LOCK, before)? {
+            LinkOutcome::Refused => {}
+            other => return Err(format!("{LOCK} linked {before:?}: {other:?}, not refused")),
+        }
+    }
+    match check_link_before_create(factory, LOCK)? {
+        LinkOutcome::Refused => Ok(()),
+        other => Err(format!("{LOCK} linked before create: {other:?}, not refused")),
+    }
+}
+
 /// As [`check_link_before_create`], with the link pointing to an empty directory outside the
 /// cache (for a subdirectory the backend writes into), which must stay empty.
 ///

@@ -3,20 +3,14 @@
 #![cfg(unix)]
 
 use stowage_conformance::symlinks::{
-    Before, LinkOutcome, check_link_before_create, check_link_in_cache, check_reads_follow_links,
+    Before, LinkOutcome, check_link_in_cache, check_linked_lock_is_refused,
+    check_reads_follow_links,
 };
 use stowage_example::JournalFactory;
 
 #[test]
 fn a_linked_lock_file_is_refused() {
-    for before in [Before::Flushed, Before::Finalized] {
-        let outcome = check_link_in_cache(&JournalFactory, ".stowage.lock", before).unwrap();
-        assert_eq!(outcome, LinkOutcome::Refused, "{before:?}");
-    }
-    assert_eq!(
-        check_link_before_create(&JournalFactory, ".stowage.lock").unwrap(),
-        LinkOutcome::Refused
-    );
+    check_linked_lock_is_refused(&JournalFactory).unwrap();
 }
 
 #[test]

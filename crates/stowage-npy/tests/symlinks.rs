@@ -3,7 +3,7 @@
 #![cfg(unix)]
 
 use stowage_conformance::symlinks::{
-    Before, LinkOutcome, check_link_before_create, check_link_in_cache, check_link_in_cache_at,
+    Before, LinkOutcome, check_link_in_cache, check_link_in_cache_at, check_linked_lock_is_refused,
     check_reads_follow_links,
 };
 use stowage_npy::{NpyFactory, NpyOptions};
@@ -25,14 +25,7 @@ fn first_uid(cache: &std::path::Path) -> Result<String, String> {
 
 #[test]
 fn a_linked_lock_file_is_refused() {
-    for before in [Before::Flushed, Before::Finalized] {
-        let outcome = check_link_in_cache(&factory(), ".stowage.lock", before).unwrap();
-        assert_eq!(outcome, LinkOutcome::Refused, "{before:?}");
-    }
-    assert_eq!(
-        check_link_before_create(&factory(), ".stowage.lock").unwrap(),
-        LinkOutcome::Refused
-    );
+    check_linked_lock_is_refused(&factory()).unwrap();
 }
 
 #[test]

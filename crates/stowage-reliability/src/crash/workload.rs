@@ -106,6 +106,25 @@ pub fn schema_for(caps: &Capabilities) -> Schema {
     schema
 }
 
+/// The put numbered `number` (then counted): one time in `overwrite_one_in` an earlier key again
+/// when the backend can `overwrite`, otherwise the next distinct key (then counted).
+fn next_put(
+    rng: &mut StdRng,
+    overwrite: bool,
+    overwrite_one_in: u32,
+    distinct: &mut usize,
+    number: &mut usize,
+) -> Put {
+    let key = if overwrite && *distinct > 0 && rng.random_range(0..overwrite_one_in) == 0 {
+        key(rng.random_range(0..*distinct))
+    } else {
+        *distinct += 1;
+        key(*distinct - 1)
+    };
+    *number += 1;
+    Put { key, number: *number - 1 }
+}
+
 /// The key of the `n`-th distinct key of a workload.
 pub fn key(n: usize) -> String {
     format!("k-{n:05}")
@@ -136,16 +155,7 @@ impl Workload {
         while number < total {
             let size = rng.random_range(1..=max_batch).min(total - number);
             let batch = (0..size)
-                .map(|_| {
-                    let key = if caps.overwrite && distinct > 0 && rng.random_range(0..6) == 0 {
-                        key(rng.random_range(0..distinct))
-                    } else {
-                        distinct += 1;
-                        key(distinct - 1)
-                    };
-                    number += 1;
-                    Put { key, number: number - 1 }
-                })
+                .map(|_| next_put(&mut rng, caps.overwrite, 6, &mut distinct, &mut number))
                 .collect();
             ops.push(Op::Put(batch));
             if rng.random_bool(0.4) {
@@ -181,16 +191,7 @@ impl Workload {
         while number < total {
             let size = rng.random_range(flush_every / 2..=flush_every * 3 / 2).min(total - number);
             let batch = (0..size)
-                .map(|_| {
-                    let key = if caps.overwrite && distinct > 0 && rng.random_range(0..50) == 0 {
-                        key(rng.random_range(0..distinct))
-                    } else {
-                        distinct += 1;
-                        key(distinct - 1)
-                    };
-                    number += 1;
-                    Put { key, number: number - 1 }
-                })
+                .map(|_| next_put(&mut rng, caps.overwrite, 50, &mut distinct, &mut number))
                 .collect();
             ops.push(Op::Put(batch));
             if number >= REALISTIC_SAMPLES && kill_from.is_none() {
