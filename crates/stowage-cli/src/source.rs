@@ -186,7 +186,11 @@ fn aenet_schema(
         });
     };
     if let Some(&first) = features.first() {
-        let width = cache.features(first)?.map_or(0, |t| t.shape().get(1).copied().unwrap_or(0));
+        // The width from the first row that reads: one damaged row must not keep `keys` or
+        // `verify` from the others (verify reports it).
+        let mut rows = features.iter().take(16).map(|&entry| cache.features(entry));
+        let read = rows.find(Result::is_ok).unwrap_or_else(|| cache.features(first))?;
+        let width = read.map_or(0, |t| t.shape().get(1).copied().unwrap_or(0));
         field(AENET_FEATURES, float, vec![width], features.len() < entries);
     }
     if let Some(layout) = cache.derivative_layout() {

@@ -121,7 +121,10 @@ pub fn run(path: &Path, options: VerifyOptions, out: &mut dyn Write) -> Result<S
             report(segments.plan(structure, &keys, options)?, options, out)
         }
         CacheKind::AenetHdf5 => {
-            let source = AenetSource::open(path)?;
+            let source = match AenetSource::open(path) {
+                Ok(source) => source,
+                Err(e) => return report(damaged_aenet(path, e, options)?, options, out),
+            };
             report(plan_aenet(&source, options)?, options, out)
         }
         CacheKind::HangarNumpy10 => hangar(path, &HangarDir::scan(path)?, options, out),
@@ -552,6 +555,30 @@ fn damaged_hdf5(
     })
 }
 
+/// An aenet file whose torch cache does not open (libhdf5 refused or crashed on it, in a child
+/// process): the damage as validation reports it, status 1; the open's error when validation
+/// sees none.
+fn damaged_aenet(
+    path: &Path,
+    open_error: CliError,
+    options: VerifyOptions,
+) -> Result<Plan<'static>, CliError> {
+    let open_error = refuse_a_sample(open_error, options)?;
+    let structure = stowage_hdf5::TorchCache::validate(path, ValidationLevel::Full)?;
+    if structure.is_undamaged() {
+        return Err(open_error);
+    }
+    Ok(Plan {
+        structure,
+        units: Vec::new(),
+        keys: 0,
+        selected: 0,
+        no_checksums: None,
+        repair: AENET_REPAIR,
+        file_repair: None,
+    })
+}
+
 /// Samples of a cache torchcachex wrote.
 fn torchcachex_no_checksums(path: &Path) -> NoChecksums {
     NoChecksums {
@@ -664,11 +691,14 @@ fn plan_aenet(source: &AenetSource, options: VerifyOptions) -> Result<Plan<'_>, 
         selected: selected.len() as u64,
         units,
         no_checksums: None,
-        repair: "rebuild the torch cache with aenet (delete /torch_cache from the dataset file, \
-                 or use an intact copy)",
+        repair: AENET_REPAIR,
         file_repair: None,
     })
 }
+
+/// How a damaged aenet torch cache is repaired.
+const AENET_REPAIR: &str = "rebuild the torch cache with aenet (delete /torch_cache from the dataset file, or use an \
+     intact copy)";
 
 fn check_aenet_entry(report: &mut ValidationReport, source: &AenetSource, key: &str) {
     report.samples_checked += 1;

@@ -4,9 +4,11 @@
 use std::path::Path;
 
 use hdf5::{Dataset, Group, H5Type};
-use stowage_core::Result;
+use stowage_core::{Error, Result};
 
+use crate::direct::MAX_INFLATE_RATIO;
 use crate::error::{read_error, write_error};
+use crate::ffi;
 use crate::layout::{DEFLATE_LEVEL, INDEX, INDEX_CHUNK_ROWS};
 
 /// One row of `features/index`.
@@ -53,5 +55,29 @@ pub(crate) fn write_index<T: H5Type>(
 pub(crate) fn read_index<T: H5Type>(file: &Path, group: &Group) -> Result<Vec<T>> {
     let what = format!("{}/{INDEX}", group.name());
     let dataset = group.dataset(INDEX).map_err(|e| read_error(file, &what, e))?;
-    dataset.read_raw::<T>().map_err(|e| read_error(file, &what, e))
+    read_table(file, &dataset, &what)
+}
+
+/// Reads every row of the 1-D table `dataset` (`what` names it in errors), once its row count is
+/// checked against the file: the count is the file's word, and the rows are allocated before
+/// libhdf5 reads them. A table's rows lie in stored chunks, each inflating to at most
+/// [`MAX_INFLATE_RATIO`] times its size, so a count past that is damage (an intact table never
+/// reads rows from chunks it did not write: those would all be the fill value).
+pub(crate) fn read_table<T: H5Type>(file: &Path, dataset: &Dataset, what: &str) -> Result<Vec<T>> {
+    let failed = |e: ffi::Failure| read_error(file, what, e);
+    let rows = ffi::row_count(dataset.id()).map_err(failed)?;
+    let file_bytes = ffi::file_size(dataset.id()).map_err(failed)?;
+    let row_bytes = std::mem::size_of::<T>().max(1) as u64;
+    let most = file_bytes.saturating_mul(MAX_INFLATE_RATIO as u64) / row_bytes;
+    if rows > most {
+        return Err(Error::corrupted(
+            file,
+            format!(
+                "{what} claims {rows} rows of {row_bytes} bytes; a file of {file_bytes} bytes \
+                 holds at most {most}"
+            ),
+        ));
+    }
+    ffi::check_member_layout(dataset.id()).map_err(failed)?;
+    dataset.read_raw::<T>().map_err(|e| read_error(file, what, e))
 }

@@ -63,7 +63,10 @@ pub enum ReadPath {
     /// a layout it does not decode are read through libhdf5.
     #[default]
     Direct,
-    /// Every row through libhdf5's `H5Dread` conversion path: slower, for cross-checks.
+    /// Every row through libhdf5's `H5Dread` conversion path: slower, for cross-checks. Each
+    /// row's global heap reference is checked by stowage before libhdf5 follows it (a damaged
+    /// one is `Error::Corrupted`, never a crash in libhdf5); rows in a layout stowage cannot
+    /// check (other filters, contiguous storage, other drivers) are refused.
     Libhdf5,
 }
 
@@ -280,11 +283,28 @@ impl TorchCache {
     }
 
     /// Like [`TorchCache::open`], reading rows the way `read_path` says.
+    ///
+    /// The file's metadata (superblock, groups, attributes, dataset headers, index tables) is
+    /// parsed by libhdf5, which no stowage checksum protects in a file aenet or PyTables wrote,
+    /// and which crashes on some damage (use after free, null pointers, endless loops). So the
+    /// open is tried first in a forked child process ([`crate::ffi::helper`]): a crash there is
+    /// `Error::Corrupted` naming the file, and only a file the child opened is opened here.
     pub fn open_with(path: impl AsRef<Path>, read_path: ReadPath) -> Result<Option<TorchCache>> {
         let path = path.as_ref();
         if !path.is_file() {
             return Err(Error::NotFound { what: format!("HDF5 file {}", path.display()) });
         }
+        crate::ffi::locked(|| {
+            crate::ffi::helper::survives_in_child("opening the torch cache", None, || {
+                let _ = Self::open_unprobed(path, read_path);
+            })
+        })
+        .map_err(|e| Error::corrupted(path, e.to_string()))?;
+        Self::open_unprobed(path, read_path)
+    }
+
+    /// [`TorchCache::open_with`] without the trial in a child process.
+    fn open_unprobed(path: &Path, read_path: ReadPath) -> Result<Option<TorchCache>> {
         let file = hdf5::File::open(path).map_err(|e| read_error(path, "opening", e))?;
         let mapped = match read_path {
             ReadPath::Direct => MappedFile::open(path, &file)?,

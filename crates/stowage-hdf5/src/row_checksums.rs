@@ -138,10 +138,8 @@ pub(crate) fn read(
         return Ok(coverage);
     }
     let table = format!("{name}/{section}");
-    let rows = group
-        .dataset(section)
-        .and_then(|d| d.read_raw::<ChecksumRow>())
-        .map_err(|e| read_error(path, &table, e))?;
+    let dataset = group.dataset(section).map_err(|e| read_error(path, &table, e))?;
+    let rows = crate::index_tables::read_table::<ChecksumRow>(path, &dataset, &table)?;
     for ChecksumRow { index_row, xxh3 } in rows {
         let slot = usize::try_from(index_row).ok().and_then(|i| coverage.get_mut(i));
         match slot {

@@ -181,6 +181,10 @@ fn from_reference(seeds: &mut Seeds, reference: &Path) {
     for path in files(&reference.join("aenet-torch-cache"), ".h5").iter().take(3) {
         seeds.add_hdf5(&format!("aenet-{}", short(path)), path);
     }
+    // Every file aenet wrote, whole: the foreign files `stowage keys`, `get` and `verify` read.
+    for path in files(&reference.join("aenet-torch-cache"), ".h5") {
+        seeds.add_file("hdf5_foreign_file", &format!("aenet-{}", short(&path)), &path);
+    }
 }
 
 /// The pristine cache of the corruption campaign for backend `name` (finalized, several files of
@@ -238,6 +242,22 @@ fn from_backends(seeds: &mut Seeds, work: &Path) {
     for path in files(&dir, ".h5").iter().take(1) {
         seeds.add_hdf5(&format!("stowage-{}", short(path)), path);
     }
+
+    // An aenet cache stowage wrote: features, and its row checksums in
+    // /torch_cache/stowage_checksums, which the foreign-file reader parses too.
+    let path = work.join("aenet-stowage.h5");
+    let compat = stowage_hdf5::DescriptorCompat::chebyshev(&["A", "B"], 1, 2.0, 0, 2.0, 0.1);
+    let (dtype, sections) =
+        (stowage_hdf5::StorageDtype::Float64, stowage_hdf5::CacheSections::default());
+    let mut writer = stowage_hdf5::TorchCacheWriter::create(&path, &compat, dtype, sections)
+        .expect("creating an aenet cache");
+    for entry in 0..3 {
+        let values = vec![0.25 * entry as f64; 12];
+        let features = stowage_core::Tensor::from_slice(&[2, 6], &values).expect("a tensor");
+        writer.add_features(entry, &features).expect("adding features");
+    }
+    writer.finish().expect("writing the aenet cache");
+    seeds.add_file("hdf5_foreign_file", "stowage-aenet.h5", &path);
 
     let dir = pristine("example-journal", work);
     seeds.add_log("journal.log", &dir.join("journal.log"));

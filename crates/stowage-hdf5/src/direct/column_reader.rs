@@ -1,6 +1,7 @@
 //! Reading one variable-length dataset's rows from the file's map: chunk descriptors decoded on
 //! first use and kept, then each row's global heap object.
 
+use std::borrow::Cow;
 use std::sync::{Arc, OnceLock};
 
 use hdf5::Dataset;
@@ -11,7 +12,7 @@ use crate::ffi::{self, Element, storage};
 
 /// A decoded chunk: its rows' descriptors, or nothing for a chunk never written (every row empty,
 /// the fill value).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 enum Chunk {
     Unwritten,
     Descriptors(Box<[u8]>),
@@ -26,7 +27,17 @@ pub(crate) struct DirectReader {
     chunk_rows: u64,
     pipeline: Pipeline,
     element: Element,
+    /// The chunks kept once decoded, by number: as many as the file could hold written chunks
+    /// (see [`kept_chunks`]); chunks past them are decoded on every read.
     chunks: Box<[OnceLock<Chunk>]>,
+}
+
+/// How many chunks a reader keeps a slot for: never more than the dataset has, nor more than
+/// the file could hold written (each written chunk costs at least 8 bytes of the file, its
+/// address in the chunk index). The row count is the file's word, so a damaged one must not size
+/// a table; the chunks past it are never written in an intact file (they read as empty rows).
+fn kept_chunks(chunks: u64, file_bytes: u64) -> usize {
+    usize::try_from(chunks.min(file_bytes / 8 + 1)).unwrap_or(usize::MAX)
 }
 
 impl DirectReader {
@@ -43,10 +54,14 @@ impl DirectReader {
             return Ok(None);
         };
         let chunk_bytes = layout.chunk_rows.checked_mul(DESCRIPTOR as u64);
-        if chunk_bytes.is_none_or(|bytes| bytes > MAX_CHUNK_BYTES) || cfg!(target_endian = "big") {
+        // A fill value of its own makes unwritten rows other than empty: libhdf5's to read.
+        if chunk_bytes.is_none_or(|bytes| bytes > MAX_CHUNK_BYTES)
+            || layout.user_fill
+            || cfg!(target_endian = "big")
+        {
             return Ok(None);
         }
-        let chunks = rows.div_ceil(layout.chunk_rows);
+        let chunks = kept_chunks(rows.div_ceil(layout.chunk_rows), file.len());
         Ok(Some(DirectReader {
             file: Arc::clone(file),
             dataset: dataset.clone(),
@@ -94,7 +109,8 @@ impl DirectReader {
         if row >= self.rows {
             return Err(format!("row {row} is past the dataset's {} rows", self.rows));
         }
-        let Chunk::Descriptors(descriptors) = self.chunk(row / self.chunk_rows)? else {
+        let chunk = self.chunk(row / self.chunk_rows)?;
+        let Chunk::Descriptors(descriptors) = chunk.as_ref() else {
             return Ok(&[]);
         };
         let at = (row % self.chunk_rows) as usize * DESCRIPTOR;
@@ -103,16 +119,24 @@ impl DirectReader {
         })
     }
 
-    /// Chunk `number`, decoded on first use.
-    fn chunk(&self, number: u64) -> Result<&Chunk, String> {
-        let cell = &self.chunks[number as usize];
+    /// Chunk `number`, decoded on first use and kept when it has a slot.
+    fn chunk(&self, number: u64) -> Result<Cow<'_, Chunk>, String> {
+        let Some(cell) = usize::try_from(number).ok().and_then(|n| self.chunks.get(n)) else {
+            return self.decode_chunk(number).map(Cow::Owned);
+        };
         if let Some(chunk) = cell.get() {
-            return Ok(chunk);
+            return Ok(Cow::Borrowed(chunk));
         }
+        let chunk = self.decode_chunk(number)?;
+        Ok(Cow::Borrowed(cell.get_or_init(|| chunk)))
+    }
+
+    /// Chunk `number` read from the map and decoded.
+    fn decode_chunk(&self, number: u64) -> Result<Chunk, String> {
         let first_row = number * self.chunk_rows;
         let location = storage::chunk_location(self.dataset.id(), first_row)
             .map_err(|e| format!("locating the chunk of row {first_row}: {e}"))?;
-        let chunk = match location {
+        Ok(match location {
             None => Chunk::Unwritten,
             Some(location) => {
                 let stored = self.file.bytes(location.address, location.size)?;
@@ -123,8 +147,7 @@ impl DirectReader {
                     .map_err(|e| format!("chunk of rows {first_row}..: {e}"))?;
                 Chunk::Descriptors(decoded.into_boxed_slice())
             }
-        };
-        Ok(cell.get_or_init(|| chunk))
+        })
     }
 }
 

@@ -130,17 +130,40 @@ fn shuffle(input: &[u8], element_size: usize) -> Vec<u8> {
     output
 }
 
-/// Inflates a zlib stream that must end within `limit` bytes of output.
+/// The most bytes one byte of a deflate stream inflates to (zlib's limit is 1032:1): what the
+/// output of a stream is bounded by before it is decoded.
+pub(crate) const MAX_INFLATE_RATIO: usize = 1032;
+
+/// Inflates a zlib stream that must end within `limit` bytes of output. The output grows as the
+/// stream produces it, so a stream that claims a large chunk but holds little costs little.
 fn inflate(input: &[u8], limit: usize) -> Result<Vec<u8>, String> {
-    let mut output = Vec::with_capacity(limit);
+    let bound = input.len().saturating_mul(MAX_INFLATE_RATIO).saturating_add(64).min(limit);
+    let mut output = Vec::with_capacity(bound.min(input.len().saturating_mul(4) + 4096));
     let mut stream = Decompress::new(true);
-    let status = stream
-        .decompress_vec(input, &mut output, FlushDecompress::Finish)
-        .map_err(|e| format!("deflate stream: {e}"))?;
-    match status {
-        Status::StreamEnd => Ok(output),
-        Status::Ok | Status::BufError => {
-            Err(format!("deflate stream is truncated or inflates past the chunk's {limit} bytes"))
+    loop {
+        let consumed = stream.total_in() as usize;
+        let produced = output.len();
+        // Not `Finish`: miniz (flate2's backend) fails a `Finish` call for good when the
+        // output does not fit in one go.
+        let status = stream
+            .decompress_vec(&input[consumed..], &mut output, FlushDecompress::None)
+            .map_err(|e| format!("deflate stream: {e}"))?;
+        match status {
+            Status::StreamEnd => return Ok(output),
+            // Out of room: grow (doubling) up to the bound, or give up at it.
+            _ if output.len() == output.capacity() && output.len() < bound => {
+                output.reserve_exact(output.len().max(4096).min(bound - output.len()));
+            }
+            // Room left, input left and progress made: go on.
+            Status::Ok
+                if output.len() < output.capacity()
+                    && (stream.total_in() as usize) < input.len()
+                    && (stream.total_in() as usize, output.len()) != (consumed, produced) => {}
+            Status::Ok | Status::BufError => {
+                return Err(format!(
+                    "deflate stream is truncated or inflates past the chunk's {limit} bytes"
+                ));
+            }
         }
     }
 }
@@ -236,6 +259,20 @@ pub(crate) mod tests {
         assert_eq!(sizeless.decode(b"abcd", 0b1, 4).unwrap(), b"abcd", "skipped by the mask");
         assert!(sizeless.decode(b"abcd", 0, 4).unwrap_err().contains("no element size"));
         assert_eq!(Pipeline::new(&[]).unwrap().decode(b"abc", 0, 3).unwrap(), b"abc");
+    }
+
+    #[test]
+    fn chunks_larger_than_the_first_buffer_inflate_whole() {
+        // 128 KiB of descriptors from a few hundred stored bytes: the output grows many times.
+        let raw: Vec<u8> =
+            (0..16 * 8192).map(|i| if i % 16 < 4 { (i % 7) as u8 } else { 0 }).collect();
+        let stored = shuffle_deflate(&raw, 16);
+        assert!(stored.len() * 4 + 4096 < raw.len());
+        assert_eq!(pipeline().decode(&stored, 0, raw.len()).unwrap(), raw);
+        assert!(
+            pipeline().decode(&stored, 0, raw.len() - 1).unwrap_err().contains("past the chunk")
+        );
+        assert!(pipeline().decode(&stored[..stored.len() - 8], 0, raw.len()).is_err());
     }
 
     #[test]

@@ -57,34 +57,45 @@ fn parse(file: &[u8], at: u64) -> Result<Collection, String> {
     };
     let body = &file[start..end];
     let mut objects: Vec<(u16, Range<usize>)> = Vec::new();
+    // Walked exactly as libhdf5 walks it (`H5HG__cache_heap_deserialize`), so that a collection
+    // accepted here is one libhdf5 parses without looping or reading past it: an object's
+    // header, then its size rounded up to 8 (not its end); free space steps by its size.
     let mut p = HEADER;
-    while body.len().saturating_sub(p) >= HEADER {
+    while p < body.len() {
+        if body.len() - p < HEADER {
+            break; // A tail too short for a header: free space.
+        }
         let index = u16::from_le_bytes([body[p], body[p + 1]]);
         let object_size = u64_at(body, p + 8);
-        if index == 0 {
-            // Free space: its size includes its header. Zero would never advance.
-            match usize::try_from(object_size) {
-                Ok(0) => break,
-                Ok(step) => p = p.saturating_add(step),
-                Err(_) => break,
-            }
-            continue;
-        }
         let data = p + HEADER;
-        let data_end = usize::try_from(object_size)
-            .ok()
-            .and_then(|n| data.checked_add(n))
-            .filter(|&e| e <= body.len())
-            .ok_or_else(|| {
-                format!(
-                    "global heap collection at byte {at}: object {index} of {object_size} bytes \
-                     runs past the collection's {} bytes",
-                    body.len()
-                )
-            })?;
-        objects.push((index, start + data..start + data_end));
-        // The next header is 8-aligned relative to the collection.
-        p = data_end.next_multiple_of(8);
+        let next = if index == 0 {
+            // Free space: its size includes its header. Zero would make libhdf5 loop forever.
+            usize::try_from(object_size)
+                .ok()
+                .filter(|&step| step > 0)
+                .and_then(|step| p.checked_add(step))
+                .filter(|&next| next <= body.len())
+        } else {
+            // The data must lie in the collection; its padding may end it.
+            usize::try_from(object_size)
+                .ok()
+                .and_then(|n| data.checked_add(n))
+                .filter(|&data_end| data_end <= body.len())
+                .map(|_| (data + (object_size as usize).next_multiple_of(8)).min(body.len()))
+        };
+        let Some(next) = next else {
+            return Err(format!(
+                "global heap collection at byte {at}: {} of {object_size} bytes at byte {} runs \
+                 past the collection's {} bytes",
+                if index == 0 { "free space".to_owned() } else { format!("object {index}") },
+                start + p,
+                body.len()
+            ));
+        };
+        if index != 0 {
+            objects.push((index, start + data..start + data + object_size as usize));
+        }
+        p = next;
     }
     objects.sort_unstable_by_key(|(index, _)| *index);
     if let Some(pair) = objects.windows(2).find(|w| w[0].0 == w[1].0) {
@@ -97,22 +108,36 @@ fn parse(file: &[u8], at: u64) -> Result<Collection, String> {
 }
 
 /// The collections of one file read so far, each parsed once.
+///
+/// Collections may overlap in a hostile file (one inside another's data), so what is kept is
+/// bounded by the file's size: past one kept object per 8 bytes of the file, the cache starts
+/// over.
 #[derive(Debug, Default)]
 pub(crate) struct GlobalHeap {
-    collections: RwLock<HashMap<u64, Arc<Collection>>>,
+    collections: RwLock<Cache>,
+}
+
+#[derive(Debug, Default)]
+struct Cache {
+    by_address: HashMap<u64, Arc<Collection>>,
+    objects: usize,
 }
 
 impl GlobalHeap {
     /// The data of object `index` of the collection at byte `at` of `file` (the same bytes every
     /// call), or what is wrong with it.
     pub fn object<'f>(&self, file: &'f [u8], at: u64, index: u32) -> Result<&'f [u8], String> {
-        let cached = self.collections.read().expect("never poisoned").get(&at).cloned();
+        let cached = self.collections.read().expect("never poisoned").by_address.get(&at).cloned();
         let collection = match cached {
             Some(collection) => collection,
             None => {
                 let parsed = Arc::new(parse(file, at)?);
-                let mut collections = self.collections.write().expect("never poisoned");
-                collections.entry(at).or_insert(parsed).clone()
+                let mut cache = self.collections.write().expect("never poisoned");
+                if cache.objects + parsed.objects.len() > file.len() / 8 + 1024 {
+                    *cache = Cache::default();
+                }
+                cache.objects += parsed.objects.len();
+                cache.by_address.entry(at).or_insert(parsed).clone()
             }
         };
         let found = u16::try_from(index).ok().and_then(|index| {
@@ -288,7 +313,7 @@ pub(crate) mod tests {
         assert_eq!(heap.object(&file, 8, 2).unwrap(), b"");
         assert_eq!(heap.object(&file, 8, 3).unwrap(), &[7; 16]);
         assert_eq!(heap.object(&file, 8 + 4096, 1).unwrap(), b"second");
-        assert_eq!(heap.collections.read().unwrap().len(), 2);
+        assert_eq!(heap.collections.read().unwrap().by_address.len(), 2);
         let missing = heap.object(&file, 8, 4).unwrap_err();
         assert!(missing.contains("holds no object 4"), "{missing}");
         assert!(heap.object(&file, 8, 70_000).is_err());
@@ -360,7 +385,7 @@ pub(crate) mod tests {
         let collections: Vec<u64> = layout.rows.iter().flatten().map(|p| p.collection).collect();
         assert_eq!(collections, [0, 4096, 9128, 9128, 9128, 9128]);
         assert_eq!(layout.bytes, 9128 + 4096);
-        assert!(heap.collections.read().unwrap().keys().all(|&at| {
+        assert!(heap.collections.read().unwrap().by_address.keys().all(|&at| {
             let size = u64_at(&file, at as usize + 8);
             size >= SHARED_COLLECTION as u64 && at + size <= file.len() as u64
         }));

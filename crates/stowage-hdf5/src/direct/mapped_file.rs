@@ -40,6 +40,11 @@ impl MappedFile {
         Ok(Some(Arc::new(MappedFile { map, base, heap: GlobalHeap::default() })))
     }
 
+    /// Bytes in the file (the user block included).
+    pub fn len(&self) -> u64 {
+        self.map.len() as u64
+    }
+
     /// File offset of the HDF5 `address`, if it can be one.
     fn offset(&self, address: u64) -> Result<u64, String> {
         self.base

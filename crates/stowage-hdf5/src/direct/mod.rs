@@ -26,7 +26,12 @@
 //!
 //! Datasets in a layout this module does not handle (another filter, a big-endian or compound
 //! element, contiguous storage, a non-POSIX driver, addresses that are not 8 bytes) are read and
-//! written through libhdf5 as before.
+//! written through libhdf5 as before; before libhdf5 reads a row, [`libhdf5_guard`] checks the
+//! global heap reference it will follow, with this module's parser (libhdf5 trusts it: a damaged
+//! one crashes or hangs it), and refuses rows in a layout it cannot check.
+//!
+//! Sizes read from the file never size an allocation unchecked: the chunk table is bounded by
+//! what the file could hold, inflated chunks by the stream's size, heap objects by the file.
 
 mod column_reader;
 mod column_writer;
@@ -34,6 +39,7 @@ mod filters;
 pub mod fuzzing;
 pub(crate) mod global_heap;
 mod heap_file;
+pub(crate) mod libhdf5_guard;
 mod mapped_file;
 
 use std::fs::{File, OpenOptions};
@@ -44,6 +50,7 @@ use crate::ffi::{Failure, storage};
 
 pub(crate) use column_reader::DirectReader;
 pub(crate) use column_writer::DirectWriter;
+pub(crate) use filters::MAX_INFLATE_RATIO;
 pub(crate) use heap_file::HeapFile;
 pub(crate) use mapped_file::MappedFile;
 

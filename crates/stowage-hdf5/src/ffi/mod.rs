@@ -19,19 +19,22 @@ use hdf5_sys::h5::{hsize_t, htri_t};
 use hdf5_sys::h5a::{
     H5Acreate2, H5Adelete, H5Aexists, H5Aget_space, H5Aget_type, H5Aopen, H5Aread, H5Awrite,
 };
-use hdf5_sys::h5d::{H5Dget_space, H5Dread, H5Dset_extent, H5Dvlen_reclaim, H5Dwrite};
-use hdf5_sys::h5i::{H5Idec_ref, hid_t};
+use hdf5_sys::h5d::{H5Dget_space, H5Dget_type, H5Dread, H5Dset_extent, H5Dvlen_reclaim, H5Dwrite};
+use hdf5_sys::h5f::H5Fget_filesize;
+use hdf5_sys::h5i::{H5Idec_ref, H5Iget_file_id, hid_t};
 use hdf5_sys::h5p::H5P_DEFAULT;
 use hdf5_sys::h5s::{
     H5S_class_t, H5S_seloper_t, H5Screate, H5Screate_simple, H5Sget_simple_extent_dims,
     H5Sget_simple_extent_npoints, H5Sget_simple_extent_type, H5Sselect_hyperslab,
 };
 use hdf5_sys::h5t::{
-    H5T_class_t, H5T_cset_t, H5T_sign_t, H5T_str_t, H5Tcopy, H5Tget_class, H5Tget_sign,
-    H5Tget_size, H5Tget_strpad, H5Tis_variable_str, H5Tset_cset, H5Tset_size, H5Tset_strpad,
-    H5Tvlen_create, hvl_t,
+    H5T_class_t, H5T_cset_t, H5T_sign_t, H5T_str_t, H5Tcopy, H5Tdetect_class, H5Tget_class,
+    H5Tget_member_offset, H5Tget_member_type, H5Tget_nmembers, H5Tget_sign, H5Tget_size,
+    H5Tget_strpad, H5Tis_variable_str, H5Tset_cset, H5Tset_size, H5Tset_strpad, H5Tvlen_create,
+    hvl_t,
 };
 
+pub(crate) mod helper;
 pub mod storage;
 
 /// A failed HDF5 call: what was being done and libhdf5's own message.
@@ -191,6 +194,60 @@ pub fn row_count(dataset: hid_t) -> Outcome<u64> {
     })
 }
 
+/// Bytes in the file holding `object` (any id of an open file: a group, dataset or attribute),
+/// as libhdf5 sees it: what sizes read from that file are checked against.
+pub fn file_size(object: hid_t) -> Outcome<u64> {
+    locked(|| {
+        // SAFETY: `object` is a valid id; the file id returned holds a reference of its own.
+        let file = Id::new(unsafe { H5Iget_file_id(object) }, "H5Iget_file_id")?;
+        let mut size: hsize_t = 0;
+        // SAFETY: valid file id; one value is written.
+        check(unsafe { H5Fget_filesize(file.0, &raw mut size) }, "H5Fget_filesize")?;
+        Ok(size)
+    })
+}
+
+/// Checks that every member of the stored element type of `dataset` lies inside the element
+/// (nested compounds too): libhdf5's compound conversion copies each member from its stored
+/// offset without checking it against the element's size, so a damaged datatype message makes
+/// it read and write past its buffers.
+pub fn check_member_layout(dataset: hid_t) -> Outcome<()> {
+    fn check_type(datatype: hid_t, depth: usize) -> Outcome<()> {
+        // SAFETY: valid datatype id.
+        if unsafe { H5Tget_class(datatype) } != H5T_class_t::H5T_COMPOUND {
+            return Ok(());
+        }
+        if depth > 8 {
+            return Err(Failure("compound types nested more than 8 deep".into()));
+        }
+        // SAFETY: valid compound type id.
+        let (size, members) = unsafe { (H5Tget_size(datatype), H5Tget_nmembers(datatype)) };
+        let members = u32::try_from(members).map_err(|_| failure("H5Tget_nmembers"))?;
+        for member in 0..members {
+            // SAFETY: `member` is below the member count.
+            let offset = unsafe { H5Tget_member_offset(datatype, member) };
+            // SAFETY: as above; the id returned is released by `Id`.
+            let member_type =
+                Id::new(unsafe { H5Tget_member_type(datatype, member) }, "H5Tget_member_type")?;
+            // SAFETY: valid datatype id.
+            let member_size = unsafe { H5Tget_size(member_type.0) };
+            if offset.checked_add(member_size).is_none_or(|end| end > size) {
+                return Err(Failure(format!(
+                    "member {member} of the stored element type ({member_size} bytes at offset \
+                     {offset}) lies past the element's {size} bytes"
+                )));
+            }
+            check_type(member_type.0, depth + 1)?;
+        }
+        Ok(())
+    }
+    locked(|| {
+        // SAFETY: `dataset` is a valid dataset id held open by the caller.
+        let datatype = Id::new(unsafe { H5Dget_type(dataset) }, "H5Dget_type")?;
+        check_type(datatype.0, 0)
+    })
+}
+
 /// Selects rows `start..start + count` of a 1-D file dataspace.
 fn select_rows(space: &Id, start: u64, count: u64) -> Outcome<()> {
     let (start, count) = ([start as hsize_t], [count as hsize_t]);
@@ -240,6 +297,9 @@ pub fn read_vlen_rows(
         if count == 0 {
             return Ok(Vec::new());
         }
+        // libhdf5 follows each row's global heap reference unchecked: stowage checks them
+        // first, which also bounds `count` by what the file holds.
+        crate::direct::libhdf5_guard::check_vlen_rows(dataset, start, count)?;
         // SAFETY: `dataset` is a valid dataset id held open by the caller.
         let file_space = Id::new(unsafe { H5Dget_space(dataset) }, "H5Dget_space")?;
         select_rows(&file_space, start, count)?;
@@ -466,6 +526,14 @@ pub fn read_attribute(object: hid_t, name: &str) -> Outcome<Option<AttributeValu
         if points != 1 {
             return Ok(Some(AttributeValue::Other(format!("{points} elements, not a scalar"))));
         }
+        // The value is stored in the file (in the object's header): a larger type is damage,
+        // and must not size the buffer it is read into.
+        let file_bytes = file_size(object)?;
+        if size as u64 > file_bytes {
+            return Err(Failure(format!(
+                "attribute {name} claims {size}-byte values; the file holds {file_bytes} bytes"
+            )));
+        }
         Some(read_scalar(&attribute, &datatype, class, size)).transpose()
     })
 }
@@ -482,6 +550,12 @@ fn read_scalar(
         H5T_class_t::H5T_STRING => {
             // SAFETY: `datatype` is a valid string type.
             if check(unsafe { H5Tis_variable_str(datatype.0) }, "H5Tis_variable_str")? > 0 {
+                // libhdf5 follows the value's global heap reference unchecked: tried in a child
+                // process first.
+                let keep = storage::libhdf5_descriptor(attribute.0)?;
+                helper::survives_in_child("a variable-length string attribute", keep, || {
+                    let _ = read_variable_string(attribute, datatype);
+                })?;
                 return read_variable_string(attribute, datatype);
             }
             let mut buffer = vec![0u8; size];
@@ -574,8 +648,15 @@ pub fn copy_attribute(source: hid_t, target: hid_t, name: &str) -> Outcome<()> {
             unsafe { (H5Sget_simple_extent_npoints(space.0), H5Tget_size(datatype.0)) };
         let points =
             usize::try_from(points).map_err(|_| failure("H5Sget_simple_extent_npoints"))?;
-        let bytes =
-            points.checked_mul(size).ok_or_else(|| Failure("attribute too large".into()))?;
+        // Each value takes at least its size in the file (a variable-length one: its 16-byte
+        // heap reference, more than the pointer it reads as): more is damage.
+        let file_bytes = file_size(source)?;
+        let bytes = points.checked_mul(size).filter(|&bytes| bytes as u64 <= file_bytes);
+        let bytes = bytes.ok_or_else(|| {
+            Failure(format!(
+                "attribute {name}: {points} values of {size} bytes; the file holds {file_bytes}"
+            ))
+        })?;
         delete_attribute(target, &c)?;
         // SAFETY: valid ids; `c` is NUL-terminated.
         let copy = Id::new(
@@ -588,6 +669,22 @@ pub fn copy_attribute(source: hid_t, target: hid_t, name: &str) -> Outcome<()> {
             return Ok(());
         }
         let mut buffer = vec![0u8; bytes];
+        // SAFETY: valid datatype id.
+        if check(unsafe { H5Tdetect_class(datatype.0, H5T_class_t::H5T_VLEN) }, "H5Tdetect_class")?
+            > 0
+            // SAFETY: as above.
+            || check(unsafe { H5Tis_variable_str(datatype.0) }, "H5Tis_variable_str")? > 0
+        {
+            // Its values are global heap references libhdf5 follows unchecked: tried in a
+            // child process first.
+            let mut scratch = buffer.clone();
+            let keep = storage::libhdf5_descriptor(source)?;
+            helper::survives_in_child(&format!("variable-length attribute {name}"), keep, || {
+                // SAFETY: as below, into the child's copy of the buffer (never freed: the child
+                // leaves at once).
+                unsafe { H5Aread(attribute.0, datatype.0, scratch.as_mut_ptr().cast()) };
+            })?;
+        }
         // SAFETY: `buffer` holds `points` elements of the memory type.
         check(unsafe { H5Aread(attribute.0, datatype.0, buffer.as_mut_ptr().cast()) }, "H5Aread")?;
         // SAFETY: writes the same elements back under the same type.
@@ -634,6 +731,38 @@ mod tests {
         assert_eq!(read_attribute(id, "absent").unwrap(), None);
         write_i64_attribute(id, "i", 8).unwrap();
         assert_eq!(read_attribute(id, "i").unwrap(), Some(AttributeValue::Int(8)), "replaced");
+    }
+
+    #[test]
+    fn damaged_heaps_under_variable_length_string_attributes_are_errors() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.h5");
+        {
+            let file = hdf5::File::create(&path).unwrap();
+            let value: hdf5::types::VarLenUnicode = "float64".parse().unwrap();
+            let attribute = file.new_attr::<hdf5::types::VarLenUnicode>().create("s").unwrap();
+            attribute.write_scalar(&value).unwrap();
+        }
+        let intact = std::fs::read(&path).unwrap();
+        let read = |bytes: &[u8]| {
+            std::fs::write(&path, bytes).unwrap();
+            let file = hdf5::File::open(&path).unwrap();
+            read_attribute(file.id(), "s")
+        };
+        assert_eq!(read(&intact).unwrap(), Some(AttributeValue::Text("float64".into())));
+        let heap = intact.windows(4).position(|w| w == b"GCOL").expect("a global heap");
+        // The object's index, its size, the collection's size: each libhdf5 trusts.
+        for (at, value) in [(16, 0x00), (16, 0x07), (24 + 5, 0x10), (24, 0xF1), (9, 0x00)] {
+            let mut bad = intact.clone();
+            bad[heap + at] = value;
+            // A value or an error, whatever libhdf5 does with it: never a crash of this process.
+            let outcome = read(&bad);
+            eprintln!("heap byte {at} = {value:#x}: {outcome:?}");
+            match outcome {
+                Ok(value) => assert!(matches!(value, Some(AttributeValue::Text(_))), "{value:?}"),
+                Err(e) => assert!(!e.to_string().is_empty()),
+            }
+        }
     }
 
     #[test]

@@ -12,19 +12,23 @@ use std::ptr;
 
 use hdf5_sys::h5::{HADDR_UNDEF, haddr_t, hsize_t};
 use hdf5_sys::h5d::{
-    H5D_alloc_time_t, H5D_fill_time_t, H5D_layout_t, H5Dcreate_anon, H5Dget_chunk_info_by_coord,
-    H5Dget_create_plist, H5Dget_offset, H5Dget_type, H5Dset_extent, H5Dwrite_chunk,
+    H5D_alloc_time_t, H5D_fill_time_t, H5D_fill_value_t, H5D_layout_t, H5Dcreate_anon,
+    H5Dget_chunk_info_by_coord, H5Dget_create_plist, H5Dget_offset, H5Dget_type, H5Dset_extent,
+    H5Dwrite_chunk,
 };
-use hdf5_sys::h5f::{H5Fget_access_plist, H5Fget_create_plist, H5Fget_vfd_handle};
-use hdf5_sys::h5i::hid_t;
+use hdf5_sys::h5f::{
+    H5F_scope_t, H5Fflush, H5Fget_access_plist, H5Fget_create_plist, H5Fget_intent,
+    H5Fget_vfd_handle,
+};
+use hdf5_sys::h5i::{H5Iget_file_id, hid_t};
 use hdf5_sys::h5o::H5Oincr_refcount;
 use hdf5_sys::h5p::{
-    H5P_DEFAULT, H5Pcreate, H5Pget_chunk, H5Pget_driver, H5Pget_filter2, H5Pget_layout,
-    H5Pget_nfilters, H5Pget_sizes, H5Pget_userblock, H5Pset_alloc_time, H5Pset_fill_time,
-    H5Pset_layout,
+    H5P_DEFAULT, H5Pcreate, H5Pfill_value_defined, H5Pget_chunk, H5Pget_driver, H5Pget_filter2,
+    H5Pget_layout, H5Pget_nfilters, H5Pget_sizes, H5Pget_userblock, H5Pset_alloc_time,
+    H5Pset_fill_time, H5Pset_layout,
 };
 use hdf5_sys::h5s::H5Screate_simple;
-use hdf5_sys::h5t::{H5T_class_t, H5Tequal, H5Tget_class, H5Tget_super};
+use hdf5_sys::h5t::{H5T_class_t, H5Tequal, H5Tget_class, H5Tget_size, H5Tget_super};
 
 use super::{Element, Failure, Id, Outcome, check, locked};
 
@@ -59,19 +63,13 @@ pub fn file_storage(file: hid_t) -> Outcome<Option<FileStorage>> {
         if handle.is_null() {
             return Ok(None);
         }
-        // SAFETY: for the sec2 driver the handle points at the `int` descriptor of the open file,
-        // which stays open while `file` is (the caller holds it); it is only borrowed here to be
-        // duplicated.
-        let fd: RawFd = unsafe { *handle.cast::<RawFd>() };
-        // SAFETY: as above: `fd` is open for the duration of this borrow.
-        let borrowed = unsafe { BorrowedFd::borrow_raw(fd) };
-        // A duplicate only to ask the inode, closed at once: kept open (or mapped) it would keep
-        // libhdf5's open file description, and with it libhdf5's file lock, alive after close.
-        let metadata = borrowed
-            .try_clone_to_owned()
-            .map(File::from)
-            .and_then(|file| file.metadata())
+        let duplicate = duplicate_handle(handle)?;
+        // Closed at once: kept open (or mapped) it would keep libhdf5's open file description,
+        // and with it libhdf5's file lock, alive after close.
+        let metadata = duplicate
+            .metadata()
             .map_err(|e| Failure(format!("inspecting libhdf5's file descriptor: {e}")))?;
+        drop(duplicate);
         // SAFETY: `file` is a valid file id.
         let create = Id::new(unsafe { H5Fget_create_plist(file) }, "H5Fget_create_plist")?;
         let (mut base, mut address_size, mut length_size) = (0 as hsize_t, 0usize, 0usize);
@@ -85,6 +83,75 @@ pub fn file_storage(file: hid_t) -> Outcome<Option<FileStorage>> {
         }
         let identity = (metadata.dev(), metadata.ino());
         Ok(Some(FileStorage { identity, base, address_size, length_size }))
+    })
+}
+
+/// A descriptor of its own on the file behind the sec2 driver's `handle` (a pointer to the `int`
+/// descriptor of the open file).
+fn duplicate_handle(handle: *mut std::ffi::c_void) -> Outcome<File> {
+    // SAFETY: for the sec2 driver the handle points at the `int` descriptor of the open file,
+    // which stays open while the file id is (the caller holds it); it is only borrowed here to
+    // be duplicated.
+    let fd: RawFd = unsafe { *handle.cast::<RawFd>() };
+    // SAFETY: as above: `fd` is open for the duration of this borrow.
+    let borrowed = unsafe { BorrowedFd::borrow_raw(fd) };
+    borrowed
+        .try_clone_to_owned()
+        .map(File::from)
+        .map_err(|e| Failure(format!("duplicating libhdf5's file descriptor: {e}")))
+}
+
+/// The file libhdf5 has open as `file` (any object id of it), on a descriptor of its own, with
+/// its storage facts; `None` when it is not read through the POSIX (`sec2`) driver. For reading
+/// the very bytes libhdf5 reads (`pread` leaves libhdf5's offset alone); the caller closes the
+/// descriptor before the file is closed (else it keeps libhdf5's lock alive).
+pub(crate) fn open_same_file(object: hid_t) -> Outcome<Option<(File, FileStorage)>> {
+    locked(|| {
+        // SAFETY: `object` is a valid id of an open file's object; the file id returned holds a
+        // reference of its own, released by `Id`.
+        let file = Id::new(unsafe { H5Iget_file_id(object) }, "H5Iget_file_id")?;
+        let Some(storage) = file_storage(file.0)? else { return Ok(None) };
+        // SAFETY: valid file id.
+        let access = Id::new(unsafe { H5Fget_access_plist(file.0) }, "H5Fget_access_plist")?;
+        let mut handle: *mut std::ffi::c_void = ptr::null_mut();
+        // SAFETY: valid file and property list ids; libhdf5 stores one pointer in `handle`.
+        let ret = unsafe { H5Fget_vfd_handle(file.0, access.0, &raw mut handle) };
+        check(ret, "H5Fget_vfd_handle")?;
+        if handle.is_null() {
+            return Ok(None);
+        }
+        let mut intent = 0u32;
+        // SAFETY: valid file id; H5Fget_intent writes one unsigned.
+        check(unsafe { H5Fget_intent(file.0, &raw mut intent) }, "H5Fget_intent")?;
+        if intent & hdf5_sys::h5f::H5F_ACC_RDWR != 0 {
+            // A file this process writes: what libhdf5 would read may still be in its caches.
+            // SAFETY: valid file id.
+            let flushed = unsafe { H5Fflush(file.0, H5F_scope_t::H5F_SCOPE_LOCAL) };
+            check(flushed, "H5Fflush")?;
+        }
+        Ok(Some((duplicate_handle(handle)?, storage)))
+    })
+}
+
+/// The descriptor libhdf5 reads the file holding `object` through, when that is the POSIX
+/// (`sec2`) driver: borrowed, valid while the file is open.
+pub(crate) fn libhdf5_descriptor(object: hid_t) -> Outcome<Option<RawFd>> {
+    locked(|| {
+        // SAFETY: `object` is a valid id; the file id returned holds a reference of its own.
+        let file = Id::new(unsafe { H5Iget_file_id(object) }, "H5Iget_file_id")?;
+        // SAFETY: valid file id.
+        let access = Id::new(unsafe { H5Fget_access_plist(file.0) }, "H5Fget_access_plist")?;
+        // SAFETY: valid property list.
+        let driver = unsafe { H5Pget_driver(access.0) };
+        if driver < 0 || driver != *hdf5::globals::H5FD_SEC2 {
+            return Ok(None);
+        }
+        let mut handle: *mut std::ffi::c_void = ptr::null_mut();
+        // SAFETY: valid file and property list ids; libhdf5 stores one pointer in `handle`.
+        let ret = unsafe { H5Fget_vfd_handle(file.0, access.0, &raw mut handle) };
+        check(ret, "H5Fget_vfd_handle")?;
+        // SAFETY: for the sec2 driver the handle points at the file's `int` descriptor.
+        Ok((!handle.is_null()).then(|| unsafe { *handle.cast::<RawFd>() }))
     })
 }
 
@@ -112,6 +179,14 @@ pub struct VlenStorage {
     /// The stored element type, when it is one of the little-endian standard types of
     /// [`Element`] (`None` for anything else: another byte order, a compound, ...).
     pub element: Option<Element>,
+    /// Bytes of one stored element (`H5Tget_size` of the base type, any type).
+    pub element_size: usize,
+    /// Whether the stored element is a plain number (integer or float class): no references
+    /// into the file inside it (a nested `VLEN`, a reference, a compound holding one).
+    pub element_is_number: bool,
+    /// Whether the dataset has a fill value of its own (`H5D_FILL_VALUE_USER_DEFINED`): rows of
+    /// chunks never written read as it instead of as empty rows.
+    pub user_fill: bool,
 }
 
 impl Element {
@@ -149,6 +224,10 @@ pub fn vlen_storage(dataset: hid_t) -> Outcome<Option<VlenStorage>> {
             // SAFETY: both are valid datatype ids; H5Tequal only compares them.
             unsafe { H5Tequal(base.0, e.standard_le()) > 0 }
         });
+        // SAFETY: valid datatype id.
+        let (element_size, base_class) = unsafe { (H5Tget_size(base.0), H5Tget_class(base.0)) };
+        let element_is_number =
+            matches!(base_class, H5T_class_t::H5T_INTEGER | H5T_class_t::H5T_FLOAT);
         // SAFETY: as above.
         let create = Id::new(unsafe { H5Dget_create_plist(dataset) }, "H5Dget_create_plist")?;
         // SAFETY: valid dataset creation property list.
@@ -163,7 +242,8 @@ pub fn vlen_storage(dataset: hid_t) -> Outcome<Option<VlenStorage>> {
         }
         // SAFETY: valid property list.
         let count = check(unsafe { H5Pget_nfilters(create.0) }, "H5Pget_nfilters")?;
-        let mut filters = Vec::with_capacity(count as usize);
+        // libhdf5 holds at most 32 filters per pipeline (`H5Z_MAX_NFILTERS`).
+        let mut filters = Vec::with_capacity((count as usize).min(32));
         for index in 0..count as u32 {
             let mut flags = 0u32;
             let mut client_data = [0u32; 8];
@@ -187,7 +267,18 @@ pub fn vlen_storage(dataset: hid_t) -> Outcome<Option<VlenStorage>> {
             let kept = elements.min(client_data.len());
             filters.push(Filter { id, client_data: client_data[..kept].to_vec() });
         }
-        Ok(Some(VlenStorage { chunk_rows: dims[0], filters, element }))
+        let mut fill = H5D_fill_value_t::H5D_FILL_VALUE_ERROR;
+        // SAFETY: valid property list; one value is written.
+        check(unsafe { H5Pfill_value_defined(create.0, &raw mut fill) }, "H5Pfill_value_defined")?;
+        let user_fill = fill == H5D_fill_value_t::H5D_FILL_VALUE_USER_DEFINED;
+        Ok(Some(VlenStorage {
+            chunk_rows: dims[0],
+            filters,
+            element,
+            element_size,
+            element_is_number,
+            user_fill,
+        }))
     })
 }
 
