@@ -287,7 +287,7 @@ impl TorchCache {
     /// The file's metadata (superblock, groups, attributes, dataset headers, index tables) is
     /// parsed by libhdf5, which no stowage checksum protects in a file aenet or PyTables wrote,
     /// and which crashes on some damage (use after free, null pointers, endless loops). So the
-    /// open is tried first in a forked child process ([`crate::ffi::helper`]): a crash there is
+    /// open is tried first in a forked child process (`ffi::helper`): a crash there is
     /// `Error::Corrupted` naming the file, and only a file the child opened is opened here.
     pub fn open_with(path: impl AsRef<Path>, read_path: ReadPath) -> Result<Option<TorchCache>> {
         let path = path.as_ref();
