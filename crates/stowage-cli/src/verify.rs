@@ -526,45 +526,44 @@ fn damaged_torchcachex(
 }
 
 /// A stowage HDF5 cache that does not open (a committed segment is damaged, so no key can be
-/// looked up): the backend's validation from disk, which names each damaged segment with how many
-/// samples it held and checks every row of the intact ones.
+/// looked up): [`damaged`] with the backend's validation from disk, which names each damaged
+/// segment with how many samples it held and checks every row of the intact ones.
 fn damaged_hdf5(
     path: &Path,
     open_error: CliError,
     options: VerifyOptions,
 ) -> Result<Plan<'static>, CliError> {
-    let open_error = refuse_a_sample(open_error, options)?;
-    let structure = stowage_hdf5::Hdf5Backend::validate_dir(path, ValidationLevel::Full)?;
-    if structure.is_undamaged() {
-        // Not damage validation can see (a permission error, say): the open's error stands.
-        return Err(open_error);
-    }
-    Ok(Plan {
-        structure,
-        units: Vec::new(),
-        keys: 0,
-        selected: 0,
-        no_checksums: None,
-        repair: "put the damaged keys again (a later segment's row replaces them) or rebuild the \
-                 cache",
-        file_repair: Some(
-            "a damaged segment keeps the whole cache from opening, and its keys cannot be read \
-             from it: restore the listed files from an intact copy, or delete the cache \
-             directory and write it again",
-        ),
-    })
+    let validate = || stowage_hdf5::Hdf5Backend::validate_dir(path, ValidationLevel::Full);
+    let repair = "put the damaged keys again (a later segment's row replaces them) or rebuild the \
+                  cache";
+    let file_repair = "a damaged segment keeps the whole cache from opening, and its keys cannot \
+                       be read from it: restore the listed files from an intact copy, or delete \
+                       the cache directory and write it again";
+    damaged(open_error, options, validate, repair, Some(file_repair))
 }
 
 /// An aenet file whose torch cache does not open (libhdf5 refused or crashed on it, in a child
-/// process): the damage as validation reports it, status 1; the open's error when validation
-/// sees none.
+/// process): [`damaged`] with the file's validation.
 fn damaged_aenet(
     path: &Path,
     open_error: CliError,
     options: VerifyOptions,
 ) -> Result<Plan<'static>, CliError> {
+    let validate = || stowage_hdf5::TorchCache::validate(path, ValidationLevel::Full);
+    damaged(open_error, options, validate, AENET_REPAIR, None)
+}
+
+/// A cache that does not open, reported with the damage `validate` sees (status 1); the open's
+/// error when it sees none (a permission error, say). A sample needs the keys, so it is refused.
+fn damaged(
+    open_error: CliError,
+    options: VerifyOptions,
+    validate: impl FnOnce() -> stowage_core::Result<ValidationReport>,
+    repair: &'static str,
+    file_repair: Option<&'static str>,
+) -> Result<Plan<'static>, CliError> {
     let open_error = refuse_a_sample(open_error, options)?;
-    let structure = stowage_hdf5::TorchCache::validate(path, ValidationLevel::Full)?;
+    let structure = validate()?;
     if structure.is_undamaged() {
         return Err(open_error);
     }
@@ -574,8 +573,8 @@ fn damaged_aenet(
         keys: 0,
         selected: 0,
         no_checksums: None,
-        repair: AENET_REPAIR,
-        file_repair: None,
+        repair,
+        file_repair,
     })
 }
 
