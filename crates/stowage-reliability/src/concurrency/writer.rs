@@ -82,12 +82,8 @@ pub fn run(
     while (schedule.keys_created_by(summary.puts) as u64) < preload {
         let end = summary.puts + preload_batch;
         progress.announce(end)?;
-        for op in summary.puts..end {
-            let n = schedule.key_of(op);
-            cache
-                .put(&key(n), &value(&schema, seed, n, op))
-                .map_err(|e| fail(format!("put {op} (key {:?})", key(n)), e))?;
-        }
+        put_ops(&mut *cache, &mut schedule, &schema, seed, summary.puts..end)
+            .map_err(|(what, e)| fail(what, e))?;
         summary.puts = end;
         cache.flush().map_err(|e| fail(format!("flush after put {end}"), e))?;
         summary.flushes += 1;
@@ -98,12 +94,8 @@ pub fn run(
     while started.elapsed().as_secs_f64() < seconds {
         let end = summary.puts + rng.random_range(1..=MAX_BATCH);
         progress.announce(end)?;
-        for op in summary.puts..end {
-            let n = schedule.key_of(op);
-            cache
-                .put(&key(n), &value(&schema, seed, n, op))
-                .map_err(|e| fail(format!("put {op} (key {:?})", key(n)), e))?;
-        }
+        put_ops(&mut *cache, &mut schedule, &schema, seed, summary.puts..end)
+            .map_err(|(what, e)| fail(what, e))?;
         summary.puts = end;
         // Most batches end in a flush; the others make the next flush cover two batches.
         if rng.random_ratio(7, 8) {
@@ -122,4 +114,22 @@ pub fn run(
     summary.keys = schedule.keys_created_by(summary.puts) as u64;
     let line = json!({"puts": summary.puts, "flushes": summary.flushes, "keys": summary.keys});
     say(out, format!("summary {line}"))
+}
+
+/// Puts ops `ops` of `schedule`, each its key's value for that op; the failing op's description
+/// and error otherwise.
+fn put_ops(
+    cache: &mut stowage_core::DynBackend,
+    schedule: &mut Schedule,
+    schema: &stowage_core::Schema,
+    seed: u64,
+    ops: std::ops::Range<u64>,
+) -> Result<(), (String, stowage_core::Error)> {
+    for op in ops {
+        let n = schedule.key_of(op);
+        cache
+            .put(&key(n), &value(schema, seed, n, op))
+            .map_err(|e| (format!("put {op} (key {:?})", key(n)), e))?;
+    }
+    Ok(())
 }
