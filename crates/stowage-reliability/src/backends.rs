@@ -84,6 +84,22 @@ pub fn with_realistic_fields(backend: &str, mut schema: Schema) -> Schema {
     schema
 }
 
+/// Puts per flush of the crash and faults campaigns' realistic writers on `backend` (a name of
+/// [`all`] or [`defaults`]): Arrow makes a segment and two sidecars per flush (some 3,000 files
+/// of 100,000 samples); npy fills collection files of 1,000 samples whatever the flushes; the
+/// others grow the same files, however often they flush.
+///
+/// ```
+/// assert_eq!(stowage_reliability::backends::realistic_flush_every("arrow@defaults"), 100);
+/// ```
+pub fn realistic_flush_every(backend: &str) -> usize {
+    match backend_of(backend) {
+        "arrow" => 100,
+        "npy" => 50,
+        _ => 2_000,
+    }
+}
+
 /// The name of the backend a subject of [`all`] or [`defaults`] runs (`npy@defaults` -> `npy`).
 pub fn backend_of(name: &str) -> &str {
     name.split('@').next().unwrap_or(name)

@@ -65,11 +65,7 @@ impl CrashSubject {
         if !self.realistic {
             return Workload::generate(&caps, seed, self.compacts());
         }
-        let flush_every = match backends::backend_of(self.label) {
-            "arrow" => 100,
-            "npy" => 50,
-            _ => 2_000,
-        };
+        let flush_every = backends::realistic_flush_every(self.label);
         let mut workload = Workload::realistic(&caps, seed, self.compacts(), flush_every);
         workload.schema = backends::with_realistic_fields(self.label, workload.schema);
         workload

@@ -37,17 +37,6 @@ pub struct Config {
 /// Samples of the base cache of a realistic run.
 pub const REALISTIC_SAMPLES: usize = 100_000;
 
-/// Puts per flush when writing a realistic base cache for `backend`: Arrow makes a segment and
-/// two sidecars per flush (some 3,000 files); npy fills collection files of 1,000 samples at its
-/// defaults (some 400 files) and the others grow the same files, however often they flush.
-fn realistic_flush_every(backend: &str) -> usize {
-    match crate::backends::backend_of(backend) {
-        "arrow" => 100,
-        "npy" => 50,
-        _ => 2_000,
-    }
-}
-
 /// Writes the realistic base cache of `subject` at `dir`: samples `0..REALISTIC_SAMPLES`.
 ///
 /// Errors: the backend's, naming the step.
@@ -57,7 +46,7 @@ pub fn write_realistic_base(subject: &Subject, dir: &Path) -> Result<(), String>
     // keeps its 2 fields, some 400 collection files, not the 2,000 of the other campaigns.
     let schema = crate::concurrency::schedule::schema(&factory.capabilities());
     let mut cache = factory.create(dir, &schema).map_err(|e| format!("create: {e}"))?;
-    let every = realistic_flush_every(subject.name);
+    let every = crate::backends::realistic_flush_every(subject.name);
     let mut start = 0;
     while start < REALISTIC_SAMPLES {
         let end = (start + every).min(REALISTIC_SAMPLES);
