@@ -19,6 +19,11 @@ unsafe extern "C" {
     fn close_range(first: u32, last: u32, flags: i32) -> i32;
     fn _exit(status: i32) -> !;
     fn waitpid(pid: i32, status: *mut i32, options: i32) -> i32;
+    fn pipe2(fds: *mut i32, flags: i32) -> i32;
+    #[link_name = "read"]
+    fn read_fd(fd: i32, buffer: *mut u8, count: usize) -> isize;
+    fn write(fd: i32, buffer: *const u8, count: usize) -> isize;
+    fn close(fd: i32) -> i32;
     fn kill(pid: i32, signal: i32) -> i32;
     #[cfg(test)]
     fn getpid() -> i32;
@@ -26,6 +31,8 @@ unsafe extern "C" {
 
 /// `waitpid`'s `WNOHANG`.
 const WNOHANG: i32 = 1;
+/// `pipe2`'s `O_CLOEXEC` (Linux).
+const O_CLOEXEC: i32 = 0o2_000_000;
 /// `SIGKILL`.
 const SIGKILL: i32 = 9;
 /// How long the child may take: an attribute read takes microseconds; libhdf5 loops forever on
@@ -36,40 +43,75 @@ const TIMEOUT: Duration = Duration::from_secs(10);
 /// `Ok` when the child finished (whatever `read` found), an error naming `what` when libhdf5
 /// crashed or hung in it. The child keeps only descriptor `keep` (the file `read` reads) and the
 /// standard streams: a copy of any other would keep its file's lock (libhdf5's `flock`, or the
-/// writers') alive after the parent closes it, for as long as the child lives.
+/// writers') alive after the parent closes it, for as long as the child lives. The parent waits
+/// until the child has closed them before it returns, so that, the caller holding the HDF5 lock
+/// throughout, no libhdf5 open or close of another thread meets a lock only the child's copies
+/// still hold.
 pub(crate) fn survives_in_child(
     what: &str,
     keep: Option<i32>,
     read: impl FnOnce(),
 ) -> Result<(), Failure> {
+    let start_failed = |step: &str| {
+        Failure(format!(
+            "{what}: could not start the process that tries libhdf5's read first ({step}: {})",
+            std::io::Error::last_os_error()
+        ))
+    };
+    // The child writes one byte here once it has closed the other descriptors.
+    let mut closed = [-1i32; 2];
+    // Close-on-exec: a process another thread spawns meanwhile must not hold the write end.
+    // SAFETY: `closed` holds the two descriptors pipe2 writes.
+    if unsafe { pipe2(closed.as_mut_ptr(), O_CLOEXEC) } != 0 {
+        return Err(start_failed("pipe"));
+    }
+    let [closed_read, closed_write] = closed;
     // SAFETY: fork has no preconditions; see the module's comment for what the child runs.
     let pid = unsafe { fork() };
     if pid < 0 {
-        return Err(Failure(format!(
-            "{what}: could not start the process that tries libhdf5's read first: {}",
-            std::io::Error::last_os_error()
-        )));
+        // SAFETY: our own pipe's descriptors.
+        unsafe {
+            close(closed_read);
+            close(closed_write);
+        }
+        return Err(start_failed("fork"));
     }
     if pid == 0 {
-        // SAFETY: closes only this child's copies of descriptors; errors leave them open (the
-        // worst is a lock held a little longer).
+        let mut kept: Vec<u32> = [keep, Some(closed_write)]
+            .into_iter()
+            .flatten()
+            .filter_map(|fd| u32::try_from(fd).ok())
+            .filter(|&fd| fd >= 3)
+            .collect();
+        kept.sort_unstable();
+        // SAFETY: closes only this child's copies of descriptors (errors leave them open: the
+        // worst is a lock held a little longer), then tells the parent on its own pipe.
         unsafe {
-            match keep.and_then(|fd| u32::try_from(fd).ok()).filter(|&fd| fd >= 3) {
-                Some(fd) => {
-                    if fd > 3 {
-                        close_range(3, fd - 1, 0);
-                    }
-                    close_range(fd + 1, u32::MAX, 0);
+            let mut next = 3u32;
+            for fd in kept {
+                if fd > next {
+                    close_range(next, fd - 1, 0);
                 }
-                None => {
-                    close_range(3, u32::MAX, 0);
-                }
+                next = fd.saturating_add(1);
             }
+            close_range(next, u32::MAX, 0);
+            write(closed_write, [1u8].as_ptr(), 1);
+            close(closed_write);
         }
         // A panic must not unwind into the parent's code, which the child holds a copy of.
         let finished = std::panic::catch_unwind(std::panic::AssertUnwindSafe(read)).is_ok();
         // SAFETY: leaves the child at once, running nothing of the parent's.
         unsafe { _exit(if finished { 0 } else { 70 }) };
+    }
+    // SAFETY: the parent's copy of the write end, then a one-byte read of the read end (0 bytes
+    // when the child died before writing: it holds no descriptor then either).
+    unsafe {
+        close(closed_write);
+        let mut byte = 0u8;
+        while read_fd(closed_read, &raw mut byte, 1) < 0
+            && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted
+        {}
+        close(closed_read);
     }
     let started = Instant::now();
     let mut status = 0i32;
