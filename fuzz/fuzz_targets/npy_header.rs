@@ -1,4 +1,4 @@
-//! The `.npy` header parser (`stowage_npy::npy_header::parse`) on a whole hostile file, then the
+//! The `.npy` header parser (`stowage_core::npy_header::parse`) on a whole hostile file, then the
 //! collection reader over it (`CollectionFile::open` and every slot at the full slot shape), as
 //! the npy backend reads collection files. A header that parses must say what it was written
 //! from: writing its dtype and shape back and parsing again gives the same dtype and shape.
@@ -6,7 +6,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use stowage_npy::CollectionFile;
-use stowage_npy::npy_header::{parse, write_header};
+use stowage_core::npy_header::{parse, write_header};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(header) = parse(data) else { return };

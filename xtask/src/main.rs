@@ -1,13 +1,16 @@
 //! Project tasks for the stowage workspace, run as `cargo xtask <command>`.
 //!
-//! - `cargo xtask test`: checks and installs what the tests need, then runs every check the project
-//!   has (format, clippy, tests, docs), stopping at the first failure.
+//! - `cargo xtask test`: checks the dependency rules between the workspace crates, checks and
+//!   installs what the tests need, then runs every check the project has (format, clippy, tests,
+//!   docs), stopping at the first failure.
+//! - `cargo xtask architecture`: only the dependency rules (see `architecture.rs`).
 //! - `cargo xtask reliability`: runs the long reliability campaigns and records them in
 //!   `docs/reliability.md`.
 //! - `cargo xtask bench`: runs every benchmark suite (numpy10, memmap, arrow, hdf5) and its Python
 //!   peer, prints each comparison table and records it in the suite's section of
 //!   `docs/benchmarks.md`.
 
+mod architecture;
 mod bench;
 mod hangar_venv;
 mod machine;
@@ -25,6 +28,8 @@ cargo xtask <command> [flag]
 
 Commands:
   test            Run every test of the project, stopping at the first failure:
+                    0. architecture: the dependency rules between workspace crates, as
+                       `cargo xtask architecture`
                     1. prerequisites: libhdf5-dev and pkg-config for stowage-hdf5 (apt-get
                        install -y when missing; the error names them when apt-get fails),
                        python3 with numpy, xxhash, pyarrow, tables and h5py (installed with
@@ -38,7 +43,18 @@ Commands:
                     4. cargo test --workspace   (STOWAGE_REQUIRE_PYTHON=1; STOWAGE_REQUIRE_REFERENCE=1
                        when CI is set or the reference caches exist)
                     5. cargo doc --workspace --no-deps   (RUSTDOCFLAGS=\"-D warnings\")
-    --quick       only the prerequisites and step 4
+                  The summary counts as skipped the #[ignore]d tests and the tests that
+                  reported a skip (a line `SKIPPED test=... reason=...`: a missing optional
+                  prerequisite, or a conformance case the backend's capabilities rule out),
+                  collected through the file STOWAGE_SKIP_LOG names, and lists the latter.
+    --quick       only steps 0, 1 and 4
+
+  architecture    Check that every workspace crate declares its role
+                  ([package.metadata.stowage] role = core, backend, conformance, frontend,
+                  test-support or tooling) and that no dependency between workspace crates
+                  (normal, build or dev) breaks the rules: core depends on no workspace crate;
+                  backends depend on no other backend, nor on the frontend or tooling crates;
+                  conformance depends only on core. Reads cargo metadata --no-deps.
 
   bench           First the overview: `stowage bench` writes the same generated workloads
                   (100,000 float32[512] samples, 5,000 DNANet-shaped rows, 10,000 ragged
@@ -117,6 +133,10 @@ fn main() -> ExitCode {
             return ExitCode::SUCCESS;
         }
         Some("test") => parse_flag(&args[1..], "--quick").and_then(test::run),
+        Some("architecture") => match &args[1..] {
+            [] => architecture::run(),
+            rest => Err(format!("`architecture` takes no argument, not `{}`", rest.join(" "))),
+        },
         Some("bench") => bench::Options::parse(&args[1..]).and_then(bench::run),
         Some("reliability") => reliability::run(&args[1..]),
         Some(other) => Err(format!("unknown command `{other}`; run `cargo xtask --help`")),

@@ -15,9 +15,10 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use stowage_core::file_safety::AppendLog;
-use stowage_core::{Error, IoResultExt, Result};
+use stowage_core::{IoResultExt, Result};
 
 use crate::commit_log::{Record, SegmentEntry};
+use crate::error::ArrowCacheError;
 use crate::layout::Layout;
 use crate::pending::Pending;
 use crate::segment_writer::{SegmentFormat, write_next_segment};
@@ -74,7 +75,8 @@ struct State {
 impl State {
     fn run(&mut self, work: Work) -> Outcome {
         if let Some(why) = &self.failed {
-            return Err(failed(&self.format.layout, &format!("an earlier write failed ({why})")));
+            let cache = self.format.layout.root().to_path_buf();
+            return Err(ArrowCacheError::EarlierWriteFailed { cache, cause: why.clone() }.into());
         }
         let outcome = self.attempt(work);
         if let Err(e) = &outcome {
@@ -169,8 +171,9 @@ impl Committer {
                         Ok(outcome) => done.push(outcome),
                         Err(_) => {
                             while done.len() < expected {
-                                let why = "the background writer stopped unexpectedly";
-                                done.push(Err(failed(&layout, why)));
+                                let cache = layout.root().to_path_buf();
+                                let stopped = ArrowCacheError::BackgroundWriterStopped { cache };
+                                done.push(Err(stopped.into()));
                             }
                         }
                     }
@@ -213,9 +216,4 @@ impl Drop for Committer {
             }
         }
     }
-}
-
-/// An error for a failed background item.
-pub fn failed(layout: &Layout, why: &str) -> Error {
-    Error::invalid(format!("writing to {} failed: {why}", layout.root().display()))
 }

@@ -31,10 +31,11 @@ use arrow_array::{
 };
 use arrow_buffer::{Buffer, MutableBuffer, OffsetBuffer};
 use arrow_schema::{DataType, Field, Schema};
-use stowage_core::canonical_json::{PyJsonOptions, to_python_json};
 use stowage_core::{DType, Error, Result, Sample, Value};
+use stowage_fingerprint::canonical_json::{PyJsonOptions, to_python_json};
 
 use crate::blob_encoding::{self, BlobEncoding};
+use crate::error::ArrowCacheError;
 use crate::schema_json::OutputStructure;
 
 /// One sample field as the columns store it.
@@ -410,7 +411,12 @@ pub fn encode_batch(
         }
     }
     RecordBatch::try_new(schema, columns)
-        .map_err(|e| Error::invalid(format!("building a record batch: {e}")))
+        .map_err(|source| ArrowCacheError::Arrow { what: "record batch".into(), source }.into())
+}
+
+/// Arrow's refusal to build a column of field `name`.
+fn arrow_error(name: &str, source: arrow_schema::ArrowError) -> ArrowCacheError {
+    ArrowCacheError::Arrow { what: format!("column of field {name:?}"), source }
 }
 
 fn misfit(key: &str, field: &str, wanted: &str) -> Error {
@@ -465,7 +471,7 @@ fn blob_column(name: &str, encoding: BlobEncoding, rows: &[(&str, &Sample)]) -> 
         })?);
     }
     let array = BinaryArray::try_new(OffsetBuffer::new(offsets.into()), Buffer::from(bytes), None)
-        .map_err(|e| Error::invalid(format!("field {name:?}: {e}")))?;
+        .map_err(|source| arrow_error(name, source))?;
     Ok(Arc::new(array))
 }
 
@@ -523,7 +529,7 @@ fn tensor_columns(
             .len(len)
             .add_buffer(Buffer::from(bytes))
             .build()
-            .map_err(|e| Error::invalid(format!("field {name:?}: {e}")))?;
+            .map_err(|source| arrow_error(name, source))?;
         make_array(data)
     };
     let item = |dt: DataType| Arc::new(Field::new("item", dt, true));
@@ -533,14 +539,14 @@ fn tensor_columns(
         values,
         None,
     )
-    .map_err(|e| Error::invalid(format!("field {name:?}: {e}")))?;
+    .map_err(|source| arrow_error(name, source))?;
     let shape = ListArray::try_new(
         item(DataType::Int64),
         OffsetBuffer::new(shape_offsets.into()),
         Arc::new(arrow_array::Int64Array::from(dims)),
         None,
     )
-    .map_err(|e| Error::invalid(format!("field {name:?}: {e}")))?;
+    .map_err(|source| arrow_error(name, source))?;
     debug_assert_eq!(data.len(), rows.len());
     Ok((Arc::new(data), Arc::new(shape)))
 }

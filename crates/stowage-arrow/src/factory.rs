@@ -1,18 +1,25 @@
-//! `ArrowFactory`: creates and opens Arrow segment caches behind `Box<dyn Backend>`.
+//! `ArrowFactory`: creates, opens and recognizes Arrow segment caches, stowage's and
+//! torchcachex's.
 
 use std::path::Path;
 
-use stowage_core::{BackendFactory, Capabilities, DynBackend, OpenMode, Result, Schema};
+use stowage_core::recognize::{self, Marker};
+use stowage_core::{
+    BackendFactory, Capabilities, DynBackend, DynReader, Format, OpenMode, Result, Schema,
+};
 
-use crate::{ArrowBackend, ArrowOptions};
+use crate::layout::Layout;
+use crate::{ArrowBackend, ArrowOptions, TorchcachexReader};
 
-/// A [`BackendFactory`] for [`ArrowBackend`] with fixed [`ArrowOptions`].
+/// A [`BackendFactory`] for [`ArrowBackend`] with fixed [`ArrowOptions`]; it also recognizes and
+/// reads the caches torchcachex wrote on its own ([`TorchcachexReader`]).
 ///
 /// ```
 /// use stowage_core::BackendFactory;
 /// let factory = stowage_arrow::ArrowFactory::default();
 /// assert_eq!(factory.name(), "arrow");
 /// assert!(factory.capabilities().checksums);
+/// assert_eq!(factory.formats(), [stowage_arrow::STOWAGE_ARROW, stowage_arrow::TORCHCACHEX]);
 /// ```
 #[derive(Debug, Clone, Default)]
 pub struct ArrowFactory {
@@ -26,7 +33,28 @@ impl BackendFactory for ArrowFactory {
     }
 
     fn capabilities(&self) -> Capabilities {
-        crate::capabilities()
+        crate::backend::capabilities_with(&self.options)
+    }
+
+    fn formats(&self) -> &'static [Format] {
+        &crate::FORMATS
+    }
+
+    /// A `stowage.log` naming `stowage-arrow` is stowage's; a directory without stowage's
+    /// markers holding torchcachex's files (a segment, `schema.json` or `index.pkl`) is
+    /// torchcachex's. A directory another stowage backend marked is never probed for
+    /// torchcachex's files.
+    fn recognize(&self, path: &Path) -> Result<Option<&'static Format>> {
+        Ok(match recognize::marker(path)? {
+            Marker::StowageLog(format) if format == crate::commit_log::FORMAT_NAME => {
+                Some(&crate::FORMATS[0])
+            }
+            Marker::StowageJson(_) | Marker::StowageLog(_) => None,
+            Marker::None if path.is_dir() && has_torchcachex_files(path) => {
+                Some(&crate::FORMATS[1])
+            }
+            Marker::None => None,
+        })
     }
 
     fn create(&self, dir: &Path, schema: &Schema) -> Result<Box<DynBackend>> {
@@ -36,4 +64,23 @@ impl BackendFactory for ArrowFactory {
     fn open(&self, dir: &Path, mode: OpenMode) -> Result<Box<DynBackend>> {
         Ok(Box::new(ArrowBackend::open(dir, mode, self.options.clone())?))
     }
+
+    /// stowage's caches as a read-only [`ArrowBackend`], torchcachex's as a
+    /// [`TorchcachexReader`].
+    fn open_reader(&self, path: &Path) -> Result<Box<DynReader>> {
+        match self.recognize(path)? {
+            Some(format) if format.id == crate::TORCHCACHEX.id => {
+                Ok(Box::new(TorchcachexReader::open(path)?))
+            }
+            _ => Ok(self.open(path, OpenMode::ReadOnly)?),
+        }
+    }
+}
+
+/// torchcachex's files in `dir`: a segment, `schema.json` or `index.pkl`.
+fn has_torchcachex_files(dir: &Path) -> bool {
+    let layout = Layout::new(dir);
+    layout.schema().is_file()
+        || layout.pickled_index().is_file()
+        || layout.list_segments().is_ok_and(|segments| !segments.is_empty())
 }

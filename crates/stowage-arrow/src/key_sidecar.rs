@@ -17,9 +17,10 @@
 
 use std::path::{Path, PathBuf};
 
-use stowage_core::{Error, IoResultExt, Result};
+use stowage_core::{IoResultExt, Result};
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
+use crate::error::ArrowCacheError;
 use crate::framed::{self, Framed, HEADER};
 
 const MAGIC: &[u8; 8] = b"STWKEYS1";
@@ -50,7 +51,7 @@ pub fn build(keys: &[&str]) -> Result<Vec<u8>> {
 /// ```
 pub fn build_in_session(keys: &[&str], session: u64) -> Result<Vec<u8>> {
     let rows = u32::try_from(keys.len())
-        .map_err(|_| Error::invalid(format!("{} rows do not fit one segment", keys.len())))?;
+        .map_err(|_| ArrowCacheError::RowsBeyond32Bits { rows: keys.len() as u64 })?;
     let capacity = ((keys.len() * 8 / 7) + 1).next_power_of_two().max(16);
     let mut slots = vec![(0u64, 0u64); capacity];
     let mask = capacity - 1;
@@ -84,7 +85,7 @@ pub struct KeySidecar {
 impl KeySidecar {
     /// Maps `path` and checks its header (magic, checksum, sizes).
     ///
-    /// Errors: [`Error::Corrupted`] naming the file and what is wrong; [`Error::Io`] when it
+    /// Errors: [`Error::Corrupted`](stowage_core::Error::Corrupted) naming the file and what is wrong; [`Error::Io`](stowage_core::Error::Io) when it
     /// cannot be opened (`NotFound` included: the caller rebuilds it from the segment).
     pub fn open(path: &Path) -> Result<KeySidecar> {
         KeySidecar::over(Framed::open(path, MAGIC, "key sidecar")?)
@@ -150,7 +151,7 @@ impl KeySidecar {
 
     /// Checks the slots against their checksum (reads the whole table).
     ///
-    /// Errors: [`Error::Corrupted`] naming the file.
+    /// Errors: [`Error::Corrupted`](stowage_core::Error::Corrupted) naming the file.
     pub fn verify(&self) -> Result<()> {
         self.file.verify()
     }
@@ -165,6 +166,7 @@ impl KeySidecar {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use stowage_core::Error;
 
     /// Writes the sidecar of `segment` as the segment writer does (unstaged here).
     fn write(segment: &Path, keys: &[&str]) -> Result<PathBuf> {

@@ -29,11 +29,12 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
+use stowage_core::Result;
 use stowage_core::file_safety::atomic_write;
-use stowage_core::{Error, Result};
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 use crate::commit_log::RunEntry;
+use crate::error::ArrowCacheError;
 use crate::framed::{self, Framed, HEADER};
 use crate::layout::Layout;
 use crate::segment::Segment;
@@ -67,7 +68,7 @@ impl SegmentKeys {
         let position = self
             .listed
             .binary_search_by_key(&id, |(i, _)| *i)
-            .map_err(|_| Error::invalid(format!("segment {id} is not committed")))?;
+            .map_err(|_| ArrowCacheError::SegmentNotCommitted { id })?;
         if let Some(segment) = self.opened[position].get() {
             return Ok(segment);
         }
@@ -99,8 +100,9 @@ impl SegmentKeys {
 /// cover are never re-read (one key of one is read when two slots' hashes match, to tell an
 /// overwrite from a collision).
 ///
-/// Errors: [`Error::InvalidArgument`] when there is nothing to merge or a segment id or row does
-/// not fit 32 bits; [`Error::Corrupted`] naming a segment that cannot be read; [`Error::Io`].
+/// Errors: [`Error::Unsupported`](stowage_core::Error::Unsupported) when a segment id or row does not fit 32 bits;
+/// [`Error::Backend`](stowage_core::Error::Backend) when there is nothing to merge; [`Error::Corrupted`](stowage_core::Error::Corrupted) naming a segment that
+/// cannot be read; [`Error::Io`](stowage_core::Error::Io).
 pub fn merge_run(
     layout: &Layout,
     segments: &SegmentKeys,
@@ -111,7 +113,7 @@ pub fn merge_run(
     let first = inputs.first().map(MergedIndex::first).or(fresh.first().copied());
     let through = fresh.last().copied().or(inputs.last().map(MergedIndex::through));
     let (Some(first), Some(through)) = (first, through) else {
-        return Err(Error::invalid("a merge needs a run or a segment"));
+        return Err(ArrowCacheError::EmptyMerge.into());
     };
     let mut fresh_keys = Vec::new();
     for &id in fresh {
@@ -129,6 +131,10 @@ pub fn merge_run(
             .iter()
             .any(|run| run.find(key, |id, row| segments.key(id, row) == Some(key)).is_some())
     };
+    if through > u64::from(u32::MAX) {
+        let segments = Some(layout.segments_dir());
+        return Err(ArrowCacheError::SegmentIdBeyond32Bits { id: through, segments }.into());
+    }
     let bytes = build_run(inputs, entries, first, through, same_key, in_older)?;
     let run = entry_of(&bytes);
     atomic_write(layout.index_run(first, through), &bytes)?;
@@ -189,11 +195,11 @@ fn build_run<'a>(
     let mut winners: HashMap<&str, (u32, u32), foldhash::fast::RandomState> = HashMap::default();
     for (key, segment, row) in entries {
         let segment = u32::try_from(segment)
-            .map_err(|_| Error::invalid(format!("segment id {segment} beyond 32 bits")))?;
+            .map_err(|_| ArrowCacheError::SegmentIdBeyond32Bits { id: segment, segments: None })?;
         let row = u32::try_from(row)
             .ok()
             .filter(|&r| r != u32::MAX)
-            .ok_or_else(|| Error::invalid(format!("row {row} beyond 32 bits")))?;
+            .ok_or(ArrowCacheError::RowsBeyond32Bits { rows: row as u64 })?;
         winners.insert(key, (segment, row));
     }
     let input_keys: u64 = inputs.iter().map(|run| run.keys).sum();
@@ -282,7 +288,7 @@ pub struct MergedIndex {
 impl MergedIndex {
     /// Maps `path` and checks its header.
     ///
-    /// Errors: [`Error::Corrupted`] naming the file and what is wrong; [`Error::Io`] when it
+    /// Errors: [`Error::Corrupted`](stowage_core::Error::Corrupted) naming the file and what is wrong; [`Error::Io`](stowage_core::Error::Io) when it
     /// cannot be opened (`NotFound` included).
     pub fn open(path: &Path) -> Result<MergedIndex> {
         let file = Framed::open(path, MAGIC, "merged index")?;
@@ -307,7 +313,7 @@ impl MergedIndex {
 
     /// Opens the run `entry` of `layout` and checks that its header says what the entry says.
     ///
-    /// Errors: as [`MergedIndex::open`]; [`Error::Corrupted`] when the header disagrees.
+    /// Errors: as [`MergedIndex::open`]; [`Error::Corrupted`](stowage_core::Error::Corrupted) when the header disagrees.
     pub fn open_entry(layout: &Layout, entry: &RunEntry) -> Result<MergedIndex> {
         let run = MergedIndex::open(&layout.index_run(entry.first, entry.through))?;
         if run.entry() != *entry {
@@ -405,7 +411,7 @@ impl MergedIndex {
 
     /// Checks the slots against their checksum (reads the whole table).
     ///
-    /// Errors: [`Error::Corrupted`] naming the file.
+    /// Errors: [`Error::Corrupted`](stowage_core::Error::Corrupted) naming the file.
     pub fn verify(&self) -> Result<()> {
         self.file.verify()
     }
@@ -448,6 +454,7 @@ pub fn discover_runs(layout: &Layout, listed: &[u64]) -> Vec<MergedIndex> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use stowage_core::Error;
 
     /// (key, segment, row) entries of `segments` (each a list of keys), in order.
     fn entries(segments: &[Vec<String>]) -> Vec<(&str, u64, usize)> {

@@ -3,6 +3,7 @@
 use stowage_core::{Error, Result};
 
 use crate::blob_encoding::BlobEncoding;
+use crate::error::ArrowCacheError;
 use crate::schema_json::OutputStructure;
 
 /// Tuning and process-role options of an [`crate::ArrowBackend`].
@@ -103,9 +104,9 @@ impl ArrowOptions {
             return Ok(rank);
         }
         match std::env::var("RANK") {
-            Ok(text) => text.trim().parse().map_err(|_| {
-                Error::invalid(format!("environment variable RANK={text:?} is not a rank number"))
-            }),
+            Ok(text) => {
+                text.trim().parse().map_err(|_| ArrowCacheError::InvalidRank { text }.into())
+            }
             Err(_) => Ok(0),
         }
     }

@@ -31,6 +31,7 @@ use stowage_core::{DType, Error, Result, Sample, Schema, Tensor, Value};
 use crate::blob_encoding::BlobEncoding;
 use crate::commit_log::RunEntry;
 use crate::decode::{ColumnGroup, DecodeError, column_groups_for, decode_row};
+use crate::error::ArrowCacheError;
 use crate::key_sidecar::{self, KeySidecar};
 use crate::layout::Layout;
 use crate::merged_index::{MergedIndex, discover_runs};
@@ -231,8 +232,8 @@ impl CacheReader {
     ///
     /// Errors: as [`CacheReader::open`] for that segment; the reader is unchanged.
     pub fn push_segment(&mut self, id: u64) -> Result<()> {
-        if self.segments.last().is_some_and(|s| s.id >= id) {
-            return Err(Error::invalid(format!("segment {id} is not newer than every segment")));
+        if let Some(newest) = self.segments.last().map(|s| s.id).filter(|&newest| newest >= id) {
+            return Err(ArrowCacheError::SegmentOutOfOrder { id, newest }.into());
         }
         let path = self.layout.segment(id);
         let origin = SegmentOrigin::Stowage;
@@ -499,11 +500,12 @@ impl CacheReader {
     pub(crate) fn read_row(&self, key: &str, id: u64, row: usize) -> Result<Sample> {
         let position = self.position(id).expect("located in a listed segment");
         let origin = self.segments[position].origin;
-        let OpenSegment { segment, groups, sums } = self.opened(position)?;
+        let OpenSegment { segment, groups, sums } =
+            self.opened(position).map_err(|e| e.for_key(key))?;
         let (batch, at) = segment.locate(row).expect("located rows exist");
         let sample = decode_row(batch, at, groups).map_err(|e| match e {
             DecodeError::Damaged(why) => {
-                Error::corrupted(segment.path(), format!("key {key:?} (row {row}): {why}"))
+                Error::corrupted(segment.path(), format!("row {row}: {why}")).for_key(key)
             }
             DecodeError::Unsupported(why) => Error::unsupported(
                 crate::BACKEND_NAME,
@@ -526,21 +528,19 @@ impl CacheReader {
         let sums = match sums {
             Ok(sums) => sums.as_ref().filter(|_| self.verify_checksums),
             Err((path, why)) if self.verify_checksums => {
-                return Err(Error::corrupted(path, format!("key {key:?} (row {row}): {why}")));
+                return Err(Error::corrupted(path, format!("row {row}: {why}")).for_key(key));
             }
             Err(_) => None,
         };
         if let Some(sums) = sums {
             let (stored, actual) = (sums.get(row), row_sums::of_sample(key, &sample));
             if stored != Some(actual) {
-                return Err(Error::corrupted(
-                    segment.path(),
-                    format!(
-                        "key {key:?} (row {row}): checksum {actual:016x}, {} records {}",
-                        sums.path().display(),
-                        stored.map_or("none".into(), |s| format!("{s:016x}"))
-                    ),
-                ));
+                let detail = format!(
+                    "row {row}: checksum {actual:016x}, {} records {}",
+                    sums.path().display(),
+                    stored.map_or("none".into(), |s| format!("{s:016x}"))
+                );
+                return Err(Error::corrupted(segment.path(), detail).for_key(key));
             }
         }
         Ok(sample)

@@ -14,8 +14,8 @@
 use std::path::Path;
 
 use serde_json::{Map, Value};
-use stowage_core::canonical_json::{PyJsonOptions, to_python_json};
 use stowage_core::{DType, Error, IoResultExt, Result};
+use stowage_fingerprint::canonical_json::{PyJsonOptions, to_python_json};
 
 /// How a sample is split into columns; fixed by the first sample torchcachex wrote.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]

@@ -27,6 +27,7 @@ use stowage_core::file_safety::{create_dir_within, fsync_dir, refuse_symlink, sy
 use stowage_core::{Error, IoResultExt, Result, Sample};
 
 use crate::encode::{FieldColumns, encode_batch};
+use crate::error::ArrowCacheError;
 use crate::key_sidecar;
 use crate::layout::Layout;
 use crate::options::Compression;
@@ -110,7 +111,12 @@ pub fn write_segment(format: &SegmentFormat, id: u64, rows: &[(&str, &Sample)]) 
     }
     let options = IpcWriteOptions::default()
         .try_with_compression(format.compression.map(Compression::ipc))
-        .map_err(|e| Error::invalid(format!("IPC compression: {e}")))?;
+        .map_err(|source| match format.compression {
+            Some(codec) => Error::from(ArrowCacheError::Compression { codec, source }),
+            None => {
+                Error::from(ArrowCacheError::Arrow { what: "IPC write options".into(), source })
+            }
+        })?;
     let mut metadata = format.arrow_schema.metadata().clone();
     metadata.extend(crate::ownership::segment_metadata(id, format.session));
     let schema = Arc::new(format.arrow_schema.as_ref().clone().with_metadata(metadata));
@@ -120,7 +126,8 @@ pub fn write_segment(format: &SegmentFormat, id: u64, rows: &[(&str, &Sample)]) 
         let sidecars = scope.spawn(|| sidecar_bytes(&format.fields, rows, format.session));
         let batch = encode_batch(schema.clone(), &format.fields, rows);
         let sidecars = sidecars.join().unwrap_or_else(|_| {
-            Err(Error::invalid("building a segment's key sidecar and checksums panicked"))
+            let task = "building a segment's key sidecar and checksums";
+            Err(ArrowCacheError::Panicked { task, cache: layout.root().to_path_buf() }.into())
         });
         (batch, sidecars)
     });
@@ -171,8 +178,8 @@ const ID_ATTEMPTS: usize = 16;
 /// took it meanwhile (the directory is listed again: the new id is above every id there); leaves
 /// `next_id` at the id after the one written. Returns the id and path.
 ///
-/// Errors: as [`write_segment`]; [`Error::InvalidArgument`] when the id no longer fits the 32
-/// bits a key index run holds, or another writer took every id tried.
+/// Errors: as [`write_segment`]; [`Error::Unsupported`] when the id no longer fits the 32 bits a
+/// key index run holds; [`Error::Backend`] when another writer took every id tried.
 ///
 /// ```
 /// use std::sync::{Arc, atomic::AtomicU64};
@@ -201,10 +208,8 @@ pub fn write_next_segment(
     for _ in 0..ID_ATTEMPTS {
         let id = next_id.load(Ordering::Acquire);
         if id > u64::from(u32::MAX) {
-            return Err(Error::invalid(format!(
-                "segment id {id} in {} is beyond the 32 bits stowage's key index holds",
-                format.layout.segments_dir().display()
-            )));
+            let segments = Some(format.layout.segments_dir());
+            return Err(ArrowCacheError::SegmentIdBeyond32Bits { id, segments }.into());
         }
         match write_segment(format, id, rows) {
             Ok(path) => {
@@ -219,11 +224,8 @@ pub fn write_next_segment(
             Err(e) => return Err(e),
         }
     }
-    Err(Error::invalid(format!(
-        "another writer took every segment id tried in {} ({ID_ATTEMPTS} attempts); is \
-         torchcachex writing to the cache right now? Write from one tool at a time",
-        format.layout.segments_dir().display()
-    )))
+    let segments = format.layout.segments_dir();
+    Err(ArrowCacheError::SegmentIdsTaken { segments, attempts: ID_ATTEMPTS }.into())
 }
 
 /// Files written under temporary names in their final directory, renamed into place one by one;

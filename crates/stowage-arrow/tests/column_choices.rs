@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use stowage_arrow::blob_encoding::pickle_bytes;
-use stowage_arrow::commit_log::{self, CacheHeader, Record, SegmentEntry};
+use stowage_arrow::commit_log::{self, CacheHeader, ColumnChoices, Record, SegmentEntry};
 use stowage_arrow::encode::{arrow_schema, legacy_columns};
 use stowage_arrow::layout::Layout;
 use stowage_arrow::schema_json::{OutputStructure, SchemaJson};
@@ -15,8 +15,8 @@ use stowage_arrow::{ArrowBackend, ArrowOptions, BlobEncoding};
 use stowage_core::bytes::Bytes;
 use stowage_core::file_safety::AppendLog;
 use stowage_core::{
-    Backend, DType, Error, FieldKind, FieldSpec, OpenMode, Sample, Schema, ShapeRule, Tensor,
-    ValidationLevel, Value,
+    Backend, DType, Error, FieldKind, FieldSpec, OpenMode, Reader, Sample, Schema, ShapeRule,
+    Tensor, ValidationLevel, Value,
 };
 
 fn options() -> ArrowOptions {
@@ -139,9 +139,8 @@ fn caches_written_before_version_3_keep_reading_and_refuse_rows_torchcachex_cann
     let path = write_segment(&format, 0, &[("a", &a), ("b", &b)]).unwrap();
     let header = CacheHeader {
         version: 2,
-        output_structure: None,
-        blob_encoding: None,
-        ..CacheHeader::new(schema.clone(), structure, BlobEncoding::Raw)
+        extension: ColumnChoices::default(),
+        ..commit_log::new_header(schema.clone(), structure, BlobEncoding::Raw)
     };
     let (mut log, _) = AppendLog::open(layout.commit_log(), true).unwrap();
     log.append(&Record::Cache(header).to_bytes()).unwrap();

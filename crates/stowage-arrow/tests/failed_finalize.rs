@@ -5,7 +5,9 @@
 //! happened.)
 
 use stowage_arrow::{ArrowBackend, ArrowOptions};
-use stowage_core::{Backend, DType, OpenMode, Sample, Schema, ShapeRule, Tensor, ValidationLevel};
+use stowage_core::{
+    Backend, DType, Error, OpenMode, Reader, Sample, Schema, ShapeRule, Tensor, ValidationLevel,
+};
 
 #[test]
 fn a_failed_finalize_refuses_later_writes_and_the_next_writer_goes_on() {
@@ -19,8 +21,10 @@ fn a_failed_finalize_refuses_later_writes_and_the_next_writer_goes_on() {
     std::fs::create_dir(&marker).unwrap();
     std::fs::write(marker.join("keep"), b"").unwrap();
     assert!(cache.finalize().is_err());
-    assert!(cache.put("b", &sample).is_err(), "put after a failed finalize");
-    assert!(cache.flush().is_err(), "flush after a failed finalize");
+    let poisoned = |result: stowage_core::Result<()>| matches!(result, Err(Error::Poisoned { .. }));
+    assert!(poisoned(cache.put("b", &sample)), "put after a failed finalize");
+    assert!(poisoned(cache.flush()), "flush after a failed finalize");
+    assert!(poisoned(cache.finalize()), "finalize after a failed finalize");
     drop(cache);
     std::fs::remove_dir_all(&marker).unwrap();
     drop(ArrowBackend::open(dir.path(), OpenMode::Append, ArrowOptions::default()).unwrap());

@@ -11,8 +11,8 @@ mod peer;
 use std::path::{Path, PathBuf};
 
 use stowage_arrow::{ArrowBackend, ArrowOptions};
-use stowage_conformance::reference::reference_set;
-use stowage_core::{Backend, OpenMode, Sample, Tensor, ValidationLevel};
+use stowage_core::{Backend, OpenMode, Reader, Sample, Tensor, ValidationLevel};
+use stowage_test_support::reference::reference_set;
 
 /// One reference set: its cache and manifest.
 struct Set {
@@ -58,7 +58,7 @@ impl Set {
 /// The tensor an `.npy` file holds.
 fn npy(path: &Path) -> Tensor {
     let bytes = std::fs::read(path).unwrap();
-    let header = stowage_npy::npy_header::parse(&bytes).unwrap();
+    let header = stowage_core::npy_header::parse(&bytes).unwrap();
     Tensor::new(header.dtype, header.shape.clone(), bytes[header.data_offset..].to_vec()).unwrap()
 }
 

@@ -21,7 +21,7 @@ use stowage_arrow::schema_json::OutputStructure;
 use stowage_arrow::{ArrowBackend, ArrowOptions, BlobEncoding};
 use stowage_core::bytes::Bytes;
 use stowage_core::{
-    Backend, DType, FieldKind, FieldSpec, OpenMode, Sample, Schema, ShapeRule, Tensor,
+    Backend, DType, FieldKind, FieldSpec, OpenMode, Reader, Sample, Schema, ShapeRule, Tensor,
     ValidationLevel, Value,
 };
 

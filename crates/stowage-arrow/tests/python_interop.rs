@@ -86,7 +86,7 @@ fn expected(i: usize) -> serde_json::Value {
 
 #[test]
 fn pyarrow_reads_segments_stowage_wrote() {
-    let Some(python) = stowage_conformance::python::python_with(
+    let Some(python) = stowage_test_support::python::python_with(
         "pyarrow_reads_segments_stowage_wrote",
         &["numpy", "pyarrow", "pyarrow.ipc"],
     ) else {
@@ -119,7 +119,7 @@ fn pyarrow_reads_segments_stowage_wrote() {
     {
         format.compression = compression;
         let path = write_segment(&format, id as u64, &rows).unwrap();
-        let out = stowage_conformance::python::run_script(
+        let out = stowage_test_support::python::run_script(
             python,
             READER,
             &[path.to_str().unwrap()],
@@ -136,7 +136,7 @@ fn pyarrow_reads_segments_stowage_wrote() {
 #[test]
 fn pickled_bytes_are_cpythons_pickle_dumps() {
     let test = "pickled_bytes_are_cpythons_pickle_dumps";
-    let Some(python) = stowage_conformance::python::python_with(test, &["pickle"]) else { return };
+    let Some(python) = stowage_test_support::python::python_with(test, &["pickle"]) else { return };
     let sizes = [0usize, 1, 255, 256, 65_535, 65_536, 65_537, 300_000];
     let script = r#"
 import json, pickle, sys
@@ -145,7 +145,7 @@ out = [pickle.dumps(bytes((i * 7) % 256 for i in range(n)), protocol=4).hex() fo
 print(json.dumps({"bytes": out, "none": pickle.dumps(None, protocol=4).hex()}))
 "#;
     let stdin = serde_json::to_vec(&sizes).unwrap();
-    let out = stowage_conformance::python::run_script(python, script, &[], &stdin, test);
+    let out = stowage_test_support::python::run_script(python, script, &[], &stdin, test);
     let out: serde_json::Value = serde_json::from_str(&out).unwrap();
     let hex = |bytes: &[u8]| bytes.iter().map(|b| format!("{b:02x}")).collect::<String>();
     for (n, expected) in sizes.iter().zip(out["bytes"].as_array().unwrap()) {

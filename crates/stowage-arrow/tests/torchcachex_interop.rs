@@ -56,12 +56,12 @@ print(len(expected))
 
 fn run(cache_dir: &std::path::Path, expected: &serde_json::Value, test: &str) {
     let Some(python) =
-        stowage_conformance::python::python_with(test, &["numpy", "pyarrow", "pyarrow.ipc"])
+        stowage_test_support::python::python_with(test, &["numpy", "pyarrow", "pyarrow.ipc"])
     else {
         return;
     };
     let stdin = serde_json::to_vec(expected).unwrap();
-    let out = stowage_conformance::python::run_script(
+    let out = stowage_test_support::python::run_script(
         python,
         TORCHCACHEX_READER,
         &[cache_dir.to_str().unwrap()],

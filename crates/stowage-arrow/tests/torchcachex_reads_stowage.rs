@@ -14,8 +14,8 @@ use stowage_arrow::schema_json::OutputStructure;
 use stowage_arrow::{ArrowBackend, ArrowOptions, BlobEncoding};
 use stowage_core::bytes::Bytes;
 use stowage_core::{
-    Backend, DType, Error, FieldKind, FieldSpec, OpenMode, Sample, Schema, ShapeRule, Tensor,
-    ValidationLevel, Value,
+    Backend, DType, Error, FieldKind, FieldSpec, OpenMode, Reader, Sample, Schema, ShapeRule,
+    Tensor, ValidationLevel, Value,
 };
 
 fn options() -> ArrowOptions {

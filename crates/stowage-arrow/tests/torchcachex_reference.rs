@@ -4,8 +4,8 @@
 
 use stowage_arrow::layout::Layout;
 use stowage_arrow::schema_json::{ColumnType, OutputStructure, SchemaJson};
-use stowage_conformance::reference::reference_set;
 use stowage_core::DType;
+use stowage_test_support::reference::reference_set;
 
 #[test]
 fn every_reference_schema_json_parses_and_round_trips() {
@@ -82,7 +82,7 @@ fn every_reference_key_reads_back_its_expected_value() {
                     std::fs::read(set.join(leaf["expected_file"].as_str().unwrap())).unwrap();
                 match (leaf["kind"].as_str().unwrap(), sample.get(field)) {
                     ("tensor", Some(Value::Tensor(tensor))) => {
-                        let header = stowage_npy::npy_header::parse(&expected).unwrap();
+                        let header = stowage_core::npy_header::parse(&expected).unwrap();
                         assert_eq!(tensor.dtype(), header.dtype, "{name}/{key}/{field}");
                         assert_eq!(tensor.shape(), header.shape.as_slice(), "{name}/{key}/{field}");
                         assert_eq!(
@@ -104,6 +104,47 @@ fn every_reference_key_reads_back_its_expected_value() {
         }
     }
     assert!(checked > 40, "only {checked} values checked");
+}
+
+/// Every reference cache is recognized as torchcachex's and opens through the factory as a
+/// reader that agrees with the segments' reader key by key, one by one and in a batch, with a
+/// schema that holds every value read (any shape, nullable) and no claim of checksums.
+#[test]
+fn every_reference_cache_opens_through_the_factory_as_torchcachex() {
+    use stowage_arrow::reader::CacheReader;
+    use stowage_arrow::{ArrowFactory, TORCHCACHEX};
+    use stowage_core::{BackendFactory, ValidationLevel};
+    let Some(set) = reference_set("torchcachex") else { return };
+    let factory = ArrowFactory::default();
+    let mut caches = 0;
+    for entry in std::fs::read_dir(set.join("caches")).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        assert_eq!(factory.recognize(&path).unwrap(), Some(&TORCHCACHEX), "{name}");
+        let reader = factory.open_reader(&path).unwrap();
+        assert_eq!((reader.format().id, reader.name()), ("torchcachex", "arrow"), "{name}");
+        assert!(!reader.is_finalized() && !reader.capabilities().checksums, "{name}");
+        let segments = CacheReader::open(&path).unwrap();
+        let keys = segments.keys().unwrap();
+        assert_eq!(reader.keys().unwrap(), keys, "{name}");
+        assert_eq!(reader.len(), segments.len(), "{name}");
+        let wanted: Vec<&str> = keys.iter().rev().map(String::as_str).collect();
+        let batch = reader.get_batch(&wanted).unwrap();
+        for (key, got) in wanted.iter().zip(batch) {
+            let expected = segments.get(key).unwrap();
+            assert!(expected.is_some(), "{name}/{key}");
+            assert_eq!(got, expected, "{name}/{key}");
+            let sample = got.unwrap();
+            reader.schema().validate(&sample).unwrap_or_else(|e| panic!("{name}/{key}: {e}"));
+            assert!(reader.contains(key).unwrap(), "{name}/{key}");
+        }
+        assert!(reader.get("not a key").unwrap().is_none());
+        let report = reader.validate(ValidationLevel::Full).unwrap();
+        assert_eq!(report, segments.validate().unwrap(), "{name}");
+        assert!(report.is_clean(), "{name}: {report:?}");
+        caches += 1;
+    }
+    assert_eq!(caches, 8, "the set holds eight caches");
 }
 
 /// torchcachex's recovery rules, on a copy of a reference cache: a garbage `schema.json` (its

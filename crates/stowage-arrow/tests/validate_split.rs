@@ -4,7 +4,9 @@
 //! segments in parallel.
 
 use stowage_arrow::{ArrowBackend, ArrowOptions};
-use stowage_core::{Backend, DType, OpenMode, Sample, Schema, ShapeRule, Tensor, ValidationLevel};
+use stowage_core::{
+    Backend, DType, OpenMode, Reader, Sample, Schema, ShapeRule, Tensor, ValidationLevel,
+};
 
 #[test]
 fn the_split_validation_finds_what_validate_finds() {

@@ -248,7 +248,7 @@ fn a_flipped_value_byte_is_refused_by_the_row_checksum() {
     std::fs::write(&path, &bytes).unwrap();
     let reader = CacheReader::open(dir.path()).unwrap();
     let err = reader.get("b").unwrap_err();
-    assert!(matches!(err, Error::Corrupted { .. }), "{err}");
+    assert!(matches!(&err, Error::Corrupted { key: Some(key), .. } if key == "b"), "{err}");
     assert!(
         err.to_string().contains("\"b\"") && err.to_string().contains("segment_000000.sums"),
         "{err}"
@@ -267,6 +267,7 @@ fn a_flipped_value_byte_is_refused_by_the_row_checksum() {
     std::fs::write(&sums, &damaged).unwrap();
     let err = CacheReader::open(dir.path()).unwrap().get("a").unwrap_err();
     assert!(err.to_string().contains("segment_000000.sums"), "{err}");
+    assert!(matches!(&err, Error::Corrupted { key: Some(key), .. } if key == "a"), "{err}");
 }
 
 /// `validate` is clean on a cache stowage wrote and names the file and key of each kind of

@@ -12,26 +12,31 @@
 use std::io::Write;
 use std::path::Path;
 
-use stowage_core::{Adoption, OpenMode};
+use stowage_core::{Adoption, OpenMode, Registry};
 
-use crate::detect::{CacheKind, detect};
+use crate::builtin::Builtin;
 use crate::error::{CliError, Status};
+use crate::locate::{DIRECTORY, Located, locate};
 use crate::out::count;
 
-/// Adopts what can be adopted in the cache at `path` and prints what was checksummed.
+/// Adopts what can be adopted in the cache at `path`, recognized through `registry`, and prints
+/// what was checksummed.
 ///
-/// Errors: a cache kind whose other writers' data stowage cannot checksum (the message says why
-/// and what to do instead); a cache another writer holds (`Locked`); damage found while adopting
-/// (nothing is adopted then).
-pub fn run(path: &Path, out: &mut dyn Write) -> Result<Status, CliError> {
-    let kind = detect(path)?;
-    let adoption = match kind {
-        CacheKind::StowageMemmap | CacheKind::DnanetMemmap => {
+/// Errors: a format whose other writers' data stowage cannot checksum (the message says why and
+/// what to do instead), or one that has no other writer (any format but the built-in ones); a
+/// cache another writer holds (`Locked`); damage found while adopting (nothing is adopted then).
+pub fn run(registry: &Registry, path: &Path, out: &mut dyn Write) -> Result<Status, CliError> {
+    let format = match locate(registry, path)? {
+        Located::Cache(recognized) => recognized.format,
+        Located::Directory(_) => &DIRECTORY,
+    };
+    let adoption = match Builtin::of(format) {
+        Some(Builtin::StowageMemmap | Builtin::DnanetMemmap) => {
             let options = stowage_memmap::MemmapOptions::default();
             stowage_memmap::MemmapBackend::open_append(path, options)?.adopt()?
         }
-        CacheKind::AenetHdf5 => stowage_hdf5::TorchCacheWriter::adopt(path)?,
-        CacheKind::StowageNpy | CacheKind::HangarNumpy10 => {
+        Some(Builtin::AenetHdf5) => stowage_hdf5::TorchCacheWriter::adopt(path)?,
+        Some(Builtin::StowageNpy | Builtin::HangarNumpy10) => {
             return Err(CliError::new(format!(
                 "{}: hangar's collection files cannot be adopted: the records that say which \
                  slots hold samples, and their xxh64 checksums, are in hangar's own database, not \
@@ -41,11 +46,11 @@ pub fn run(path: &Path, out: &mut dyn Write) -> Result<Status, CliError> {
                 path.display()
             )));
         }
-        CacheKind::StowageArrow => {
+        Some(Builtin::StowageArrow) => {
             let options = stowage_arrow::ArrowOptions::default();
             stowage_arrow::ArrowBackend::open(path, OpenMode::Append, options)?.adopt()?
         }
-        CacheKind::Torchcachex => {
+        Some(Builtin::Torchcachex) => {
             // stowage's log starts beside torchcachex's files, which stay as they are: from then
             // on the cache is one stowage appends to and checks, and torchcachex still reads.
             let options = stowage_arrow::ArrowOptions::default();
@@ -57,11 +62,11 @@ pub fn run(path: &Path, out: &mut dyn Write) -> Result<Status, CliError> {
             );
             adoption
         }
-        other => {
+        Some(Builtin::StowageHdf5) | None => {
             return Err(CliError::new(format!(
                 "{}: a {} has nothing another writer could add that stowage can adopt",
                 path.display(),
-                other.description()
+                format.description
             )));
         }
     };

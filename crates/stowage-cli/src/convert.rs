@@ -1,5 +1,6 @@
-//! `stowage convert SRC DST --to memmap|arrow|hdf5|npy [--verify]`: every sample of any readable
-//! cache, streamed into a new stowage cache of another backend.
+//! `stowage convert SRC DST --to NAME [--verify]`: every sample of any cache a registered
+//! factory reads, streamed into a new cache of any registered backend (`memmap`, `arrow`, `hdf5`,
+//! `npy`, or a third party's).
 //!
 //! 1. The source's schema is translated for the target ([`translate`]): a field the target's
 //!    [`Capabilities`] cannot hold as declared is narrowed to what the source really holds (one
@@ -24,94 +25,113 @@ use std::path::Path;
 use std::time::Instant;
 
 use stowage_core::{
-    BackendFactory, Capabilities, FieldKind, OpenMode, Sample, Schema, ShapeRule, ValidationLevel,
-    Value,
+    Backend, BackendFactory, Capabilities, DynReader, FieldKind, Format, OpenMode, Reader,
+    Registry, Sample, Schema, ShapeRule, ValidationLevel, Value,
 };
 
 use stowage_arrow::BlobEncoding;
 use stowage_arrow::schema_json::OutputStructure;
 
+use crate::builtin::Builtin;
 use crate::convert_record::{ConvertRecord, SourceId};
-use crate::detect::{CacheKind, detect_here};
 use crate::error::{CliError, Status};
-use crate::open::{open_kind, open_source};
+use crate::locate::recognize_here;
+use crate::open::open_reader;
 use crate::out::{Progress, count, display_key, human};
 use crate::phase_trace::PhaseTrace;
-use crate::source::SampleSource;
 
-/// The backends `convert` writes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum Target {
-    /// A memmap row cache (`stowage-memmap`, DNANet-readable).
-    Memmap,
-    /// An Arrow segment cache (`stowage-arrow`, torchcachex-readable).
-    Arrow,
-    /// An HDF5 segment cache (`stowage-hdf5`).
-    Hdf5,
-    /// A NUMPY_10 cache (`stowage-npy`, hangar-style files).
-    Npy,
+/// The backend `convert` writes: a registered factory, or, for a built-in backend that carries
+/// over what the source records ([`Carried`]), the same backend set up to do so.
+struct Target<'r> {
+    /// The factory `--to` names, as registered.
+    registered: &'r dyn BackendFactory,
+    /// The built-in backend configured to carry what the source records, when it does.
+    configured: Option<Box<dyn BackendFactory>>,
 }
 
-impl Target {
-    /// The factory that creates and opens caches of this backend, set up to carry over what the
-    /// source records that the target's layout can hold too ([`Carried`]).
-    fn factory(self, carried: &Carried) -> Box<dyn BackendFactory> {
-        match self {
-            Target::Memmap => Box::new(stowage_memmap::MemmapFactory {
-                options: stowage_memmap::MemmapOptions {
-                    carry_fingerprint: carried.fingerprint.clone(),
-                    ..Default::default()
-                },
-            }),
-            Target::Arrow => Box::new(stowage_arrow::ArrowFactory {
-                options: stowage_arrow::ArrowOptions {
-                    output_structure: carried.arrow_structure,
-                    blob_encoding: carried.blob_encoding,
-                    ..Default::default()
-                },
-            }),
-            Target::Hdf5 => Box::new(stowage_hdf5::Hdf5Factory),
-            Target::Npy => Box::new(stowage_npy::NpyFactory::default()),
-        }
+impl<'r> Target<'r> {
+    /// The registered factory `registered`, set up to carry over what the source records that
+    /// the target's layout can hold too ([`Carried`]).
+    fn new(registered: &'r dyn BackendFactory, carried: &Carried) -> Target<'r> {
+        let own = own_format(registered).and_then(Builtin::of);
+        let configured: Option<Box<dyn BackendFactory>> = match own {
+            Some(Builtin::StowageMemmap) if carried.fingerprint.is_some() => {
+                Some(Box::new(stowage_memmap::MemmapFactory {
+                    options: stowage_memmap::MemmapOptions {
+                        carry_fingerprint: carried.fingerprint.clone(),
+                        ..Default::default()
+                    },
+                }))
+            }
+            Some(Builtin::StowageArrow) if carried.arrow_structure.is_some() => {
+                Some(Box::new(stowage_arrow::ArrowFactory {
+                    options: stowage_arrow::ArrowOptions {
+                        output_structure: carried.arrow_structure,
+                        blob_encoding: carried.blob_encoding,
+                        ..Default::default()
+                    },
+                }))
+            }
+            _ => None,
+        };
+        Target { registered, configured }
+    }
+
+    /// The factory that creates and opens the target.
+    fn factory(&self) -> &dyn BackendFactory {
+        self.configured.as_deref().unwrap_or(self.registered)
     }
 
     /// The backend's name, as `--to` takes it.
-    fn name(self) -> &'static str {
-        match self {
-            Target::Memmap => "memmap",
-            Target::Arrow => "arrow",
-            Target::Hdf5 => "hdf5",
-            Target::Npy => "npy",
-        }
+    fn name(&self) -> &'static str {
+        self.registered.name()
+    }
+
+    /// The format the backend writes: its factory's first.
+    fn format(&self) -> Option<&'static Format> {
+        own_format(self.registered)
+    }
+
+    /// What the target is called in sentences: `stowage memmap row cache`.
+    fn description(&self) -> &'static str {
+        self.format().map_or(self.name(), |format| format.description)
     }
 
     /// The files this backend's create writes before the directory is a cache of its kind, and
     /// which its create, run again, replaces: Arrow writes torchcachex's `schema.json` before
     /// its log, NUMPY_10 its empty logs before `stowage.json`.
-    fn written_before_the_cache(self) -> &'static [&'static str] {
-        match self {
-            Target::Arrow => &["schema.json"],
-            Target::Npy => &["records.log", "owned_files.log"],
-            Target::Memmap | Target::Hdf5 => &[],
+    fn written_before_the_cache(&self) -> &'static [&'static str] {
+        match self.format().and_then(Builtin::of) {
+            Some(Builtin::StowageArrow) => &["schema.json"],
+            Some(Builtin::StowageNpy) => &["records.log", "owned_files.log"],
+            _ => &[],
         }
     }
+}
 
-    /// The kind of cache this backend writes.
-    fn kind(self) -> CacheKind {
-        match self {
-            Target::Memmap => CacheKind::StowageMemmap,
-            Target::Arrow => CacheKind::StowageArrow,
-            Target::Hdf5 => CacheKind::StowageHdf5,
-            Target::Npy => CacheKind::StowageNpy,
-        }
-    }
+/// The format a factory writes: the first it lists.
+fn own_format(factory: &dyn BackendFactory) -> Option<&'static Format> {
+    factory.formats().first()
+}
+
+/// `--to NAME` names no registered backend.
+fn unknown_target(registry: &Registry, name: &str) -> CliError {
+    CliError::new(format!(
+        "--to {name:?}: no registered backend has that name (the backends are {})",
+        target_names(registry).join(", ")
+    ))
+}
+
+/// The names `--to` takes: every registered factory's.
+pub fn target_names(registry: &Registry) -> Vec<&'static str> {
+    registry.factories().map(|factory| factory.name()).collect()
 }
 
 /// What `convert` was asked to do.
 #[derive(Debug, Clone)]
 pub struct ConvertOptions {
-    /// The backend to write.
-    pub target: Target,
+    /// The backend to write: a registered factory's name.
+    pub target: String,
     /// Read every converted sample back and compare digests.
     pub verify: bool,
     /// Samples between two flushes.
@@ -137,14 +157,17 @@ struct Carried {
 }
 
 impl Carried {
-    /// What `source` records that `target` can hold, and a line saying what happens to the rest
+    /// What `source`, a cache of `format`, records that the backend `target` writes (a
+    /// registered factory's own format) can hold, and a line saying what happens to the rest
     /// (`None` when there is nothing to say).
     fn from_source(
-        source: &dyn SampleSource,
-        target: Target,
+        source: &dyn Reader,
+        format: &'static Format,
+        target: Option<&'static Format>,
     ) -> Result<(Carried, Option<String>), CliError> {
-        if target == Target::Arrow
-            && let Some((structure, encoding)) = arrow_choices(source)?
+        let target_builtin = target.and_then(Builtin::of);
+        if target_builtin == Some(Builtin::StowageArrow)
+            && let Some((structure, encoding)) = arrow_choices(source.path(), format)?
         {
             let blob_encoding = match encoding {
                 BlobEncoding::Raw => BlobEncoding::PickledBytes,
@@ -160,13 +183,13 @@ impl Carried {
             return Ok((carried, Some(line)));
         }
         let memmap_source =
-            matches!(source.kind(), CacheKind::StowageMemmap | CacheKind::DnanetMemmap);
+            matches!(Builtin::of(format), Some(Builtin::StowageMemmap | Builtin::DnanetMemmap));
         let fingerprint = match memmap_source {
             true => stowage_memmap::CarriedFingerprint::read(source.path())?,
             false => None,
         };
         let Some(fingerprint) = fingerprint else { return Ok((Carried::default(), None)) };
-        if target == Target::Memmap {
+        if target_builtin == Some(Builtin::StowageMemmap) {
             let line = format!(
                 "fingerprint: {} carried over byte for byte (hash {})",
                 fingerprint.source().display(),
@@ -182,26 +205,26 @@ impl Carried {
              (DNANet reads only memmap row caches); the source keeps it, and `stowage explain` \
              of the source still tells whether it is fresh",
             fingerprint.source().display(),
-            target.kind().description()
+            target.map_or("cache of another backend", |format| format.description)
         );
         Ok((Carried::default(), Some(line)))
     }
 }
 
-/// The output structure and bytes encoding of an Arrow source (stowage's or torchcachex's);
-/// `None` for the other kinds.
+/// The output structure and bytes encoding of the cache at `path`, of `format`, when it is an
+/// Arrow cache (stowage's or torchcachex's); `None` for the other formats.
 fn arrow_choices(
-    source: &dyn SampleSource,
+    path: &Path,
+    format: &Format,
 ) -> Result<Option<(OutputStructure, BlobEncoding)>, CliError> {
-    Ok(match source.kind() {
-        CacheKind::StowageArrow => {
+    Ok(match Builtin::of(format) {
+        Some(Builtin::StowageArrow) => {
             let options = stowage_arrow::ArrowOptions::default();
-            let cache =
-                stowage_arrow::ArrowBackend::open(source.path(), OpenMode::ReadOnly, options)?;
+            let cache = stowage_arrow::ArrowBackend::open(path, OpenMode::ReadOnly, options)?;
             Some((cache.output_structure(), cache.blob_encoding()))
         }
-        CacheKind::Torchcachex => {
-            let reader = stowage_arrow::reader::CacheReader::open(source.path())?;
+        Some(Builtin::Torchcachex) => {
+            let reader = stowage_arrow::reader::CacheReader::open(path)?;
             Some((reader.output_structure()?, reader.blob_encoding()))
         }
         _ => None,
@@ -345,7 +368,7 @@ fn narrowed(seen: &Seen, caps: &Capabilities) -> Result<ShapeRule, String> {
 }
 
 /// Reads every sample of `source` and records what each field of its schema holds.
-fn scan(source: &dyn SampleSource, keys: &[String]) -> Result<Vec<Seen>, CliError> {
+fn scan(source: &dyn Reader, keys: &[String]) -> Result<Vec<Seen>, CliError> {
     let mut seen = vec![Seen::default(); source.schema().fields.len()];
     let progress = Progress::new(keys.len() as u64, "reading shapes");
     for key in keys {
@@ -359,7 +382,7 @@ fn scan(source: &dyn SampleSource, keys: &[String]) -> Result<Vec<Seen>, CliErro
     Ok(seen)
 }
 
-fn get(source: &dyn SampleSource, key: &str) -> Result<Sample, CliError> {
+fn get(source: &dyn Reader, key: &str) -> Result<Sample, CliError> {
     source.get(key)?.ok_or_else(|| {
         CliError::new(format!(
             "key {key:?} is listed by {} but cannot be read from it",
@@ -395,31 +418,37 @@ pub fn sample_digest(sample: &Sample) -> u64 {
     hasher.digest()
 }
 
-/// Converts `src` into `dst` and prints what was done and how fast.
+/// Converts `src` into `dst` and prints what was done and how fast. The source is opened
+/// through `registry` (any format it reads); the target is created by the registered factory
+/// `options.target` names. Notes go to `notes`.
 pub fn run(
+    registry: &Registry,
     src: &Path,
     dst: &Path,
     options: &ConvertOptions,
     out: &mut dyn Write,
+    notes: &mut dyn Write,
 ) -> Result<Status, CliError> {
-    let trace = PhaseTrace::from_env();
-    let source = open_source(src, "convert")?;
+    let trace = PhaseTrace::from_env(notes);
+    // Before the source is read: a wrong --to is an argument error.
+    let registered = registry
+        .factory(&options.target)
+        .ok_or_else(|| unknown_target(registry, &options.target))?;
+    let (source, source_format) = open_reader(registry, src, "convert")?;
     let keys = source.keys()?;
-    let (carried, carried_line) = Carried::from_source(source.as_ref(), options.target)?;
-    let factory = options.target.factory(&carried);
+    let (carried, carried_line) =
+        Carried::from_source(source.as_ref(), source_format, own_format(registered))?;
+    let target = Target::new(registered, &carried);
+    let factory = target.factory();
     let caps = factory.capabilities();
-    let backend = options.target.kind().description();
+    let backend = target.description();
     let schema = translate(source.schema(), &caps, backend, &mut || scan(source.as_ref(), &keys))?;
 
-    let source_id = SourceId::of(src, source.kind().description())?;
-    let appending = existing(dst, options.target)?;
-    let (merging, record) = check_provenance(dst, options, source_id, appending)?;
+    let source_id = SourceId::of(src, source_format.description)?;
+    let appending = existing(registry, dst, &target)?;
+    let (merging, record) = check_provenance(dst, options, &target, source_id, appending)?;
     let done: HashSet<String> = match appending {
-        true => open_kind(dst, options.target.kind())?
-            .expect("the targets have keys")
-            .keys()?
-            .into_iter()
-            .collect(),
+        true => factory.open_reader(dst)?.keys()?.into_iter().collect(),
         false => HashSet::new(),
     };
     let todo: Vec<&String> = keys.iter().filter(|k| !done.contains(*k)).collect();
@@ -431,12 +460,12 @@ pub fn run(
         let target = factory.open(dst, OpenMode::ReadOnly)?;
         target.is_finalized() && target.validate(ValidationLevel::Structure)?.is_undamaged()
     };
-    let mut target = match appending {
+    let mut target_cache = match appending {
         true if finalized => None,
         true => {
             trace.mark("open");
-            let target = factory.open(dst, OpenMode::Append)?;
-            if target.schema() != &schema {
+            let target_cache = factory.open(dst, OpenMode::Append)?;
+            if target_cache.schema() != &schema {
                 return Err(CliError::new(format!(
                     "{} already holds a {backend} with another schema than the converted one: \
                      convert into a new directory, or delete it to start over",
@@ -445,17 +474,17 @@ pub fn run(
             }
             // Recorded once the target takes the source's keys.
             record.map(|r| r.write(dst)).transpose()?;
-            Some(target)
+            Some(target_cache)
         }
         false => {
             // Recorded before the cache exists, so a rerun knows whose leftovers it finds.
-            std::fs::create_dir_all(dst).map_err(|e| crate::detect::io_error(dst, &e))?;
+            std::fs::create_dir_all(dst).map_err(|e| crate::error::io_error(dst, &e))?;
             trace.mark("create");
             record.map(|r| r.write(dst)).transpose()?;
             Some(factory.create(dst, &schema)?)
         }
     };
-    if target.is_some() {
+    if target_cache.is_some() {
         // Under the target's writer lock no other convert is writing the record: a temporary
         // of it is a killed run's.
         let record_temp = |name: &str| name == crate::convert_record::FILE_NAME;
@@ -464,42 +493,27 @@ pub fn run(
     let started = Instant::now();
     let progress = Progress::new(todo.len() as u64, "converting");
     let mut bytes = 0u64;
-    if let Some(target) = &mut target {
+    if let Some(target_cache) = &mut target_cache {
         trace.mark("copy");
-        for (i, key) in todo.iter().enumerate() {
-            let sample = get(source.as_ref(), key)?;
-            bytes += crate::inspect::report::sample_bytes(&sample);
-            target.put(key, &sample).map_err(|e| {
-                CliError::new(format!(
-                    "key {}: writing to {}: {e}",
-                    display_key(key),
-                    dst.display()
-                ))
-            })?;
-            if (i + 1) % options.flush_every.max(1) == 0 {
-                trace.mark("flush");
-                target.flush()?;
-                trace.mark("copy");
-            }
-            progress.inc(1);
-        }
+        bytes =
+            copy(source.as_ref(), &todo, target_cache.as_mut(), dst, options, &trace, &progress)?;
         trace.mark("finalize");
         // An append-open of a cache whose finalize was cut short may complete it (HDF5): then
         // there is nothing left to finalize unless this run put keys.
-        if !todo.is_empty() || !target.is_finalized() {
-            target.finalize()?;
+        if !todo.is_empty() || !target_cache.is_finalized() {
+            target_cache.finalize()?;
         }
     }
     trace.mark("done");
     progress.finish();
-    drop(target);
+    drop(target_cache);
     let seconds = started.elapsed().as_secs_f64().max(1e-9);
     say!(
         out,
         "converted {} from {} ({}) to {} ({backend}) in {seconds:.2} s: {:.0} samples/s, {}/s{}",
         count(todo.len() as u64, "sample"),
         src.display(),
-        source.kind().description(),
+        source_format.description,
         dst.display(),
         todo.len() as f64 / seconds,
         human((bytes as f64 / seconds) as u64),
@@ -512,35 +526,72 @@ pub fn run(
     if let Some(line) = carried_line {
         say!(out, "{line}");
     }
-    if merging {
-        merge_line(source.as_ref(), &keys, &done, dst, options.target, out)?;
+    if merging || options.verify {
+        let converted = factory.open_reader(dst)?;
+        if merging {
+            merge_line(source.as_ref(), &keys, &done, dst, converted.as_ref(), out)?;
+        }
+        if options.verify {
+            return verify(source.as_ref(), &keys, dst, converted.as_ref(), out);
+        }
     }
-    if !options.verify {
-        return Ok(Status::Success);
-    }
-    verify(source.as_ref(), &keys, dst, options.target, out)
+    Ok(Status::Success)
 }
 
-/// Whether `dst` already holds a cache of `target` (to append to); an error when it holds
-/// something else. A directory holding only what an interrupted `convert` leaves before the
-/// cache exists (its [`ConvertRecord`], the writer lock, temporary files) is not a cache yet.
-fn existing(dst: &Path, target: Target) -> Result<bool, CliError> {
+/// Puts every key of `todo`, read from `source`, into `target`, flushing every
+/// `options.flush_every` samples; returns the bytes copied.
+fn copy(
+    source: &DynReader,
+    todo: &[&String],
+    target: &mut dyn Backend,
+    dst: &Path,
+    options: &ConvertOptions,
+    trace: &PhaseTrace,
+    progress: &Progress,
+) -> Result<u64, CliError> {
+    let mut bytes = 0u64;
+    for (i, key) in todo.iter().enumerate() {
+        let sample = get(source, key)?;
+        bytes += crate::inspect::report::sample_bytes(&sample);
+        target.put(key, &sample).map_err(|e| {
+            CliError::new(format!("key {}: writing to {}: {e}", display_key(key), dst.display()))
+        })?;
+        if (i + 1) % options.flush_every.max(1) == 0 {
+            trace.mark("flush");
+            target.flush()?;
+            trace.mark("copy");
+        }
+        progress.inc(1);
+    }
+    Ok(bytes)
+}
+
+/// Whether `dst` already holds a cache of the target's own format (to append to); an error when
+/// it holds something else. A directory holding only what an interrupted `convert` leaves before
+/// the cache exists (its [`ConvertRecord`], the writer lock, temporary files) is not a cache yet.
+fn existing(registry: &Registry, dst: &Path, target: &Target<'_>) -> Result<bool, CliError> {
     if !dst.exists() {
         return Ok(false);
     }
     // A directory the record proves a conversion made may hold what the target's create
-    // writes before the directory becomes a cache; killed there, it may read as another kind.
+    // writes before the directory becomes a cache; killed there, it may read as another format.
     let ours = dst.join(crate::convert_record::FILE_NAME).exists();
-    match detect_here(dst)? {
-        Some(kind) if kind == target.kind() => Ok(true),
+    let target_format = target.format();
+    match recognize_here(registry, dst)? {
+        Some(found)
+            if found.factory.name() == target.name()
+                && target_format.is_some_and(|own| own.id == found.format.id) =>
+        {
+            Ok(true)
+        }
         _ if ours && holds_only_convert_leftovers(dst, target.written_before_the_cache())? => {
             Ok(false)
         }
-        Some(kind) => Err(CliError::new(format!(
+        Some(found) => Err(CliError::new(format!(
             "{} already holds a {}, not a {}: convert into a new directory",
             dst.display(),
-            kind.description(),
-            target.kind().description()
+            found.format.description,
+            target.description()
         ))),
         None if dst.is_dir() && holds_only_convert_leftovers(dst, &[])? => Ok(false),
         None => Err(CliError::new(format!(
@@ -556,12 +607,12 @@ fn existing(dst: &Path, target: Target) -> Result<bool, CliError> {
 /// nothing else (a create killed after making `segments/`); `also` names more files that count
 /// as leftovers.
 fn holds_only_convert_leftovers(dst: &Path, also: &[&str]) -> Result<bool, CliError> {
-    let entries = std::fs::read_dir(dst).map_err(|e| crate::detect::io_error(dst, &e))?;
+    let entries = std::fs::read_dir(dst).map_err(|e| crate::error::io_error(dst, &e))?;
     for entry in entries {
-        let entry = entry.map_err(|e| crate::detect::io_error(dst, &e))?;
+        let entry = entry.map_err(|e| crate::error::io_error(dst, &e))?;
         let name = entry.file_name();
         let name = name.to_string_lossy();
-        let leftover = match entry.file_type().map_err(|e| crate::detect::io_error(dst, &e))? {
+        let leftover = match entry.file_type().map_err(|e| crate::error::io_error(dst, &e))? {
             kind if kind.is_dir() => holds_only_convert_leftovers(&entry.path(), &[])?,
             _ => {
                 name == crate::convert_record::FILE_NAME
@@ -584,11 +635,12 @@ fn holds_only_convert_leftovers(dst: &Path, also: &[&str]) -> Result<bool, CliEr
 fn check_provenance(
     dst: &Path,
     options: &ConvertOptions,
+    target: &Target<'_>,
     source: SourceId,
     appending: bool,
 ) -> Result<(bool, Option<ConvertRecord>), CliError> {
     let record = ConvertRecord::read(dst)?;
-    let backend = options.target.kind().description();
+    let backend = target.description();
     let refusal = |from: String| {
         CliError::new(format!(
             "{} {from}, not from {source}: run the conversion from that source again to resume \
@@ -617,7 +669,7 @@ fn check_provenance(
             record.sources.push(source);
             record
         }
-        None => ConvertRecord::new(options.target.name(), source),
+        None => ConvertRecord::new(target.name(), source),
     };
     Ok((merging, Some(record)))
 }
@@ -625,14 +677,13 @@ fn check_provenance(
 /// Says what a merge kept: how many of the source's keys the target already held (their samples
 /// stay the target's) and how many of those differ from the source's.
 fn merge_line(
-    source: &dyn SampleSource,
+    source: &dyn Reader,
     keys: &[String],
     done: &HashSet<String>,
     dst: &Path,
-    target: Target,
+    converted: &dyn Reader,
     out: &mut dyn Write,
 ) -> Result<(), CliError> {
-    let converted = open_kind(dst, target.kind())?.expect("the targets have keys");
     let both: Vec<&String> = keys.iter().filter(|k| done.contains(*k)).collect();
     let progress = Progress::new(both.len() as u64, "comparing kept keys");
     let mut differ = 0u64;
@@ -656,16 +707,15 @@ fn merge_line(
     Ok(())
 }
 
-/// Reads every key back from `dst` and compares its sample's digest with the source's; prints
-/// each mismatch and a summary. Status 1 when any differs.
+/// Reads every key back from `converted` (the cache in `dst`) and compares its sample's digest
+/// with the source's; prints each mismatch and a summary. Status 1 when any differs.
 fn verify(
-    source: &dyn SampleSource,
+    source: &dyn Reader,
     keys: &[String],
     dst: &Path,
-    target: Target,
+    converted: &dyn Reader,
     out: &mut dyn Write,
 ) -> Result<Status, CliError> {
-    let converted = open_kind(dst, target.kind())?.expect("the targets have keys");
     let progress = Progress::new(keys.len() as u64, "verifying");
     let mut mismatches = 0u64;
     for key in keys {

@@ -1,7 +1,6 @@
 //! The command's error type and its exit status.
 
 use std::fmt;
-use std::process::ExitCode;
 
 /// How a command that ran to the end went. Errors are [`CliError`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -18,12 +17,12 @@ pub enum Status {
 }
 
 impl Status {
-    /// The process exit code of this status.
-    pub fn exit_code(self) -> ExitCode {
+    /// The process exit status of this outcome.
+    pub fn code(self) -> u8 {
         match self {
-            Status::Success => ExitCode::SUCCESS,
-            Status::ProblemsFound => ExitCode::from(EXIT_PROBLEMS),
-            Status::CannotTell => ExitCode::from(EXIT_CANNOT_TELL),
+            Status::Success => 0,
+            Status::ProblemsFound => EXIT_PROBLEMS,
+            Status::CannotTell => EXIT_CANNOT_TELL,
         }
     }
 }
@@ -69,6 +68,16 @@ impl fmt::Display for CliError {
 }
 
 impl std::error::Error for CliError {}
+
+/// An I/O error on `path` as one message: `<path>: no such file or directory`, `<path>: <error>`.
+pub fn io_error(path: &std::path::Path, e: &std::io::Error) -> CliError {
+    match e.kind() {
+        std::io::ErrorKind::NotFound => {
+            CliError::new(format!("{}: no such file or directory", path.display()))
+        }
+        _ => CliError::new(format!("{}: {e}", path.display())),
+    }
+}
 
 impl From<stowage_core::Error> for CliError {
     fn from(e: stowage_core::Error) -> CliError {

@@ -14,13 +14,16 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
-use stowage_core::fingerprint::{FingerprintFile, SourceStamp, explain};
+use stowage_fingerprint::{FingerprintFile, SourceStamp, explain};
 use stowage_hdf5::DescriptorCompat;
 use stowage_memmap::{MemmapBackend, MemmapOptions};
 
-use crate::detect::{CacheKind, detect, io_error};
-use crate::error::{CliError, Status};
-use crate::source::AenetSource;
+use stowage_core::Registry;
+use stowage_hdf5::AenetReader;
+
+use crate::builtin::Builtin;
+use crate::error::{CliError, Status, io_error};
+use crate::locate::{DIRECTORY, Located, locate};
 
 /// Reads and parses the JSON config file.
 fn read_config(path: &Path) -> Result<Value, CliError> {
@@ -32,28 +35,34 @@ fn read_config(path: &Path) -> Result<Value, CliError> {
 /// Says whether the cache at `path` is valid for the config in `config` and the files matching
 /// `sources`: status 0 (valid), 1 (stale: what differs is listed) or
 /// [`Status::CannotTell`] (the format records no fingerprint, or the cache was never finalized).
+/// The cache is recognized through `registry`; notes go to `notes`.
 pub fn run(
+    registry: &Registry,
     path: &Path,
     config: &Path,
     sources: Option<&str>,
     root: Option<&Path>,
     out: &mut dyn Write,
+    notes: &mut dyn Write,
 ) -> Result<Status, CliError> {
-    let kind = detect(path)?;
+    let format = match locate(registry, path)? {
+        Located::Cache(recognized) => recognized.format,
+        Located::Directory(_) => &DIRECTORY,
+    };
     let config_value = read_config(config)?;
-    match kind {
-        CacheKind::StowageMemmap | CacheKind::DnanetMemmap => {
+    match Builtin::of(format) {
+        Some(Builtin::StowageMemmap | Builtin::DnanetMemmap) => {
             memmap(path, &config_value, sources, root, out)
         }
-        CacheKind::AenetHdf5 => aenet(path, &config_value, sources.is_some(), out),
-        other => {
+        Some(Builtin::AenetHdf5) => aenet(path, &config_value, sources.is_some(), out, notes),
+        _ => {
             say!(
                 out,
                 "{}: a {} records no fingerprint of the configuration or sources it was built \
                  from, so whether it is valid for {} cannot be told (memmap row caches and aenet \
                  torch caches record one)",
                 path.display(),
-                other.description(),
+                format.description,
                 config.display()
             );
             Ok(Status::CannotTell)
@@ -156,9 +165,10 @@ fn aenet(
     config: &Value,
     sources: bool,
     out: &mut dyn Write,
+    notes: &mut dyn Write,
 ) -> Result<Status, CliError> {
-    let source = AenetSource::open(path)?;
-    let signature = source.cache.signature();
+    let source = AenetReader::open(path)?;
+    let signature = source.cache().signature();
     let compat = compat_of(config)?;
     let current: Value = serde_json::from_str(&compat.json()).expect("compat JSON parses");
     let stored: Value = serde_json::from_str(&signature.compat_json).map_err(|e| {
@@ -177,13 +187,17 @@ fn aenet(
         })
         .unwrap_or_default();
     if !ignored.is_empty() {
-        crate::out::note(&format!(
-            "not part of aenet's compatibility signature, so not compared: {}",
-            ignored.join(", ")
-        ));
+        crate::out::note(
+            notes,
+            &format!(
+                "not part of aenet's compatibility signature, so not compared: {}",
+                ignored.join(", ")
+            ),
+        );
     }
     if sources {
         crate::out::note(
+            notes,
             "aenet's compatibility signature covers the descriptor settings only: --sources is not compared",
         );
     }

@@ -11,41 +11,49 @@ use std::io::Write;
 use std::path::Path;
 
 use stowage_core::file_safety::atomic_write;
-use stowage_core::{Sample, Tensor, Value, shape};
+use stowage_core::{Registry, Sample, Tensor, Value, shape};
 use stowage_npy::read_hangar_record;
 
-use crate::detect::io_error;
-use crate::error::{CliError, Status};
+use crate::error::{CliError, Status, io_error};
 use crate::npy_out::{has_no_numpy_dtype, numpy_loadable, write_npy};
-use crate::open::open_source;
+use crate::open::open_reader;
 use crate::out::note;
 
-/// Writes every field of the sample stored under `key` in the cache at `path` into `out_dir`
-/// (created when missing; files already there are replaced). A missing key is an error naming the
-/// key and the cache; so is a corrupted sample (naming its file) and a field name that is not a
-/// safe file name.
+/// Writes every field of the sample stored under `key` in the cache at `path`, opened through
+/// `registry`, into `out_dir` (created when missing; files already there are replaced); notes
+/// (a null field, a bfloat16 tensor) go to `notes`. A missing key is an error naming the key and
+/// the cache; so is a corrupted sample (naming its file) and a field name that is not a safe file
+/// name.
 pub fn by_key(
+    registry: &Registry,
     path: &Path,
     key: &str,
     out_dir: &Path,
     out: &mut dyn Write,
+    notes: &mut dyn Write,
 ) -> Result<Status, CliError> {
-    let source = open_source(path, "get KEY")?;
-    let sample = source
+    let (reader, _) = open_reader(registry, path, "get KEY")?;
+    let sample = reader
         .get(key)?
         .ok_or_else(|| CliError::new(format!("key {key:?} not found in {}", path.display())))?;
-    write_sample(&sample, out_dir, out).map_err(|e| {
+    write_sample(&sample, out_dir, out, notes).map_err(|e| {
         CliError::new(format!("key {key:?} of {}: {}", path.display(), e.one_line()))
     })?;
     Ok(Status::Success)
 }
 
-/// Writes each field of `sample` into `dir` (created when missing) and prints each file written.
+/// Writes each field of `sample` into `dir` (created when missing) and prints each file written;
+/// notes go to `notes`.
 ///
 /// Every field name is checked with [`check_field_name`], and every tensor with
 /// [`numpy_loadable`], before anything is created, so a hostile name never writes outside `dir`,
 /// no `.npy` numpy cannot load is written, and nothing at all is written when one is refused.
-pub fn write_sample(sample: &Sample, dir: &Path, out: &mut dyn Write) -> Result<(), CliError> {
+pub fn write_sample(
+    sample: &Sample,
+    dir: &Path,
+    out: &mut dyn Write,
+    notes: &mut dyn Write,
+) -> Result<(), CliError> {
     for (name, value) in sample.fields() {
         check_field_name(name)?;
         if let Value::Tensor(tensor) = value {
@@ -61,14 +69,17 @@ pub fn write_sample(sample: &Sample, dir: &Path, out: &mut dyn Write) -> Result<
                 let descr = write_npy(&path, tensor)?;
                 say!(out, "{}: {}", path.display(), describe(tensor, descr));
                 if has_no_numpy_dtype(tensor.dtype()) {
-                    note(&format!(
-                        "field {name:?} is {}, which numpy has no dtype for: {} holds its raw \
+                    note(
+                        notes,
+                        &format!(
+                            "field {name:?} is {}, which numpy has no dtype for: {} holds its raw \
                          16-bit patterns as {descr} (uint16); reinterpret them with \
                          a.view(ml_dtypes.bfloat16) or \
                          torch.from_numpy(a.view('int16')).view(torch.bfloat16)",
-                        tensor.dtype(),
-                        path.display()
-                    ));
+                            tensor.dtype(),
+                            path.display()
+                        ),
+                    );
                 }
             }
             Value::Bytes(bytes) => {
@@ -81,7 +92,7 @@ pub fn write_sample(sample: &Sample, dir: &Path, out: &mut dyn Write) -> Result<
                 atomic_write(&path, text.as_bytes())?;
                 say!(out, "{}: JSON, {}", path.display(), crate::out::size(text.len() as u64));
             }
-            Value::Null => note(&format!("field {name:?} is null: nothing written for it")),
+            Value::Null => note(notes, &format!("field {name:?} is null: nothing written for it")),
         }
     }
     Ok(())
@@ -170,7 +181,10 @@ mod tests {
             .with("meta", Value::Json(r#"{"id": 7}"#.into()))
             .with("gone", Value::Null);
         let mut printed = Vec::new();
-        write_sample(&sample, &out_dir, &mut printed).unwrap();
+        let mut notes = Vec::new();
+        write_sample(&sample, &out_dir, &mut printed, &mut notes).unwrap();
+        let notes = String::from_utf8(notes).unwrap();
+        assert_eq!(notes, "stowage: note: field \"gone\" is null: nothing written for it\n");
         let printed = String::from_utf8(printed).unwrap();
         assert_eq!(printed.lines().count(), 3, "{printed}");
         assert!(printed.contains("t.npy: int32 (2,) as <i4"), "{printed}");
@@ -178,7 +192,7 @@ mod tests {
         assert_eq!(std::fs::read_to_string(out_dir.join("meta.json")).unwrap(), r#"{"id": 7}"#);
         assert!(!out_dir.join("gone.npy").exists());
         let npy = std::fs::read(out_dir.join("t.npy")).unwrap();
-        let header = stowage_npy::npy_header::parse(&npy).unwrap();
+        let header = stowage_core::npy_header::parse(&npy).unwrap();
         assert_eq!((header.dtype, header.shape.as_slice()), (DType::I32, &[2][..]));
         assert_eq!(&npy[header.data_offset..], &[1, 0, 0, 0, 2, 0, 0, 0]);
     }
@@ -189,7 +203,7 @@ mod tests {
         let out_dir = dir.path().join("out");
         let sample =
             Sample::new().with("fine", Tensor::scalar(1u8)).with("../escape", Tensor::scalar(2u8));
-        let err = write_sample(&sample, &out_dir, &mut Vec::new()).unwrap_err();
+        let err = write_sample(&sample, &out_dir, &mut Vec::new(), &mut Vec::new()).unwrap_err();
         assert!(err.one_line().contains("\"../escape\""), "{err}");
         assert!(!out_dir.exists());
         assert!(!dir.path().join("escape.npy").exists());

@@ -3,35 +3,19 @@
 //!
 //! Such a directory holds no records (hangar keeps them in its LMDB database), so the command can
 //! list and check the collection files, and read one sample given its record string, but it has
-//! no keys.
+//! no keys. Recognizing one is `stowage_npy::NpyFactory`'s job ([`stowage_npy::HANGAR_NUMPY10`]).
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
+use stowage_core::npy_header::{self, HeaderErrorKind, MAX_HEADER_LEN, NpyHeader};
 use stowage_core::shape;
-use stowage_npy::npy_header::{self, HeaderErrorKind, MAX_HEADER_LEN, NpyHeader};
 
-use crate::detect::io_error;
 use crate::error::CliError;
+use crate::error::io_error;
 
 /// Bytes read to find a header; a numpy header is 128 or 192 bytes, longer ones are read whole.
 const FIRST_READ: usize = 4096;
-
-/// Whether `dir/data/10` is a directory holding at least one `.npy` file.
-pub fn looks_like_data_dir(dir: &Path) -> Result<bool, CliError> {
-    let data = dir.join("data").join("10");
-    if !data.is_dir() {
-        return Ok(false);
-    }
-    let entries = std::fs::read_dir(&data).map_err(|e| io_error(&data, &e))?;
-    for entry in entries {
-        let entry = entry.map_err(|e| io_error(&data, &e))?;
-        if is_npy_name(&entry.path()) && entry.path().is_file() {
-            return Ok(true);
-        }
-    }
-    Ok(false)
-}
 
 fn is_npy_name(path: &Path) -> bool {
     path.extension().is_some_and(|e| e == "npy")

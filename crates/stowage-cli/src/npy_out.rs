@@ -4,8 +4,8 @@ use std::io::Write;
 use std::path::Path;
 
 use stowage_core::file_safety::atomic_write_with;
+use stowage_core::npy_header::{storage_descr, write_header};
 use stowage_core::{DType, Tensor};
-use stowage_npy::npy_header::{storage_descr, write_header};
 
 use crate::error::CliError;
 
@@ -64,7 +64,7 @@ pub fn has_no_numpy_dtype(dtype: DType) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use stowage_npy::npy_header::parse;
+    use stowage_core::npy_header::parse;
 
     fn round_trip(tensor: &Tensor) -> (String, Vec<usize>, Vec<u8>) {
         let dir = tempfile::tempdir().unwrap();

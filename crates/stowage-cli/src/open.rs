@@ -1,108 +1,70 @@
-//! Opening a detected cache read-only (no lock: a writer is never blocked).
+//! Opening a path read-only as a cache with keys, through the registry (no lock: a writer is
+//! never blocked), or saying why a path holds no keys and what to do instead.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use stowage_arrow::{ArrowBackend, ArrowOptions};
-use stowage_core::OpenMode;
-use stowage_hdf5::Hdf5Backend;
-use stowage_memmap::{MemmapBackend, MemmapOptions};
-use stowage_npy::{NpyBackend, NpyOptions};
+use stowage_core::{DynReader, Error, Format, Registry};
 
-use crate::detect::{CacheKind, detect};
+use crate::builtin::Builtin;
 use crate::error::CliError;
-use crate::source::{AenetSource, BackendSource, SampleSource, TorchcachexSource};
-use crate::walk::{find_caches, relative};
+use crate::locate::{DIRECTORY, Located, Recognized, locate};
+use crate::walk::{Found, relative};
 
-/// A cache, opened read-only.
-pub enum Cache {
-    /// A cache with keys.
-    Source(Box<dyn SampleSource>),
-    /// A bare hangar NUMPY_10 data directory (no keys here).
-    HangarNumpy10,
-    /// A directory holding caches: their paths, in walk order.
-    Directory(Vec<PathBuf>),
-}
-
-impl Cache {
-    /// The cache with keys, or the cache back when it holds none.
-    pub fn into_source(self) -> Result<Box<dyn SampleSource>, Cache> {
-        match self {
-            Cache::Source(source) => Ok(source),
-            other => Err(other),
+/// Opens the cache at `path` for `stowage <what>` (`"keys"`, `"get KEY"`): the reader of the
+/// factory that recognizes it, and the format it recognized. A directory of caches, a bare hangar
+/// data directory (whose records are in hangar's database) or a format whose factory reads no
+/// samples is an error saying why and what to do instead.
+pub fn open_reader(
+    registry: &Registry,
+    path: &Path,
+    what: &str,
+) -> Result<(Box<DynReader>, &'static Format), CliError> {
+    match locate(registry, path)? {
+        Located::Cache(recognized) => {
+            Ok((open_recognized(recognized, path, what)?, recognized.format))
         }
-    }
-
-    /// Why `stowage <what>` cannot use this cache at `path` (it holds no keys), and what to do
-    /// instead; `None` for a cache with keys.
-    pub fn why_no_keys(&self, path: &Path, what: &str) -> Option<String> {
-        match self {
-            Cache::Source(_) => None,
-            Cache::HangarNumpy10 => Some(format!(
-                "{} is a {}: it holds no keys for `stowage {what}` (hangar keeps its records \
-                 in its LMDB database); read one sample with `stowage get {} --record RECORD \
-                 --out FILE.npy`",
-                path.display(),
-                CacheKind::HangarNumpy10.description(),
-                path.display()
-            )),
-            Cache::Directory(caches) => {
-                let names: Vec<String> = caches.iter().map(|c| relative(c, path)).collect();
-                let first = caches.first().map_or(path.to_path_buf(), Clone::clone);
-                Some(format!(
-                    "{} is a {} ({}): `stowage {what}` reads one cache, so name it, as in \
-                     `stowage {what} {}`; `stowage inspect {}` reports them all",
-                    path.display(),
-                    CacheKind::CacheRoot.description(),
-                    names.join(", "),
-                    first.display(),
-                    path.display()
-                ))
-            }
-        }
+        Located::Directory(found) => Err(directory_has_no_keys(path, &found, what)),
     }
 }
 
-/// Opens the cache at `path`, which is of kind `kind`, for reading samples; `None` for the kinds
-/// without keys (a bare hangar directory, a directory of caches).
-pub fn open_kind(path: &Path, kind: CacheKind) -> Result<Option<Box<dyn SampleSource>>, CliError> {
-    let backend = |backend: Box<dyn stowage_core::Backend>| -> Box<dyn SampleSource> {
-        Box::new(BackendSource { kind, backend })
-    };
-    Ok(Some(match kind {
-        CacheKind::StowageNpy => {
-            backend(Box::new(NpyBackend::open_read_only(path, NpyOptions::default())?))
-        }
-        CacheKind::StowageMemmap | CacheKind::DnanetMemmap => {
-            backend(Box::new(MemmapBackend::open_read_only(path, MemmapOptions::default())?))
-        }
-        CacheKind::StowageArrow => backend(Box::new(ArrowBackend::open(
-            path,
-            OpenMode::ReadOnly,
-            ArrowOptions::default(),
-        )?)),
-        CacheKind::StowageHdf5 => backend(Box::new(Hdf5Backend::open(path, OpenMode::ReadOnly)?)),
-        CacheKind::Torchcachex => Box::new(TorchcachexSource::open(path)?),
-        CacheKind::AenetHdf5 => Box::new(AenetSource::open(path)?),
-        CacheKind::HangarNumpy10 | CacheKind::CacheRoot => return Ok(None),
-    }))
-}
-
-/// Detects and opens `path` read-only.
-pub fn open(path: &Path) -> Result<Cache, CliError> {
-    let kind = detect(path)?;
-    if let Some(source) = open_kind(path, kind)? {
-        return Ok(Cache::Source(source));
+/// Opens the cache at `path`, which `recognized` says what it is, for `stowage <what>`.
+pub fn open_recognized(
+    recognized: Recognized<'_>,
+    path: &Path,
+    what: &str,
+) -> Result<Box<DynReader>, CliError> {
+    if Builtin::HangarNumpy10.is(recognized.format) {
+        return Err(CliError::new(format!(
+            "{} is a {}: it holds no keys for `stowage {what}` (hangar keeps its records in its \
+             LMDB database); read one sample with `stowage get {} --record RECORD --out \
+             FILE.npy`",
+            path.display(),
+            recognized.format.description,
+            path.display()
+        )));
     }
-    Ok(match kind {
-        CacheKind::HangarNumpy10 => Cache::HangarNumpy10,
-        _ => Cache::Directory(find_caches(path)?.into_iter().map(|(p, _)| p).collect()),
+    recognized.factory.open_reader(path).map_err(|e| match e {
+        Error::Unsupported { .. } => CliError::new(format!(
+            "{} is a {}: the {} backend reads no samples from it for `stowage {what}` ({e})",
+            path.display(),
+            recognized.format.description,
+            recognized.factory.name()
+        )),
+        other => other.into(),
     })
 }
 
-/// Opens `path` as a cache with keys, or says why a bare data directory or a directory of caches
-/// has no keys for `stowage <what>` (`"keys"`, `"get KEY"`).
-pub fn open_source(path: &Path, what: &str) -> Result<Box<dyn SampleSource>, CliError> {
-    open(path)?
-        .into_source()
-        .map_err(|cache| CliError::new(cache.why_no_keys(path, what).unwrap_or_default()))
+/// Why `stowage <what>` cannot use the directory of caches at `path`, and what to do instead.
+pub fn directory_has_no_keys(path: &Path, found: &[Found<'_>], what: &str) -> CliError {
+    let names: Vec<String> = found.iter().map(|(cache, _)| relative(cache, path)).collect();
+    let first = found.first().map_or(path.to_path_buf(), |(cache, _)| cache.clone());
+    CliError::new(format!(
+        "{} is a {} ({}): `stowage {what}` reads one cache, so name it, as in `stowage {what} \
+         {}`; `stowage inspect {}` reports them all",
+        path.display(),
+        DIRECTORY.description,
+        names.join(", "),
+        first.display(),
+        path.display()
+    ))
 }

@@ -1,22 +1,23 @@
 //! Standard output that survives a closed pipe, notes on standard error, and the small text
 //! helpers every command shares (key escaping, byte sizes).
 
-use std::io::{self, BufWriter, Stdout, Write};
+use std::io::{self, BufWriter, Write};
 
-/// Buffered standard output that stops writing quietly when the reader goes away.
+/// The command's buffered output (standard output, or what a caller of [`crate::run`] captures)
+/// that stops writing quietly when the reader goes away.
 ///
 /// `stowage keys CACHE | head` closes the pipe early; writing then fails with `BrokenPipe`. That is
 /// not an error of the command: the rest of the output is dropped and the command still finishes
 /// and reports its exit status (`verify` still exits 1 when it found problems).
-pub struct Output {
-    inner: BufWriter<Stdout>,
+pub struct Output<'a> {
+    inner: BufWriter<&'a mut dyn Write>,
     closed: bool,
 }
 
-impl Output {
-    /// Standard output, buffered.
-    pub fn stdout() -> Output {
-        Output { inner: BufWriter::new(io::stdout()), closed: false }
+impl<'a> Output<'a> {
+    /// `inner`, buffered.
+    pub fn new(inner: &'a mut dyn Write) -> Output<'a> {
+        Output { inner: BufWriter::new(inner), closed: false }
     }
 
     fn absorb(&mut self, result: io::Result<()>) -> io::Result<()> {
@@ -30,7 +31,7 @@ impl Output {
     }
 }
 
-impl Write for Output {
+impl Write for Output<'_> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         if self.closed {
             return Ok(buf.len());
@@ -84,10 +85,11 @@ impl Progress {
     }
 }
 
-/// Prints `stowage: note: <text>` on standard error (one line; a failure to write it is ignored).
-pub fn note(text: &str) {
+/// Prints `stowage: note: <text>` to `notes`, the command's standard error (one line; a failure
+/// to write it is ignored: a note is never worth failing the command).
+pub fn note(notes: &mut dyn Write, text: &str) {
     let line = format!("stowage: note: {}\n", crate::error::escape_control(text));
-    let _ = io::stderr().lock().write_all(line.as_bytes());
+    let _ = notes.write_all(line.as_bytes());
 }
 
 /// A key (or field name) as one printable line.

@@ -20,16 +20,17 @@ pub struct PhaseTrace {
 }
 
 impl PhaseTrace {
-    /// The trace [`VARIABLE`] names; a file that cannot be opened is a note, not an error (the
-    /// command does not depend on its trace).
-    pub fn from_env() -> PhaseTrace {
+    /// The trace [`VARIABLE`] names; a file that cannot be opened is a note to `notes`, not an
+    /// error (the command does not depend on its trace).
+    pub fn from_env(notes: &mut dyn Write) -> PhaseTrace {
         let file = std::env::var_os(VARIABLE).and_then(|path| {
             std::fs::OpenOptions::new()
                 .append(true)
                 .create(true)
                 .open(&path)
                 .map_err(|e| {
-                    crate::out::note(&format!("{VARIABLE}: {}: {e}", path.to_string_lossy()))
+                    let text = format!("{VARIABLE}: {}: {e}", path.to_string_lossy());
+                    crate::out::note(notes, &text)
                 })
                 .ok()
         });

@@ -7,6 +7,10 @@
 //! Arrow cache; rows spread over every file of a memmap cache, and libhdf5 serializes HDF5 reads,
 //! so those are split into runs of keys). The units run on `--jobs` threads; their results are
 //! put back in unit order, so the output is the same for any number of jobs.
+//!
+//! The built-in formats have plans of their own ([`Builtin`]); every other registered format is
+//! checked through its factory ([`BackendFactory::validate_path`], or the reader's `get` per key
+//! with `--sample`), with the same verdicts and exit statuses.
 
 use std::collections::{BTreeMap, HashSet};
 use std::io::Write;
@@ -16,16 +20,20 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use stowage_arrow::reader::CacheReader;
 use stowage_arrow::schema_json::SchemaJson;
-use stowage_arrow::{ArrowBackend, ArrowOptions};
-use stowage_core::{Backend, OpenMode, Problem, Sample, ValidationLevel, ValidationReport, Value};
+use stowage_arrow::{ArrowBackend, ArrowOptions, TorchcachexReader};
+use stowage_core::{
+    BackendFactory, Error, OpenMode, Problem, Reader, Registry, Sample, ValidationLevel,
+    ValidationReport, Value,
+};
+use stowage_hdf5::AenetReader;
 use stowage_npy::{NpyBackend, NpyOptions};
 
-use crate::detect::{CacheKind, detect};
+use crate::builtin::Builtin;
 use crate::error::{CliError, Status, escape_control};
 use crate::hangar::HangarDir;
-use crate::open::{open, open_kind};
+use crate::locate::{Located, locate};
+use crate::open::directory_has_no_keys;
 use crate::out::{Progress, count, display_key, note};
-use crate::source::{AenetSource, SampleSource, TorchcachexSource};
 
 /// Samples per unit when a format's samples are checked in runs of keys.
 const KEYS_PER_UNIT: usize = 1024;
@@ -83,15 +91,27 @@ pub struct NoChecksums {
 /// Prints each problem on its own line, then the damaged keys and how to repair them, then
 /// the data no checksum covers, then `N samples, M files checked: clean` (status 0),
 /// `...: K problems` (status 1) or `...: no problem, U samples unchecked` (status 3). A cache
-/// that cannot be opened is an error (status 2).
-pub fn run(path: &Path, options: VerifyOptions, out: &mut dyn Write) -> Result<Status, CliError> {
-    let kind = detect(path)?;
-    match kind {
-        CacheKind::StowageNpy => {
+/// that cannot be opened is an error (status 2). Notes go to `notes`.
+pub fn run(
+    registry: &Registry,
+    path: &Path,
+    options: VerifyOptions,
+    out: &mut dyn Write,
+    notes: &mut dyn Write,
+) -> Result<Status, CliError> {
+    let recognized = match locate(registry, path)? {
+        Located::Cache(recognized) => recognized,
+        Located::Directory(found) => return Err(directory_has_no_keys(path, &found, "verify")),
+    };
+    let Some(builtin) = Builtin::of(recognized.format) else {
+        return generic(path, recognized.factory, options, out);
+    };
+    match builtin {
+        Builtin::StowageNpy => {
             let cache = NpyBackend::open_read_only(path, NpyOptions::default())?;
             report(plan_npy(&cache, options)?, options, out)
         }
-        CacheKind::StowageArrow => {
+        Builtin::StowageArrow => {
             let cache = ArrowBackend::open(path, OpenMode::ReadOnly, ArrowOptions::default())?;
             let mut structure = cache.validate_log_and_index()?;
             let keys = cache.keys()?;
@@ -107,42 +127,110 @@ pub fn run(path: &Path, options: VerifyOptions, out: &mut dyn Write) -> Result<S
             };
             report(segments.plan(structure, &keys, options)?, options, out)
         }
-        CacheKind::Torchcachex => {
-            let source = match TorchcachexSource::open(path) {
+        Builtin::Torchcachex => {
+            let source = match TorchcachexReader::open(path) {
                 Ok(source) => source,
-                Err(e) => return report(damaged_torchcachex(path, e, options)?, options, out),
+                Err(e) => {
+                    return report(damaged_torchcachex(path, e.into(), options)?, options, out);
+                }
             };
             let mut structure = ValidationReport::default();
-            check_schema_json(&source.reader, &mut structure);
+            check_schema_json(source.reader(), &mut structure);
             check_no_lost_log(path, &mut structure)?;
-            let keys = source.reader.keys()?;
+            let keys = source.reader().keys()?;
             let segments =
-                ArrowSegments { reader: &source.reader, backend: None, checksums_required: false };
+                ArrowSegments { reader: source.reader(), backend: None, checksums_required: false };
             report(segments.plan(structure, &keys, options)?, options, out)
         }
-        CacheKind::AenetHdf5 => {
-            let source = match AenetSource::open(path) {
+        Builtin::AenetHdf5 => {
+            let source = match AenetReader::open(path) {
                 Ok(source) => source,
-                Err(e) => return report(damaged_aenet(path, e, options)?, options, out),
+                Err(e) => {
+                    return report(damaged_aenet(path, e.into(), options)?, options, out);
+                }
             };
             report(plan_aenet(&source, options)?, options, out)
         }
-        CacheKind::HangarNumpy10 => hangar(path, &HangarDir::scan(path)?, options, out),
-        CacheKind::CacheRoot => {
-            let cache = open(path)?;
-            Err(CliError::new(cache.why_no_keys(path, "verify").unwrap_or_default()))
-        }
-        CacheKind::StowageMemmap | CacheKind::DnanetMemmap | CacheKind::StowageHdf5 => {
-            let source = match open_kind(path, kind) {
-                Ok(source) => source.expect("a kind with keys"),
-                Err(e) if kind == CacheKind::StowageHdf5 => {
-                    return report(damaged_hdf5(path, e, options)?, options, out);
+        Builtin::HangarNumpy10 => hangar(path, &HangarDir::scan(path)?, options, out, notes),
+        Builtin::StowageMemmap | Builtin::DnanetMemmap | Builtin::StowageHdf5 => {
+            let source = match recognized.factory.open_reader(path) {
+                Ok(source) => source,
+                Err(e) if builtin == Builtin::StowageHdf5 => {
+                    let factory = recognized.factory;
+                    return report(damaged_hdf5(path, factory, e.into(), options)?, options, out);
                 }
-                Err(e) => return Err(e),
+                Err(e) => return Err(e.into()),
             };
-            report(plan_by_keys(source.as_ref(), kind, options)?, options, out)
+            report(plan_by_keys(source.as_ref(), builtin, options)?, options, out)
         }
     }
+}
+
+/// How a damaged key of a format with no plan of its own here is repaired.
+const GENERIC_REPAIR: &str = "put the damaged keys again, or rebuild the cache (delete it and \
+    write it again, or `stowage convert` from an intact copy)";
+
+/// How a damaged file of a format with no plan of its own here is repaired.
+const GENERIC_FILE_REPAIR: &str =
+    "restore the listed files from an intact copy, or delete the cache and write it again";
+
+/// A cache of a format with no plan of its own here (a third party's backend), checked through
+/// its factory: without `--sample`, [`BackendFactory::validate_path`] at full level (which checks
+/// even a cache too damaged to open, when the backend can); with one, the structure check once
+/// and each selected key read through the reader, in runs of keys.
+///
+/// A cache whose damage keeps it from opening (`Error::Corrupted`) is reported as a problem in
+/// the file the error names (status 1), not as an error: finding damage is verify's job.
+fn generic(
+    path: &Path,
+    factory: &dyn BackendFactory,
+    options: VerifyOptions,
+    out: &mut dyn Write,
+) -> Result<Status, CliError> {
+    let plan = |structure: ValidationReport| Plan {
+        keys: structure.samples_checked,
+        selected: structure.samples_checked,
+        structure,
+        units: Vec::new(),
+        no_checksums: None,
+        repair: GENERIC_REPAIR,
+        file_repair: Some(GENERIC_FILE_REPAIR),
+    };
+    let damaged = |e: Error| match e {
+        Error::Corrupted { .. } => Ok(plan(ValidationReport {
+            files_checked: 1,
+            problems: vec![problem_of(&e, None)],
+            ..Default::default()
+        })),
+        other => Err(CliError::from(other)),
+    };
+    if options.sample.is_none_or(|f| f >= 1.0) {
+        let plan = match factory.validate_path(path, ValidationLevel::Full) {
+            Ok(structure) => plan(structure),
+            Err(e) => damaged(e)?,
+        };
+        return report(plan, options, out);
+    }
+    let reader = factory.open_reader(path).map_err(|e| {
+        CliError::new(format!(
+            "{e} (the keys cannot be listed, so no sample of them can be drawn; run verify \
+             without --sample to check the whole cache)"
+        ))
+    })?;
+    let structure = reader.validate(ValidationLevel::Structure)?;
+    let keys = reader.keys()?;
+    let selected = select(&keys, options.sample, options.seed);
+    let reader = reader.as_ref();
+    let plan = Plan {
+        structure,
+        keys: keys.len() as u64,
+        selected: selected.len() as u64,
+        units: key_units(&selected, move |report, key| check_key(report, reader, key)),
+        no_checksums: None,
+        repair: GENERIC_REPAIR,
+        file_repair: Some(GENERIC_FILE_REPAIR),
+    };
+    report(plan, options, out)
 }
 
 /// The keys whose samples are checked: all of them, or the `ceil(fraction * n)` keys with the
@@ -162,17 +250,16 @@ pub fn select(keys: &[String], fraction: Option<f64>, seed: u64) -> Vec<String> 
     chosen.into_iter().map(|i| keys[i].clone()).collect()
 }
 
-/// A problem from an error: its file when the error names one, the key, the rest as detail.
-pub fn problem_of(e: &stowage_core::Error, key: Option<&str>) -> Problem {
-    use stowage_core::Error;
-    let (path, detail) = match e {
-        Error::Corrupted { path, detail } | Error::Incompatible { path, detail } => {
-            (Some(path.clone()), detail.clone())
-        }
-        Error::Io { path, source } => (Some(path.clone()), source.to_string()),
-        other => (None, other.to_string()),
+/// A problem from an error: its file when the error names one, the key (`key`, else the one the
+/// error names), the rest as detail.
+pub fn problem_of(e: &Error, key: Option<&str>) -> Problem {
+    let (path, detail, named) = match e {
+        Error::Corrupted { path, key, detail } => (Some(path.clone()), detail.clone(), key.clone()),
+        Error::Incompatible { path, detail } => (Some(path.clone()), detail.clone(), None),
+        Error::Io { path, source } => (Some(path.clone()), source.to_string(), None),
+        other => (None, other.to_string(), None),
     };
-    Problem { path, key: key.map(str::to_owned), detail }
+    Problem { path, key: key.map(str::to_owned).or(named), detail }
 }
 
 /// Every JSON field of `sample` parses; `path` is the file the sample came from.
@@ -188,7 +275,7 @@ fn check_json(report: &mut ValidationReport, path: Option<&Path>, key: &str, sam
 
 /// Reads `key` through `source` and checks its JSON fields; a problem when it is missing or
 /// damaged.
-fn check_key(report: &mut ValidationReport, source: &dyn SampleSource, key: &str) {
+fn check_key(report: &mut ValidationReport, source: &dyn Reader, key: &str) {
     report.samples_checked += 1;
     match source.get(key) {
         Ok(Some(sample)) => check_json(report, None, key, &sample),
@@ -232,31 +319,20 @@ where
 /// selected key read (and its checksum checked) in runs of keys: a memmap row is spread over
 /// every field's file, and libhdf5 serializes reads.
 fn plan_by_keys<'a>(
-    source: &'a dyn SampleSource,
-    kind: CacheKind,
+    source: &'a dyn Reader,
+    builtin: Builtin,
     options: VerifyOptions,
 ) -> Result<Plan<'a>, CliError> {
-    let structure = match kind {
-        CacheKind::StowageMemmap | CacheKind::DnanetMemmap => {
-            stowage_memmap::MemmapBackend::open_read_only(
-                source.path(),
-                stowage_memmap::MemmapOptions::default(),
-            )?
-            .validate(ValidationLevel::Structure)?
-        }
-        // From disk, as the handle's validate would: a second open would hash every segment
-        // once more before the validation hashes them again.
-        _ => stowage_hdf5::Hdf5Backend::validate_dir(source.path(), ValidationLevel::Structure)?,
-    };
+    let structure = source.validate(ValidationLevel::Structure)?;
     // A memmap index that cannot be read is a structure problem: no key to check then.
     let keys = match source.keys() {
         Ok(keys) => keys,
         Err(_) if !structure.is_undamaged() => Vec::new(),
-        Err(e) => return Err(e),
+        Err(e) => return Err(e.into()),
     };
     let selected = select(&keys, options.sample, options.seed);
-    let (no_checksums, repair) = match kind {
-        CacheKind::DnanetMemmap => (
+    let (no_checksums, repair) = match builtin {
+        Builtin::DnanetMemmap => (
             Some(NoChecksums {
                 path: source.path().to_path_buf(),
                 writer: "DNANet",
@@ -265,7 +341,7 @@ fn plan_by_keys<'a>(
             "rows cannot be replaced in a memmap cache: rebuild it with DNANet (delete its \
              directory; the next run writes it again)",
         ),
-        CacheKind::StowageMemmap => (
+        Builtin::StowageMemmap => (
             None,
             "rows cannot be replaced in a memmap cache: rebuild it (delete its directory and \
              write it again, or `stowage convert` from an intact copy)",
@@ -526,14 +602,15 @@ fn damaged_torchcachex(
 }
 
 /// A stowage HDF5 cache that does not open (a committed segment is damaged, so no key can be
-/// looked up): [`damaged`] with the backend's validation from disk, which names each damaged
+/// looked up): [`damaged`] with the factory's validation from disk, which names each damaged
 /// segment with how many samples it held and checks every row of the intact ones.
 fn damaged_hdf5(
     path: &Path,
+    factory: &dyn BackendFactory,
     open_error: CliError,
     options: VerifyOptions,
 ) -> Result<Plan<'static>, CliError> {
-    let validate = || stowage_hdf5::Hdf5Backend::validate_dir(path, ValidationLevel::Full);
+    let validate = || factory.validate_path(path, ValidationLevel::Full);
     let repair = "put the damaged keys again (a later segment's row replaces them) or rebuild the \
                   cache";
     let file_repair = "a damaged segment keeps the whole cache from opening, and its keys cannot \
@@ -679,8 +756,8 @@ fn check_schema_json(reader: &CacheReader, report: &mut ValidationReport) {
 /// payload, no entry twice) and the structure check lists the rows stowage's checksums do not
 /// cover (aenet's); each unit reads its entries' features and derivatives, checking stowage's
 /// rows against their checksums and every array's shape against the section's attributes.
-fn plan_aenet(source: &AenetSource, options: VerifyOptions) -> Result<Plan<'_>, CliError> {
-    let structure = source.cache.check(ValidationLevel::Structure);
+fn plan_aenet(source: &AenetReader, options: VerifyOptions) -> Result<Plan<'_>, CliError> {
+    let structure = source.cache().check(ValidationLevel::Structure);
     let keys = source.keys()?;
     let selected = select(&keys, options.sample, options.seed);
     let units = key_units(&selected, move |report, key| check_aenet_entry(report, source, key));
@@ -699,15 +776,16 @@ fn plan_aenet(source: &AenetSource, options: VerifyOptions) -> Result<Plan<'_>, 
 const AENET_REPAIR: &str = "rebuild the torch cache with aenet (delete /torch_cache from the dataset file, or use an \
      intact copy)";
 
-fn check_aenet_entry(report: &mut ValidationReport, source: &AenetSource, key: &str) {
+fn check_aenet_entry(report: &mut ValidationReport, source: &AenetReader, key: &str) {
     report.samples_checked += 1;
-    let path = source.cache.path();
+    let cache = source.cache();
+    let path = cache.path();
     let entry: i64 = key.parse().unwrap_or(-1);
-    if let Err(e) = source.cache.features(entry) {
+    if let Err(e) = cache.features(entry) {
         report.problems.push(problem_of(&e, Some(key)));
     }
-    let Some(layout) = source.cache.derivative_layout() else { return };
-    match source.cache.derivatives(entry) {
+    let Some(layout) = cache.derivative_layout() else { return };
+    match cache.derivatives(entry) {
         Ok(Some(d)) => {
             if let Err(e) =
                 d.check(layout.n_radial_features, layout.n_angular_features, layout.multi)
@@ -727,6 +805,7 @@ fn hangar(
     dir: &HangarDir,
     options: VerifyOptions,
     out: &mut dyn Write,
+    notes: &mut dyn Write,
 ) -> Result<Status, CliError> {
     let mut structure = ValidationReport::default();
     for (path, detail) in &dir.problems {
@@ -750,6 +829,7 @@ fn hangar(
         .collect();
     if options.sample.is_some() {
         note(
+            notes,
             "--sample does not apply to a bare hangar data directory (it holds no records): every file was checked",
         );
     }

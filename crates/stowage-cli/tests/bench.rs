@@ -87,7 +87,7 @@ fn tables_flags_and_errors() {
 
 #[test]
 fn the_python_peers_read_the_same_files() {
-    let Some(_) = stowage_conformance::python::python_with(
+    let Some(_) = stowage_test_support::python::python_with(
         "the_python_peers_read_the_same_files",
         &["numpy", "xxhash", "pyarrow", "h5py"],
     ) else {

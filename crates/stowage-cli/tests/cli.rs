@@ -12,8 +12,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use stowage_core::half::{bf16, f16};
+use stowage_core::npy_header;
 use stowage_core::{Backend, DType, Sample, Schema, ShapeRule, Tensor, Value};
-use stowage_npy::npy_header;
 use stowage_npy::{NpyBackend, NpyOptions};
 
 mod common;
@@ -506,7 +506,7 @@ fn reference_records(set: &Path) -> Vec<ReferenceRecord> {
 
 #[test]
 fn get_record_reproduces_every_reference_sample() {
-    let Some(set) = stowage_conformance::reference::reference_set("hangar-numpy10") else {
+    let Some(set) = stowage_test_support::reference::reference_set("hangar-numpy10") else {
         return;
     };
     let records = reference_records(&set);
@@ -531,7 +531,7 @@ fn copy_tree(from: &Path, to: &Path) {
 
 #[test]
 fn get_record_of_the_corrupted_reference_sample_names_both_digests() {
-    let Some(set) = stowage_conformance::reference::reference_set("hangar-numpy10") else {
+    let Some(set) = stowage_test_support::reference::reference_set("hangar-numpy10") else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
@@ -574,7 +574,7 @@ fn get_record_of_the_corrupted_reference_sample_names_both_digests() {
 
 #[test]
 fn inspect_and_verify_describe_the_reference_directory() {
-    let Some(set) = stowage_conformance::reference::reference_set("hangar-numpy10") else {
+    let Some(set) = stowage_test_support::reference::reference_set("hangar-numpy10") else {
         return;
     };
     let repo = set.join("repo");
@@ -617,7 +617,7 @@ fn inspect_and_verify_describe_the_reference_directory() {
 #[test]
 fn numpy_loads_every_file_get_wrote() {
     let Some(python) =
-        stowage_conformance::python::python_with("numpy_loads_every_file_get_wrote", &["numpy"])
+        stowage_test_support::python::python_with("numpy_loads_every_file_get_wrote", &["numpy"])
     else {
         return;
     };
@@ -659,7 +659,7 @@ fn numpy_loads_every_file_get_wrote() {
             }));
         }
     }
-    if let Some(set) = stowage_conformance::reference::reference_set("hangar-numpy10") {
+    if let Some(set) = stowage_test_support::reference::reference_set("hangar-numpy10") {
         for r in reference_records(&set) {
             let out = dir.path().join(format!("{}.npy", r.key.replace('/', "-")));
             let run =
@@ -689,7 +689,7 @@ for case in json.load(sys.stdin):
 print(checked)
 "#;
     let stdin = serde_json::to_vec(&cases).unwrap();
-    let out = stowage_conformance::python::run_script(python, SCRIPT, &[], &stdin, "numpy");
+    let out = stowage_test_support::python::run_script(python, SCRIPT, &[], &stdin, "numpy");
     assert_eq!(out, cases.len().to_string());
 }
 
@@ -722,7 +722,7 @@ const UNFINALIZED_KEY: &str = "d3c3787192a40966";
 
 #[test]
 fn inspect_prints_the_original_report_for_each_dnanet_reference_cache() {
-    let Some(set) = stowage_conformance::reference::reference_set("dnanet-memmap") else {
+    let Some(set) = stowage_test_support::reference::reference_set("dnanet-memmap") else {
         return;
     };
     for (key, original) in original_reports(&set) {
@@ -749,7 +749,7 @@ fn inspect_prints_the_original_report_for_each_dnanet_reference_cache() {
 
 #[test]
 fn inspect_walks_the_reference_cache_root() {
-    let Some(set) = stowage_conformance::reference::reference_set("dnanet-memmap") else {
+    let Some(set) = stowage_test_support::reference::reference_set("dnanet-memmap") else {
         return;
     };
     let root = set.join("cache_root");
@@ -808,7 +808,7 @@ fn reference_rows(set: &Path, key: &str) -> Vec<serde_json::Value> {
 
 #[test]
 fn verify_keys_and_get_read_every_dnanet_reference_cache() {
-    let Some(set) = stowage_conformance::reference::reference_set("dnanet-memmap") else {
+    let Some(set) = stowage_test_support::reference::reference_set("dnanet-memmap") else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
@@ -870,7 +870,7 @@ fn copy_of_cache_root(set: &Path, dir: &Path) -> PathBuf {
 
 #[test]
 fn damaged_dnanet_caches_are_reported_and_fail_with_one_line() {
-    let Some(set) = stowage_conformance::reference::reference_set("dnanet-memmap") else {
+    let Some(set) = stowage_test_support::reference::reference_set("dnanet-memmap") else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();

@@ -76,7 +76,7 @@ fn convert_writes_every_target_and_verifies_it() {
     assert_error_line(&run, &["field \"t\"", "shapes vary", "nothing was written"]);
     assert!(!dst.exists());
     // A torchcachex pickled value has no place in NUMPY_10.
-    if let Some(set) = stowage_conformance::reference::reference_set("torchcachex") {
+    if let Some(set) = stowage_test_support::reference::reference_set("torchcachex") {
         let dst = dir.path().join("dict-npy");
         let run =
             stowage(args(&[&"convert", &set.join("caches/dict_mixed"), &dst, &"--to", &"npy"]));
@@ -157,7 +157,7 @@ fn explain_names_the_config_fields_and_sources_that_differ() {
     let config = serde_json::json!({"cache_version": 5, "scaling": {"resolution": 32}});
     let stamps: Vec<_> = ["a.hid", "b.hid"]
         .iter()
-        .map(|n| stowage_core::fingerprint::SourceStamp::from_metadata(sources.join(n)).unwrap())
+        .map(|n| stowage_fingerprint::SourceStamp::from_metadata(sources.join(n)).unwrap())
         .collect();
     let cache_path = dir.path().join("cache");
     let schema = Schema::new().tensor("x", DType::U8, ShapeRule::Fixed(vec![1]));
@@ -198,7 +198,7 @@ fn explain_names_the_config_fields_and_sources_that_differ() {
 #[test]
 fn explain_compares_reference_fingerprints_and_aenet_signatures() {
     let dir = tempfile::tempdir().unwrap();
-    if let Some(set) = stowage_conformance::reference::reference_set("dnanet-memmap") {
+    if let Some(set) = stowage_test_support::reference::reference_set("dnanet-memmap") {
         let manifest: serde_json::Value =
             serde_json::from_slice(&std::fs::read(set.join("manifest.json")).unwrap()).unwrap();
         let cache = &manifest["caches"][0];
@@ -213,7 +213,7 @@ fn explain_compares_reference_fingerprints_and_aenet_signatures() {
         let run = stowage(args(&[&"explain", &unfinished, &"--config", &config]));
         assert_eq!(run.code, 3, "never finalized: {run:?}");
     }
-    if let Some(set) = stowage_conformance::reference::reference_set("aenet-torch-cache") {
+    if let Some(set) = stowage_test_support::reference::reference_set("aenet-torch-cache") {
         let config = dir.path().join("descriptor.json");
         let mut settings = serde_json::json!({"species": ["A", "B"], "rad_order": 1, "rad_cutoff": 2.0,
             "ang_order": 0, "ang_cutoff": 2.0, "min_cutoff": 0.1, "dtype": "float32"});
@@ -297,7 +297,7 @@ fn random_tree(dir: &Path, rng: &mut Rng, real: &[PathBuf], depth: u32) {
 fn inspect_and_verify_never_panic_on_random_directories() {
     let dir = tempfile::tempdir().unwrap();
     let mut real = Vec::new();
-    if let Some(root) = stowage_conformance::reference::reference_dir() {
+    if let Some(root) = stowage_test_support::reference::reference_dir() {
         for set in [
             "torchcachex/caches/tensor_f32",
             "aenet-torch-cache",

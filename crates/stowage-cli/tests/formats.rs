@@ -8,8 +8,8 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use common::*;
-use stowage_conformance::reference::reference_set;
 use stowage_core::{Backend, DType, Sample, Schema, ShapeRule, Tensor, Value};
+use stowage_test_support::reference::reference_set;
 
 fn manifest(set: &Path) -> serde_json::Value {
     serde_json::from_slice(&std::fs::read(set.join("manifest.json")).unwrap()).unwrap()

@@ -7,7 +7,7 @@
 mod common;
 
 use common::*;
-use stowage_conformance::reference::reference_set;
+use stowage_test_support::reference::reference_set;
 
 #[test]
 fn damaged_aenet_files_end_every_command_with_a_status() {

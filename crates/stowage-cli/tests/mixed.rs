@@ -9,7 +9,7 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use common::*;
-use stowage_conformance::reference::reference_set;
+use stowage_test_support::reference::reference_set;
 
 fn manifest(set: &Path) -> serde_json::Value {
     serde_json::from_slice(&std::fs::read(set.join("manifest.json")).unwrap()).unwrap()
@@ -313,10 +313,10 @@ fn torchcachex_sets_read_every_key_verify_reports_torchcachexs_segment_and_adopt
 
 /// The torchcachex peer (`xtask/py/torchcachex_peer.py`): torchcachex's read path.
 fn torchcachex_read(cache: &Path, test: &str) -> Option<serde_json::Value> {
-    let python = stowage_conformance::python::python_with(test, &["numpy", "pyarrow"])?;
+    let python = stowage_test_support::python::python_with(test, &["numpy", "pyarrow"])?;
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/../../xtask/py/torchcachex_peer.py");
     let script = std::fs::read_to_string(script).unwrap();
-    let out = stowage_conformance::python::run_script(
+    let out = stowage_test_support::python::run_script(
         python,
         &script,
         &["read", cache.to_str().unwrap()],

@@ -1,51 +1,46 @@
-//! The crash case: a child process writes and flushes, is killed with SIGKILL at a random point,
-//! and every flushed sample must then be present and intact, with no partial sample anywhere.
-//!
-//! The child is the test executable itself, re-run with `--exact <this test>` and
-//! [`CHILD_DIR_ENV`] set; [`crate::run_case_as_test`] sees the variable and calls [`child_main`].
+//! The crash cases: a writer child process ([`crate::child`]) is killed with `SIGKILL` inside or
+//! between flushes, or around its finalize, and the cache it leaves must keep every flushed
+//! sample, hold no partial one, and be complete or resumable.
 
-use crate::cases::{check_all, put_generated};
+use crate::cases::{Written, check_samples, put_samples};
 use crate::check::ok;
-use crate::generate::{basic_schema, compare, key, sample_for};
-use crate::{CaseContext, CaseResult, Outcome, ensure};
+use crate::child::{Child, Mode, die, say};
+use crate::generate::{basic_schema, compare_sample, key, sample_for};
+use crate::{CaseContext, CaseResult, ChildLauncher, Failure, Outcome, ensure};
 use rand::{Rng, SeedableRng, rngs::StdRng};
-use std::io::{BufRead, BufReader, Write};
+use std::ffi::OsString;
 use std::path::Path;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
-use stowage_core::{BackendFactory, OpenMode, ValidationLevel};
+use stowage_core::{BackendFactory, DynReader, OpenMode, Schema, ValidationLevel};
 
-/// Set in the child's environment to the cache directory it must write.
-pub const CHILD_DIR_ENV: &str = "STOWAGE_CONFORMANCE_CRASH_CHILD";
-const CHILD_SEED_ENV: &str = "STOWAGE_CONFORMANCE_CRASH_SEED";
+pub use crate::child::{CHILD_DIR_ENV, child_main};
+
+/// Kills of the flush case.
 const TRIALS: u64 = 6;
-/// The child stops by itself after this long, so a parent that fails to kill it leaks nothing.
+/// The flush writer stops by itself after this long, so a parent that fails to kill it leaks
+/// nothing.
 const CHILD_LIFETIME: Duration = Duration::from_secs(60);
+/// Samples the finalize writer puts and flushes before it puts more and finalizes.
+const FLUSHED_BEFORE_FINALIZE: usize = 30;
+/// Samples the finalize writer has put when it calls finalize (the last ones only pending).
+const PUT_BEFORE_FINALIZE: usize = 60;
 
-/// The child's side: create the cache, then put generated samples, flushing at random intervals,
-/// announcing `flushing` before and `flushed <count>` after each flush, until killed.
-pub fn child_main(factory: &dyn BackendFactory, dir: &Path) -> ! {
-    let seed = std::env::var(CHILD_SEED_ENV).ok().and_then(|s| s.parse().ok()).unwrap_or(0);
+/// The flush writer: creates the cache, then puts generated samples, flushing at random
+/// intervals, announcing `flushing` before and `flushed <count>` after each flush, until killed.
+pub(crate) fn flush_writer(factory: &dyn BackendFactory, dir: &Path, seed: u64) -> ! {
     let mut rng = StdRng::seed_from_u64(seed);
     let schema = basic_schema(&factory.capabilities());
-    let fail = |what: &str, e: stowage_core::Error| -> ! {
-        eprintln!("crash child: {what}: {e}");
-        std::process::exit(3)
-    };
-    let mut cache = factory.create(dir, &schema).unwrap_or_else(|e| fail("create", e));
-    let mut out = std::io::stdout().lock();
-    // libtest has printed "test <name> ... " without a newline: start the protocol on a line of its own.
-    let _ = writeln!(out).and_then(|()| out.flush());
+    let mut cache = factory.create(dir, &schema).unwrap_or_else(|e| die("create", e));
     let started = Instant::now();
     let mut next_flush = rng.random_range(1..40);
     for i in 0.. {
         if let Err(e) = cache.put(&key(i), &sample_for(&schema, i as u64)) {
-            fail("put", e);
+            die("put", e);
         }
         if i + 1 == next_flush {
-            let _ = writeln!(out, "flushing").and_then(|()| out.flush());
-            cache.flush().unwrap_or_else(|e| fail("flush", e));
-            let _ = writeln!(out, "flushed {}", i + 1).and_then(|()| out.flush());
+            say("flushing");
+            cache.flush().unwrap_or_else(|e| die("flush", e));
+            say(&format!("flushed {}", i + 1));
             next_flush += rng.random_range(1..40);
         }
         if started.elapsed() > CHILD_LIFETIME {
@@ -55,9 +50,30 @@ pub fn child_main(factory: &dyn BackendFactory, dir: &Path) -> ! {
     std::process::exit(0)
 }
 
-/// How the parent picks its moment.
+/// The finalize writer: puts and flushes [`FLUSHED_BEFORE_FINALIZE`] samples (`flushed <n>`),
+/// puts more up to [`PUT_BEFORE_FINALIZE`] without flushing, announces `finalizing`, finalizes,
+/// announces `finalized`, and exits.
+pub(crate) fn finalize_writer(factory: &dyn BackendFactory, dir: &Path) -> ! {
+    let schema = basic_schema(&factory.capabilities());
+    let mut cache = factory.create(dir, &schema).unwrap_or_else(|e| die("create", e));
+    for i in 0..PUT_BEFORE_FINALIZE {
+        if let Err(e) = cache.put(&key(i), &sample_for(&schema, i as u64)) {
+            die("put", e);
+        }
+        if i + 1 == FLUSHED_BEFORE_FINALIZE {
+            cache.flush().unwrap_or_else(|e| die("flush", e));
+            say(&format!("flushed {}", i + 1));
+        }
+    }
+    say("finalizing");
+    cache.finalize().unwrap_or_else(|e| die("finalize", e));
+    say("finalized");
+    std::process::exit(0)
+}
+
+/// How the parent picks its moment in the flush cases (here and in [`crate::power_loss`]).
 #[derive(Debug, Clone, Copy)]
-enum KillPoint {
+pub(crate) enum KillPoint {
     /// Right after the child announces its n-th flush (inside flush), after a few microseconds.
     InsideFlush { flush: usize, delay_us: u64 },
     /// A random time after the n-th acknowledged flush (usually inside a put).
@@ -84,135 +100,283 @@ pub fn crash_loses_no_flushed_sample(ctx: &CaseContext<'_>) -> CaseResult {
         } else {
             KillPoint::AfterFlush { flush, delay_us: rng.random_range(0..3000) }
         };
-        let acknowledged = run_child(launcher, &dir, trial, point)?;
+        let stderr = dir.with_extension("stderr");
+        let acknowledged = kill_flush_writer(launcher, &dir, &stderr, &[], trial, point)?;
         let what = format!("trial {trial} ({point:?}, {acknowledged} samples acknowledged)");
-        let reader = ok(&format!("{what}: reopen"), ctx.factory.open(&dir, OpenMode::ReadOnly))?;
-        for i in 0..acknowledged {
-            let k = key(i);
-            let got = reader.get(&k).map_err(|e| format!("{what}: get of flushed {k:?}: {e}"))?;
-            compare(&k, &sample_for(&schema, i as u64), got.as_ref())
-                .map_err(|e| format!("{what}: flushed sample lost: {e}"))?;
-        }
-        let keys = ok("keys", reader.keys())?;
-        for k in &keys {
-            let i: usize = k
-                .strip_prefix("sample-")
-                .and_then(|n| n.parse().ok())
-                .ok_or_else(|| format!("{what}: unexpected key {k:?} after the crash"))?;
-            let got = reader.get(k).map_err(|e| format!("{what}: get of visible {k:?}: {e}"))?;
-            compare(k, &sample_for(&schema, i as u64), got.as_ref())
-                .map_err(|e| format!("{what}: partial sample: {e}"))?;
-        }
-        ensure!(keys.len() >= acknowledged, "{what}: only {} keys listed", keys.len());
-        let report = ok("validate", reader.validate(ValidationLevel::Full))?;
+        let reader = ok("reopen after the crash", ctx.factory.open(&dir, OpenMode::ReadOnly))
+            .map_err(|f| f.within(&what))?;
+        let visible =
+            check_after_crash(&*reader, &schema, acknowledged, "flushed before the crash")
+                .map_err(|f| f.within(&what))?;
+        let report = ok("validate(Full) after the crash", reader.validate(ValidationLevel::Full))
+            .map_err(|f| f.within(&what))?;
         ensure!(
             report.is_clean(),
-            "{what}: validate(Full) after the crash reported {:?}",
-            report.problems
+            format!("{what}: validate(Full) after the crash"),
+            expected: "no problem",
+            got: format!("{:?}", report.problems)
         );
         drop(reader);
         if ctx.caps().resume {
-            let mut cache =
-                ok(&format!("{what}: resume"), ctx.factory.open(&dir, OpenMode::Append))?;
-            let start = keys.len().max(acknowledged) + 1000;
-            let more = put_generated(&mut *cache, &schema, start..start + 5)?;
-            ok("finalize after resume", cache.finalize())?;
-            drop(cache);
-            check_all(&*ok("reopen", ctx.factory.open(&dir, OpenMode::ReadOnly))?, &{
-                let mut all: Vec<_> = keys
-                    .iter()
-                    .map(|k| {
-                        let i: usize = k[7..].parse().expect("checked above");
-                        (k.clone(), sample_for(&schema, i as u64))
-                    })
-                    .collect();
-                all.extend(more);
-                all
-            })
-            .map_err(|e| format!("{what}: after resume: {e}"))?;
+            finish_by_next_writer(ctx, &dir, &schema, visible).map_err(|f| f.within(&what))?;
         }
     }
     Ok(Outcome::Passed)
 }
 
-/// How long the parent waits for the child's next line before declaring it hung.
-const LINE_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// Starts the child, kills it at `point`, and returns how many samples its completed flushes
-/// acknowledged. Never hangs: a child that stops talking is killed and reported.
-fn run_child(
-    launcher: &crate::ChildLauncher,
+/// Starts a flush writer on `dir` (its stderr to `stderr`, `env` added to its environment),
+/// kills it at `point`, and returns how many samples its completed flushes acknowledged. Never
+/// hangs: a child that stops talking is killed and reported.
+pub(crate) fn kill_flush_writer(
+    launcher: &ChildLauncher,
     dir: &Path,
+    stderr: &Path,
+    env: &[(OsString, OsString)],
     seed: u64,
     point: KillPoint,
-) -> Result<usize, String> {
-    // stderr goes to a file: a pipe nobody drains could fill up and block the child.
-    let stderr_path = dir.with_extension("stderr");
-    let stderr = std::fs::File::create(&stderr_path)
-        .map_err(|e| format!("creating {}: {e}", stderr_path.display()))?;
-    let mut child = Command::new(&launcher.exe)
-        .args(["--exact", &launcher.test_name, "--nocapture", "--test-threads=1"])
-        .env(CHILD_DIR_ENV, dir)
-        .env(CHILD_SEED_ENV, seed.to_string())
-        .stdout(Stdio::piped())
-        .stderr(stderr)
-        .spawn()
-        .map_err(|e| format!("starting the crash child {}: {e}", launcher.exe.display()))?;
-    let stdout = child.stdout.take().expect("piped");
-    let (sender, lines) = std::sync::mpsc::channel();
-    let reader = std::thread::spawn(move || {
-        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
-            if sender.send(line).is_err() {
-                break;
-            }
-        }
-    });
+) -> Result<usize, Failure> {
+    let mut child = Child::spawn(launcher, Mode::FlushCrash, dir, stderr, seed, env)?;
     let mut acknowledged = 0usize;
     let (mut flushing_seen, mut flushed_seen) = (0, 0);
-    let mut outcome = Err("the crash child ended before the kill point".to_string());
-    loop {
-        let line = match lines.recv_timeout(LINE_TIMEOUT) {
-            Ok(line) => line,
-            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {
-                outcome = Err(format!("the crash child printed nothing for {LINE_TIMEOUT:?}"));
-                break;
-            }
-            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
-        };
-        // libtest may print "test <name> ... " on the same line before the child's first word.
-        if line.ends_with("flushing") {
+    let mut reached = false;
+    while let Some(line) = child.next_line()? {
+        if line == "flushing" {
             flushing_seen += 1;
             if let KillPoint::InsideFlush { flush, delay_us } = point
                 && flushing_seen == flush
             {
                 std::thread::sleep(Duration::from_micros(delay_us));
-                outcome = Ok(());
+                reached = true;
                 break;
             }
-        } else if let Some(n) = line.split("flushed ").nth(1) {
-            acknowledged = n.trim().parse().map_err(|_| format!("crash child printed {line:?}"))?;
+        } else if let Some(n) = line.strip_prefix("flushed ") {
+            acknowledged = parse_count(&line, n)?;
             flushed_seen += 1;
             if let KillPoint::AfterFlush { flush, delay_us } = point
                 && flushed_seen == flush
             {
                 std::thread::sleep(Duration::from_micros(delay_us));
-                outcome = Ok(());
+                reached = true;
                 break;
             }
         }
     }
-    child.kill().map_err(|e| format!("killing the crash child: {e}"))?;
-    let _ = child.wait();
-    let _ = reader.join();
     // A flush that completed before the kill may have been printed after we stopped reading.
-    for line in lines.try_iter() {
-        if let Some(n) = line.split("flushed ").nth(1) {
-            acknowledged = n.trim().parse().map_err(|_| format!("crash child printed {line:?}"))?;
+    for line in child.kill()? {
+        if let Some(n) = line.strip_prefix("flushed ") {
+            acknowledged = parse_count(&line, n)?;
         }
     }
-    outcome.map_err(|why| {
-        let err = std::fs::read_to_string(&stderr_path).unwrap_or_default();
-        format!("{why} {point:?}; its stderr: {err}")
-    })?;
+    ensure!(
+        reached,
+        format!("the crash child ({point:?})"),
+        expected: "a writer that runs until killed",
+        got: format!("it ended before the kill point; its stderr: {}", child.stderr_text())
+    );
     Ok(acknowledged)
+}
+
+fn parse_count(line: &str, n: &str) -> Result<usize, Failure> {
+    n.trim().parse().map_err(|_| Failure::new("the crash child's output", "flushed <n>", line))
+}
+
+/// Where the parent kills the finalize writer.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum FinalizeKill {
+    /// This long after the child announced `finalizing` (it calls finalize right after).
+    During { delay_us: u64 },
+    /// Once finalize has returned.
+    After,
+}
+
+/// The moments the finalize case kills at: at once, then later and later into the finalize,
+/// then after it returned.
+const FINALIZE_KILLS: [FinalizeKill; 6] = [
+    FinalizeKill::During { delay_us: 0 },
+    FinalizeKill::During { delay_us: 100 },
+    FinalizeKill::During { delay_us: 500 },
+    FinalizeKill::During { delay_us: 2_000 },
+    FinalizeKill::During { delay_us: 8_000 },
+    FinalizeKill::After,
+];
+
+/// Kills a writer child inside its `finalize` (0 to 8 ms in) and after it. Afterwards the
+/// cache opens and is either complete (finalized, every sample put, including those put after
+/// the last flush, and `validate(Full)` clean) or resumable: every flushed sample present,
+/// every visible key holding exactly its sample, and the next writer (an append-open; with
+/// `resume`, more puts and a finalize) leaves it finalized, complete and clean. A cache left
+/// unfinished by a backend without `resume` must at least validate clean.
+pub fn crash_during_finalize_leaves_resumable_or_complete(ctx: &CaseContext<'_>) -> CaseResult {
+    let Some(launcher) = &ctx.child else {
+        return Ok(Outcome::Skipped(
+            "needs a child process: runs under backend_conformance!, not run_all".into(),
+        ));
+    };
+    let schema = basic_schema(ctx.caps());
+    for (trial, kill) in FINALIZE_KILLS.into_iter().enumerate() {
+        let dir = ctx.cache_path(&format!("finalize-crash{trial}"));
+        let stderr = dir.with_extension("stderr");
+        let returned = kill_finalize_writer(launcher, &dir, &stderr, &[], kill)?;
+        let what = format!("trial {trial} (killed {kill:?}, finalize returned: {returned})");
+        finalize_crash_trial(ctx, &dir, &schema, returned).map_err(|f| f.within(what))?;
+    }
+    Ok(Outcome::Passed)
+}
+
+/// Checks the cache one killed finalize writer left in `dir`; `returned` says whether its
+/// finalize had returned `Ok` before the kill.
+pub(crate) fn finalize_crash_trial(
+    ctx: &CaseContext<'_>,
+    dir: &Path,
+    schema: &Schema,
+    returned: bool,
+) -> Result<(), Failure> {
+    let reader = ok("open read-only after the crash", ctx.factory.open(dir, OpenMode::ReadOnly))?;
+    let finalized = reader.is_finalized();
+    ensure!(
+        finalized || !returned,
+        "is_finalized() after a crash that came after finalize returned Ok",
+        expected: "true",
+        got: "false"
+    );
+    let visible = if finalized {
+        let why = "put before a finalize the cache reports as committed";
+        check_after_crash(&*reader, schema, PUT_BEFORE_FINALIZE, why)?
+    } else {
+        check_after_crash(&*reader, schema, FLUSHED_BEFORE_FINALIZE, "flushed before the crash")?
+    };
+    if finalized {
+        ensure!(
+            visible.len() == PUT_BEFORE_FINALIZE,
+            "keys() of the finalized cache",
+            expected: format!("the {PUT_BEFORE_FINALIZE} keys put"),
+            got: format!("{} keys", visible.len())
+        );
+    }
+    let report = ok("validate(Full) after the crash", reader.validate(ValidationLevel::Full))?;
+    drop(reader);
+    if finalized && report.is_clean() {
+        return Ok(()); // complete
+    }
+    if !finalized && !ctx.caps().resume {
+        ensure!(
+            report.is_clean(),
+            "validate(Full) of the unfinished cache (resume not declared)",
+            expected: "no problem",
+            got: format!("{:?}", report.problems)
+        );
+        return Ok(());
+    }
+    // Neither complete nor clean, or unfinished: the next writer must be able to finish it.
+    finish_by_next_writer(ctx, dir, schema, visible)
+        .map_err(|f| f.within(format!("the next writer (validate before: {:?})", report.problems)))
+}
+
+/// Starts a finalize writer on `dir` (its stderr to `stderr`, `env` added to its environment),
+/// kills it as `kill` says, and returns whether its finalize had returned.
+pub(crate) fn kill_finalize_writer(
+    launcher: &ChildLauncher,
+    dir: &Path,
+    stderr: &Path,
+    env: &[(OsString, OsString)],
+    kill: FinalizeKill,
+) -> Result<bool, Failure> {
+    let mut child = Child::spawn(launcher, Mode::FinalizeCrash, dir, stderr, 0, env)?;
+    let mut returned = false;
+    let mut reached = false;
+    while let Some(line) = child.next_line()? {
+        match (line.as_str(), kill) {
+            ("finalizing", FinalizeKill::During { delay_us }) => {
+                std::thread::sleep(Duration::from_micros(delay_us));
+                reached = true;
+                break;
+            }
+            ("finalized", _) => {
+                returned = true;
+                reached = true;
+                break;
+            }
+            _ => {}
+        }
+    }
+    returned |= child.kill()?.iter().any(|line| line == "finalized");
+    ensure!(
+        reached,
+        format!("the finalize crash child ({kill:?})"),
+        expected: "a writer that reaches its finalize",
+        got: format!("it ended before; its stderr: {}", child.stderr_text())
+    );
+    Ok(returned)
+}
+
+/// The checks after any crash: each of the first `durable` generated samples is present and
+/// identical (`why` says why it must be: flushed, or put before a finalize that committed),
+/// and every visible key is a generated one holding exactly its sample (never a partial one).
+/// Returns the visible samples.
+pub(crate) fn check_after_crash(
+    reader: &DynReader,
+    schema: &Schema,
+    durable: usize,
+    why: &str,
+) -> Result<Written, Failure> {
+    for i in 0..durable {
+        let k = key(i);
+        let got = ok(&format!("get {k:?}"), reader.get(&k));
+        got.and_then(|got| compare_sample(&k, &sample_for(schema, i as u64), got.as_ref()))
+            .map_err(|f| f.within(format!("after the crash, a sample {why}")))?;
+    }
+    let keys = ok("keys after the crash", reader.keys())?;
+    let mut visible = Vec::with_capacity(keys.len());
+    for k in keys {
+        let i: usize = k.strip_prefix("sample-").and_then(|n| n.parse().ok()).ok_or_else(|| {
+            Failure::new("keys() after the crash", "only keys the writer put", format!("{k:?}"))
+        })?;
+        let want = sample_for(schema, i as u64);
+        let got = ok(&format!("get of visible {k:?}"), reader.get(&k))?;
+        compare_sample(&k, &want, got.as_ref())
+            .map_err(|f| f.within("a visible sample after the crash (partial?)"))?;
+        visible.push((k, want));
+    }
+    ensure!(
+        visible.len() >= durable,
+        "keys() after the crash",
+        expected: format!("at least the {durable} keys {why}"),
+        got: format!("{} keys", visible.len())
+    );
+    Ok(visible)
+}
+
+/// The next writer after a crash: append-opens the cache in `dir`; when it is unfinished
+/// (`resume` declared), puts five more samples and finalizes. Then a reader must see a
+/// finalized cache holding `visible` and the new samples, and validate it clean.
+pub(crate) fn finish_by_next_writer(
+    ctx: &CaseContext<'_>,
+    dir: &Path,
+    schema: &Schema,
+    mut expected: Written,
+) -> Result<(), Failure> {
+    let mut cache = ok("append-open after the crash", ctx.factory.open(dir, OpenMode::Append))?;
+    if !cache.is_finalized() {
+        let start = expected.len() + 1000;
+        expected.extend(put_samples(&mut *cache, schema, start..start + 5)?);
+        ok("finalize after resuming", cache.finalize())?;
+    }
+    drop(cache);
+    let reader = ok("reopen after the next writer", ctx.factory.open(dir, OpenMode::ReadOnly))?;
+    ensure!(
+        reader.is_finalized(),
+        "is_finalized() after the next writer",
+        expected: "true",
+        got: "false"
+    );
+    check_samples(&*reader, &expected)?;
+    let report =
+        ok("validate(Full) after the next writer", reader.validate(ValidationLevel::Full))?;
+    ensure!(
+        report.is_clean(),
+        "validate(Full) after the next writer",
+        expected: "no problem",
+        got: format!("{:?}", report.problems)
+    );
+    Ok(())
 }

@@ -1,5 +1,6 @@
 //! Deterministic schemas and samples derived from a backend's capabilities.
 
+use crate::Failure;
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use stowage_core::{Capabilities, DType, FieldKind, Sample, Schema, ShapeRule, Tensor, Value};
 
@@ -77,20 +78,32 @@ pub fn random_tensor(rng: &mut StdRng, dtype: DType, shape: &[usize]) -> Tensor 
 
 /// Compares what `get` returned with what was put; the error names the key and the first difference.
 pub fn compare(key: &str, want: &Sample, got: Option<&Sample>) -> Result<(), String> {
-    let got = got.ok_or_else(|| format!("key {key:?}: get returned None, expected a sample"))?;
+    Ok(compare_sample(key, want, got)?)
+}
+
+/// [`compare`], with the difference as a [`Failure`]: the key and field as its context, the
+/// value put as expected and the value read as got.
+pub fn compare_sample(key: &str, want: &Sample, got: Option<&Sample>) -> Result<(), Failure> {
+    let Some(got) = got else {
+        return Err(Failure::new(format!("get {key:?}"), "the sample that was put", "None"));
+    };
     for (name, want_value) in want.fields() {
         let got_value = got.get(name).unwrap_or(&Value::Null);
         if !values_equal(want_value, got_value) {
-            return Err(format!(
-                "key {key:?} field {name:?}: got {}, expected {}",
+            return Err(Failure::new(
+                format!("get {key:?} field {name:?}"),
+                describe(want_value),
                 describe(got_value),
-                describe(want_value)
             ));
         }
     }
     for (name, value) in got.fields() {
         if want.get(name).is_none() && *value != Value::Null {
-            return Err(format!("key {key:?}: get returned an extra field {name:?}"));
+            return Err(Failure::new(
+                format!("get {key:?}"),
+                "only the fields that were put",
+                format!("an extra field {name:?}"),
+            ));
         }
     }
     Ok(())

@@ -1,5 +1,6 @@
 //! What one case concluded, and the report of a whole run.
 
+use crate::Failure;
 use std::fmt;
 
 /// The result of one conformance case.
@@ -7,14 +8,16 @@ use std::fmt;
 pub enum Outcome {
     /// Every assertion held.
     Passed,
-    /// The case does not apply; the reason names the capability. Printed, never counted as a pass.
+    /// The case does not apply, or cannot run here; the reason names the capability, or starts
+    /// with `needs ` and names the missing prerequisite (a child process, a fault injector).
+    /// Printed, never counted as a pass.
     Skipped(String),
-    /// An assertion failed or the backend panicked; the text says what was expected and what happened.
-    Failed(String),
+    /// A check failed or the backend panicked: which case, which clause, expected and got.
+    Failed(Failure),
 }
 
-/// What a case body returns: `Ok(Outcome::Passed | Outcome::Skipped)` or `Err(failure text)`.
-pub type CaseResult = Result<Outcome, String>;
+/// What a case body returns: `Ok(Outcome::Passed | Outcome::Skipped)` or `Err(failure)`.
+pub type CaseResult = Result<Outcome, Failure>;
 
 /// The outcomes of [`crate::run_all`], in case order.
 #[derive(Debug, Clone, Default)]
@@ -29,12 +32,12 @@ impl Report {
         !self.results.iter().any(|(_, o)| matches!(o, Outcome::Failed(_)))
     }
 
-    /// The failed cases with their messages.
-    pub fn failures(&self) -> Vec<(&'static str, &str)> {
+    /// The failures, in case order.
+    pub fn failures(&self) -> Vec<&Failure> {
         self.results
             .iter()
-            .filter_map(|(n, o)| match o {
-                Outcome::Failed(m) => Some((*n, m.as_str())),
+            .filter_map(|(_, o)| match o {
+                Outcome::Failed(failure) => Some(failure),
                 _ => None,
             })
             .collect()
@@ -52,7 +55,7 @@ impl fmt::Display for Report {
             match outcome {
                 Outcome::Passed => writeln!(f, "PASSED  {name}")?,
                 Outcome::Skipped(why) => writeln!(f, "SKIPPED {name}: {why}")?,
-                Outcome::Failed(why) => writeln!(f, "FAILED  {name}: {why}")?,
+                Outcome::Failed(failure) => writeln!(f, "FAILED  {name}: {failure}")?,
             }
         }
         let count = |p: fn(&Outcome) -> bool| self.results.iter().filter(|(_, o)| p(o)).count();

@@ -1,27 +1,57 @@
 //! Running cases: one fresh directory each, panics turned into failures, SKIPPED lines printed.
 
-use crate::{CASES, Case, CaseContext, ChildLauncher, Outcome, Report};
-use std::io::Write;
+use crate::{CASES, Case, CaseContext, ChildLauncher, Failure, FaultInjector, Outcome, Report};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::Path;
-use stowage_core::{Backend, BackendFactory, Capabilities, DynBackend, OpenMode, Result, Schema};
+use stowage_core::{
+    Backend, BackendFactory, Capabilities, DynBackend, DynReader, Format, OpenMode, Result, Schema,
+    ValidationLevel, ValidationReport,
+};
 
-/// Runs one case in a fresh temporary directory. A panic inside the backend is a failure, not a
-/// crash of the suite.
+/// Runs one case in a fresh temporary directory, without a fault injector. A panic inside the
+/// backend is a failure, not a crash of the suite.
 pub fn run_case(factory: &dyn BackendFactory, case: Case, child: Option<ChildLauncher>) -> Outcome {
+    run_case_with(factory, case, child, None)
+}
+
+/// Runs one case in a fresh temporary directory, with `faults` for the cases that need a failed
+/// write. A panic inside the backend is a failure, not a crash of the suite. A failure is
+/// stamped with the case's name, and with its clause when the case checks only one.
+pub fn run_case_with(
+    factory: &dyn BackendFactory,
+    case: Case,
+    child: Option<ChildLauncher>,
+    faults: Option<&dyn FaultInjector>,
+) -> Outcome {
     let dir = match tempfile::Builder::new().prefix("stowage-conformance-").tempdir() {
         Ok(dir) => dir,
-        Err(e) => return Outcome::Failed(format!("cannot create a temporary directory: {e}")),
+        Err(e) => {
+            let failure = Failure::new("creating a temporary directory", "success", e);
+            return Outcome::Failed(Failure { case: case.name, ..failure });
+        }
     };
-    let ctx = CaseContext::new(factory, dir.path(), child);
-    match catch_unwind(AssertUnwindSafe(|| (case.run)(&ctx))) {
-        Ok(Ok(outcome)) => outcome,
-        Ok(Err(message)) => Outcome::Failed(message),
-        Err(panic) => Outcome::Failed(format!("panicked: {}", panic_text(&*panic))),
+    let ctx = CaseContext::new(factory, dir.path(), child).with_faults(faults);
+    // No child process is spawned while the case body has files open (see child::CaseGate).
+    let gate = crate::child::CaseGate::enter();
+    let result = match catch_unwind(AssertUnwindSafe(|| (case.run)(&ctx))) {
+        Ok(result) => result,
+        Err(panic) => Err(Failure::panicked(panic_text(&*panic))),
+    };
+    drop(gate);
+    match result {
+        Ok(outcome) => outcome,
+        Err(mut failure) => {
+            failure.case = case.name;
+            if let [only] = case.clauses {
+                failure.clause.get_or_insert(only);
+            }
+            Outcome::Failed(failure)
+        }
     }
 }
 
-fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
+/// The message of a caught panic.
+pub(crate) fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
     panic
         .downcast_ref::<String>()
         .cloned()
@@ -29,8 +59,8 @@ fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
         .unwrap_or_else(|| "non-string panic payload".into())
 }
 
-/// Runs every case of [`CASES`] and returns the report. The crash case needs a child process and
-/// reports SKIPPED here; it runs under [`crate::backend_conformance!`].
+/// Runs every case of [`CASES`] and returns the report. The cases that need a child process
+/// (crash, failed flush) report SKIPPED here; they run under [`crate::backend_conformance!`].
 pub fn run_all(factory: &dyn BackendFactory) -> Report {
     let results = CASES.iter().map(|case| (case.name, run_case(factory, *case, None))).collect();
     Report { results }
@@ -45,18 +75,31 @@ pub fn run_subset(factory: &dyn BackendFactory, names: &[&str]) -> Report {
         .collect();
     for name in names {
         if !CASES.iter().any(|case| case.name == *name) {
-            results.push(("run_subset", Outcome::Failed(format!("no case named {name:?}"))));
+            let failure = Failure::new("run_subset", "the name of a case", format!("{name:?}"));
+            results
+                .push(("run_subset", Outcome::Failed(Failure { case: "run_subset", ..failure })));
         }
     }
     Report { results }
 }
 
-/// The body of every `#[test]` that [`crate::backend_conformance!`] generates: runs the case (or,
-/// in a crash child process, the child's writer loop), prints SKIPPED past the capture, and panics
-/// with the failure text on failure.
+/// The body of every `#[test]` that [`crate::backend_conformance!`] generates without
+/// `faults = ...`: [`run_case_as_test_with`] with the built-in [`crate::injector::Faultinject`].
 pub fn run_case_as_test(factory: &dyn BackendFactory, case: Case, module_path: &str) {
-    if let Some(dir) = std::env::var_os(crate::crash::CHILD_DIR_ENV) {
-        crate::crash::child_main(factory, Path::new(&dir));
+    run_case_as_test_with(factory, Some(&crate::injector::Faultinject), case, module_path);
+}
+
+/// The body of every `#[test]` that [`crate::backend_conformance!`] generates: runs the case (or,
+/// in a child process, the child's writer), prints SKIPPED past the capture, and panics with the
+/// failure on failure.
+pub fn run_case_as_test_with(
+    factory: &dyn BackendFactory,
+    faults: Option<&dyn FaultInjector>,
+    case: Case,
+    module_path: &str,
+) {
+    if let Some(dir) = std::env::var_os(crate::child::CHILD_DIR_ENV) {
+        crate::child::child_main(factory, Path::new(&dir));
     }
     // libtest names a test by its module path without the crate name.
     let test_name = match module_path.split_once("::") {
@@ -64,14 +107,16 @@ pub fn run_case_as_test(factory: &dyn BackendFactory, case: Case, module_path: &
         None => case.name.to_string(),
     };
     let child = std::env::current_exe().ok().map(|exe| ChildLauncher { exe, test_name });
-    match run_case(factory, case, child) {
+    match run_case_with(factory, case, child, faults) {
         Outcome::Passed => {}
         Outcome::Skipped(why) => {
-            // Straight to the process's stderr: libtest captures `eprintln!` of passing tests.
-            let line = format!("SKIPPED {} [{}]: {why}\n", case.name, factory.name());
-            let _ = std::io::stderr().lock().write_all(line.as_bytes());
+            // Past libtest's capture, and counted by `cargo xtask test`: a missing prerequisite
+            // (a reason that starts with "needs") or a case the capabilities rule out.
+            let kind = if why.starts_with("needs ") { "prerequisite" } else { "not-applicable" };
+            let reason = format!("{} [{}]: {why}", case.name, factory.name());
+            stowage_core::skip::report_skip(kind, &reason);
         }
-        Outcome::Failed(why) => panic!("conformance case {} failed: {why}", case.name),
+        Outcome::Failed(failure) => panic!("conformance case {} failed: {failure}", case.name),
     }
 }
 
@@ -86,6 +131,12 @@ impl<F: BackendFactory + ?Sized> BackendFactory for BoxedFactory<'_, F> {
     fn capabilities(&self) -> Capabilities {
         self.0.capabilities()
     }
+    fn formats(&self) -> &'static [Format] {
+        self.0.formats()
+    }
+    fn recognize(&self, path: &Path) -> Result<Option<&'static Format>> {
+        self.0.recognize(path)
+    }
     fn create(&self, dir: &Path, schema: &Schema) -> Result<Box<DynBackend>> {
         let inner = self.0.create(dir, schema)?;
         Ok(Box::new(inner) as Box<DynBackend>)
@@ -94,7 +145,15 @@ impl<F: BackendFactory + ?Sized> BackendFactory for BoxedFactory<'_, F> {
         let inner = self.0.open(dir, mode)?;
         Ok(Box::new(inner) as Box<DynBackend>)
     }
+    fn open_reader(&self, path: &Path) -> Result<Box<DynReader>> {
+        let inner = self.0.open_reader(path)?;
+        Ok(Box::new(inner) as Box<DynReader>)
+    }
+    fn validate_path(&self, path: &Path, level: ValidationLevel) -> Result<ValidationReport> {
+        self.0.validate_path(path, level)
+    }
 }
 
-// `Backend` must stay object safe: this fails to compile otherwise.
+// `Backend` and `Reader` must stay object safe: this fails to compile otherwise.
 const _: Option<&dyn Backend> = None;
+const _: Option<&dyn stowage_core::Reader> = None;

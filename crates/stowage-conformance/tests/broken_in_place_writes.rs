@@ -31,7 +31,10 @@ fn crash_case_catches_in_place_writes() {
         "crash_case_catches_in_place_writes",
     );
     match outcome {
-        Outcome::Failed(message) => eprintln!("{CRASH_CASE} caught InPlaceWrites: {message}"),
+        Outcome::Failed(failure) => {
+            eprintln!("{CRASH_CASE} caught InPlaceWrites: {failure}");
+            assert_eq!(failure.clause, Some("flush.crash-keeps-flushed"), "{failure}");
+        }
         other => panic!("{CRASH_CASE} did not catch InPlaceWrites: {other:?}"),
     }
 }

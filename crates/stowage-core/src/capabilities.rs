@@ -5,13 +5,21 @@ use crate::{DType, Error, FieldKind, Result, Schema, ShapeRule};
 /// The features a backend declares. A declared capability must work; an undeclared one must return
 /// [`Error::Unsupported`]. The conformance suite checks both.
 ///
+/// Capabilities are opt-in: start from [`Capabilities::none`] and switch on what the backend
+/// supports. The struct is `#[non_exhaustive]`, so a capability added to the core later is off for
+/// a backend that says nothing about it.
+///
 /// ```
 /// use stowage_core::{Capabilities, DType, Schema, ShapeRule};
-/// let caps = Capabilities { variable_shapes: false, ..Capabilities::everything() };
+/// let mut caps = Capabilities::none();
+/// caps.dtypes = vec![DType::F32];
+/// caps.checksums = true;
+/// assert!(caps.check_schema(&Schema::new().tensor("x", DType::F32, ShapeRule::Fixed(vec![4])), "demo").is_ok());
 /// let schema = Schema::new().tensor("x", DType::F32, ShapeRule::Max(vec![4]));
 /// assert!(caps.check_schema(&schema, "demo").is_err());
 /// ```
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+#[non_exhaustive]
 pub struct Capabilities {
     /// Tensor fields with [`ShapeRule::Max`] (same rank, each dimension up to a maximum).
     pub variable_shapes: bool,
@@ -29,6 +37,11 @@ pub struct Capabilities {
     pub append_after_finalize: bool,
     /// An unfinished cache (never finalized) can be reopened in append mode and written further.
     pub resume: bool,
+    /// `flush` and `finalize` make their data durable (fsync): after they return, neither
+    /// `kill -9` nor a power loss loses it. Without it, `Ok` only means the data reached the
+    /// operating system: it survives `kill -9`, not a power cut (a backend's opt-out for speed,
+    /// such as stowage-arrow's `durable: false`).
+    pub durable_flush: bool,
     /// Every sample's bytes are checksummed; `get` and `validate` detect corruption.
     pub checksums: bool,
     /// `get` can return tensors that share a memory map instead of copying.
@@ -46,25 +59,14 @@ pub struct Capabilities {
 }
 
 impl Capabilities {
-    /// A backend that can do everything, as a starting point for `..` struct updates.
-    pub fn everything() -> Capabilities {
-        Capabilities {
-            variable_shapes: true,
-            ragged: true,
-            nullable: true,
-            bytes_fields: true,
-            json_fields: true,
-            overwrite: true,
-            append_after_finalize: true,
-            resume: true,
-            checksums: true,
-            zero_copy_get: true,
-            concurrent_readers: true,
-            dtypes: DType::ALL.to_vec(),
-            max_rank: None,
-            max_key_bytes: None,
-            max_fields: None,
-        }
+    /// A backend that supports nothing beyond the basics every backend has (fixed-shape,
+    /// non-nullable tensor fields of no dtype yet): the starting point every backend switches its
+    /// capabilities on from.
+    ///
+    /// The limits (`max_rank`, `max_key_bytes`, `max_fields`) start unset (no limit); a backend
+    /// with a limit sets it.
+    pub fn none() -> Capabilities {
+        Capabilities::default()
     }
 
     /// Checks that every field of `schema` is within these capabilities; otherwise returns

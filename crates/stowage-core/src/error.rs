@@ -62,12 +62,25 @@ pub enum Error {
     },
 
     /// Stored bytes do not match what was written (checksum, size or structure).
-    #[error("corrupted data in {}: {detail}", path.display())]
+    #[error("corrupted data in {}{}: {detail}", path.display(), key_clause(key))]
     Corrupted {
         /// The file that holds the bad bytes.
         path: PathBuf,
-        /// What is wrong: the record or key, and both sides of the mismatch.
+        /// The sample key whose bytes are bad, when one is known ([`Error::for_key`]).
+        key: Option<String>,
+        /// What is wrong: the record, and both sides of the mismatch.
         detail: String,
+    },
+
+    /// The handle refuses further writes because an earlier write or flush failed: what it
+    /// holds in memory may no longer match the files. Reopen the cache to resume from what was
+    /// made durable.
+    #[error("cache {} refuses writes after an earlier failure ({cause}); reopen it to resume from what was flushed", path.display())]
+    Poisoned {
+        /// The cache directory.
+        path: PathBuf,
+        /// The failure that poisoned the handle.
+        cause: String,
     },
 
     /// A file is valid but written in a form this version cannot use (format version, schema, options).
@@ -134,7 +147,33 @@ impl Error {
     /// assert!(matches!(err, stowage_core::Error::Corrupted { .. }));
     /// ```
     pub fn corrupted(path: impl Into<PathBuf>, detail: impl Into<String>) -> Self {
-        Error::Corrupted { path: path.into(), detail: detail.into() }
+        Error::Corrupted { path: path.into(), key: None, detail: detail.into() }
+    }
+
+    /// Names `key` in an [`Error::Corrupted`] that does not name one yet; other errors are
+    /// returned unchanged.
+    ///
+    /// ```
+    /// let err = stowage_core::Error::corrupted("/c/data.npy", "checksum 1 != recorded 2").for_key("k7");
+    /// assert_eq!(err.to_string(), "corrupted data in /c/data.npy, key \"k7\": checksum 1 != recorded 2");
+    /// ```
+    pub fn for_key(self, key: &str) -> Self {
+        match self {
+            Error::Corrupted { path, key: None, detail } => {
+                Error::Corrupted { path, key: Some(key.to_owned()), detail }
+            }
+            other => other,
+        }
+    }
+
+    /// Builds a [`Error::Poisoned`].
+    ///
+    /// ```
+    /// let err = stowage_core::Error::poisoned("/c", "fsync of /c/log: EIO");
+    /// assert!(err.to_string().contains("reopen"));
+    /// ```
+    pub fn poisoned(path: impl Into<PathBuf>, cause: impl std::fmt::Display) -> Self {
+        Error::Poisoned { path: path.into(), cause: cause.to_string() }
     }
 
     /// Builds a [`Error::InvalidArgument`].
@@ -166,6 +205,11 @@ impl Error {
     pub fn unsupported(backend: &'static str, operation: impl Into<String>) -> Self {
         Error::Unsupported { operation: operation.into(), backend }
     }
+}
+
+/// `, key "k"` for a known key, nothing otherwise.
+fn key_clause(key: &Option<String>) -> String {
+    key.as_ref().map_or_else(String::new, |key| format!(", key {key:?}"))
 }
 
 /// Attaches a path to `std::io::Result`s: `file.read(..).at(&path)?`.

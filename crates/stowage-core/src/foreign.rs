@@ -7,7 +7,7 @@
 //! rules every backend follows:
 //!
 //! - It is read like any other data, and never overwritten, deleted or hidden.
-//! - [`Backend::validate`](crate::Backend::validate) lists it as [`Unchecked`]: a cache holding
+//! - [`Reader::validate`](crate::Reader::validate) lists it as [`Unchecked`]: a cache holding
 //!   data nobody checked is never reported clean ([`ValidationReport::is_clean`]), though it is not
 //!   damaged either ([`ValidationReport::is_undamaged`]).
 //! - A backend that can checksum it offers an explicit adopt step, which returns an [`Adoption`].

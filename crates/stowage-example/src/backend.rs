@@ -1,4 +1,5 @@
-//! `JournalBackend`: the [`Backend`] over one append-only journal file.
+//! `JournalBackend`: the cache over one append-only journal file, and its writer half, the
+//! [`Backend`] trait (its reader half, [`stowage_core::Reader`], is in `reader.rs`).
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -6,34 +7,42 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use stowage_core::file_safety::{AppendLog, WriterLock, atomic_write, fsync_dir};
 use stowage_core::{
-    Backend, Capabilities, Error, OpenMode, Result, Sample, Schema, ValidationLevel,
-    ValidationReport,
+    Backend, Capabilities, DType, Error, OpenMode, Result, Sample, Schema, WriteState,
 };
 
+use crate::error::JournalError;
 use crate::record::{self, Record};
 
 /// The backend's name, in every `Error::Unsupported` it returns.
 pub const BACKEND_NAME: &str = "example-journal";
-/// The journal, in the cache directory.
-const JOURNAL: &str = "journal.log";
+/// The journal, in the cache directory: also what [`crate::JournalFactory`] recognizes it by.
+pub(crate) const JOURNAL_FILE: &str = "journal.log";
 /// Written by `finalize` with the journal's record count.
 const COMPLETE: &str = "journal.complete";
 
-/// What the journal backend can do: everything the core models except appending to a finalized
-/// cache and zero-copy reads (samples are copies held in memory).
+/// What the journal backend can do: every dtype, shape and field kind, overwrites, resuming,
+/// checksums and concurrent readers; not appending to a finalized cache, nor zero-copy reads
+/// (samples are copies held in memory). Capabilities are opt-in: what is not switched on here
+/// is refused, including anything the core adds later.
 ///
 /// ```
 /// assert!(!stowage_example::capabilities().zero_copy_get);
+/// assert!(stowage_example::capabilities().resume);
 /// ```
 pub fn capabilities() -> Capabilities {
-    Capabilities {
-        append_after_finalize: false,
-        zero_copy_get: false,
-        max_rank: None,
-        max_key_bytes: None,
-        max_fields: None,
-        ..Capabilities::everything()
-    }
+    let mut caps = Capabilities::none();
+    caps.dtypes = DType::ALL.to_vec();
+    caps.variable_shapes = true;
+    caps.ragged = true;
+    caps.nullable = true;
+    caps.bytes_fields = true;
+    caps.json_fields = true;
+    caps.overwrite = true;
+    caps.resume = true;
+    caps.durable_flush = true;
+    caps.checksums = true;
+    caps.concurrent_readers = true;
+    caps
 }
 
 /// `journal.complete`: the journal's record count when the cache was finalized, so a journal cut
@@ -46,7 +55,7 @@ struct CompleteMarker {
 /// A cache in one append-only journal: every sample in memory, every write appended.
 ///
 /// ```
-/// use stowage_core::{Backend, DType, Schema, ShapeRule, Tensor, Sample};
+/// use stowage_core::{Backend, DType, Reader, Schema, ShapeRule, Tensor, Sample};
 /// let dir = tempfile::tempdir().unwrap();
 /// let schema = Schema::new().tensor("x", DType::I32, ShapeRule::Any);
 /// let mut cache = stowage_example::JournalBackend::create(dir.path(), &schema)?;
@@ -57,14 +66,15 @@ struct CompleteMarker {
 /// ```
 #[derive(Debug)]
 pub struct JournalBackend {
-    dir: PathBuf,
-    schema: Schema,
-    capabilities: Capabilities,
+    pub(crate) dir: PathBuf,
+    pub(crate) schema: Schema,
+    pub(crate) capabilities: Capabilities,
     /// Every key once, in order of first put, with its latest sample.
-    samples: Vec<(String, Sample)>,
+    pub(crate) samples: Vec<(String, Sample)>,
     /// Position of each key in `samples`.
-    index: HashMap<String, usize>,
-    finalized: bool,
+    pub(crate) index: HashMap<String, usize>,
+    /// Read-only or writable, finalized, poisoned: the core's one copy of the put preamble.
+    pub(crate) state: WriteState,
     /// `None` on a read-only handle.
     writer: Option<Writer>,
 }
@@ -76,8 +86,6 @@ struct Writer {
     log: AppendLog,
     _lock: WriterLock,
     pending: Vec<Record>,
-    /// Why writes are refused after a failed flush (what reached the disk is unknown).
-    failed: Option<String>,
 }
 
 impl JournalBackend {
@@ -89,9 +97,9 @@ impl JournalBackend {
         let dir = dir.as_ref();
         let capabilities = capabilities();
         capabilities.check_schema(schema, BACKEND_NAME)?;
-        let journal = dir.join(JOURNAL);
+        let journal = dir.join(JOURNAL_FILE);
         if journal.exists() {
-            return Err(Error::AlreadyExists { path: journal });
+            return Err(JournalError::AlreadyExists { journal }.into());
         }
         std::fs::create_dir_all(dir).map_err(|e| Error::io(dir, e))?;
         let lock = WriterLock::acquire(dir)?;
@@ -102,30 +110,30 @@ impl JournalBackend {
         // power cut loses the whole cache, flushed samples included.
         let parent = dir.parent().filter(|p| !p.as_os_str().is_empty());
         fsync_dir(parent.unwrap_or(Path::new(".")))?;
-        let writer = Writer { log, _lock: lock, pending: Vec::new(), failed: None };
         Ok(JournalBackend {
             dir: dir.to_path_buf(),
             schema: schema.clone(),
             capabilities,
             samples: Vec::new(),
             index: HashMap::new(),
-            finalized: false,
-            writer: Some(writer),
+            state: WriteState::writable(BACKEND_NAME, dir, false),
+            writer: Some(Writer { log, _lock: lock, pending: Vec::new() }),
         })
     }
 
     /// Opens the cache in `dir`: read-only (no lock), or for writing (takes the lock and resumes
     /// an unfinished cache).
     ///
-    /// Errors: `NotFound` when there is no journal; `Corrupted` naming the journal when a record
-    /// is damaged before its end or does not decode, or the journal is shorter or longer than
-    /// `journal.complete` says; `Incompatible` for another format version; `Locked`; `Io`.
+    /// Errors: `NotFound` when there is no journal; `Corrupted` naming the journal (and the key,
+    /// when the damaged record names one) when a record is damaged before its end or does not
+    /// decode, or the journal is shorter or longer than `journal.complete` says; `Incompatible`
+    /// for another format version; `Locked`; `Io`.
     pub fn open(dir: impl AsRef<Path>, mode: OpenMode) -> Result<JournalBackend> {
         let dir = dir.as_ref();
-        if !dir.join(JOURNAL).exists() {
+        if !dir.join(JOURNAL_FILE).exists() {
             // Before taking the lock, which would create its file in a directory that may not
             // exist or hold no cache.
-            return Err(Error::NotFound { what: format!("journal cache in {}", dir.display()) });
+            return Err(JournalError::NotACache { dir: dir.to_path_buf() }.into());
         }
         let lock = match mode {
             OpenMode::ReadOnly => None,
@@ -135,38 +143,45 @@ impl JournalBackend {
         let mut cache = JournalBackend::load(dir)?;
         if let Some(lock) = lock {
             // Opening for appending cuts a torn tail (a crash mid-flush) before new records land.
-            let (log, _) = AppendLog::open(dir.join(JOURNAL), false)?;
-            if cache.finalized && read_marker(dir)?.is_none() {
+            let (log, _) = AppendLog::open(dir.join(JOURNAL_FILE), false)?;
+            let finalized = cache.state.is_finalized();
+            if finalized && read_marker(dir)?.is_none() {
                 // Finalize stopped between its record and the marker: finish it.
                 write_marker(dir, log.len())?;
             }
-            cache.writer = Some(Writer { log, _lock: lock, pending: Vec::new(), failed: None });
+            cache.state = WriteState::writable(BACKEND_NAME, dir, finalized);
+            cache.writer = Some(Writer { log, _lock: lock, pending: Vec::new() });
         }
         Ok(cache)
     }
 
-    /// Reads the journal into memory.
-    fn load(dir: &Path) -> Result<JournalBackend> {
-        let path = dir.join(JOURNAL);
+    /// Reads the journal into memory, as a read-only handle.
+    pub(crate) fn load(dir: &Path) -> Result<JournalBackend> {
+        let journal = dir.join(JOURNAL_FILE);
         // The marker before the journal: a writer finalizing meanwhile appends its record and
         // then writes the marker, so a marker read first describes a journal read after it,
         // while a journal read first may be older than a marker read after it.
         let marker = read_marker(dir)?;
-        let recovered = AppendLog::read_all(&path)?;
+        let recovered = AppendLog::read_all(&journal)?;
         if let Some(damage) = recovered.damage.as_ref().filter(|d| d.is_mid_log()) {
-            return Err(Error::corrupted(&path, damage.to_string()));
+            let damage = damage.to_string();
+            return Err(JournalError::Damaged { journal, damage }.into());
         }
-        let decode = |(i, bytes): (usize, &Vec<u8>)| {
-            Record::decode(bytes)
-                .map_err(|why| Error::corrupted(&path, format!("record {i}: {why}")))
+        let decode = |(index, bytes): (usize, &Vec<u8>)| {
+            Record::decode(bytes).map_err(|e| JournalError::BadRecord {
+                journal: journal.clone(),
+                index,
+                key: e.key,
+                detail: e.detail,
+            })
         };
         let mut records = recovered.records.iter().enumerate().map(decode);
         let schema = match records.next().transpose()? {
             Some(Record::Header(header)) => {
-                record::check_header(&header, &path)?;
+                record::check_header(&header, &journal)?;
                 header.schema
             }
-            _ => return Err(Error::corrupted(&path, "does not start with a header record")),
+            _ => return Err(JournalError::NoHeader { journal }.into()),
         };
         let mut cache = JournalBackend {
             dir: dir.to_path_buf(),
@@ -174,27 +189,23 @@ impl JournalBackend {
             capabilities: capabilities(),
             samples: Vec::new(),
             index: HashMap::new(),
-            finalized: false,
+            state: WriteState::read_only(BACKEND_NAME, dir, false),
             writer: None,
         };
-        for record in records {
+        for (index, record) in records.enumerate() {
             match record? {
                 Record::Put(key, sample) => cache.apply(key, sample),
-                Record::Finalized => cache.finalized = true,
-                Record::Header(_) => return Err(Error::corrupted(&path, "a second header")),
+                Record::Finalized => cache.state.set_finalized(true),
+                Record::Header(_) => {
+                    return Err(JournalError::SecondHeader { journal, index: index + 1 }.into());
+                }
             }
         }
-        if let Some(marker) = marker
-            && marker.records != recovered.records.len() as u64
+        let found = recovered.records.len() as u64;
+        if let Some(finalized) = marker
+            && finalized != found
         {
-            return Err(Error::corrupted(
-                &path,
-                format!(
-                    "holds {} records, {COMPLETE} says {} were there when the cache was finalized",
-                    recovered.records.len(),
-                    marker.records
-                ),
-            ));
+            return Err(JournalError::RecordCount { journal, found, finalized }.into());
         }
         Ok(cache)
     }
@@ -210,21 +221,20 @@ impl JournalBackend {
         }
     }
 
-    /// The writer, when this handle may write now.
-    fn writer(&mut self, operation: &str) -> Result<&mut Writer> {
-        let Some(writer) = self.writer.as_mut() else {
-            return Err(Error::unsupported(
-                BACKEND_NAME,
-                format!("{operation} on a read-only handle"),
-            ));
-        };
-        if let Some(why) = &writer.failed {
-            return Err(Error::invalid(format!(
-                "an earlier write to {} failed ({why}); reopen the cache to go on",
-                self.dir.join(JOURNAL).display()
-            )));
-        }
-        Ok(writer)
+    /// The writer of a handle that passed `WriteState::check_write`.
+    fn writer(&mut self) -> &mut Writer {
+        self.writer.as_mut().expect("a handle that may write has a writer")
+    }
+
+    /// Appends the pending records and makes them durable; a failure poisons the handle.
+    fn commit_pending(&mut self) -> Result<()> {
+        let writer = self.writer();
+        let records = std::mem::take(&mut writer.pending);
+        let result = records
+            .iter()
+            .try_for_each(|record| writer.log.append(&record.encode()))
+            .and_then(|()| writer.log.sync());
+        self.state.poison_on_error(result)
     }
 }
 
@@ -235,121 +245,51 @@ fn write_marker(dir: &Path, records: u64) -> Result<()> {
 }
 
 /// `journal.complete` in `dir`, when there is one.
-fn read_marker(dir: &Path) -> Result<Option<CompleteMarker>> {
-    let path = dir.join(COMPLETE);
-    match std::fs::read(&path) {
-        Ok(bytes) => serde_json::from_slice(&bytes)
-            .map(Some)
-            .map_err(|e| Error::corrupted(&path, format!("not a completion marker: {e}"))),
+pub(crate) fn read_marker(dir: &Path) -> Result<Option<u64>> {
+    let marker = dir.join(COMPLETE);
+    match std::fs::read(&marker) {
+        Ok(bytes) => serde_json::from_slice::<CompleteMarker>(&bytes)
+            .map(|m| Some(m.records))
+            .map_err(|source| JournalError::BadMarker { marker, source }.into()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(Error::io(path, e)),
+        Err(e) => Err(Error::io(marker, e)),
     }
 }
 
-impl Writer {
-    /// Appends `records` and makes them durable; a failure refuses every later write.
-    fn commit(&mut self, records: &[Record]) -> Result<()> {
-        let result = records
-            .iter()
-            .try_for_each(|record| self.log.append(&record.encode()))
-            .and_then(|()| self.log.sync());
-        if let Err(e) = &result {
-            self.failed = Some(e.to_string());
-        }
-        result
-    }
+/// The path of `journal.complete` in `dir`, for reports.
+pub(crate) fn marker_path(dir: &Path) -> PathBuf {
+    dir.join(COMPLETE)
 }
 
 impl Backend for JournalBackend {
-    fn name(&self) -> &'static str {
-        BACKEND_NAME
-    }
-
-    fn capabilities(&self) -> &Capabilities {
-        &self.capabilities
-    }
-
-    fn schema(&self) -> &Schema {
-        &self.schema
-    }
-
-    fn path(&self) -> &Path {
-        &self.dir
-    }
-
     fn put(&mut self, key: &str, sample: &Sample) -> Result<()> {
-        self.writer("put")?;
-        if self.finalized {
-            return Err(Error::Finalized { path: self.dir.clone() });
-        }
-        self.capabilities.check_key(key, BACKEND_NAME)?;
-        self.schema.validate(sample)?;
-        let record = Record::Put(key.to_owned(), sample.clone());
-        self.writer("put")?.pending.push(record);
+        // Read-only, poisoned, finalized, key, schema: the core's checks, in the core's order.
+        self.state.check_put(key, sample, &self.schema, &self.capabilities)?;
+        self.writer().pending.push(Record::Put(key.to_owned(), sample.clone()));
         self.apply(key.to_owned(), sample.clone());
         Ok(())
     }
 
-    fn get(&self, key: &str) -> Result<Option<Sample>> {
-        Ok(self.index.get(key).map(|&at| self.samples[at].1.clone()))
-    }
-
-    fn contains(&self, key: &str) -> Result<bool> {
-        Ok(self.index.contains_key(key))
-    }
-
-    fn len(&self) -> usize {
-        self.samples.len()
-    }
-
-    fn keys(&self) -> Result<Vec<String>> {
-        Ok(self.samples.iter().map(|(key, _)| key.clone()).collect())
-    }
-
     fn flush(&mut self) -> Result<()> {
-        let writer = self.writer("flush")?;
-        let pending = std::mem::take(&mut writer.pending);
-        writer.commit(&pending)
+        self.state.check_write("flush")?;
+        self.commit_pending()
     }
 
     fn finalize(&mut self) -> Result<()> {
-        self.writer("finalize")?;
-        if self.finalized {
+        self.state.check_write("finalize")?;
+        if self.state.is_finalized() {
             return Ok(());
         }
-        self.flush()?;
-        let dir = self.dir.clone();
-        let writer = self.writer("finalize")?;
-        writer.commit(&[Record::Finalized])?;
+        self.commit_pending()?;
+        // Its own commit: the finalize record never reaches the disk before the samples do.
+        self.writer().pending.push(Record::Finalized);
+        self.commit_pending()?;
         // The finalize record is in: a put now would land after it, so a marker that cannot be
-        // written refuses later writes too (the next writer writes it).
-        if let Err(e) = write_marker(&dir, writer.log.len()) {
-            writer.failed = Some(e.to_string());
-            return Err(e);
-        }
-        self.finalized = true;
+        // written poisons the handle too (the next writer writes it).
+        let records = self.writer().log.len();
+        let written = write_marker(&self.dir, records);
+        self.state.poison_on_error(written)?;
+        self.state.set_finalized(true);
         Ok(())
-    }
-
-    fn is_finalized(&self) -> bool {
-        self.finalized
-    }
-
-    fn validate(&self, level: ValidationLevel) -> Result<ValidationReport> {
-        // Every record is checksummed by the journal: reading it back is the full check.
-        let _ = level;
-        let mut report = ValidationReport { files_checked: 1, ..ValidationReport::default() };
-        match JournalBackend::load(&self.dir) {
-            Ok(cache) => {
-                report.samples_checked = cache.samples.len() as u64;
-                if cache.finalized && read_marker(&self.dir)?.is_none() {
-                    let detail = "missing, though the journal says the cache was finalized";
-                    report.problem(Some(&self.dir.join(COMPLETE)), None, detail);
-                }
-            }
-            Err(Error::Corrupted { path, detail }) => report.problem(Some(&path), None, detail),
-            Err(e) => return Err(e),
-        }
-        Ok(report)
     }
 }

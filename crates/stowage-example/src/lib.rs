@@ -1,14 +1,18 @@
 #![doc = include_str!("../README.md")]
 //! ## Code layout
 //!
-//! Three modules, one concept each: [`record`] what a journal record holds and its bytes,
-//! [`backend`] the `Backend` over the journal, [`factory`] the `BackendFactory` the conformance
-//! suite runs against.
+//! Five private modules, one concept each: `record` what a journal record holds and its bytes,
+//! `error` the backend's own error type and how it maps into the core's categories, `backend`
+//! the cache and its writer half (`Backend`), `reader` its reader half (`Reader`), and
+//! `factory` the `BackendFactory` the conformance suite and a `Registry` hold. The public
+//! surface is [`JournalBackend`], [`JournalFactory`], [`JOURNAL`] and [`capabilities`].
 #![deny(missing_docs)]
 
-pub mod backend;
-pub mod factory;
-pub mod record;
+mod backend;
+mod error;
+mod factory;
+mod reader;
+mod record;
 
 pub use backend::{BACKEND_NAME, JournalBackend, capabilities};
-pub use factory::JournalFactory;
+pub use factory::{JOURNAL, JournalFactory};

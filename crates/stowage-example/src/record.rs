@@ -13,7 +13,9 @@
 
 use serde::{Deserialize, Serialize};
 use stowage_core::bytes::Bytes;
-use stowage_core::{DType, Result, Sample, Schema, Tensor, Value};
+use stowage_core::{DType, Sample, Schema, Tensor, Value};
+
+use crate::error::JournalError;
 
 /// The journal's format name, in its header record.
 pub const FORMAT: &str = "stowage-example-journal";
@@ -58,16 +60,23 @@ struct PutHeader {
     fields: Vec<FieldHeader>,
 }
 
+/// Why a record does not decode, and the key of a put record when its header named one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DecodeError {
+    /// The key, when the record got far enough to say it.
+    pub key: Option<String>,
+    /// What does not fit.
+    pub detail: String,
+}
+
+impl DecodeError {
+    fn new(key: Option<&str>, detail: impl Into<String>) -> DecodeError {
+        DecodeError { key: key.map(str::to_owned), detail: detail.into() }
+    }
+}
+
 impl Record {
     /// The record's bytes.
-    ///
-    /// ```
-    /// use stowage_core::{Sample, Tensor};
-    /// use stowage_example::record::Record;
-    /// let put = Record::Put("k".into(), Sample::new().with("x", Tensor::scalar(7u8)));
-    /// assert_eq!(Record::decode(&put.encode())?, put);
-    /// # Ok::<(), String>(())
-    /// ```
     pub fn encode(&self) -> Vec<u8> {
         match self {
             Record::Header(header) => {
@@ -109,29 +118,35 @@ impl Record {
         }
     }
 
-    /// Decodes `bytes`; the error says what does not fit.
-    pub fn decode(bytes: &[u8]) -> std::result::Result<Record, String> {
+    /// Decodes `bytes`; the error says what does not fit, and names the key when it can.
+    pub fn decode(bytes: &[u8]) -> Result<Record, DecodeError> {
         match bytes.split_first() {
             Some((b'H', json)) => serde_json::from_slice(json)
                 .map(Record::Header)
-                .map_err(|e| format!("header record: {e}")),
+                .map_err(|e| DecodeError::new(None, format!("header record: {e}"))),
             Some((b'F', [])) => Ok(Record::Finalized),
             Some((b'P', rest)) => decode_put(rest),
-            _ => Err(format!("a record of {} bytes with an unknown tag", bytes.len())),
+            _ => Err(DecodeError::new(
+                None,
+                format!("a record of {} bytes with an unknown tag", bytes.len()),
+            )),
         }
     }
 }
 
-fn decode_put(rest: &[u8]) -> std::result::Result<Record, String> {
-    let (length, rest) = rest.split_at_checked(4).ok_or("a put record cut short")?;
+fn decode_put(rest: &[u8]) -> Result<Record, DecodeError> {
+    let cut = |what: &str| DecodeError::new(None, format!("a put {what} cut short"));
+    let (length, rest) = rest.split_at_checked(4).ok_or_else(|| cut("record"))?;
     let length = u32::from_le_bytes(length.try_into().expect("4 bytes")) as usize;
-    let (header, mut payload) = rest.split_at_checked(length).ok_or("a put header cut short")?;
-    let header: PutHeader =
-        serde_json::from_slice(header).map_err(|e| format!("put header: {e}"))?;
-    let mut take = |len: usize| -> std::result::Result<&[u8], String> {
+    let (header, mut payload) = rest.split_at_checked(length).ok_or_else(|| cut("header"))?;
+    let header: PutHeader = serde_json::from_slice(header)
+        .map_err(|e| DecodeError::new(None, format!("put header: {e}")))?;
+    let key = Some(header.key.as_str());
+    let bad = |detail: String| DecodeError::new(key, detail);
+    let mut take = |len: usize| -> Result<&[u8], DecodeError> {
         let (bytes, rest) = payload
             .split_at_checked(len)
-            .ok_or_else(|| format!("key {:?}: a field's bytes cut short", header.key))?;
+            .ok_or_else(|| DecodeError::new(key, "a field's bytes cut short"))?;
         payload = rest;
         Ok(bytes)
     };
@@ -139,16 +154,17 @@ fn decode_put(rest: &[u8]) -> std::result::Result<Record, String> {
     for field in &header.fields {
         let (name, value) = match field {
             FieldHeader::Tensor { name, dtype, shape, len } => {
-                let dtype = DType::from_name(dtype).map_err(|e| e.to_string())?;
+                let dtype = DType::from_name(dtype).map_err(|e| bad(e.to_string()))?;
                 let bytes = Bytes::copy_from_slice(take(*len)?);
-                let tensor = Tensor::new(dtype, shape.clone(), bytes).map_err(|e| e.to_string())?;
+                let tensor =
+                    Tensor::new(dtype, shape.clone(), bytes).map_err(|e| bad(e.to_string()))?;
                 (name, Value::Tensor(tensor))
             }
             FieldHeader::Bytes { name, len } => {
                 (name, Value::Bytes(Bytes::copy_from_slice(take(*len)?)))
             }
             FieldHeader::Json { name, len } => {
-                let text = std::str::from_utf8(take(*len)?).map_err(|e| e.to_string())?;
+                let text = std::str::from_utf8(take(*len)?).map_err(|e| bad(e.to_string()))?;
                 (name, Value::Json(text.to_owned()))
             }
             FieldHeader::Null { name } => (name, Value::Null),
@@ -156,7 +172,7 @@ fn decode_put(rest: &[u8]) -> std::result::Result<Record, String> {
         sample.insert(name.as_str(), value);
     }
     if !payload.is_empty() {
-        return Err(format!("key {:?}: {} bytes after the last field", header.key, payload.len()));
+        return Err(bad(format!("{} bytes after the last field", payload.len())));
     }
     Ok(Record::Put(header.key, sample))
 }
@@ -168,17 +184,15 @@ pub fn header(schema: &Schema) -> Record {
 
 /// Checks that `header` is a journal this version reads.
 ///
-/// Errors: [`stowage_core::Error::Incompatible`] naming `path` and both formats.
-pub fn check_header(header: &Header, path: &std::path::Path) -> Result<()> {
+/// Errors: [`JournalError::OtherFormat`] naming `journal` and both formats.
+pub fn check_header(header: &Header, journal: &std::path::Path) -> Result<(), JournalError> {
     if header.format == FORMAT && header.version == VERSION {
         return Ok(());
     }
-    Err(stowage_core::Error::Incompatible {
-        path: path.to_path_buf(),
-        detail: format!(
-            "format {:?} version {}, this reader handles {FORMAT:?} version {VERSION}",
-            header.format, header.version
-        ),
+    Err(JournalError::OtherFormat {
+        journal: journal.to_path_buf(),
+        format: header.format.clone(),
+        version: header.version,
     })
 }
 
@@ -199,11 +213,19 @@ mod tests {
             assert_eq!(Record::decode(&record.encode()).unwrap(), record);
         }
         let put = Record::Put("k".into(), Sample::new().with("x", Tensor::scalar(1u32))).encode();
-        assert!(Record::decode(&put[..put.len() - 1]).unwrap_err().contains("cut short"));
+        let cut = Record::decode(&put[..put.len() - 1]).unwrap_err();
+        assert_eq!(
+            (cut.key.as_deref(), cut.detail.as_str()),
+            (Some("k"), "a field's bytes cut short")
+        );
         let mut longer = put.clone();
         longer.push(0);
-        assert!(Record::decode(&longer).unwrap_err().contains("after the last field"));
-        assert!(Record::decode(b"Z").unwrap_err().contains("unknown tag"));
+        let longer = Record::decode(&longer).unwrap_err();
+        assert_eq!(longer.key.as_deref(), Some("k"));
+        assert!(longer.detail.contains("after the last field"));
+        let unknown = Record::decode(b"Z").unwrap_err();
+        assert_eq!(unknown.key, None);
+        assert!(unknown.detail.contains("unknown tag"));
         assert!(Record::decode(b"").is_err());
     }
 }

@@ -1,10 +1,12 @@
 //! A finalize that stops between its journal record and `journal.complete` (a crash, or a marker
-//! that cannot be written): the handle refuses further writes, and the next writer finishes the
-//! finalize so that `validate` is clean again. (Found by the resource-fault campaign of
+//! that cannot be written): the handle refuses further writes (`Error::Poisoned`), and the next
+//! writer finishes the finalize so that `validate` is clean again. (Found by the resource-fault campaign of
 //! stowage-reliability: after an injected EIO on the marker, the same handle took a put and a
 //! flush that landed after the finalize record, and no writer ever wrote the marker.)
 
-use stowage_core::{Backend, DType, OpenMode, Sample, Schema, ShapeRule, Tensor, ValidationLevel};
+use stowage_core::{
+    Backend, DType, Error, OpenMode, Reader, Sample, Schema, ShapeRule, Tensor, ValidationLevel,
+};
 use stowage_example::JournalBackend;
 
 fn sample() -> Sample {
@@ -24,8 +26,10 @@ fn a_failed_marker_write_refuses_later_writes() {
     std::fs::create_dir(dir.path().join("journal.complete")).unwrap();
     std::fs::write(dir.path().join("journal.complete/keep"), b"").unwrap();
     assert!(cache.finalize().is_err());
-    assert!(cache.put("b", &sample()).is_err(), "put after a failed finalize");
-    assert!(cache.flush().is_err(), "flush after a failed finalize");
+    let poisoned = |result: stowage_core::Result<()>| matches!(result, Err(Error::Poisoned { .. }));
+    assert!(poisoned(cache.put("b", &sample())), "put after a failed finalize");
+    assert!(poisoned(cache.flush()), "flush after a failed finalize");
+    assert!(poisoned(cache.finalize()), "finalize after a failed finalize");
 }
 
 #[test]

@@ -33,12 +33,17 @@ fn rust_blocks(markdown: &str) -> Vec<String> {
 fn every_rust_block_of_the_walkthrough_is_in_the_crate() {
     let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
     let doc = read(&crate_dir.join("../../docs/writing-a-backend.md"));
-    let sources: Vec<String> = ["src/backend.rs", "src/factory.rs", "tests/conformance.rs"]
-        .iter()
-        .map(|file| read(&crate_dir.join(file)))
-        .collect();
+    let sources: Vec<String> =
+        ["src/backend.rs", "src/error.rs", "src/factory.rs", "tests/conformance.rs"]
+            .iter()
+            .map(|file| read(&crate_dir.join(file)))
+            .collect();
     let blocks = rust_blocks(&doc);
-    assert_eq!(blocks.len(), 3, "the capabilities, the factory and the three lines");
+    assert_eq!(
+        blocks.len(),
+        5,
+        "the capabilities, the writer, the error mapping, the factory and the three lines"
+    );
     for block in &blocks {
         assert!(
             sources.iter().any(|source| source.contains(block.as_str())),

@@ -16,21 +16,21 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use stowage_core::file_safety::{
-    AppendLog, WriterLock, atomic_write, create_dir_within, fsync_dir, refuse_symlink,
-    remove_abandoned_temps,
+    AppendLog, WriterLock, create_dir_within, fsync_dir, refuse_symlink, remove_abandoned_temps,
 };
 use stowage_core::{
-    Backend, BackendFactory, Capabilities, DType, DynBackend, Error, IoResultExt, OpenMode, Result,
-    Sample, Schema, ValidationLevel, ValidationReport,
+    Backend, Capabilities, DType, Error, Format, IoResultExt, OpenMode, Reader, Result, Sample,
+    Schema, ValidationLevel, ValidationReport, WriteState,
 };
 
-use crate::commit_log::{self, CacheHeader, Committed, CompleteMarker, Record, SegmentEntry};
+use crate::commit_log::{self, Committed, FinalizedMarker, Record, SegmentEntry};
 use crate::error::BACKEND;
+use crate::formats::STOWAGE_HDF5;
 use crate::publish::TempBeside;
 use crate::segment::{self, Segment};
 
 pub(crate) const LOG_NAME: &str = "stowage.log";
-pub(crate) const COMPLETE_NAME: &str = "stowage.complete";
+pub(crate) use stowage_core::segment_log::FINALIZED_MARKER_NAME;
 const SEGMENTS: &str = "segments";
 
 /// What the generic HDF5 backend supports: every dtype, shape rule and field kind, overwrite,
@@ -43,7 +43,20 @@ const SEGMENTS: &str = "segments";
 /// assert!(!stowage_hdf5::capabilities().zero_copy_get);
 /// ```
 pub fn capabilities() -> Capabilities {
-    Capabilities { zero_copy_get: false, dtypes: DType::ALL.to_vec(), ..Capabilities::everything() }
+    let mut capabilities = Capabilities::none();
+    capabilities.variable_shapes = true;
+    capabilities.ragged = true;
+    capabilities.nullable = true;
+    capabilities.bytes_fields = true;
+    capabilities.json_fields = true;
+    capabilities.overwrite = true;
+    capabilities.append_after_finalize = true;
+    capabilities.resume = true;
+    capabilities.durable_flush = true;
+    capabilities.checksums = true;
+    capabilities.concurrent_readers = true;
+    capabilities.dtypes = DType::ALL.to_vec();
+    capabilities
 }
 
 pub(crate) fn segment_path(dir: &Path, id: u64) -> PathBuf {
@@ -63,18 +76,16 @@ struct Location {
     row: usize,
 }
 
-/// Writing state of an append-mode handle.
-struct WriteState {
+/// What a writing handle holds: the commit log it appends to, under the writer lock.
+struct LogWriter {
     log: AppendLog,
     _lock: WriterLock,
-    /// A failed flush poisons the handle.
-    failed: bool,
 }
 
 /// A generic stowage cache stored as HDF5 segments.
 ///
 /// ```
-/// use stowage_core::{Backend, DType, OpenMode, Sample, Schema, ShapeRule, Tensor};
+/// use stowage_core::{Backend, DType, OpenMode, Reader, Sample, Schema, ShapeRule, Tensor};
 /// use stowage_hdf5::Hdf5Backend;
 /// let dir = tempfile::tempdir().map_err(|e| stowage_core::Error::io("tempdir", e))?;
 /// let schema = Schema::new().tensor("x", DType::F64, ShapeRule::RaggedLeading(vec![2]));
@@ -97,9 +108,10 @@ pub struct Hdf5Backend {
     order: Vec<String>,
     pending: Vec<(String, Sample)>,
     pending_index: HashMap<String, usize>,
-    writer: Option<WriteState>,
-    /// `finalize` was called on this handle.
-    finalized_here: bool,
+    /// The log and lock of a writing handle; `None` when read-only.
+    log_writer: Option<LogWriter>,
+    /// Read-only, poisoned, or refusing puts after its own finalize.
+    state: WriteState,
 }
 
 impl Hdf5Backend {
@@ -119,11 +131,7 @@ impl Hdf5Backend {
         if log_path.exists() {
             return Err(Error::AlreadyExists { path: dir.to_path_buf() });
         }
-        let header = CacheHeader {
-            format: commit_log::FORMAT_NAME.into(),
-            version: commit_log::FORMAT_VERSION,
-            schema: schema.clone(),
-        };
+        let header = commit_log::new_header(schema.clone());
         // In place only with its header: a crash during create leaves no cache, not a log that
         // neither opens (no header) nor can be created over (it exists).
         let log = AppendLog::create_new(&log_path, &Record::Cache(header.clone()).to_bytes())?;
@@ -135,14 +143,14 @@ impl Hdf5Backend {
             dir: dir.to_path_buf(),
             schema: schema.clone(),
             capabilities,
-            committed: Committed { header, segments: Vec::new(), finalized: false, records: 1 },
+            committed: Committed::new(header),
             segments: Vec::new(),
             index: HashMap::new(),
             order: Vec::new(),
             pending: Vec::new(),
             pending_index: HashMap::new(),
-            writer: Some(WriteState { log, _lock: lock, failed: false }),
-            finalized_here: false,
+            log_writer: Some(LogWriter { log, _lock: lock }),
+            state: WriteState::writable(BACKEND, dir, false),
         })
     }
 
@@ -160,7 +168,7 @@ impl Hdf5Backend {
                 what: format!("stowage HDF5 cache (no {})", log_path.display()),
             });
         }
-        let (committed, writer) = match mode {
+        let (committed, log_writer) = match mode {
             OpenMode::ReadOnly => {
                 let recovered = AppendLog::read_all(&log_path)?;
                 (commit_log::interpret(&log_path, &recovered)?, None)
@@ -173,22 +181,24 @@ impl Hdf5Backend {
                 let segments = dir.join(SEGMENTS);
                 refuse_symlink(&segments)?;
                 remove_abandoned_temps(&segments, is_segment_name)?;
-                remove_abandoned_temps(dir, |name| name == COMPLETE_NAME)?;
+                remove_abandoned_temps(dir, |name| name == FINALIZED_MARKER_NAME)?;
                 let (log, recovered) = AppendLog::open(&log_path, false)?;
                 let committed = commit_log::interpret(&log_path, &recovered)?;
-                (committed, Some(WriteState { log, _lock: lock, failed: false }))
+                (committed, Some(LogWriter { log, _lock: lock }))
             }
         };
-        let marker = CompleteMarker::read(&dir.join(COMPLETE_NAME))?;
-        if writer.is_some() && committed.finalized && marker.is_none() {
+        let marker = FinalizedMarker::read(&dir.join(FINALIZED_MARKER_NAME))?;
+        if log_writer.is_some() && committed.finalized && marker.is_none() {
             // A crash between the `finalized` record and the marker: finish the finalize.
-            let marker = CompleteMarker { log_records: committed.records };
-            atomic_write(
-                dir.join(COMPLETE_NAME),
-                &serde_json::to_vec(&marker).expect("serializes"),
-            )?;
+            committed.marker().write(&dir.join(FINALIZED_MARKER_NAME))?;
         }
         let schema = committed.header.schema.clone();
+        // A handle reopened for appending takes puts on a finalized cache
+        // (`append_after_finalize`); a read-only one refuses every write anyway.
+        let state = match log_writer {
+            Some(_) => WriteState::writable(BACKEND, dir, false),
+            None => WriteState::read_only(BACKEND, dir, committed.finalized),
+        };
         let mut backend = Hdf5Backend {
             dir: dir.to_path_buf(),
             schema,
@@ -199,8 +209,8 @@ impl Hdf5Backend {
             order: Vec::new(),
             pending: Vec::new(),
             pending_index: HashMap::new(),
-            writer,
-            finalized_here: false,
+            log_writer,
+            state,
         };
         for entry in &committed.segments {
             let segment = backend.open_segment(entry)?;
@@ -209,7 +219,7 @@ impl Hdf5Backend {
         Ok(backend)
     }
 
-    /// Checks the cache in `dir` as [`Backend::validate`] does, without opening it: `open` refuses
+    /// Checks the cache in `dir` as [`Reader::validate`] does, without opening it: `open` refuses
     /// a cache with a damaged segment, this lists every damaged segment (with how many samples it
     /// held) and checks the intact ones, each problem naming its file and, where known, its key.
     ///
@@ -269,15 +279,10 @@ impl Hdf5Backend {
         self.segments.push(segment);
     }
 
-    fn writer(&mut self, operation: &str) -> Result<&mut WriteState> {
-        match &mut self.writer {
-            None => Err(Error::unsupported(BACKEND, format!("{operation} on a read-only handle"))),
-            Some(w) if w.failed => Err(Error::invalid(format!(
-                "{operation}: an earlier flush of {} failed; reopen the cache",
-                self.dir.display()
-            ))),
-            Some(w) => Ok(w),
-        }
+    /// The commit log of a writing handle: call after [`WriteState::check_write`], which refuses
+    /// a read-only handle (the only kind without one).
+    fn log(&mut self) -> &mut AppendLog {
+        &mut self.log_writer.as_mut().expect("check_write refused a read-only handle").log
     }
 
     fn write_pending(&mut self) -> Result<()> {
@@ -295,9 +300,9 @@ impl Hdf5Backend {
         temp.publish(true)?;
         let (bytes, xxh3) = segment::file_checksum(&path)?;
         let entry = SegmentEntry { id, rows: rows.len() as u64, bytes, xxh3 };
-        let writer = self.writer.as_mut().expect("checked by the caller");
-        writer.log.append(&Record::Segment(entry).to_bytes())?;
-        writer.log.sync()?;
+        let log = self.log();
+        log.append(&Record::Segment(entry).to_bytes())?;
+        log.sync()?;
         self.committed.segments.push(entry);
         self.committed.records += 1;
         self.committed.finalized = false;
@@ -307,20 +312,15 @@ impl Hdf5Backend {
         self.pending_index.clear();
         Ok(())
     }
-
-    fn poison_on_error<T>(&mut self, result: Result<T>) -> Result<T> {
-        if result.is_err()
-            && let Some(writer) = &mut self.writer
-        {
-            writer.failed = true;
-        }
-        result
-    }
 }
 
-impl Backend for Hdf5Backend {
+impl Reader for Hdf5Backend {
     fn name(&self) -> &'static str {
         BACKEND
+    }
+
+    fn format(&self) -> &'static Format {
+        &STOWAGE_HDF5
     }
 
     fn capabilities(&self) -> &Capabilities {
@@ -333,28 +333,6 @@ impl Backend for Hdf5Backend {
 
     fn path(&self) -> &Path {
         &self.dir
-    }
-
-    fn put(&mut self, key: &str, sample: &Sample) -> Result<()> {
-        self.writer("put")?;
-        // A handle refuses puts after its own finalize; a handle reopened in append mode on a
-        // finalized cache takes them (append_after_finalize).
-        if self.finalized_here {
-            return Err(Error::Finalized { path: self.dir.clone() });
-        }
-        self.capabilities.check_key(key, BACKEND)?;
-        self.schema.validate(sample)?;
-        match self.pending_index.get(key) {
-            Some(&at) => self.pending[at].1 = sample.clone(),
-            None => {
-                if !self.index.contains_key(key) {
-                    self.order.push(key.to_owned());
-                }
-                self.pending_index.insert(key.to_owned(), self.pending.len());
-                self.pending.push((key.to_owned(), sample.clone()));
-            }
-        }
-        Ok(())
     }
 
     fn get(&self, key: &str) -> Result<Option<Sample>> {
@@ -381,37 +359,9 @@ impl Backend for Hdf5Backend {
         Ok(self.order.clone())
     }
 
-    fn flush(&mut self) -> Result<()> {
-        self.writer("flush")?;
-        if self.pending.is_empty() {
-            return Ok(());
-        }
-        let result = self.write_pending();
-        self.poison_on_error(result)
-    }
-
-    fn finalize(&mut self) -> Result<()> {
-        self.flush()?;
-        let result = (|| {
-            let writer = self.writer("finalize")?;
-            writer.log.append(&Record::Finalized(()).to_bytes())?;
-            writer.log.sync()?;
-            self.committed.records += 1;
-            self.committed.finalized = true;
-            let marker = CompleteMarker { log_records: self.committed.records };
-            atomic_write(
-                self.dir.join(COMPLETE_NAME),
-                &serde_json::to_vec(&marker).expect("serializes"),
-            )
-        })();
-        let result = self.poison_on_error(result);
-        if result.is_ok() {
-            self.finalized_here = true;
-        }
-        result
-    }
-
     fn is_finalized(&self) -> bool {
+        // The log's state, not the handle's: a handle reopened for appending on a finalized cache
+        // reports it finalized until it writes.
         self.committed.finalized && self.pending.is_empty()
     }
 
@@ -420,29 +370,45 @@ impl Backend for Hdf5Backend {
     }
 }
 
-/// Creates and opens [`Hdf5Backend`] caches.
-///
-/// ```
-/// use stowage_core::BackendFactory;
-/// assert_eq!(stowage_hdf5::Hdf5Factory.name(), "hdf5");
-/// ```
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Hdf5Factory;
-
-impl BackendFactory for Hdf5Factory {
-    fn name(&self) -> &'static str {
-        BACKEND
+impl Backend for Hdf5Backend {
+    fn put(&mut self, key: &str, sample: &Sample) -> Result<()> {
+        self.state.check_put(key, sample, &self.schema, &self.capabilities)?;
+        match self.pending_index.get(key) {
+            Some(&at) => self.pending[at].1 = sample.clone(),
+            None => {
+                if !self.index.contains_key(key) {
+                    self.order.push(key.to_owned());
+                }
+                self.pending_index.insert(key.to_owned(), self.pending.len());
+                self.pending.push((key.to_owned(), sample.clone()));
+            }
+        }
+        Ok(())
     }
 
-    fn capabilities(&self) -> Capabilities {
-        capabilities()
+    fn flush(&mut self) -> Result<()> {
+        self.state.check_write("flush")?;
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let result = self.write_pending();
+        self.state.poison_on_error(result)
     }
 
-    fn create(&self, dir: &Path, schema: &Schema) -> Result<Box<DynBackend>> {
-        Ok(Box::new(Hdf5Backend::create(dir, schema)?))
-    }
-
-    fn open(&self, dir: &Path, mode: OpenMode) -> Result<Box<DynBackend>> {
-        Ok(Box::new(Hdf5Backend::open(dir, mode)?))
+    fn finalize(&mut self) -> Result<()> {
+        self.state.check_write("finalize")?;
+        self.flush()?;
+        let result = (|| {
+            let log = self.log();
+            log.append(&Record::Finalized.to_bytes())?;
+            log.sync()?;
+            self.committed.records += 1;
+            self.committed.finalized = true;
+            self.committed.marker().write(&self.dir.join(FINALIZED_MARKER_NAME))
+        })();
+        self.state.poison_on_error(result)?;
+        // This handle refuses puts from now on; reopening in append mode takes them again.
+        self.state.set_finalized(true);
+        Ok(())
     }
 }

@@ -1,8 +1,8 @@
 //! The descriptor compatibility signature aenet stores with a cache: which descriptor settings the
 //! payloads depend on, as Python's canonical JSON and its SHA-256.
 
-use stowage_core::canonical_json::{PyJsonOptions, PyValue, sha256_hex, to_python_json};
 use stowage_core::{DType, Error, Result};
+use stowage_fingerprint::canonical_json::{PyJsonOptions, PyValue, sha256_hex, to_python_json};
 
 /// The descriptor settings that change stored payloads (dtype and device excluded: a cache
 /// written as float64 loads through a float32 descriptor with values cast, and vice versa).

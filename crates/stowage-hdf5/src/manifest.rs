@@ -16,8 +16,8 @@
 use std::path::Path;
 
 use serde_json::Value;
-use stowage_core::canonical_json::{PyJsonOptions, PyValue, sha256_hex, to_python_json};
 use stowage_core::{Error, Result};
+use stowage_fingerprint::canonical_json::{PyJsonOptions, PyValue, sha256_hex, to_python_json};
 
 use crate::attributes::Attributes;
 use crate::compat::{DescriptorCompat, StorageDtype};

@@ -32,8 +32,7 @@ use stowage_core::file_safety::{
 };
 use stowage_core::{Error, IoResultExt, Result};
 
-use crate::error::write_error;
-use crate::ffi::Failure;
+use crate::error::Hdf5Error;
 
 /// A temporary file beside `target`, created empty and locked as long as it exists; removed on
 /// drop unless published.
@@ -100,15 +99,7 @@ impl TempBeside {
             // does not open files close-on-exec), which keeps cleaners out as well.
             None if self.path.exists() => {}
             None => {
-                return Err(write_error(
-                    &self.path,
-                    "taking the build's lock back",
-                    Failure(
-                        "another writer of the file removed this unfinished copy while libhdf5 \
-                         held it (HDF5_USE_FILE_LOCKING is set): nothing was written; write again"
-                            .into(),
-                    ),
-                ));
+                return Err(Hdf5Error::BuildRemoved { temporary: self.path.clone() }.into());
             }
         }
         Ok(())

@@ -250,16 +250,24 @@ impl Segment {
         &self.keys
     }
 
-    /// The sample of row `row`, checked against its checksum.
+    /// The sample of row `row`, checked against its checksum. Damage is `Error::Corrupted`
+    /// naming the segment file and the row's key.
     pub fn read(&self, schema: &Schema, row: usize) -> Result<Sample> {
         let key = &self.keys[row];
-        let corrupted =
-            |detail: String| Error::corrupted(&self.path, format!("key {key:?}: {detail}"));
-        let what = format!("key {key:?}");
+        self.read_row(schema, row).map_err(|e| e.for_key(key))
+    }
+
+    /// [`Segment::read`], its errors not yet naming the key.
+    fn read_row(&self, schema: &Schema, row: usize) -> Result<Sample> {
+        let key = &self.keys[row];
+        let corrupted = |detail: String| Error::corrupted(&self.path, detail);
         let fields: Vec<Vec<u8>> = self
             .columns
             .iter()
-            .map(|(column, element)| column.read(row as u64, *element, &what))
+            .zip(&schema.fields)
+            .map(|((column, element), spec)| {
+                column.read(row as u64, *element, &format!("field {:?}", spec.name))
+            })
             .collect::<Result<_>>()?;
         let shapes = &self.shapes[row];
         let stored = self.checksums[row];

@@ -6,7 +6,7 @@ use std::path::Path;
 use stowage_core::file_safety::AppendLog;
 use stowage_core::{Result, Schema, ValidationLevel, ValidationReport};
 
-use crate::commit_log::{self, CompleteMarker};
+use crate::commit_log;
 use crate::segment::Segment;
 
 /// Checks the cache in `dir`: the commit log, the completion marker, every committed segment
@@ -27,14 +27,23 @@ pub(crate) fn validate(dir: &Path, level: ValidationLevel) -> Result<ValidationR
         }
     };
     let schema: &Schema = &committed.header.schema;
-    let marker_path = dir.join(super::backend::COMPLETE_NAME);
-    match CompleteMarker::read(&marker_path) {
-        Ok(marker) => {
-            if let Some(problem) = commit_log::marker_problem(&committed, marker) {
-                report.problem(Some(&marker_path), None, problem);
-            }
-        }
-        Err(e) => report.problem(Some(&marker_path), None, e.to_string()),
+    let marker_path = dir.join(super::backend::FINALIZED_MARKER_NAME);
+    let marker = committed.check_marker(&log_path, &marker_path, &mut report);
+    // Nothing but a segment follows `finalized` here, and a segment unfinalizes: a finalized
+    // log holds exactly the records its marker counts.
+    if let Some(marker) =
+        marker.filter(|m| committed.finalized && m.log_records < committed.records)
+    {
+        report.problem(
+            Some(&marker_path),
+            None,
+            format!(
+                "records {} log records, the finalized log {} holds {}",
+                marker.log_records,
+                log_path.display(),
+                committed.records
+            ),
+        );
     }
     for entry in &committed.segments {
         let path = super::backend::segment_path(dir, entry.id);

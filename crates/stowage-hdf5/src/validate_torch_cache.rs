@@ -5,6 +5,7 @@ use std::path::Path;
 
 use stowage_core::{Error, Result, Unchecked, ValidationLevel, ValidationReport};
 
+use crate::derivatives::LocalDerivatives;
 use crate::reader::{CacheVersion, TorchCache};
 
 /// The writer of rows stowage's checksums do not cover, as far as the layout tells.
@@ -15,8 +16,9 @@ impl TorchCache {
     ///
     /// - `Structure`: the file opens, the attributes and index tables are consistent (every index
     ///   row points into its payload, no entry twice), stowage's checksum tables are intact.
-    /// - `Full`: also every entry's rows read with their index counts, and every row stowage
-    ///   wrote against its checksum. Each damaged entry is a problem naming the file and the
+    /// - `Full`: also every entry's rows read with their index counts, every row stowage wrote
+    ///   against its checksum, and every derivative array's shape against the section's feature
+    ///   counts. Each damaged entry is a problem naming the file and the
     ///   entry (its key is the entry index).
     ///
     /// Rows stowage's checksums do not cover (aenet's per-entry appends, a cache aenet built, one
@@ -85,8 +87,14 @@ impl TorchCache {
                 if let Err(e) = self.features(entry) {
                     report.problem(Some(path), Some(&key), e.to_string());
                 }
-                if let Err(e) = self.derivatives(entry) {
-                    report.problem(Some(path), Some(&key), e.to_string());
+                match self.derivatives(entry) {
+                    Ok(Some(derivatives)) => {
+                        if let Some(problem) = self.derivative_shape_problem(&derivatives) {
+                            report.problem(Some(path), Some(&key), problem);
+                        }
+                    }
+                    Ok(None) => {}
+                    Err(e) => report.problem(Some(path), Some(&key), e.to_string()),
                 }
             }
         }
@@ -94,6 +102,14 @@ impl TorchCache {
             report.unchecked.push(unchecked);
         }
         report
+    }
+
+    /// What is wrong with the shapes of an entry's derivative arrays, measured against the
+    /// section's feature counts and `multi`: `None` when they fit.
+    fn derivative_shape_problem(&self, derivatives: &LocalDerivatives) -> Option<String> {
+        let layout = self.derivative_layout()?;
+        let (nr, na, multi) = (layout.n_radial_features, layout.n_angular_features, layout.multi);
+        derivatives.check(nr, na, multi).err().map(|e| format!("derivatives: {e}"))
     }
 
     /// What of this cache stowage's checksums do not cover, for [`ValidationReport::unchecked`]:

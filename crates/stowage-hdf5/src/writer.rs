@@ -22,7 +22,7 @@ use crate::columns::{ColumnWriter, le_bytes_i64};
 use crate::compat::{DescriptorCompat, StorageDtype};
 use crate::derivatives::LocalDerivatives;
 use crate::direct::HeapFile;
-use crate::error::{read_error, write_error};
+use crate::error::{Hdf5Error, read_error, write_error};
 use crate::ffi::{self, Element};
 use crate::index_tables::{DerivativeIndexRow, FeatureIndexRow, write_index};
 use crate::layout::{self, attr};
@@ -102,7 +102,7 @@ struct DerivativeWriter {
 /// What identifies a file's contents between two looks: replaced (another inode) or written to
 /// (size or modification time) in between.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct FileIdentity {
+pub(crate) struct FileIdentity {
     device: u64,
     inode: u64,
     size: u64,
@@ -675,14 +675,7 @@ impl TorchCacheWriter {
         // its rows to this rename.
         let now = FileIdentity::of(&target)?;
         if now != identity {
-            return Err(Error::Backend {
-                backend: crate::BACKEND,
-                source: Box::new(ffi::Failure(format!(
-                    "{}: the file was replaced or changed while the cache was rebuilt beside it \
-                     ({identity:?} then, {now:?} now): nothing was written; write again",
-                    target.display()
-                ))),
-            });
+            return Err(Hdf5Error::TargetChanged { target, before: identity, now }.into());
         }
         let published = temp.publish(true).map_err(|e| match e {
             Error::Io { source, .. } => Error::io(&target, source),

@@ -10,7 +10,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use common::{compat, features, write_plain_dataset};
-use stowage_core::{Backend, DType, OpenMode, Sample, Schema, ShapeRule, Tensor};
+use stowage_core::{Backend, DType, OpenMode, Reader, Sample, Schema, ShapeRule, Tensor};
 use stowage_hdf5::{CacheSections, Hdf5Backend, StorageDtype, TorchCache, TorchCacheWriter};
 
 /// Set in the child: the dataset file it starts rebuilding, and never finishes.
@@ -145,7 +145,7 @@ fn a_killed_writers_copy_is_removed_by_the_next_writer_and_a_live_ones_is_not() 
 /// A writable copy of `aenet-torch-cache/<file>` as `dataset.h5` in `dir`, or `None` when the
 /// reference set is absent (printed as SKIPPED; a failure in CI).
 fn reference_copy(file: &str, dir: &Path) -> Option<PathBuf> {
-    let set = stowage_conformance::reference::reference_set("aenet-torch-cache")?;
+    let set = stowage_test_support::reference::reference_set("aenet-torch-cache")?;
     let path = dir.join("dataset.h5");
     common::writable_copy(&set.join(file), &path);
     Some(path)

@@ -20,7 +20,7 @@ use stowage_hdf5::{
 /// A writable copy of `set/file` in `dir`, or `None` when the reference set is absent (printed
 /// as SKIPPED; a failure in CI).
 fn reference_copy(set: &str, file: &str, dir: &Path) -> Option<PathBuf> {
-    let set = stowage_conformance::reference::reference_set(set)?;
+    let set = stowage_test_support::reference::reference_set(set)?;
     let path = dir.join("dataset.h5");
     writable_copy(&set.join(file), &path);
     Some(path)
@@ -138,7 +138,7 @@ fn reference_expected(set: &Path) -> Expected {
 #[test]
 fn the_reference_file_aenet_appended_to_reads_exactly_and_is_reported_unchecked() {
     let _serial = common::one_at_a_time();
-    let Some(set) = stowage_conformance::reference::reference_set("mixed/aenet-append") else {
+    let Some(set) = stowage_test_support::reference::reference_set("mixed/aenet-append") else {
         return;
     };
     let path = set.join("cache/dataset.h5");
@@ -171,7 +171,7 @@ fn stowage_appends_to_the_reference_file_keep_aenets_rows() {
     let Some(path) = reference_copy("mixed/aenet-append", "cache/dataset.h5", dir.path()) else {
         return;
     };
-    let set = stowage_conformance::reference::reference_set("mixed/aenet-append").unwrap();
+    let set = stowage_test_support::reference::reference_set("mixed/aenet-append").unwrap();
     let mut expected = reference_expected(&set);
     let mut writer =
         TorchCacheWriter::create(&path, &compat(), StorageDtype::Float64, CacheSections::default())
@@ -350,7 +350,7 @@ fn a_missing_manifest_is_written_as_aenet_writes_it_and_aenet_loads_without_a_de
     stowage_append(&path, &[0, 1], &[0]);
     let written = DescriptorManifest::read(&path).unwrap().expect("a manifest");
     // Byte for byte the manifest aenet itself wrote for this descriptor.
-    let set = stowage_conformance::reference::reference_set("aenet-torch-cache").unwrap();
+    let set = stowage_test_support::reference::reference_set("aenet-torch-cache").unwrap();
     let aenets = DescriptorManifest::read(set.join("v2_both_f64.h5")).unwrap().unwrap();
     assert_eq!(written, aenets);
     let Some(python) = peer::python("a_missing_manifest_is_written") else { return };
@@ -360,7 +360,7 @@ fn a_missing_manifest_is_written_as_aenet_writes_it_and_aenet_loads_without_a_de
     assert_eq!(peer::decode(&out["features"]["1"]), features(1));
     // Without stowage's manifest aenet could not: the same cache in a file without one.
     let bare = dir.path().join("bare.h5");
-    let set = stowage_conformance::reference::reference_set("mixed/aenet-append").unwrap();
+    let set = stowage_test_support::reference::reference_set("mixed/aenet-append").unwrap();
     writable_copy(&set.join("cache/dataset.h5"), &bare);
     let out = peer::run(python, "load", &bare, &json!({"descriptor": null, "entries": [0]}));
     assert!(out["error"].as_str().unwrap().contains("requires a descriptor"), "{out}");

@@ -14,7 +14,7 @@ const FILES: [&str; 6] =
 
 fn npy(path: &Path) -> Tensor {
     let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let header = stowage_npy::npy_header::parse(&bytes).unwrap();
+    let header = stowage_core::npy_header::parse(&bytes).unwrap();
     let data = bytes[header.data_offset..].to_vec();
     Tensor::new(header.dtype, header.shape, data).unwrap()
 }
@@ -143,7 +143,7 @@ fn check_file(set: &Path, name: &str) -> usize {
 
 #[test]
 fn every_reference_cache_reads_with_the_expected_arrays() {
-    let Some(set) = stowage_conformance::reference::reference_set("aenet-torch-cache") else {
+    let Some(set) = stowage_test_support::reference::reference_set("aenet-torch-cache") else {
         return;
     };
     let checked: usize = FILES.iter().map(|name| check_file(&set, name)).sum();

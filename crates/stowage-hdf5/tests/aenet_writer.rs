@@ -175,7 +175,7 @@ fn a_signature_mismatch_names_both_signatures() {
 /// A writable copy of `aenet-torch-cache/<file>` as `dataset.h5` in `dir`, or `None` when the
 /// reference set is absent (printed as SKIPPED; a failure in CI).
 fn reference_copy(file: &str, dir: &std::path::Path) -> Option<std::path::PathBuf> {
-    let set = stowage_conformance::reference::reference_set("aenet-torch-cache")?;
+    let set = stowage_test_support::reference::reference_set("aenet-torch-cache")?;
     let path = dir.join("dataset.h5");
     common::writable_copy(&set.join(file), &path);
     Some(path)
@@ -264,7 +264,7 @@ fn a_rebuild_over_a_file_replaced_meanwhile_is_refused() {
 fn pytables_can_append(python: &str, path: &std::path::Path) -> bool {
     let script = "import sys, tables\ntry:\n    tables.open_file(sys.argv[1], 'a').close()\n    \
                   print('opened')\nexcept Exception:\n    print('refused')";
-    stowage_conformance::python::run_script(python, script, &[path.to_str().unwrap()], b"", "open")
+    stowage_test_support::python::run_script(python, script, &[path.to_str().unwrap()], b"", "open")
         == "opened"
 }
 
@@ -273,7 +273,7 @@ fn libhdf5_file_locks_keep_stowage_and_aenet_writers_apart() {
     use std::io::{BufRead, BufReader};
     use std::process::{Command, Stdio};
     let _serial = common::one_at_a_time();
-    let Some(python) = stowage_conformance::python::python_with(
+    let Some(python) = stowage_test_support::python::python_with(
         "libhdf5_file_locks_keep_stowage_and_aenet_writers_apart",
         &["tables"],
     ) else {

@@ -41,7 +41,7 @@ fn same_both_ways(path: &Path) -> usize {
 
 #[test]
 fn every_reference_file_reads_the_same_as_through_libhdf5() {
-    let Some(set) = stowage_conformance::reference::reference_set("aenet-torch-cache") else {
+    let Some(set) = stowage_test_support::reference::reference_set("aenet-torch-cache") else {
         return;
     };
     let files = ["v2_both_f64", "v2_deriv_f64", "v2_feat_f32", "v2_single_f32", "v1_legacy"];

@@ -250,7 +250,7 @@ fn damaged_reference_files_are_corrupted_never_a_crash() {
     if std::env::var_os(CHILD_FILE).is_some() {
         return;
     }
-    let Some(set) = stowage_conformance::reference::reference_set("aenet-torch-cache") else {
+    let Some(set) = stowage_test_support::reference::reference_set("aenet-torch-cache") else {
         return;
     };
     let dir = tempfile::tempdir().unwrap();

@@ -86,7 +86,7 @@ fn nested(tensor: &Tensor) -> serde_json::Value {
 
 #[test]
 fn pytables_loads_a_cache_stowage_wrote_the_way_aenet_does() {
-    let Some(python) = stowage_conformance::python::python_with(
+    let Some(python) = stowage_test_support::python::python_with(
         "pytables_loads_a_cache_stowage_wrote_the_way_aenet_does",
         &["numpy", "tables", "h5py"],
     ) else {
@@ -133,7 +133,7 @@ fn pytables_loads_a_cache_stowage_wrote_the_way_aenet_does() {
         "json": compat().json(), "sha256": compat().sha256(),
         "features": feature_rows, "derivatives": derivative_rows,
     });
-    let out = stowage_conformance::python::run_script(
+    let out = stowage_test_support::python::run_script(
         python,
         READER,
         &[path.to_str().unwrap()],

@@ -23,7 +23,7 @@ use std::fmt::Write as _;
 use std::hint::black_box;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-use stowage_core::{Backend, DType, Sample, Schema, ShapeRule, Tensor, Value};
+use stowage_core::{Backend, DType, Reader, Sample, Schema, ShapeRule, Tensor, Value};
 use stowage_memmap::{MemmapBackend, MemmapOptions, dnanet};
 
 type Group<'a> = BenchmarkGroup<'a, criterion::measurement::WallTime>;

@@ -7,8 +7,9 @@ use std::path::PathBuf;
 use stowage_core::file_safety::atomic_write_with;
 use stowage_core::{Adoption, Error, Result, Sample, Value};
 
-use crate::backend::State;
+use crate::backend::Recorded;
 use crate::coverage::{self, Verdict};
+use crate::error::MemmapError;
 use crate::field_file::FieldFile;
 use crate::{MemmapBackend, checksum};
 
@@ -25,10 +26,10 @@ impl MemmapBackend {
     /// of `stowage_checksums.bin`, or with a placeholder row), as the rows are now, and returns
     /// what was adopted. Afterwards `validate` reports them like stowage's own rows, and `get`
     /// verifies them. Adoption vouches for the bytes it reads, not for how they were written: run
-    /// [`Backend::validate`](stowage_core::Backend::validate) with DNANet's own tools first if in
+    /// [`Reader::validate`](stowage_core::Reader::validate) with DNANet's own tools first if in
     /// doubt.
     ///
-    /// Needs a writer handle ([`MemmapBackend::open_append`]; a finished cache opens for writing
+    /// Needs a writer handle ([`MemmapBackend::open_append`]; a finalized cache opens for writing
     /// too, taking only the lock). Unflushed rows are flushed first. The whole checksum file is
     /// written anew, atomically (temporary file, fsync, rename, directory fsync): a crash leaves
     /// the old file or the new one. Stowage's existing checksum rows are copied, never recomputed,
@@ -46,7 +47,7 @@ impl MemmapBackend {
     /// Errors reading a row (a short `.bin` file, a missing sidecar key) are returned as they are.
     ///
     /// ```
-    /// use stowage_core::{Backend, Sample, Tensor, ValidationLevel, Value};
+    /// use stowage_core::{Backend, Reader, Sample, Tensor, ValidationLevel, Value};
     /// use stowage_memmap::{MemmapBackend, MemmapOptions, dnanet};
     ///
     /// let dir = tempfile::tempdir()?;
@@ -64,7 +65,7 @@ impl MemmapBackend {
     /// ```
     pub fn adopt(&mut self) -> Result<Adoption> {
         self.writer("adopt")?;
-        if !self.format().checksums {
+        if !self.row_format().checksums {
             self.start_checksums()?;
         }
         stowage_core::Backend::flush(self)?;
@@ -93,14 +94,8 @@ impl MemmapBackend {
             if more > 0 {
                 refusals.push(format!("and {more} more"));
             }
-            return Err(Error::corrupted(
-                self.layout().checksums(),
-                format!(
-                    "adopt refused: stowage's checksums are damaged, and adopting never covers \
-                     damage (run validate for the full list): {}",
-                    refusals.join("; ")
-                ),
-            ));
+            let checksums = self.layout().checksums();
+            return Err(MemmapError::AdoptRefused { checksums, refusals }.into());
         }
         let samples: u64 = adopted.iter().map(|r| r.len() as u64).sum();
         if samples == 0 {
@@ -115,7 +110,7 @@ impl MemmapBackend {
     /// rename or reopen the file poisons the handle (what reached the disk is unknown).
     fn write_adopted(&mut self, plan: &[NewRow]) -> Result<()> {
         let path = self.layout().checksums();
-        let width = self.format().checksum_layout().row_bytes;
+        let width = self.row_format().checksum_layout().row_bytes;
         // The first error reading a row, kept whole (the writer's io::Error only carries text).
         let mut failure: Option<Error> = None;
         let written = atomic_write_with(&path, |out| {
@@ -143,7 +138,7 @@ impl MemmapBackend {
         }
         let rows = plan.len();
         let layout = self.layout().clone();
-        let format = self.format().clone();
+        let format = self.row_format().clone();
         let reopened = written.and_then(|()| match self.session_mut() {
             Some(session) => session.reopen_checksums(&layout, &format, rows),
             None => Ok(()),
@@ -165,9 +160,9 @@ impl MemmapBackend {
     fn computed_checksum_row(&self, row: usize) -> Result<Vec<u8>> {
         let sample: Sample = self.read_row(row, false)?;
         let key = &self.index().row(row).expect("in range").path;
-        let mut sums = Vec::with_capacity(8 * self.format().checksums_per_row());
+        let mut sums = Vec::with_capacity(8 * self.row_format().checksums_per_row());
         sums.extend_from_slice(&checksum::of_key(key).to_le_bytes());
-        for field in &self.format().schema.fields {
+        for field in &self.row_format().schema.fields {
             let sum = checksum::of_value(match sample.get(&field.name) {
                 Some(Value::Tensor(tensor)) => Some(tensor.bytes()),
                 Some(Value::Json(text)) => Some(text.as_bytes()),
@@ -183,10 +178,10 @@ impl MemmapBackend {
     fn adopted_files(&self) -> Vec<PathBuf> {
         let layout = self.layout();
         let mut files: Vec<PathBuf> =
-            self.format().tensors.iter().map(|t| layout.field_file(&t.layout.name)).collect();
-        match self.state() {
-            State::Unfinished { .. } => files.push(layout.manifest()),
-            _ => {
+            self.row_format().tensors.iter().map(|t| layout.field_file(&t.layout.name)).collect();
+        match self.recorded() {
+            Recorded::ByManifest { .. } => files.push(layout.manifest()),
+            Recorded::ByFinalize => {
                 files.push(layout.index());
                 files.extend(self.sidecars().map(|(_, sidecar)| sidecar.path().to_path_buf()));
             }

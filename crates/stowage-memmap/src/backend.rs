@@ -1,4 +1,4 @@
-//! `MemmapBackend`: the [`Backend`] over a DNANet memmap row cache, reading and writing.
+//! `MemmapBackend`: the [`Reader`] and [`Backend`] over a DNANet memmap row cache.
 
 use std::borrow::Cow;
 use std::ops::Range;
@@ -6,16 +6,18 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
 use stowage_core::file_safety::{WriterLock, atomic_write, fsync_dir, remove_abandoned_temps};
-use stowage_core::fingerprint::{FingerprintFile, SourceStamp};
 use stowage_core::{
-    Backend, Capabilities, DType, Error, IoResultExt, OpenMode, Result, Sample, Schema, Tensor,
-    ValidationLevel, ValidationReport, Value,
+    Backend, Capabilities, DType, Error, Format, IoResultExt, OpenMode, Reader, Result, Sample,
+    Schema, Tensor, ValidationLevel, ValidationReport, Value, WriteState,
 };
+use stowage_fingerprint::{FingerprintFile, SourceStamp};
 
 use crate::MemmapOptions;
 use crate::checksum;
 use crate::coverage::{self, Origin, Verdict};
+use crate::error::MemmapError;
 use crate::field_file::{FieldFile, SizeCheck};
+use crate::finalize_files::write_finalize_files;
 use crate::fingerprint_carry::CarriedFingerprint;
 use crate::index::{JsonRef, RowEntry, RowIndex};
 use crate::layout::{CACHE_VERSION, Layout, Shapes};
@@ -23,7 +25,8 @@ use crate::manifest::{Manifest, TornLine, write_line};
 use crate::preset;
 use crate::row_format::{FieldSlot, JsonStorage, RowFormat, StowageMeta};
 use crate::sidecar::Sidecar;
-use crate::writer::{Session, Writer, poisoned_error};
+use crate::writer::{Session, Writer};
+use crate::{DNANET_MEMMAP, STOWAGE_MEMMAP};
 
 /// The backend's name in errors and capability reports.
 pub const BACKEND_NAME: &str = "memmap";
@@ -37,37 +40,30 @@ pub const BACKEND_NAME: &str = "memmap";
 /// variable or ragged shapes (rows are fixed-size), overwriting a key, appending after finalize,
 /// keys over 16 MiB.
 pub fn capabilities() -> Capabilities {
-    Capabilities {
-        variable_shapes: false,
-        ragged: false,
-        nullable: true,
-        bytes_fields: false,
-        json_fields: true,
-        overwrite: false,
-        append_after_finalize: false,
-        resume: true,
-        checksums: true,
-        zero_copy_get: true,
-        concurrent_readers: true,
-        dtypes: DType::ALL.into_iter().filter(|d| *d != DType::BF16).collect(),
-        max_rank: None,
-        // The path table keeps a key's length in 24 bits.
-        max_key_bytes: Some(crate::path_table::MAX_PATH_BYTES),
-        max_fields: None,
-    }
+    let mut caps = Capabilities::none();
+    caps.nullable = true;
+    caps.json_fields = true;
+    caps.resume = true;
+    caps.durable_flush = true;
+    caps.checksums = true;
+    caps.zero_copy_get = true;
+    caps.concurrent_readers = true;
+    caps.dtypes = DType::ALL.into_iter().filter(|d| *d != DType::BF16).collect();
+    // The path table keeps a key's length in 24 bits.
+    caps.max_key_bytes = Some(stowage_core::key_table::CompactEntry::MAX_KEY_BYTES);
+    caps
 }
 
-/// How the cache was found on disk.
+/// Which files record the cache's rows, as found on disk.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) enum State {
-    /// `_COMPLETE` present: `shapes.json`, `index.parquet` and the sidecars describe it.
-    Finalized,
-    /// No `_COMPLETE`, but finalize's files are there and the manifest is gone: finalize crashed
-    /// just before its last step. Read like a finalized cache, reported as unfinished.
-    FinalizeInterrupted,
-    /// No `_COMPLETE`, `manifest.jsonl` present (or a cache stowage created that has no manifest
-    /// yet): the committed rows of an unfinished write.
-    Unfinished {
+pub(crate) enum Recorded {
+    /// Finalize's files: `shapes.json`, `index.parquet` and the sidecars. The cache is finalized
+    /// (`_COMPLETE`), or its finalize stopped just before writing `_COMPLETE` and it reads like a
+    /// finalized one; [`WriteState::is_finalized`] tells the two apart.
+    ByFinalize,
+    /// `manifest.jsonl` (or no file yet, in a cache stowage created that has no manifest): the
+    /// committed rows of an unfinished write.
+    ByManifest {
         /// The dropped torn last line of the manifest.
         torn_tail: Option<TornLine>,
         /// Bytes of the manifest's committed lines.
@@ -77,20 +73,31 @@ pub(crate) enum State {
     },
 }
 
-impl State {
-    fn unfinished_empty() -> State {
-        State::Unfinished { torn_tail: None, committed_len: 0, missing_newline: false }
+impl Recorded {
+    fn empty_manifest() -> Recorded {
+        Recorded::ByManifest { torn_tail: None, committed_len: 0, missing_newline: false }
     }
 }
 
-/// The outcome of loading the row index; a failure keeps the file and detail of its
-/// [`Error::Corrupted`], returned again by every call that needs the index.
-type IndexLoad = std::result::Result<RowIndex, (PathBuf, String)>;
+/// Why loading the row index failed: the file, key and detail of its [`Error::Corrupted`],
+/// returned again by every call that needs the index (an `Error` is not `Clone`).
+#[derive(Debug)]
+struct IndexFailure {
+    path: PathBuf,
+    key: Option<String>,
+    detail: String,
+}
+
+/// The outcome of loading the row index.
+type IndexLoad = std::result::Result<RowIndex, IndexFailure>;
 
 /// A DNANet memmap row cache (cache version 5): read-only, or a writer holding the cache's lock.
 ///
+/// Its [`Reader::format`] is [`STOWAGE_MEMMAP`] when the cache has `stowage.json` (stowage wrote
+/// or resumed it), else [`DNANET_MEMMAP`].
+///
 /// ```
-/// use stowage_core::{Backend, Sample, Tensor, Value};
+/// use stowage_core::{Backend, Reader, Sample, Tensor, Value};
 /// use stowage_memmap::{MemmapBackend, MemmapOptions, dnanet};
 ///
 /// let dir = tempfile::tempdir()?;
@@ -115,13 +122,15 @@ pub struct MemmapBackend {
     options: MemmapOptions,
     capabilities: Capabilities,
     format: RowFormat,
-    state: State,
+    recorded: Recorded,
+    /// Read-only or writable, finalized, poisoned: the checks every write starts with.
+    write: WriteState,
     /// The row index. Filled at open for writers and for unfinished caches (their index is the
-    /// manifest, read anyway); for a finished cache opened read-only, filled from `index.parquet`
+    /// manifest, read anyway); for a finalized cache opened read-only, filled from `index.parquet`
     /// on the first call that needs it ([`MemmapBackend::try_index`]), keeping a load failure.
     index: OnceLock<IndexLoad>,
-    /// Rows of the cache: `n` of `shapes.json` for a finished cache (the index must hold as many),
-    /// else the committed rows found at open. [`Backend::len`] of a read-only handle.
+    /// Rows of the cache: `n` of `shapes.json` for a finalized cache (the index must hold as many),
+    /// else the committed rows found at open. [`Reader::len`] of a read-only handle.
     rows: usize,
     /// Read-only maps of the tensor fields, sized to the rows found at open.
     files: Vec<FieldFile>,
@@ -146,7 +155,7 @@ impl MemmapBackend {
     /// cache in `dir` are truncated, never appended to.
     ///
     /// Errors: `Unsupported` for a schema outside [`capabilities`]; `InvalidArgument` when two
-    /// fields would share a file or column; `AlreadyExists` when `dir` holds a cache (finished,
+    /// fields would share a file or column; `AlreadyExists` when `dir` holds a cache (finalized,
     /// unfinished or DNANet's); `Locked` when another writer holds `dir`; `Io` naming the path.
     pub fn create(
         dir: impl AsRef<Path>,
@@ -179,12 +188,13 @@ impl MemmapBackend {
             layout,
             options,
             format,
-            State::unfinished_empty(),
+            Recorded::empty_manifest(),
+            false,
             Some(RowIndex::from_entries(Vec::new(), Path::new(""))?),
             0,
             Vec::new(),
         );
-        backend.writer = Some(Writer::new(lock, Some(session)));
+        backend.start_writing(Writer::new(lock, Some(session)));
         Ok(backend)
     }
 
@@ -209,11 +219,11 @@ impl MemmapBackend {
     ///   [`MemmapBackend::get_row`], `validate`, [`MemmapBackend::try_index`]) and kept. It must
     ///   hold `n` rows with distinct paths, `row` equal to the position; a damaged index is
     ///   `Error::Corrupted` naming `index.parquet`, returned by every such call (and listed by
-    ///   `validate`). [`Backend::len`] is `n` without loading it.
+    ///   `validate`). [`Reader::len`] is `n` without loading it.
     /// - Without `_COMPLETE` but with `manifest.jsonl`: serves the manifest's committed rows. For a
     ///   cache DNANet wrote, the shapes come from the manifest and the dtypes are DNANet's (`<i2`,
     ///   `|i1`, `<f4`), as there is no `shapes.json` yet. Bytes beyond the committed rows are a
-    ///   torn append and are ignored. [`Backend::is_finalized`] is false.
+    ///   torn append and are ignored. [`Reader::is_finalized`] is false.
     /// - Without both, but with `shapes.json` and `index.parquet`: finalize was interrupted just
     ///   before writing `_COMPLETE`; read like a complete cache (index loaded lazily), reported as
     ///   unfinished.
@@ -224,7 +234,7 @@ impl MemmapBackend {
     /// `stowage_checksums.bin` may hold fewer rows than the cache (or be missing): DNANet adds rows
     /// without checksums. Such rows are read like any other, unverified when no stowage checksum
     /// covers them; `validate` lists them as unchecked, or as damage when stowage committed them
-    /// (the crate documentation, *Mixed use with DNANet*, states the rule). A finished cache's
+    /// (the crate documentation, *Mixed use with DNANet*, states the rule). A finalized cache's
     /// checksum file running past its rows is refused like a `.bin` file's trailing bytes.
     pub fn open_read_only(dir: impl AsRef<Path>, options: MemmapOptions) -> Result<MemmapBackend> {
         let layout = Layout::new(dir.as_ref());
@@ -237,8 +247,8 @@ impl MemmapBackend {
     /// Opens an existing cache for writing: takes the writer lock (`Error::Locked` when another
     /// writer holds it) and recovers an unfinished cache to exactly its committed rows: a torn
     /// last manifest line is cut off, each `.bin` file is cut back to `committed * row_bytes`
-    /// (a shorter one is `Error::Corrupted`, never padded). [`Backend::contains`] and
-    /// [`Backend::keys`] then list the committed keys, so the caller can skip them. The
+    /// (a shorter one is `Error::Corrupted`, never padded). [`Reader::contains`] and
+    /// [`Reader::keys`] then list the committed keys, so the caller can skip them. The
     /// temporaries a killed stowage writer left (`.<name>.tmp-<pid>-<n>` of the files stowage
     /// writes atomically: an adopt's `stowage_checksums.bin`, a finalize's sidecars, index,
     /// `shapes.json`, `fingerprint.json`, `_COMPLETE`) are removed; DNANet's files never.
@@ -255,7 +265,7 @@ impl MemmapBackend {
     /// file with a placeholder per row: DNANet ignores both. A row stowage committed whose checksum
     /// row is gone is `Error::Corrupted`: the writer does not resume over damage.
     ///
-    /// Unlike a read-only open, a writer loads (and checks) `index.parquet` of a finished cache at
+    /// Unlike a read-only open, a writer loads (and checks) `index.parquet` of a finalized cache at
     /// open: a damaged index is `Error::Corrupted` here, before `_COMPLETE` could be added.
     pub fn open_append(dir: impl AsRef<Path>, options: MemmapOptions) -> Result<MemmapBackend> {
         let layout = Layout::new(dir.as_ref());
@@ -266,20 +276,21 @@ impl MemmapBackend {
         let mut backend = Self::open_existing(layout, options)?;
         remove_abandoned_temporaries(&backend.layout, &backend.format)?;
         backend.try_index()?;
-        let session = match backend.state.clone() {
-            State::Finalized => None,
-            State::FinalizeInterrupted => {
+        let session = match backend.recorded.clone() {
+            Recorded::ByFinalize if backend.write.is_finalized() => None,
+            Recorded::ByFinalize => {
+                // Finalize stopped just before `_COMPLETE`; its files are complete.
                 atomic_write(backend.layout.complete_marker(), b"")?;
-                backend.state = State::Finalized;
+                backend.write.set_finalized(true);
                 None
             }
-            State::Unfinished { .. } if !backend.layout.manifest().exists() => {
+            Recorded::ByManifest { .. } if !backend.layout.manifest().exists() => {
                 // No manifest: no committed row, and whatever the .bin files hold is stale.
                 let session = Session::create(&backend.layout, &backend.format)?;
                 fsync_dir(backend.layout.root())?;
                 Some(session)
             }
-            State::Unfinished { committed_len, missing_newline, .. } => {
+            Recorded::ByManifest { committed_len, missing_newline, .. } => {
                 backend.check_resumable()?;
                 if !backend.format.checksums {
                     backend.start_checksums()?;
@@ -297,27 +308,26 @@ impl MemmapBackend {
                 Some(session)
             }
         };
-        backend.writer = Some(Writer::new(lock, session));
+        backend.start_writing(Writer::new(lock, session));
         Ok(backend)
     }
 
+    /// Makes this handle the cache's writer (it holds the lock in `writer`).
+    fn start_writing(&mut self, writer: Writer) {
+        let finalized = self.write.is_finalized();
+        self.write = WriteState::writable(BACKEND_NAME, self.layout.root(), finalized);
+        self.writer = Some(writer);
+    }
+
     fn check_resumable(&self) -> Result<()> {
-        let unsupported = |why: String| {
-            Err(Error::unsupported(
-                BACKEND_NAME,
-                format!("resuming {}: {why}", self.layout.root().display()),
-            ))
-        };
+        let cache = self.layout.root().to_path_buf();
         if !self.format.checksums && self.rows == 0 {
-            return unsupported(
-                "a DNANet manifest with no committed row does not tell the row shapes; rebuild it"
-                    .into(),
-            );
+            return Err(MemmapError::ResumeWithoutShapes { cache }.into());
         }
         if let Some(t) =
             self.format.tensors.iter().find(|t| t.layout.byte_order == stowage_core::ByteOrder::Big)
         {
-            return unsupported(format!("field {:?} is stored big-endian", t.layout.name));
+            return Err(MemmapError::ResumeBigEndian { cache, field: t.layout.name.clone() }.into());
         }
         Ok(())
     }
@@ -328,17 +338,11 @@ impl MemmapBackend {
     /// leaves `stowage.json` without a checksum file, which reads as DNANet's rows unchecked.
     pub(crate) fn start_checksums(&mut self) -> Result<()> {
         let format = RowFormat::new(&self.format.schema, true)?;
-        let written: Vec<_> = format.tensors.iter().map(|t| &t.layout).collect();
-        let stored: Vec<_> = self.format.tensors.iter().map(|t| &t.layout).collect();
+        let written: Vec<_> = format.tensors.iter().map(|t| t.layout.clone()).collect();
+        let stored: Vec<_> = self.format.tensors.iter().map(|t| t.layout.clone()).collect();
         if written != stored {
-            return Err(Error::unsupported(
-                BACKEND_NAME,
-                format!(
-                    "checksumming {}: its fields {stored:?} are not stored the way stowage \
-                     writes them",
-                    self.layout.root().display()
-                ),
-            ));
+            let cache = self.layout.root().to_path_buf();
+            return Err(MemmapError::ForeignFieldLayout { cache, stored, written }.into());
         }
         atomic_write(self.layout.stowage_meta(), &StowageMeta::new(&format.schema).to_json())?;
         // Every row so far is DNANet's, whatever the form of its line: none has a checksum.
@@ -351,13 +355,8 @@ impl MemmapBackend {
     fn open_existing(layout: Layout, options: MemmapOptions) -> Result<MemmapBackend> {
         let meta = StowageMeta::read(&layout.stowage_meta())?;
         if meta.is_none() && layout.checksums().exists() {
-            return Err(Error::corrupted(
-                layout.stowage_meta(),
-                format!(
-                    "file is missing, but {} exists: a cache stowage wrote lost its schema",
-                    layout.checksums().display()
-                ),
-            ));
+            let (meta, checksums) = (layout.stowage_meta(), layout.checksums());
+            return Err(MemmapError::SchemaLost { meta, checksums }.into());
         }
         if !layout.complete_marker().exists() && layout.manifest().exists() {
             match Self::open_unfinished(layout.clone(), options.clone(), meta.clone()) {
@@ -381,13 +380,13 @@ impl MemmapBackend {
                 layout,
                 options,
                 format,
-                State::unfinished_empty(),
+                Recorded::empty_manifest(),
+                false,
                 Some(index),
                 0,
                 Vec::new(),
             ));
         }
-        let state = if complete { State::Finalized } else { State::FinalizeInterrupted };
         let shapes = match meta {
             Some(_) => Shapes::read_allowing_no_field(&layout.shapes()),
             None => Shapes::read(&layout.shapes()),
@@ -402,15 +401,11 @@ impl MemmapBackend {
             Some(meta) => {
                 let format = RowFormat::new(&meta.schema, true)
                     .map_err(|e| Error::corrupted(layout.stowage_meta(), e.to_string()))?;
-                let written: Vec<_> = format.tensors.iter().map(|t| &t.layout).collect();
-                let described: Vec<_> = shapes.fields.iter().collect();
-                if written != described {
-                    return Err(Error::corrupted(
-                        layout.shapes(),
-                        format!(
-                            "describes fields {described:?}, stowage.json's schema has {written:?}"
-                        ),
-                    ));
+                let written: Vec<_> = format.tensors.iter().map(|t| t.layout.clone()).collect();
+                if written != shapes.fields {
+                    let described = shapes.fields.clone();
+                    let shapes = layout.shapes();
+                    return Err(MemmapError::ShapesDisagree { shapes, described, written }.into());
                 }
                 format
             }
@@ -444,7 +439,16 @@ impl MemmapBackend {
         if !layout.index().exists() {
             return Err(Error::corrupted(layout.index(), "index file is missing"));
         }
-        Ok(Self::assemble(layout, options, format, state, None, shapes.rows, Vec::new()))
+        Ok(Self::assemble(
+            layout,
+            options,
+            format,
+            Recorded::ByFinalize,
+            complete,
+            None,
+            shapes.rows,
+            Vec::new(),
+        ))
     }
 
     fn open_unfinished(
@@ -479,22 +483,24 @@ impl MemmapBackend {
             file.check_size()?;
         }
         let index = RowIndex::from_entries(manifest.rows, &path)?;
-        let state = State::Unfinished {
+        let recorded = Recorded::ByManifest {
             torn_tail: manifest.torn_tail,
             committed_len: manifest.committed_len,
             missing_newline: manifest.missing_newline,
         };
         let foreign = manifest.foreign;
-        Ok(Self::assemble(layout, options, format, state, Some(index), rows, foreign))
+        Ok(Self::assemble(layout, options, format, recorded, false, Some(index), rows, foreign))
     }
 
-    /// A handle over `rows` rows; `index` is `None` when it is to be read from `index.parquet` on
-    /// first need.
+    /// A read-only handle over `rows` rows; `index` is `None` when it is to be read from
+    /// `index.parquet` on first need.
+    #[allow(clippy::too_many_arguments)] // One call per way of finding a cache on disk.
     fn assemble(
         layout: Layout,
         options: MemmapOptions,
         format: RowFormat,
-        state: State,
+        recorded: Recorded,
+        finalized: bool,
         index: Option<RowIndex>,
         rows: usize,
         foreign_lines: Vec<Range<usize>>,
@@ -513,10 +519,11 @@ impl MemmapBackend {
             .collect();
         MemmapBackend {
             capabilities: capabilities(),
+            write: WriteState::read_only(BACKEND_NAME, layout.root(), finalized),
             layout,
             options,
             format,
-            state,
+            recorded,
             index: index.map_or_else(OnceLock::new, |index| OnceLock::from(Ok(index))),
             rows,
             files,
@@ -539,11 +546,11 @@ impl MemmapBackend {
     }
 
     /// The row index (paths, presence flags, sidecar keys or texts), loading `index.parquet` of a
-    /// finished cache opened read-only on first need.
+    /// finalized cache opened read-only on first need.
     ///
     /// Only for callers that have already seen the index load (crate-private for that reason):
     /// when `index.parquet` cannot be loaded this is an empty index; [`MemmapBackend::try_index`]
-    /// (and every `Backend` call that needs the index) returns the error.
+    /// (and every `Reader` call that needs the index) returns the error.
     pub(crate) fn index(&self) -> &RowIndex {
         static EMPTY: OnceLock<RowIndex> = OnceLock::new();
         self.try_index().unwrap_or_else(|_| {
@@ -553,7 +560,7 @@ impl MemmapBackend {
         })
     }
 
-    /// The row index, loading `index.parquet` on the first call when this is a finished cache
+    /// The row index, loading `index.parquet` on the first call when this is a finalized cache
     /// opened read-only (writers and unfinished caches load it at open). The loaded index is kept
     /// for the life of the handle; concurrent first calls load it once.
     ///
@@ -564,7 +571,11 @@ impl MemmapBackend {
     pub fn try_index(&self) -> Result<&RowIndex> {
         match self.index.get_or_init(|| self.load_index()) {
             Ok(index) => Ok(index),
-            Err((path, detail)) => Err(Error::corrupted(path.clone(), detail.clone())),
+            Err(IndexFailure { path, key, detail }) => Err(Error::Corrupted {
+                path: path.clone(),
+                key: key.clone(),
+                detail: detail.clone(),
+            }),
         }
     }
 
@@ -581,14 +592,14 @@ impl MemmapBackend {
             if index.len() == self.rows {
                 return Ok(index);
             }
-            Err(Error::corrupted(
-                &path,
-                format!("holds {} rows, shapes.json says n = {}", index.len(), self.rows),
-            ))
+            let (held, n) = (index.len(), self.rows);
+            Err(MemmapError::IndexRowCount { index: path.clone(), held, n }.into())
         });
         index.map_err(|e| match e {
-            Error::Corrupted { path, detail } => (path, detail),
-            other => (path, format!("cannot load the index: {other}")),
+            Error::Corrupted { path, key, detail } => IndexFailure { path, key, detail },
+            other => {
+                IndexFailure { path, key: None, detail: format!("cannot load the index: {other}") }
+            }
         })
     }
 
@@ -600,21 +611,23 @@ impl MemmapBackend {
         }
     }
 
-    /// How the schema maps onto files and columns.
-    pub fn format(&self) -> &RowFormat {
+    /// How the schema maps onto files and columns. (Which kind of cache this is, stowage's or
+    /// DNANet's, is [`Reader::format`].)
+    pub fn row_format(&self) -> &RowFormat {
         &self.format
     }
 
     /// The torn last line of an unfinished cache's manifest that was dropped, if any.
     pub fn dropped_manifest_tail(&self) -> Option<&TornLine> {
-        match &self.state {
-            State::Unfinished { torn_tail, .. } => torn_tail.as_ref(),
-            _ => None,
+        match &self.recorded {
+            Recorded::ByManifest { torn_tail, .. } => torn_tail.as_ref(),
+            Recorded::ByFinalize => None,
         }
     }
 
-    pub(crate) fn state(&self) -> &State {
-        &self.state
+    /// Which files record the cache's rows.
+    pub(crate) fn recorded(&self) -> &Recorded {
+        &self.recorded
     }
 
     /// The read-only maps of the tensor fields.
@@ -650,15 +663,12 @@ impl MemmapBackend {
     /// Errors: [`Error::InvalidArgument`] naming `i` and the row count when out of range;
     /// [`Error::Corrupted`] naming the file when a `.bin` file or a sidecar is damaged.
     pub fn get_row(&self, i: i64) -> Result<Sample> {
-        let n = self.len();
-        let position = if i < 0 { i.checked_add(n as i64) } else { Some(i) };
-        let row =
-            position.and_then(|p| usize::try_from(p).ok()).filter(|&p| p < n).ok_or_else(|| {
-                Error::invalid(format!(
-                    "row {i} out of range for a cache of {n} rows ({})",
-                    self.layout.root().display()
-                ))
-            })?;
+        let row = resolve_row(i, self.len()).ok_or_else(|| MemmapError::RowOutOfRange {
+            cache: self.layout.root().to_path_buf(),
+            row: i,
+            rows: self.len(),
+            in_memory: false,
+        })?;
         self.prefetch_row(row, self.options.verify_checksums);
         self.read_row_of(row, None, self.options.verify_checksums)
     }
@@ -704,7 +714,8 @@ impl MemmapBackend {
         if let (Some(want), Some(key)) = (stored_sum(0), key)
             && want != checksum::of_key(key)
         {
-            return Err(self.mismatch(row, key, "key", want, checksum::of_key(key)));
+            let file = self.layout.checksums();
+            return Err(self.mismatch(file, row, key, "key".into(), want, checksum::of_key(key)));
         }
         let mut sample = Sample::new();
         for (position, slot) in self.format.slots.iter().enumerate() {
@@ -727,9 +738,8 @@ impl MemmapBackend {
                     let name = &self.format.schema.fields[position].name;
                     let what = format!("field {name:?}");
                     let key = key.unwrap_or(&entry().path);
-                    return Err(self
-                        .mismatch(row, key, &what, want, actual)
-                        .with_path(self.field_path(*slot)));
+                    let file = self.field_path(*slot);
+                    return Err(self.mismatch(file, row, key, what, want, actual));
                 }
             }
             sample.insert(self.names[position].clone(), value);
@@ -751,13 +761,15 @@ impl MemmapBackend {
 
     /// Who committed `row`, as far as the files record it.
     pub(crate) fn origin(&self, row: usize) -> Origin {
-        match self.state {
-            State::Unfinished { .. } if coverage::contains(&self.foreign_lines, row) => {
+        match self.recorded {
+            Recorded::ByManifest { .. } if coverage::contains(&self.foreign_lines, row) => {
                 Origin::ForeignLine
             }
-            State::Unfinished { .. } => Origin::StowageLine,
-            _ if self.index().stowage_checksum_rows().is_some() => Origin::StowageIndex,
-            _ => Origin::OtherIndex,
+            Recorded::ByManifest { .. } => Origin::StowageLine,
+            Recorded::ByFinalize if self.index().stowage_checksum_rows().is_some() => {
+                Origin::StowageIndex
+            }
+            Recorded::ByFinalize => Origin::OtherIndex,
         }
     }
 
@@ -780,21 +792,15 @@ impl MemmapBackend {
 
     /// The error of a row stowage committed whose checksum row is gone.
     pub(crate) fn missing_checksum(&self, row: usize, key: &str) -> Error {
-        let why = match self.origin(row) {
-            Origin::StowageIndex => format!(
-                "stowage finalized this cache with a checksum row for each of its {} rows",
-                self.rows
-            ),
-            _ => "stowage's writer committed it (its manifest line is in stowage's form)".into(),
-        };
-        Error::corrupted(
-            self.layout.checksums(),
-            format!(
-                "row {row} (key {key:?}): {why}, but the file holds checksum rows for only {} \
-                 rows",
-                self.covered_rows()
-            ),
-        )
+        let finalized_rows = (self.origin(row) == Origin::StowageIndex).then_some(self.rows);
+        MemmapError::MissingChecksumRow {
+            checksums: self.layout.checksums(),
+            row,
+            key: key.to_owned(),
+            finalized_rows,
+            covered: self.covered_rows(),
+        }
+        .into()
     }
 
     /// The stored checksum row of `row`: borrowed from the map, or read from a writer's file.
@@ -813,54 +819,41 @@ impl MemmapBackend {
     fn field_path(&self, slot: FieldSlot) -> std::path::PathBuf {
         match slot {
             FieldSlot::Tensor(t) => self.layout.field_file(&self.format.tensors[t].layout.name),
-            FieldSlot::Json(j) => match (&self.sidecars[j], &self.state) {
-                (Some(sidecar), State::Finalized | State::FinalizeInterrupted) => {
-                    sidecar.path().to_path_buf()
-                }
-                (_, State::Unfinished { .. }) => self.layout.manifest(),
-                (None, _) => self.layout.index(),
+            FieldSlot::Json(j) => match (&self.sidecars[j], &self.recorded) {
+                (Some(sidecar), Recorded::ByFinalize) => sidecar.path().to_path_buf(),
+                (_, Recorded::ByManifest { .. }) => self.layout.manifest(),
+                (None, Recorded::ByFinalize) => self.layout.index(),
             },
         }
     }
 
-    fn mismatch(&self, row: usize, key: &str, what: &str, stored: u64, actual: u64) -> Error {
-        Error::corrupted(
-            self.layout.checksums(),
-            format!(
-                "row {row} (key {key:?}): {what} has {} {actual:016x}, the stored checksum is \
-                 {stored:016x}",
-                checksum::ALGORITHM
-            ),
-        )
+    /// The error of a row whose `what` (its key, or a field) in `file` does not hash to its
+    /// stored checksum.
+    fn mismatch(
+        &self,
+        file: PathBuf,
+        row: usize,
+        key: &str,
+        what: String,
+        stored: u64,
+        actual: u64,
+    ) -> Error {
+        let checksums = self.layout.checksums();
+        let key = key.to_owned();
+        MemmapError::ChecksumMismatch { file, checksums, row, key, what, stored, actual }.into()
     }
 
-    fn read_only(&self, operation: &str) -> Error {
-        Error::unsupported(
-            BACKEND_NAME,
-            format!(
-                "{operation} through a read-only handle of {} (open it with open_append)",
-                self.layout.root().display()
-            ),
-        )
-    }
-
-    /// The writer, refusing when this handle is read-only or poisoned.
+    /// The writer, refusing ([`WriteState::check_write`]) when this handle is read-only or
+    /// poisoned.
     pub(crate) fn writer(&mut self, operation: &str) -> Result<&mut Writer> {
-        if self.writer.is_none() {
-            return Err(self.read_only(operation));
-        }
-        let writer = self.writer.as_mut().expect("checked");
-        if let Some(why) = &writer.poisoned {
-            return Err(poisoned_error(self.layout.root(), why));
-        }
-        Ok(writer)
+        self.write.check_write(operation)?;
+        Ok(self.writer.as_mut().expect("a writable handle holds the writer"))
     }
 
+    /// Passes `result` through, poisoning the handle when it is an error: after a failed write
+    /// the files may no longer match what the handle holds.
     pub(crate) fn poison<T>(&mut self, result: Result<T>) -> Result<T> {
-        if let (Err(e), Some(writer)) = (&result, self.writer.as_mut()) {
-            writer.poisoned = Some(e.to_string());
-        }
-        result
+        self.write.poison_on_error(result)
     }
 
     /// Finalizes with `config` and `sources` recorded in `fingerprint.json` (DNANet's
@@ -897,7 +890,7 @@ impl MemmapBackend {
     /// cache.put("a", &row)?;
     /// cache.finalize_with_fingerprint(serde_json::json!({"root": "/data"}), Vec::new())?;
     ///
-    /// let carried = CarriedFingerprint::read(source.path())?.expect("a finished cache has one");
+    /// let carried = CarriedFingerprint::read(source.path())?.expect("a finalized cache has one");
     /// let mut converted = MemmapBackend::create(copy.path(), &schema, MemmapOptions::default())?;
     /// converted.put("a", &row)?;
     /// converted.finalize_carrying(&carried)?;
@@ -911,29 +904,28 @@ impl MemmapBackend {
 
     /// Finalizes with `fingerprint` as the exact text of `fingerprint.json`.
     fn finalize_writing(&mut self, fingerprint: &[u8]) -> Result<()> {
-        let open = self.writer("finalize")?.session.is_some();
-        if !open || self.state == State::Finalized {
+        self.writer("finalize")?;
+        if self.write.is_finalized() {
             return Ok(());
         }
         self.flush()?;
         if self.try_index()?.is_empty() {
-            return Err(Error::invalid(format!(
-                "finalizing the empty cache {}: put at least one row first",
-                self.layout.root().display()
-            )));
+            let cache = self.layout.root().to_path_buf();
+            return Err(MemmapError::FinalizeEmpty { cache }.into());
         }
         let result = self.commit(fingerprint);
         self.poison(result)?;
         if self.format.checksums {
             Self::writer_index(&mut self.index).mark_finalized_by_stowage();
         }
-        self.state = State::Finalized;
+        self.recorded = Recorded::ByFinalize;
+        self.write.set_finalized(true);
         Ok(())
     }
 
     fn commit(&self, fingerprint: &[u8]) -> Result<()> {
         let layout = &self.layout;
-        crate::finish::write_finished_files(layout, &self.format, self.try_index()?, fingerprint)?;
+        write_finalize_files(layout, &self.format, self.try_index()?, fingerprint)?;
         std::fs::remove_file(layout.manifest()).at(layout.manifest())?;
         fsync_dir(layout.root())?;
         atomic_write(layout.complete_marker(), b"")
@@ -965,7 +957,7 @@ fn remove_abandoned_temporaries(layout: &Layout, format: &RowFormat) -> Result<(
     Ok(())
 }
 
-/// Whether `layout` holds a cache of any kind, finished or not, stowage's or DNANet's.
+/// Whether `layout` holds a cache of any kind, finalized or not, stowage's or DNANet's.
 fn holds_cache(layout: &Layout) -> bool {
     [
         layout.stowage_meta(),
@@ -979,13 +971,14 @@ fn holds_cache(layout: &Layout) -> bool {
 }
 
 fn not_a_cache(layout: &Layout) -> Error {
-    Error::NotFound {
-        what: format!(
-            "memmap row cache in {} (no _COMPLETE, manifest.jsonl, stowage.json or shapes.json + \
-             index.parquet)",
-            layout.root().display()
-        ),
-    }
+    MemmapError::NotACache { dir: layout.root().to_path_buf() }.into()
+}
+
+/// Row `i` of `n` rows, negative `i` counting from the end (`-1` is the last row); `None` when
+/// out of range.
+pub(crate) fn resolve_row(i: i64, n: usize) -> Option<usize> {
+    let position = if i < 0 { i.checked_add(i64::try_from(n).ok()?) } else { Some(i) };
+    position.and_then(|p| usize::try_from(p).ok()).filter(|&p| p < n)
 }
 
 /// The read-only field files of `format` holding `rows` rows, and the checksum file holding the
@@ -1025,41 +1018,27 @@ fn json_value(sidecar: Option<&Sidecar>, reference: &JsonRef) -> Result<Value> {
     })
 }
 
-trait WithPath {
-    /// Moves a corruption error onto `path` (the file holding the bad bytes), keeping its detail.
-    fn with_path(self, path: std::path::PathBuf) -> Error;
-}
-
-impl WithPath for Error {
-    fn with_path(self, path: std::path::PathBuf) -> Error {
-        match self {
-            Error::Corrupted { path: checksums, detail } => Error::Corrupted {
-                path,
-                detail: format!("{detail} (checksums in {})", checksums.display()),
-            },
-            other => other,
-        }
-    }
-}
-
+/// The error of a finalized cache's `file` that runs `extra` bytes past its rows.
 pub(crate) fn trailing_error(file: &FieldFile, extra: u64) -> Error {
-    let expected = file.expected_len().unwrap_or(0);
-    Error::corrupted(
-        file.path(),
-        format!(
-            "file is {} bytes, expected {expected} ({} rows of {} bytes): {extra} trailing bytes \
-             (DNANet ignores them; set MemmapOptions::allow_trailing_bytes to read the {} rows)",
-            expected + extra,
-            file.rows(),
-            file.field().row_bytes,
-            file.rows()
-        ),
-    )
+    MemmapError::TrailingBytes {
+        file: file.path().to_path_buf(),
+        expected: file.expected_len().unwrap_or(0),
+        extra,
+        rows: file.rows(),
+        row_bytes: file.field().row_bytes,
+    }
+    .into()
 }
 
-impl Backend for MemmapBackend {
+impl Reader for MemmapBackend {
     fn name(&self) -> &'static str {
         BACKEND_NAME
+    }
+
+    /// [`STOWAGE_MEMMAP`] for a cache with `stowage.json` (and so with checksums:
+    /// [`RowFormat::checksums`]), [`DNANET_MEMMAP`] for one DNANet wrote alone.
+    fn format(&self) -> &'static Format {
+        if self.format.checksums { &STOWAGE_MEMMAP } else { &DNANET_MEMMAP }
     }
 
     fn capabilities(&self) -> &Capabilities {
@@ -1074,24 +1053,49 @@ impl Backend for MemmapBackend {
         self.layout.root()
     }
 
+    fn get(&self, key: &str) -> Result<Option<Sample>> {
+        let verify = self.options.verify_checksums;
+        let prefetch = |row: usize| self.prefetch_row(row, verify);
+        let Some(row) = self.try_index()?.find_with(key, prefetch) else { return Ok(None) };
+        self.read_row_of(row, Some(key), verify).map(Some).map_err(|e| e.for_key(key))
+    }
+
+    fn contains(&self, key: &str) -> Result<bool> {
+        Ok(self.try_index()?.find(key).is_some())
+    }
+
+    /// The row count, without loading the index: `n` of `shapes.json` for a finalized cache (a
+    /// loaded index always holds `n` rows; one that does not fails to load), else the committed
+    /// rows.
+    fn len(&self) -> usize {
+        self.rows
+    }
+
+    fn keys(&self) -> Result<Vec<String>> {
+        Ok(self.try_index()?.rows().iter().map(|r| r.path.to_string()).collect())
+    }
+
+    fn is_finalized(&self) -> bool {
+        self.write.is_finalized()
+    }
+
+    fn validate(&self, level: ValidationLevel) -> Result<ValidationReport> {
+        Ok(crate::validate::validate(self, level))
+    }
+}
+
+impl Backend for MemmapBackend {
     fn put(&mut self, key: &str, sample: &Sample) -> Result<()> {
-        let open = self.writer("put")?.session.is_some();
-        if !open || self.state == State::Finalized {
-            return Err(Error::Finalized { path: self.layout.root().to_path_buf() });
-        }
-        self.capabilities.check_key(key, BACKEND_NAME)?;
-        self.format.schema.validate(sample)?;
+        self.write.check_put(key, sample, &self.format.schema, &self.capabilities)?;
         if let Some(row) = self.try_index()?.find(key) {
-            return Err(Error::unsupported(
-                BACKEND_NAME,
-                format!(
-                    "overwrite of an existing key ({key:?} is row {row}; rows are append-only)"
-                ),
-            ));
+            return Err(MemmapError::KeyExists { key: key.to_owned(), row }.into());
         }
-        let MemmapBackend { format, writer, index, .. } = self;
+        let MemmapBackend { format, writer, index, write, .. } = self;
         let index = Self::writer_index(index);
-        let session = writer.as_mut().and_then(|w| w.session.as_mut()).expect("checked above");
+        let session = writer
+            .as_mut()
+            .and_then(|w| w.session.as_mut())
+            .expect("a writer of an unfinalized cache has its files open");
         let mut present = vec![true; format.tensors.len()];
         let mut json = vec![JsonRef::Null; format.json.len()];
         // The checksum row, little-endian, built as the values are hashed.
@@ -1134,42 +1138,13 @@ impl Backend for MemmapBackend {
             appended = appended.and_then(|()| file.append(sums.into()));
         }
         if let Err(e) = appended {
-            let writer = writer.as_mut().expect("writing");
-            writer.poisoned = Some(e.to_string());
+            write.poison(&e);
             return Err(e);
         }
         session.manifest.push_with(|line| write_line(line, format, index.len(), &entry));
         index.push(entry)?;
         self.rows += 1;
         Ok(())
-    }
-
-    fn get(&self, key: &str) -> Result<Option<Sample>> {
-        let verify = self.options.verify_checksums;
-        let prefetch = |row: usize| self.prefetch_row(row, verify);
-        let Some(row) = self.try_index()?.find_with(key, prefetch) else { return Ok(None) };
-        let verify = self.options.verify_checksums;
-        self.read_row_of(row, Some(key), verify).map(Some).map_err(|e| match e {
-            Error::Corrupted { path, detail } => {
-                Error::Corrupted { path, detail: format!("key {key:?} (row {row}): {detail}") }
-            }
-            other => other,
-        })
-    }
-
-    fn contains(&self, key: &str) -> Result<bool> {
-        Ok(self.try_index()?.find(key).is_some())
-    }
-
-    /// The row count, without loading the index: `n` of `shapes.json` for a finished cache (a
-    /// loaded index always holds `n` rows; one that does not fails to load), else the committed
-    /// rows.
-    fn len(&self) -> usize {
-        self.rows
-    }
-
-    fn keys(&self) -> Result<Vec<String>> {
-        Ok(self.try_index()?.rows().iter().map(|r| r.path.to_string()).collect())
     }
 
     fn flush(&mut self) -> Result<()> {
@@ -1187,14 +1162,6 @@ impl Backend for MemmapBackend {
                 Vec::new(),
             ),
         }
-    }
-
-    fn is_finalized(&self) -> bool {
-        self.state == State::Finalized
-    }
-
-    fn validate(&self, level: ValidationLevel) -> Result<ValidationReport> {
-        Ok(crate::validate::validate(self, level))
     }
 }
 
@@ -1277,6 +1244,36 @@ mod tests {
             assert!(matches!(result, Err(Error::Unsupported { backend: BACKEND_NAME, .. })));
         }
         assert!(!cache.is_empty());
+    }
+
+    #[test]
+    fn a_failed_finalize_poisons_the_handle() {
+        let dir = tempfile::tempdir().unwrap();
+        let schema = Schema::new().tensor("x", DType::U8, ShapeRule::Fixed(vec![2]));
+        let row = Sample::new().with("x", Tensor::from_slice(&[2], &[1u8, 2]).unwrap());
+        let mut cache =
+            MemmapBackend::create(dir.path(), &schema, MemmapOptions::default()).unwrap();
+        cache.put("a", &row).unwrap();
+        // A non-empty directory where finalize renames index.parquet into place: the rename
+        // fails (also for root, unlike a permission), after the sidecars may have been written.
+        std::fs::create_dir_all(dir.path().join("index.parquet").join("in-the-way")).unwrap();
+        let failure = cache.finalize().unwrap_err();
+        assert!(!matches!(failure, Error::Poisoned { .. }), "{failure}");
+        for result in [cache.put("b", &row), cache.flush(), cache.finalize()] {
+            let Err(Error::Poisoned { path, cause }) = &result else { panic!("{result:?}") };
+            assert_eq!(path, dir.path());
+            assert_eq!(cause, &failure.to_string());
+        }
+        assert!(!cache.is_finalized());
+        // What was flushed stays readable, and a new writer resumes from it.
+        assert_eq!(cache.get("a").unwrap(), Some(row.clone()));
+        std::fs::remove_dir_all(dir.path().join("index.parquet")).unwrap();
+        drop(cache);
+        let mut resumed = MemmapBackend::open_append(dir.path(), MemmapOptions::default()).unwrap();
+        assert_eq!(resumed.keys().unwrap(), ["a"]);
+        resumed.put("b", &row).unwrap();
+        resumed.finalize().unwrap();
+        assert!(resumed.is_finalized());
     }
 
     #[test]

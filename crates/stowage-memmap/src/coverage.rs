@@ -26,9 +26,10 @@ use std::ops::Range;
 use std::path::Path;
 
 use stowage_core::file_safety::open_no_follow;
-use stowage_core::{Backend, Error, IoResultExt, Result, Unchecked};
+use stowage_core::{Error, IoResultExt, Reader, Result, Unchecked};
 
-use crate::backend::State;
+use crate::backend::Recorded;
+use crate::error::MemmapError;
 use crate::file_io::{read_exact_at, write_all_at};
 use crate::{MemmapBackend, checksum, preset};
 
@@ -142,14 +143,8 @@ pub(crate) fn recover_checksum_file<'k>(
     let width = row_bytes as u64;
     let kept = usize::try_from(len / width).unwrap_or(usize::MAX).min(rows);
     if let Some(row) = (kept..rows).find(|&row| !contains(foreign, row)) {
-        return Err(Error::corrupted(
-            path,
-            format!(
-                "row {row} (key {:?}) was committed by stowage's writer, but the file holds \
-                 checksum rows for only {kept} rows: damage, the cache is not resumed",
-                key_of(row)
-            ),
-        ));
+        let (checksums, key) = (path.to_path_buf(), key_of(row).to_owned());
+        return Err(MemmapError::ResumeOverDamage { checksums, row, key, covered: kept }.into());
     }
     let placeholder = checksum::placeholder_row(row_bytes);
     let mut changed = false;
@@ -180,17 +175,17 @@ pub(crate) fn recover_checksum_file<'k>(
 }
 
 impl MemmapBackend {
-    /// What is wrong with `stowage_checksums.bin` of a finished cache as a whole, given who
+    /// What is wrong with `stowage_checksums.bin` of a finalized cache as a whole, given who
     /// finalized it: a file stowage's finalize recorded must hold exactly a row per cache row; one
     /// beside an index another writer finalized may stop short of the rows (they are unchecked),
     /// but not run past them or end in a partial row. Nothing for an unfinished cache (a tail
     /// beyond its rows is a torn append), nor for a writer's (its recovery aligned the file).
     pub(crate) fn checksum_file_problems(&self) -> Vec<Error> {
-        if self.is_writing() || matches!(self.state(), State::Unfinished { .. }) {
+        if self.is_writing() || matches!(self.recorded(), Recorded::ByManifest { .. }) {
             return Vec::new();
         }
         let path = self.layout().checksums();
-        let width = self.format().checksum_layout().row_bytes as u64;
+        let width = self.row_format().checksum_layout().row_bytes as u64;
         let rows = self.len() as u64;
         let expected = rows.saturating_mul(width);
         let on_disk = std::fs::metadata(&path).ok().map(|m| m.len());
@@ -227,12 +222,12 @@ impl MemmapBackend {
     /// `index.parquet`), who wrote them, how many, which they are and how to adopt them.
     pub(crate) fn unchecked_report(&self, rows: &[Range<usize>]) -> Unchecked {
         let layout = self.layout();
-        let path = match self.state() {
-            State::Unfinished { .. } => layout.manifest(),
-            _ => layout.index(),
+        let path = match self.recorded() {
+            Recorded::ByManifest { .. } => layout.manifest(),
+            Recorded::ByFinalize => layout.index(),
         };
         let names: Vec<&str> =
-            self.format().tensors.iter().map(|t| t.layout.name.as_str()).collect();
+            self.row_format().tensors.iter().map(|t| t.layout.name.as_str()).collect();
         let writer = if names == ["data", preset::ANNOTATION_FIELD, "scaler"] {
             "DNANet"
         } else {
@@ -318,8 +313,9 @@ mod tests {
         std::fs::write(&path, real("a")).unwrap();
         let err = recover_checksum_file(&path, 16, 3, std::slice::from_ref(&(2..3)), |r| keys[r])
             .unwrap_err();
-        assert!(matches!(err, Error::Corrupted { .. }), "{err}");
-        assert!(err.to_string().contains("row 1 (key \"b\")"), "{err}");
+        let Error::Corrupted { key, detail, .. } = &err else { panic!("{err}") };
+        assert_eq!(key.as_deref(), Some("b"));
+        assert!(detail.starts_with("row 1 was committed by stowage's writer"), "{err}");
         assert_eq!(std::fs::read(&path).unwrap(), real("a"));
         // A missing file is created with a placeholder for each foreign row.
         std::fs::remove_file(&path).unwrap();

@@ -9,8 +9,8 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use stowage_core::fingerprint::FingerprintFile;
 use stowage_core::{Error, Result};
+use stowage_fingerprint::FingerprintFile;
 
 use crate::layout::{CACHE_VERSION, Layout};
 
@@ -89,7 +89,7 @@ impl Eq for CarriedFingerprint {}
 #[cfg(test)]
 mod tests {
     use super::*;
-    use stowage_core::fingerprint::SourceStamp;
+    use stowage_fingerprint::SourceStamp;
 
     #[test]
     fn carries_the_exact_bytes_and_refuses_other_versions() {

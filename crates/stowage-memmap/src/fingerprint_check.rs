@@ -1,8 +1,8 @@
 //! Checking a cache's `fingerprint.json` against the configuration and sources a caller has now.
 
 use crate::MemmapBackend;
-use stowage_core::fingerprint::{Explanation, FingerprintFile, SourceStamp, explain};
 use stowage_core::{Error, Result};
+use stowage_fingerprint::{Explanation, FingerprintFile, SourceStamp, explain};
 
 impl MemmapBackend {
     /// Whether this cache was built from `config` and `sources` (DNANet's rule: the recomputed

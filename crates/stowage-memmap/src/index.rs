@@ -11,11 +11,10 @@ use std::fs::File;
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::path_table::PathTable;
 use arrow_array::{Array, BooleanArray, Int32Array, Int64Array, LargeStringArray, StringArray};
 use arrow_schema::{DataType, Schema as ArrowSchema};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-use std::hash::BuildHasher;
+use stowage_core::key_table::{CompactEntry, KeyTable};
 use stowage_core::{Error, IoResultExt, Result};
 
 use crate::row_format::{JsonStorage, RowFormat};
@@ -56,9 +55,9 @@ pub struct RowIndex {
     checksum_rows: Option<usize>,
     /// Every path, back to back, in row order: a lookup compares against these bytes.
     key_arena: String,
-    /// Path -> row, pointing into the arena.
-    table: PathTable,
-    hasher: foldhash::fast::RandomState,
+    /// Path -> row, pointing into the arena: 16 bytes a slot, so that a million rows take 32 MiB
+    /// at the most.
+    table: KeyTable<CompactEntry>,
 }
 
 /// Why an entry cannot join the index.
@@ -77,8 +76,7 @@ impl RowIndex {
             rows: Vec::with_capacity(rows.len()),
             checksum_rows: None,
             key_arena: String::with_capacity(rows.iter().map(|r| r.path.len()).sum()),
-            table: PathTable::default(),
-            hasher: foldhash::fast::RandomState::default(),
+            table: KeyTable::new(),
         };
         for entry in rows {
             let row = index.rows.len();
@@ -118,14 +116,14 @@ impl RowIndex {
 
     /// Appends `entry` and returns its row, or why it cannot.
     fn try_push(&mut self, entry: RowEntry) -> std::result::Result<usize, Refused> {
-        let hash = self.hasher.hash_one(&*entry.path);
-        if let Some(row) = self.table.find(hash, &entry.path, &self.key_arena, |_| {}) {
-            return Err(Refused::Duplicate(row));
+        let hash = self.table.hash(&entry.path);
+        if let Some(found) = self.table.find(hash, &entry.path, &self.key_arena) {
+            return Err(Refused::Duplicate(found.value()));
         }
         let row = self.rows.len();
-        self.table
-            .insert_new(hash, self.key_arena.len(), entry.path.len(), row)
+        let slot = CompactEntry::new(hash, self.key_arena.len(), entry.path.len(), row)
             .ok_or(Refused::TooLarge(entry.path.len()))?;
+        self.table.insert_new(slot);
         self.key_arena.push_str(&entry.path);
         self.rows.push(entry);
         Ok(row)
@@ -218,14 +216,15 @@ impl RowIndex {
     /// compared, so a reader can start loading that row's bytes while the comparison waits for the
     /// stored path.
     pub fn find_with(&self, path: &str, candidate: impl Fn(usize)) -> Option<usize> {
-        let hash = self.hasher.hash_one(path);
-        self.table.find(hash, path, &self.key_arena, |row| {
+        let hash = self.table.hash(path);
+        let found = self.table.find_with(hash, path, &self.key_arena, |slot| {
             // The row's entry is read next by every reader: start it with the caller's loads.
-            if let Some(entry) = self.rows.get(row) {
+            if let Some(entry) = self.rows.get(slot.value()) {
                 stowage_core::prefetch::prefetch_value(entry);
             }
-            candidate(row);
-        })
+            candidate(slot.value());
+        });
+        found.map(CompactEntry::value)
     }
 }
 

@@ -54,7 +54,7 @@ use std::path::{Path, PathBuf};
 use arrow_array::Array;
 use arrow_array::cast::AsArray;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-use stowage_core::{Backend, Error, IoResultExt, Result};
+use stowage_core::{Error, IoResultExt, Reader, Result};
 
 use crate::layout::{Layout, Shapes};
 use crate::manifest::TornLine;
@@ -80,7 +80,7 @@ use crate::{MemmapBackend, MemmapOptions, preset};
 /// cache.finalize()?;
 ///
 /// let report = InspectReport::read(dir.path());
-/// assert!(report.complete && report.errors.is_empty());
+/// assert!(report.finalized && report.errors.is_empty());
 /// assert_eq!((report.rows, report.bytes_per_sample), (Some(1), Some(12 + 6 + 12)));
 /// let text = report.to_string();
 /// assert!(text.contains("\n  panels.json:      1 unique (avg=3 B, max=3 B)\n"));
@@ -91,13 +91,13 @@ use crate::{MemmapBackend, MemmapOptions, preset};
 pub struct InspectReport {
     /// The directory's name, printed as `=== <name> ===`.
     pub name: String,
-    /// Whether `_COMPLETE` exists.
-    pub complete: bool,
+    /// Whether the cache is finalized: `_COMPLETE` exists.
+    pub finalized: bool,
     /// How far the cache got.
     pub state: CacheState,
     /// Whether stowage wrote the cache (it has `stowage.json`).
     pub written_by_stowage: bool,
-    /// `n` of `shapes.json` (finished caches), or the rows the manifest commits (unfinished ones);
+    /// `n` of `shapes.json` (finalized caches), or the rows the manifest commits (unfinished ones);
     /// `None` when neither could be read.
     pub rows: Option<u64>,
     /// The files the original lists, in its order, with their sizes (0 when missing).
@@ -122,8 +122,8 @@ pub struct InspectReport {
 /// How far a cache got.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CacheState {
-    /// `_COMPLETE` exists.
-    Complete,
+    /// Finalized: `_COMPLETE` exists.
+    Finalized,
     /// No `_COMPLETE`, `manifest.jsonl` present: being written, or interrupted (a writer resumes
     /// it).
     Unfinished {
@@ -192,7 +192,7 @@ impl InspectReport {
     pub fn read(dir: &Path) -> InspectReport {
         let layout = Layout::new(dir);
         let mut errors = Vec::new();
-        let complete = layout.complete_marker().exists();
+        let finalized = layout.complete_marker().exists();
         let has_manifest = layout.manifest().exists();
         let meta = StowageMeta::read(&layout.stowage_meta()).unwrap_or_else(|e| {
             errors.push(e);
@@ -213,10 +213,10 @@ impl InspectReport {
             Ok(backend) => (Some(backend), None),
             Err(e) => (None, Some(e)),
         };
-        let unfinished = !complete && has_manifest;
+        let unfinished = !finalized && has_manifest;
 
         let format: Option<RowFormat> = match (&backend, &meta, &shapes) {
-            (Some(backend), _, _) => Some(backend.format().clone()),
+            (Some(backend), _, _) => Some(backend.row_format().clone()),
             (None, Some(meta), _) => RowFormat::new(&meta.schema, true).ok(),
             (None, None, Some(shapes)) => RowFormat::with_layouts(
                 preset::schema_for(&shapes.fields),
@@ -227,8 +227,8 @@ impl InspectReport {
             (None, None, None) => None,
         };
 
-        let state = if complete {
-            CacheState::Complete
+        let state = if finalized {
+            CacheState::Finalized
         } else if unfinished {
             // The manifest is what tells the committed rows: its reader's error is the report's.
             errors.extend(open_error);
@@ -248,7 +248,7 @@ impl InspectReport {
             (Some(shapes), _) => Some(shapes.fields.iter().map(|f| f.row_bytes as u64).sum()),
             // No shapes.json yet: the shapes the manifest records.
             (None, Some(backend)) if unfinished => {
-                Some(backend.format().tensors.iter().map(|t| t.layout.row_bytes as u64).sum())
+                Some(backend.row_format().tensors.iter().map(|t| t.layout.row_bytes as u64).sum())
             }
             _ => None,
         };
@@ -291,7 +291,7 @@ impl InspectReport {
         dedup_errors(&mut errors);
         InspectReport {
             name: dir_name(dir),
-            complete,
+            finalized,
             state,
             written_by_stowage: layout.stowage_meta().exists(),
             rows,
@@ -364,7 +364,7 @@ fn unfinished_state(layout: &Layout, backend: Option<&MemmapBackend>) -> CacheSt
         };
     };
     let rows = backend.len() as u64;
-    let format = backend.format();
+    let format = backend.row_format();
     let mut row_files: Vec<(PathBuf, u64)> = format
         .tensors
         .iter()
@@ -527,7 +527,7 @@ impl fmt::Display for InspectReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(f)?;
         writeln!(f, "=== {} ===", escape_control(&self.name))?;
-        labelled(f, "complete marker", if self.complete { "True" } else { "False" })?;
+        labelled(f, "complete marker", if self.finalized { "True" } else { "False" })?;
         if let Some(rows) = self.rows {
             labelled(f, "rows (n)", rows)?;
         }
@@ -604,10 +604,10 @@ impl fmt::Display for InspectReport {
 }
 
 impl InspectReport {
-    /// The `unfinished:` line; `None` for a complete cache.
+    /// The `unfinished:` line; `None` for a finalized cache.
     fn state_line(&self) -> Option<String> {
         Some(match &self.state {
-            CacheState::Complete => return None,
+            CacheState::Finalized => return None,
             CacheState::Unfinished { committed_rows: None, .. } => {
                 "no _COMPLETE; manifest.jsonl cannot be read (see below)".to_owned()
             }
@@ -652,7 +652,7 @@ impl InspectReport {
 mod tests {
     use super::*;
     use crate::test_support::write_dnanet_cache;
-    use stowage_core::{Sample, Tensor, Value};
+    use stowage_core::{Backend, Sample, Tensor, Value};
 
     #[test]
     fn reports_a_dnanet_cache_as_the_original_does() {
@@ -787,7 +787,7 @@ mod tests {
 
         let report = InspectReport::read(dir.path());
         assert!(report.errors.is_empty(), "{:?}", report.errors);
-        assert!(!report.complete && report.written_by_stowage);
+        assert!(!report.finalized && report.written_by_stowage);
         assert_eq!(report.rows, Some(3));
         let CacheState::Unfinished { committed_rows, torn_manifest_line, torn_bytes } =
             &report.state

@@ -88,7 +88,27 @@ impl Layout {
     pub fn file(&self, name: &str) -> PathBuf {
         self.root.join(name)
     }
+
+    /// Whether the directory holds any of the files DNANet's writer leaves in a cache, finalized
+    /// or not ([`DNANET_FILES`]).
+    ///
+    /// ```
+    /// let dir = tempfile::tempdir()?;
+    /// let layout = stowage_memmap::layout::Layout::new(dir.path());
+    /// assert!(!layout.has_dnanet_files());
+    /// std::fs::write(layout.manifest(), b"")?;
+    /// assert!(layout.has_dnanet_files());
+    /// # Ok::<(), std::io::Error>(())
+    /// ```
+    pub fn has_dnanet_files(&self) -> bool {
+        DNANET_FILES.iter().any(|name| self.root.join(name).exists())
+    }
 }
+
+/// The files DNANet's memmap writer leaves in a cache directory, finalized or not (its own
+/// inspection tool looks for the first three).
+pub const DNANET_FILES: [&str; 5] =
+    ["shapes.json", "index.parquet", "fingerprint.json", "_COMPLETE", "manifest.jsonl"];
 
 /// One fixed-shape tensor field: its name, per-row shape and stored element type.
 #[derive(Debug, Clone, PartialEq, Eq)]

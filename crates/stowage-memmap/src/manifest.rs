@@ -21,9 +21,9 @@ use std::sync::Arc;
 
 use foldhash::HashSet;
 use serde_json::{Map, Value as Json};
-use stowage_core::canonical_json::write_python_string;
 use stowage_core::file_safety::open_no_follow;
 use stowage_core::{Error, IoResultExt, Result};
+use stowage_fingerprint::canonical_json::write_python_string;
 
 use crate::index::{JsonRef, RowEntry};
 use crate::row_format::{JsonStorage, RowFormat};
@@ -99,7 +99,7 @@ impl Manifest {
         let mut torn_tail = None;
         let mut committed_len = 0u64;
         let mut missing_newline = false;
-        // Identical deduplicated texts share one allocation, as in the finished cache's sidecar.
+        // Identical deduplicated texts share one allocation, as in the finalized cache's sidecar.
         let mut interned: Vec<HashSet<Arc<str>>> = vec![HashSet::default(); format.json.len()];
         let mut lines = text.split(|&b| b == b'\n').enumerate().peekable();
         let mut offset = 0u64;
@@ -255,7 +255,7 @@ pub fn write_line(line: &mut String, format: &RowFormat, row: usize, entry: &Row
 /// tested against.
 #[cfg(test)]
 fn encode_line_through_json(format: &RowFormat, row: usize, entry: &RowEntry) -> Vec<u8> {
-    use stowage_core::canonical_json::{PyJsonOptions, to_python_json};
+    use stowage_fingerprint::canonical_json::{PyJsonOptions, to_python_json};
     let mut object = Map::new();
     object.insert("row".into(), Json::from(row as u64));
     object.insert("path".into(), Json::from(&*entry.path));

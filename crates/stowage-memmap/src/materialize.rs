@@ -7,11 +7,12 @@ use std::path::Path;
 use std::sync::Arc;
 
 use stowage_core::{
-    Backend, Capabilities, Error, Result, Sample, Schema, Tensor, ValidationLevel,
+    Capabilities, Error, Format, Reader, Result, Sample, Schema, Tensor, ValidationLevel,
     ValidationReport, Value,
 };
 
-use crate::backend::State;
+use crate::backend::{Recorded, resolve_row};
+use crate::error::MemmapError;
 use crate::index::JsonRef;
 use crate::ram_guard::{MemoryBudget, check_realization};
 use crate::row_format::FieldSlot;
@@ -21,7 +22,7 @@ impl MemmapBackend {
     /// The approximate RAM an in-memory realization of this cache uses, in bytes: every tensor
     /// field's `n * row_bytes`, plus the text bytes of the index's strings (keys, plain JSON texts,
     /// inline texts of an unfinished cache, each shared text once) and of the sidecar entries of a
-    /// finished cache. Allocator and hash-table overheads are not counted; the checksum file is
+    /// finalized cache. Allocator and hash-table overheads are not counted; the checksum file is
     /// not realized. Saturates at `u64::MAX`.
     ///
     /// Loads the index and the sidecars when not loaded yet. Errors: [`Error::Corrupted`] naming
@@ -46,7 +47,7 @@ impl MemmapBackend {
         // `index()` below (and in MaterializedMemmap) is never the empty stand-in.
         let rows = self.try_index()?.len() as u64;
         let mut total: u64 = 0;
-        for tensor in &self.format().tensors {
+        for tensor in &self.row_format().tensors {
             total = total.saturating_add(rows.saturating_mul(tensor.layout.row_bytes as u64));
         }
         let mut shared: HashSet<*const u8> = HashSet::new();
@@ -60,7 +61,7 @@ impl MemmapBackend {
                 }
             }
         }
-        if matches!(self.state(), State::Finalized | State::FinalizeInterrupted) {
+        if matches!(self.recorded(), Recorded::ByFinalize) {
             for (_, sidecar) in self.sidecars() {
                 for text in sidecar.entries()?.values() {
                     total = total.saturating_add(text.len() as u64);
@@ -76,10 +77,10 @@ impl MemmapBackend {
     ///
     /// The result borrows this reader for index and sidecar lookups; see
     /// [`MemmapBackend::into_materialized`] for one that owns it (`'static`, boxable as
-    /// `Box<dyn Backend>`), and [`MaterializedMemmap::new`] for the details.
+    /// `Box<dyn Reader>`), and [`MaterializedMemmap::new`] for the details.
     ///
     /// ```
-    /// use stowage_core::{Backend, Sample, Tensor, Value};
+    /// use stowage_core::{Backend, Reader, Sample, Tensor, Value};
     /// use stowage_memmap::{MemmapBackend, MemmapOptions, dnanet, ram_guard::MemoryBudget};
     /// let dir = tempfile::tempdir()?;
     /// let mut cache = MemmapBackend::create(dir.path(), &dnanet(2, 3), MemmapOptions::default())?;
@@ -107,14 +108,14 @@ impl MemmapBackend {
 }
 
 /// A memmap row cache realized in RAM: every tensor field's rows copied out of the `.bin` files,
-/// so reads come from memory. A read-only [`Backend`] returning exactly the samples of the reader
-/// it was made from, as owned tensors ([`Tensor::is_zero_copy`] is false).
+/// so reads come from memory. A [`Reader`] returning exactly the samples of the reader it was made
+/// from, as owned tensors ([`Tensor::is_zero_copy`] is false).
 ///
 /// `R` is how the reader is held: `&MemmapBackend` ([`MemmapBackend::materialize`]),
 /// `MemmapBackend` ([`MemmapBackend::into_materialized`]), `Arc<MemmapBackend>`, ... Keys, presence
 /// flags and JSON texts are looked up in the reader's index and sidecars (already in RAM; the
-/// sidecars are loaded while materializing). `put`, `flush` and `finalize` return
-/// [`Error::Unsupported`]; `validate` checks the reader's files.
+/// sidecars are loaded while materializing). It never writes, so it is no `Backend`; `validate`
+/// checks the reader's files.
 ///
 /// The rows are a snapshot: when the reader is an unfinished cache, rows committed later by
 /// another writer are not seen.
@@ -144,40 +145,29 @@ impl<R: Borrow<MemmapBackend>> MaterializedMemmap<R> {
         let backend: &MemmapBackend = reader.borrow();
         let projected_bytes = backend.projected_realization_bytes()?;
         check_realization(projected_bytes, budget)?;
-        let format = backend.format();
+        let format = backend.row_format();
         let rows = backend.index().len();
         let mut fields = Vec::with_capacity(format.tensors.len());
         for tensor in &format.tensors {
-            let len = rows.checked_mul(tensor.layout.row_bytes).ok_or_else(|| {
-                Error::invalid(format!(
-                    "{rows} rows of {} bytes of field {:?} do not fit in memory",
-                    tensor.layout.row_bytes, tensor.layout.name
-                ))
-            })?;
+            let (row_bytes, field) = (tensor.layout.row_bytes, tensor.layout.name.clone());
+            let Some(len) = rows.checked_mul(row_bytes) else {
+                return Err(MemmapError::RealizationOverflow { rows, row_bytes, field }.into());
+            };
             let mut buffer = Vec::new();
-            buffer.try_reserve_exact(len).map_err(|e| {
-                Error::invalid(format!(
-                    "allocating {len} bytes for field {:?} of {}: {e}",
-                    tensor.layout.name,
-                    backend.layout().root().display()
-                ))
-            })?;
+            if let Err(cause) = buffer.try_reserve_exact(len) {
+                let cache = backend.layout().root().to_path_buf();
+                let error = MemmapError::RealizationAllocation { cache, field, bytes: len, cause };
+                return Err(error.into());
+            }
             fields.push(buffer);
         }
         let names: Vec<Arc<str>> =
             format.schema.fields.iter().map(|f| Arc::from(f.name.as_str())).collect();
         let verify = backend.options().verify_checksums;
         for row in 0..rows {
-            let sample = backend.read_row(row, verify).map_err(|e| match e {
-                Error::Corrupted { path, detail } => {
-                    let key = &backend.index().rows()[row].path;
-                    Error::Corrupted {
-                        path,
-                        detail: format!("materializing key {key:?} (row {row}): {detail}"),
-                    }
-                }
-                other => other,
-            })?;
+            let sample = backend
+                .read_row(row, verify)
+                .map_err(|e| e.for_key(&backend.index().rows()[row].path))?;
             for (position, slot) in format.slots.iter().enumerate() {
                 let FieldSlot::Tensor(t) = *slot else { continue };
                 match sample.get(&names[position]) {
@@ -190,7 +180,8 @@ impl<R: Borrow<MemmapBackend>> MaterializedMemmap<R> {
                 }
             }
         }
-        let capabilities = Capabilities { zero_copy_get: false, ..backend.capabilities().clone() };
+        let mut capabilities = backend.capabilities().clone();
+        capabilities.zero_copy_get = false;
         Ok(MaterializedMemmap { reader, fields, names, capabilities, projected_bytes })
     }
 
@@ -219,21 +210,19 @@ impl<R: Borrow<MemmapBackend>> MaterializedMemmap<R> {
     /// [`Error::InvalidArgument`] naming `i` and the row count, as [`MemmapBackend::get_row`].
     pub fn get_row(&self, i: i64) -> Result<Sample> {
         let reader = self.reader();
-        let n = reader.index().len();
-        let position = if i < 0 { i.checked_add(n as i64) } else { Some(i) };
-        let row =
-            position.and_then(|p| usize::try_from(p).ok()).filter(|&p| p < n).ok_or_else(|| {
-                Error::invalid(format!(
-                    "row {i} out of range for a cache of {n} rows ({}, in memory)",
-                    reader.layout().root().display()
-                ))
-            })?;
+        let rows = reader.index().len();
+        let row = resolve_row(i, rows).ok_or_else(|| MemmapError::RowOutOfRange {
+            cache: reader.layout().root().to_path_buf(),
+            row: i,
+            rows,
+            in_memory: true,
+        })?;
         self.read_row(row)
     }
 
     fn read_row(&self, row: usize) -> Result<Sample> {
         let reader = self.reader();
-        let format = reader.format();
+        let format = reader.row_format();
         let entry = reader.index().row(row).expect("the caller checked the range");
         let mut sample = Sample::new();
         for (position, slot) in format.slots.iter().enumerate() {
@@ -268,21 +257,15 @@ impl<R: Borrow<MemmapBackend>> MaterializedMemmap<R> {
         }
         Ok(sample)
     }
-
-    fn read_only(&self, operation: &str) -> Error {
-        Error::unsupported(
-            BACKEND_NAME,
-            format!(
-                "{operation} through an in-memory realization of {} (read-only)",
-                self.reader().layout().root().display()
-            ),
-        )
-    }
 }
 
-impl<R: Borrow<MemmapBackend> + Send + Sync> Backend for MaterializedMemmap<R> {
+impl<R: Borrow<MemmapBackend> + Send + Sync> Reader for MaterializedMemmap<R> {
     fn name(&self) -> &'static str {
         BACKEND_NAME
+    }
+
+    fn format(&self) -> &'static Format {
+        self.reader().format()
     }
 
     fn capabilities(&self) -> &Capabilities {
@@ -297,13 +280,9 @@ impl<R: Borrow<MemmapBackend> + Send + Sync> Backend for MaterializedMemmap<R> {
         self.reader().path()
     }
 
-    fn put(&mut self, _key: &str, _sample: &Sample) -> Result<()> {
-        Err(self.read_only("put"))
-    }
-
     fn get(&self, key: &str) -> Result<Option<Sample>> {
         match self.reader().index().find(key) {
-            Some(row) => self.read_row(row).map(Some),
+            Some(row) => self.read_row(row).map(Some).map_err(|e| e.for_key(key)),
             None => Ok(None),
         }
     }
@@ -318,14 +297,6 @@ impl<R: Borrow<MemmapBackend> + Send + Sync> Backend for MaterializedMemmap<R> {
 
     fn keys(&self) -> Result<Vec<String>> {
         self.reader().keys()
-    }
-
-    fn flush(&mut self) -> Result<()> {
-        Err(self.read_only("flush"))
-    }
-
-    fn finalize(&mut self) -> Result<()> {
-        Err(self.read_only("finalize"))
     }
 
     fn is_finalized(&self) -> bool {

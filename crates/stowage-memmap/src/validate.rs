@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use stowage_core::{Error, ValidationLevel, ValidationReport, Value};
 
 use crate::MemmapBackend;
-use crate::backend::{State, trailing_error};
+use crate::backend::{Recorded, trailing_error};
 use crate::coverage::{self, Verdict};
 use crate::field_file::SizeCheck;
 use crate::index::JsonRef;
@@ -21,7 +21,7 @@ const MISSING_LISTED: usize = 100;
 /// at least the committed rows' bytes (an unfinished one, whose tail is a torn append); every
 /// sidecar of a finalized cache loads and holds every key the index references;
 /// `fingerprint.json` parses with `cache_version` 5. Index rows (`row` = position, distinct paths,
-/// `n` rows) are checked when the index is loaded (by this call, for a finished cache opened
+/// `n` rows) are checked when the index is loaded (by this call, for a finalized cache opened
 /// read-only that has not loaded it yet); an index that fails to load is listed as a problem of
 /// `index.parquet`, and then no row is checked.
 ///
@@ -29,14 +29,14 @@ const MISSING_LISTED: usize = 100;
 /// the row ([`crate::coverage`]): a row another writer (DNANet) committed without a checksum is
 /// listed in [`ValidationReport::unchecked`] (one entry naming its rows and how to adopt them),
 /// never as a problem; a row stowage committed whose checksum row is gone is a problem, and so is
-/// a checksum file of a finished cache that does not fit its rows (longer than them, a partial
+/// a checksum file of a finalized cache that does not fit its rows (longer than them, a partial
 /// row, or shorter than the rows stowage's finalize recorded).
 ///
 /// Full: also every row is read (bool bytes checked), its key and values checked against
 /// `stowage_checksums.bin` when a checksum vouches for it, and every JSON text parsed.
 pub fn validate(backend: &MemmapBackend, level: ValidationLevel) -> ValidationReport {
     let mut report = ValidationReport::default();
-    let finalized_files = !matches!(backend.state(), State::Unfinished { .. });
+    let finalized_files = matches!(backend.recorded(), Recorded::ByFinalize);
     // A writer's files were cut back to the committed rows when it opened; its maps are unused.
     if !backend.is_writing() {
         for file in backend.files() {
@@ -86,7 +86,7 @@ pub fn validate(backend: &MemmapBackend, level: ValidationLevel) -> ValidationRe
     }
     // Rows whose missing checksum is already reported are not read again.
     let mut skip = Vec::new();
-    if backend.format().checksums && backend.try_index().is_ok() {
+    if backend.row_format().checksums && backend.try_index().is_ok() {
         report.files_checked += 1;
         for error in backend.checksum_file_problems() {
             problem(&mut report, None, error);
@@ -175,11 +175,12 @@ fn check_fingerprint(report: &mut ValidationReport, path: &Path) {
     }
 }
 
-/// Records `error`, moving a file path it names into the problem's path.
+/// Records `error`, moving the file path and key it names into the problem's (`key`, when
+/// given, is the row's key).
 fn problem(report: &mut ValidationReport, key: Option<&str>, error: Error) {
-    let (path, detail): (Option<PathBuf>, String) = match error {
-        Error::Corrupted { path, detail } => (Some(path), detail),
-        other => (None, other.to_string()),
+    let (path, named, detail): (Option<PathBuf>, Option<String>, String) = match error {
+        Error::Corrupted { path, key, detail } => (Some(path), key, detail),
+        other => (None, None, other.to_string()),
     };
-    report.problem(path.as_deref(), key, detail);
+    report.problem(path.as_deref(), key.or(named.as_deref()), detail);
 }

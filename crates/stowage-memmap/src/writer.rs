@@ -1,5 +1,6 @@
 //! The writing half of a [`crate::MemmapBackend`]: the writer lock, one appender per `.bin` file
-//! (and the checksum file), and the manifest whose lines commit the rows.
+//! (and the checksum file), and the manifest whose lines commit the rows. Whether the handle may
+//! write at all (read-only, finalized, poisoned) is the handle's [`stowage_core::WriteState`].
 //!
 //! Durability order (see `docs/architecture.md`): a row's bytes reach each `.bin` file first; in
 //! `flush` every `.bin` is fdatasynced, and only then are the rows' manifest lines written and the
@@ -10,10 +11,10 @@ use std::path::Path;
 use std::sync::Arc;
 
 use foldhash::HashSet;
+use stowage_core::Result;
 use stowage_core::bytes::Bytes;
 use stowage_core::file_safety::WriterLock;
 use stowage_core::write_behind::BackgroundWriter;
-use stowage_core::{Error, Result};
 
 use crate::bin_appender::BinAppender;
 use crate::coverage;
@@ -26,8 +27,6 @@ use crate::row_format::RowFormat;
 pub(crate) struct Writer {
     /// The open files; `None` when the cache was already finalized when opened.
     pub(crate) session: Option<Session>,
-    /// Set when a write or fsync failed: what reached the disk is unknown, so refuse more writes.
-    pub(crate) poisoned: Option<String>,
     /// Declared last, so dropped last: released only after the session's background writes
     /// have stopped, so that the next writer never runs beside them.
     _lock: WriterLock,
@@ -36,7 +35,7 @@ pub(crate) struct Writer {
 impl Writer {
     /// A writer holding `lock`, with `session` open (or none for a finalized cache).
     pub(crate) fn new(lock: WriterLock, session: Option<Session>) -> Writer {
-        Writer { _lock: lock, session, poisoned: None }
+        Writer { _lock: lock, session }
     }
 }
 
@@ -159,17 +158,5 @@ impl Session {
         }
         BinAppender::sync_all(self.bins.iter_mut().chain(self.checksums.as_mut()))?;
         self.manifest.commit()
-    }
-}
-
-/// The error of a write through a handle that refuses writes.
-pub(crate) fn poisoned_error(root: &Path, why: &str) -> Error {
-    Error::Backend {
-        backend: crate::BACKEND_NAME,
-        source: format!(
-            "handle of {} refuses writes after an earlier failure: {why}; reopen it",
-            root.display()
-        )
-        .into(),
     }
 }

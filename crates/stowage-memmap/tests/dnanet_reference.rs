@@ -3,9 +3,9 @@
 use std::path::{Path, PathBuf};
 
 use serde_json::Value as Json;
-use stowage_conformance::reference::reference_set;
-use stowage_core::{Backend, Error, Tensor, ValidationLevel, Value};
+use stowage_core::{Error, Reader, Tensor, ValidationLevel, Value};
 use stowage_memmap::{MemmapBackend, MemmapOptions};
+use stowage_test_support::reference::reference_set;
 
 const COMPLETE: [&str; 2] = ["aed9b48500e9acfd", "ff9cde909fae61f6"];
 const UNFINALIZED: &str = "d3c3787192a40966";
@@ -25,7 +25,7 @@ fn open(dir: &Path) -> stowage_core::Result<MemmapBackend> {
 /// An expected `.npy` file as a tensor (dtype, shape and bytes as numpy wrote them).
 fn expected(path: &Path) -> Tensor {
     let bytes = std::fs::read(path).unwrap();
-    let header = stowage_npy::npy_header::parse(&bytes).unwrap();
+    let header = stowage_core::npy_header::parse(&bytes).unwrap();
     assert!(!header.fortran_order);
     Tensor::new(header.dtype, header.shape, bytes[header.data_offset..].to_vec()).unwrap()
 }

@@ -4,7 +4,7 @@
 //! concurrency campaign: 1 round in 20).
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use stowage_core::{Backend, DType, Sample, Schema, ShapeRule, Tensor};
+use stowage_core::{Backend, DType, Reader, Sample, Schema, ShapeRule, Tensor};
 use stowage_memmap::{MemmapBackend, MemmapOptions};
 
 #[test]

@@ -1,12 +1,12 @@
 //! DNANet's reference caches are fresh for the config and sources they were built from, and a
 //! changed config field or source is named by the explanation.
 
-use stowage_core::fingerprint::{FingerprintFile, SourceChange};
+use stowage_fingerprint::{FingerprintFile, SourceChange};
 use stowage_memmap::{MemmapBackend, MemmapOptions};
 
 #[test]
 fn reference_caches_explain_fresh_and_stale_fingerprints() {
-    let Some(set) = stowage_conformance::reference::reference_set("dnanet-memmap") else { return };
+    let Some(set) = stowage_test_support::reference::reference_set("dnanet-memmap") else { return };
     for key in ["aed9b48500e9acfd", "ff9cde909fae61f6"] {
         let dir = set.join("cache_root").join(key);
         let cache = MemmapBackend::open_read_only(&dir, MemmapOptions::default()).unwrap();

@@ -2,7 +2,7 @@
 
 use std::path::Path;
 
-use stowage_core::{Backend, BackendExt, DynBackend, Error, Sample};
+use stowage_core::{Backend, DynReader, Error, Reader, Sample};
 use stowage_memmap::ram_guard::{
     BudgetSource, MemoryBudget, check_realization, parse_cgroup_limit, parse_meminfo_total,
 };
@@ -19,13 +19,13 @@ fn dnanet_row(i: usize) -> Sample {
     dnanet_rows::dnanet_row(i, format!("{{\"panel\": {}}}", i % 4))
 }
 
-/// Writes `ROWS` rows; finalized unless `finish` is false (then flushed: an unfinished cache).
-fn write_cache(dir: &Path, finish: bool) {
+/// Writes `ROWS` rows; finalized unless `finalize` is false (then flushed: an unfinished cache).
+fn write_cache(dir: &Path, finalize: bool) {
     let mut cache = MemmapBackend::create(dir, &dnanet(D, L), MemmapOptions::default()).unwrap();
     for i in 0..ROWS {
         cache.put(&key(i), &dnanet_row(i)).unwrap();
     }
-    if finish {
+    if finalize {
         cache.finalize().unwrap();
     } else {
         cache.flush().unwrap();
@@ -41,7 +41,7 @@ fn plenty() -> MemoryBudget {
 }
 
 /// Every key and every row (positive and negative) reads the same from RAM as from the maps.
-fn check_identical(reader: &MemmapBackend, in_ram: &dyn Backend, get_row: impl Fn(i64) -> Sample) {
+fn check_identical(reader: &MemmapBackend, in_ram: &dyn Reader, get_row: impl Fn(i64) -> Sample) {
     assert_eq!(in_ram.len(), ROWS);
     assert_eq!(in_ram.keys().unwrap(), reader.keys().unwrap());
     for i in 0..ROWS {
@@ -92,18 +92,16 @@ fn unfinished_caches_materialize_too() {
 }
 
 #[test]
-fn an_owned_realization_is_a_boxed_read_only_backend() {
+fn an_owned_realization_is_a_boxed_reader() {
     let dir = tempfile::tempdir().unwrap();
     write_cache(dir.path(), true);
     let owned: MaterializedMemmap = read_only(dir.path()).into_materialized(&plenty()).unwrap();
     let first = owned.get_row(0).unwrap();
-    let mut boxed: Box<DynBackend> = Box::new(owned);
+    let boxed: Box<DynReader> = Box::new(owned);
     let reader = read_only(dir.path());
     check_identical(&reader, &*boxed, |i| reader.get_row(i).unwrap());
-    assert_eq!(boxed.get_batch(&[&key(0)]).unwrap(), [Some(first.clone())]);
-    for result in [boxed.put("x", &first), boxed.flush(), boxed.finalize()] {
-        assert!(matches!(result, Err(Error::Unsupported { backend: "memmap", .. })), "{result:?}");
-    }
+    assert_eq!(boxed.get_batch(&[&key(0), "/nope"]).unwrap(), [Some(first), None]);
+    assert_eq!(boxed.format(), &stowage_memmap::STOWAGE_MEMMAP);
     assert_eq!(boxed.len(), ROWS);
 }
 
@@ -166,9 +164,10 @@ fn damaged_rows_are_reported_while_materializing() {
     std::fs::write(&path, scaler).unwrap();
     let reader = read_only(dir.path());
     let err = reader.materialize(&plenty()).err().expect("the damaged row is reported");
-    let Error::Corrupted { path: bad, detail } = &err else { panic!("{err}") };
+    let Error::Corrupted { path: bad, key: Some(bad_key), detail } = &err else { panic!("{err}") };
     assert_eq!(bad, &path);
-    assert!(detail.contains(&format!("materializing key {:?} (row 5)", key(5))), "{detail}");
+    assert_eq!(bad_key, &key(5));
+    assert!(detail.starts_with("row 5: field \"scaler\""), "{detail}");
 }
 
 #[test]

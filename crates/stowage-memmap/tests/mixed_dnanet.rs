@@ -11,14 +11,14 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{Value as Json, json};
 use stowage_conformance::corrupt::copy_tree;
-use stowage_conformance::python::{python_with, run_script};
-use stowage_conformance::reference::reference_set;
-use stowage_core::fingerprint::SourceStamp;
 use stowage_core::{
-    Backend, BackendFactory, Error, OpenMode, Sample, Tensor, ValidationLevel, ValidationReport,
-    Value,
+    Backend, BackendFactory, Error, OpenMode, Reader, Sample, Tensor, ValidationLevel,
+    ValidationReport, Value,
 };
+use stowage_fingerprint::SourceStamp;
 use stowage_memmap::{CarriedFingerprint, MemmapBackend, MemmapFactory, MemmapOptions, dnanet};
+use stowage_test_support::python::{python_with, run_script};
+use stowage_test_support::reference::reference_set;
 
 const D: usize = 3;
 const L: usize = 8;
@@ -148,12 +148,12 @@ impl Dnanet {
         self.call("write", json!({"cache": dir, "rows": rows, "finalize": finalize}))
     }
 
-    /// DNANet reads every row of `dir` and they equal `want`; a finished cache is complete, and
+    /// DNANet reads every row of `dir` and they equal `want`; a finalized cache is complete, and
     /// DNANet's inspect reports its rows.
     fn check_rows(&self, dir: &Path, want: &[Row], step: &str) {
         let got = self.call("read", json!({"cache": dir}));
-        let finished = dir.join("shapes.json").exists();
-        assert_eq!(got["complete"], finished, "{step}: DNANet's _COMPLETE");
+        let finalized = dir.join("shapes.json").exists();
+        assert_eq!(got["complete"], finalized, "{step}: DNANet's _COMPLETE");
         assert_eq!(got["n"], want.len(), "{step}: DNANet's row count");
         let rows = got["rows"].as_array().unwrap();
         assert_eq!(rows.len(), want.len(), "{step}");
@@ -171,7 +171,7 @@ impl Dnanet {
             assert_eq!(got["allele"], json!(want.allele), "{what}: allele");
             assert_eq!(got["meta_json"], want.meta, "{what}: meta_json");
         }
-        if finished {
+        if finalized {
             let inspect = self.call("inspect", json!({"cache": dir}));
             assert_eq!(inspect["rc"], 0, "{step}: DNANet's inspect");
             let line = format!("rows (n):         {}\n", want.len());
@@ -763,7 +763,7 @@ fn a_lost_checksum_file_is_damage_listed_by_key_up_to_a_limit() {
 /// An expected `.npy` file as a tensor.
 fn expected_npy(path: &Path) -> Tensor {
     let bytes = std::fs::read(path).unwrap();
-    let header = stowage_npy::npy_header::parse(&bytes).unwrap();
+    let header = stowage_core::npy_header::parse(&bytes).unwrap();
     assert!(!header.fortran_order);
     Tensor::new(header.dtype, header.shape, bytes[header.data_offset..].to_vec()).unwrap()
 }

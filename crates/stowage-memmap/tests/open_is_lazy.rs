@@ -1,10 +1,10 @@
-//! Opening a finished cache read-only reads `shapes.json`, not `index.parquet`: the index is
+//! Opening a finalized cache read-only reads `shapes.json`, not `index.parquet`: the index is
 //! loaded on the first call that needs it. (How long an open takes is measured by benchmarks,
 //! never asserted here.)
 
 use std::path::Path;
 
-use stowage_core::{Backend, BackendExt, Error, Sample, Tensor, ValidationLevel, Value};
+use stowage_core::{Backend, BackendExt, Error, Reader, Sample, Tensor, ValidationLevel, Value};
 use stowage_memmap::{MemmapBackend, MemmapOptions, dnanet};
 
 const ROWS: usize = 20_000;

@@ -220,7 +220,7 @@ print(n)
 
 #[test]
 fn numpy_and_pyarrow_read_a_dnanet_cache_stowage_wrote() {
-    let Some(python) = stowage_conformance::python::python_with(
+    let Some(python) = stowage_test_support::python::python_with(
         "numpy_and_pyarrow_read_a_dnanet_cache_stowage_wrote",
         &["numpy", "pyarrow", "pyarrow.parquet"],
     ) else {
@@ -241,7 +241,7 @@ fn numpy_and_pyarrow_read_a_dnanet_cache_stowage_wrote() {
     let expected: Vec<serde_json::Value> = (0..ROWS).map(expected).collect();
     let stdin = serde_json::to_vec(&expected).unwrap();
     let args = [dir.to_str().unwrap(), &D.to_string(), &L.to_string()];
-    let out = stowage_conformance::python::run_script(
+    let out = stowage_test_support::python::run_script(
         python,
         READER,
         &args,

@@ -4,10 +4,10 @@
 use std::path::Path;
 
 use stowage_conformance::corrupt::copy_tree;
-use stowage_conformance::reference::reference_set;
-use stowage_core::fingerprint::{FingerprintFile, SourceStamp};
-use stowage_core::{Backend, BackendExt, Error, Sample, Tensor, ValidationLevel, Value};
+use stowage_core::{Backend, BackendExt, Error, Reader, Sample, Tensor, ValidationLevel, Value};
+use stowage_fingerprint::{FingerprintFile, SourceStamp};
 use stowage_memmap::{MemmapBackend, MemmapOptions, dnanet};
+use stowage_test_support::reference::reference_set;
 
 #[path = "common/dnanet_rows.rs"]
 mod dnanet_rows;

@@ -20,7 +20,7 @@ use std::hint::black_box;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-use stowage_core::{Backend, DType, Sample, Schema, ShapeRule, Tensor, shape};
+use stowage_core::{Backend, DType, Reader, Sample, Schema, ShapeRule, Tensor, shape};
 use stowage_npy::{NpyBackend, NpyOptions};
 
 /// Random reads per timed iteration.
@@ -101,7 +101,7 @@ impl RawRows {
                 maps.push(unsafe { Mmap::map(&file) }.expect("map"));
                 maps.len() - 1
             });
-            let header = stowage_npy::npy_header::parse(&maps[m]).expect("header");
+            let header = stowage_core::npy_header::parse(&maps[m]).expect("header");
             rows.push((m, header.data_offset + r.collection_index as usize * row_bytes));
         }
         RawRows { maps, rows, row_bytes }

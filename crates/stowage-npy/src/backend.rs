@@ -1,10 +1,10 @@
-//! `NpyBackend`: the [`Backend`] over a NUMPY_10 cache directory.
+//! `NpyBackend`: the [`Reader`] and [`Backend`] over a NUMPY_10 cache directory.
 
 use crate::collection::CollectionFile;
 use crate::column_writer::ColumnWriter;
+use crate::error::{NpyError, in_field};
 use crate::index::{FieldShape, KeyIndex, Slot, encode_entry_into, encode_finalize};
 use crate::layout::{CacheMetadata, CommitMarker, Layout};
-use crate::npy_header::storage_descr;
 use crate::ownership::OwnedFiles;
 use crate::record::{Numpy10Record, RecordRef};
 use crate::{NpyOptions, validate};
@@ -14,10 +14,11 @@ use std::sync::{Mutex, OnceLock};
 use stowage_core::file_safety::{
     AppendLog, WriterLock, atomic_write, create_dir_within, fsync_dir, open_no_follow,
 };
+use stowage_core::npy_header::storage_descr;
 use stowage_core::write_behind::BackgroundWriter;
 use stowage_core::{
-    Backend, Capabilities, DType, Error, FieldKind, IoResultExt, OpenMode, Result, Sample, Schema,
-    ShapeRule, Tensor, ValidationLevel, ValidationReport, Value,
+    Backend, Capabilities, DType, Error, FieldKind, Format, IoResultExt, OpenMode, Reader, Result,
+    Sample, Schema, ShapeRule, Tensor, ValidationLevel, ValidationReport, Value, WriteState,
 };
 
 /// The backend's name in errors and capability reports.
@@ -29,26 +30,21 @@ pub const BACKEND_NAME: &str = "npy";
 /// real dtype in `stowage.json`), rank <= 31 as hangar allows; no ragged, nullable, bytes or JSON
 /// fields, which the format has no place for.
 pub fn capabilities() -> Capabilities {
-    Capabilities {
-        variable_shapes: true,
-        ragged: false,
-        nullable: false,
-        bytes_fields: false,
-        json_fields: false,
-        overwrite: true,
-        append_after_finalize: false,
-        resume: true,
-        checksums: true,
-        zero_copy_get: true,
-        concurrent_readers: true,
-        dtypes: DType::ALL.to_vec(),
-        max_rank: Some(31),
-        max_key_bytes: None,
-        max_fields: None,
-    }
+    let mut caps = Capabilities::none();
+    caps.variable_shapes = true;
+    caps.overwrite = true;
+    caps.resume = true;
+    caps.durable_flush = true;
+    caps.checksums = true;
+    caps.zero_copy_get = true;
+    caps.concurrent_readers = true;
+    caps.dtypes = DType::ALL.to_vec();
+    caps.max_rank = Some(31);
+    caps
 }
 
-/// The writing half of a handle: the lock, the logs and one column writer per field.
+/// The writing half of a handle: the lock, the logs and one column writer per field. Whether it
+/// may write (finalized, poisoned) is the handle's [`WriteState`].
 struct Writer {
     log: AppendLog,
     /// The collection files stowage created: the only ones whose markers it changes.
@@ -59,8 +55,6 @@ struct Writer {
     pending: Vec<u8>,
     /// End offset in `pending` of each entry.
     pending_ends: Vec<usize>,
-    /// Set when a write or fsync failed: what reached the disk is unknown, so refuse more writes.
-    poisoned: Option<String>,
     /// Declared last, so dropped last: released only after the column writers' background
     /// writes have stopped, so that the next writer never runs beside them.
     _lock: WriterLock,
@@ -73,15 +67,7 @@ impl Writer {
         owned: OwnedFiles,
         columns: Vec<ColumnWriter>,
     ) -> Writer {
-        Writer {
-            _lock: lock,
-            log,
-            owned,
-            columns,
-            pending: Vec::new(),
-            pending_ends: Vec::new(),
-            poisoned: None,
-        }
+        Writer { _lock: lock, log, owned, columns, pending: Vec::new(), pending_ends: Vec::new() }
     }
 }
 
@@ -89,7 +75,7 @@ impl Writer {
 /// crash-safe key -> record log.
 ///
 /// ```
-/// use stowage_core::{Backend, DType, Sample, Schema, ShapeRule, Tensor};
+/// use stowage_core::{Backend, DType, Reader, Sample, Schema, ShapeRule, Tensor};
 /// use stowage_npy::{NpyBackend, NpyOptions};
 ///
 /// let dir = tempfile::tempdir()?;
@@ -111,7 +97,10 @@ pub struct NpyBackend {
     options: NpyOptions,
     capabilities: Capabilities,
     index: KeyIndex,
-    finalized: bool,
+    /// Read-only or writable, finalized, poisoned by a failed write: the checks every write
+    /// starts with.
+    state: WriteState,
+    /// The lock, logs and column writers; present exactly when `state` is writable.
     writer: Option<Writer>,
     /// Each field's dtype, for the hot path.
     field_dtypes: Vec<DType>,
@@ -171,6 +160,7 @@ impl NpyBackend {
         let parent = layout.root().parent().filter(|p| !p.as_os_str().is_empty());
         fsync_dir(parent.unwrap_or(Path::new(".")))?;
         let columns = column_writers(&meta)?;
+        let state = WriteState::writable(BACKEND_NAME, layout.root(), false);
         Ok(NpyBackend {
             field_dtypes: field_dtypes(&meta),
             field_names: meta.schema.fields.iter().map(|f| f.name.as_str().into()).collect(),
@@ -179,7 +169,7 @@ impl NpyBackend {
             meta,
             options,
             capabilities,
-            finalized: false,
+            state,
             writer: Some(Writer::new(lock, log, owned, columns)),
             files: Vec::new(),
             foreign_files: Mutex::default(),
@@ -241,17 +231,20 @@ impl NpyBackend {
         if let Some(commit) = marker
             && (!index.is_finalized() || commit.log_records != records.len() as u64)
         {
-            return Err(Error::corrupted(
-                layout.records_log(),
-                format!(
-                    "_COMPLETE says the finalized log holds {} records, it holds {} (finalize record present: {})",
-                    commit.log_records,
-                    records.len(),
-                    index.is_finalized()
-                ),
-            ));
+            return Err(NpyError::CommitMismatch {
+                path: layout.records_log(),
+                marked: commit.log_records,
+                found: records.len() as u64,
+                finalize_record: index.is_finalized(),
+            }
+            .into());
         }
         let index_files = index.file_uids().len();
+        let state = if writing.is_some() {
+            WriteState::writable(BACKEND_NAME, layout.root(), index.is_finalized())
+        } else {
+            WriteState::read_only(BACKEND_NAME, layout.root(), index.is_finalized())
+        };
         let writer = match writing {
             Some((lock, log)) => {
                 let owned = OwnedFiles::open(&layout, index.file_uids())?;
@@ -266,14 +259,14 @@ impl NpyBackend {
             meta,
             options,
             capabilities: capabilities(),
-            finalized: index.is_finalized(),
+            state,
             index,
             writer,
             files: (0..index_files).map(|_| OnceLock::new()).collect(),
             foreign_files: Mutex::default(),
         };
-        if backend.finalized
-            && backend.writer.is_some()
+        if backend.state.is_finalized()
+            && backend.state.is_writable()
             && !backend.layout.complete_marker().exists()
         {
             // A crash between the finalize record and _COMPLETE: roll the finalize forward.
@@ -368,7 +361,7 @@ impl NpyBackend {
         if !crate::record::is_valid_uid(uid) {
             return Err(Error::invalid(format!(
                 "uid {} is not 8 characters of [a-z0-9]",
-                crate::quote::quote(uid, 40)
+                stowage_core::quote::quote(uid, 40)
             )));
         }
         let mut files =
@@ -381,20 +374,15 @@ impl NpyBackend {
         let (dtype, slot_shape) = slot_of(&self.meta.schema, field);
         let header = opened.header();
         if !same_storage(&header.descr, dtype) || opened.slot_shape() != slot_shape.as_slice() {
-            return Err(Error::Incompatible {
+            return Err(NpyError::ForeignHeaderMismatch {
                 path,
-                detail: format!(
-                    "header says {} {} (slots {}), field {:?} is {} ({}) with slots {}: the file \
-                     belongs to another column",
-                    header.descr,
-                    stowage_core::shape::display(&header.shape),
-                    stowage_core::shape::display(opened.slot_shape()),
-                    self.meta.schema.fields[field].name,
-                    storage_descr(dtype),
-                    dtype,
-                    stowage_core::shape::display(&slot_shape)
-                ),
-            });
+                descr: header.descr.clone(),
+                shape: header.shape.clone(),
+                field: self.meta.schema.fields[field].name.clone(),
+                dtype,
+                slots: slot_shape,
+            }
+            .into());
         }
         files.insert(uid.to_owned(), opened.clone());
         Ok(opened)
@@ -419,19 +407,16 @@ impl NpyBackend {
             || opened.slot_shape() != slot_shape.as_slice()
             || opened.rows() != self.meta.collection_size
         {
-            return Err(Error::corrupted(
-                &path,
-                format!(
-                    "header says {} {}, field {:?} needs {} ({}) slots {} in {} rows",
-                    header.descr,
-                    stowage_core::shape::display(&header.shape),
-                    self.meta.schema.fields[field].name,
-                    storage_descr(dtype),
-                    dtype,
-                    stowage_core::shape::display(&slot_shape),
-                    self.meta.collection_size
-                ),
-            ));
+            return Err(NpyError::HeaderMismatch {
+                path,
+                descr: header.descr.clone(),
+                shape: header.shape.clone(),
+                field: self.meta.schema.fields[field].name.clone(),
+                dtype,
+                slots: slot_shape,
+                rows: self.meta.collection_size,
+            }
+            .into());
         }
         // Another reader thread may have won the race; either copy maps the same file.
         let _ = cell.set(opened);
@@ -476,36 +461,8 @@ impl NpyBackend {
         Ok(tensor)
     }
 
-    fn writer(&mut self) -> Result<&mut Writer> {
-        let path = self.layout.root().to_path_buf();
-        let writer = self.writer.as_mut().ok_or_else(|| {
-            Error::unsupported(
-                BACKEND_NAME,
-                format!("writing through a read-only handle of {}", path.display()),
-            )
-        })?;
-        if let Some(why) = &writer.poisoned {
-            return Err(Error::Backend {
-                backend: BACKEND_NAME,
-                source: format!(
-                    "handle of {} refuses writes after an earlier failure: {why}; reopen it",
-                    path.display()
-                )
-                .into(),
-            });
-        }
-        Ok(writer)
-    }
-
     pub(crate) fn metadata(&self) -> &CacheMetadata {
         &self.meta
-    }
-
-    fn poison<T>(&mut self, result: Result<T>) -> Result<T> {
-        if let (Err(e), Some(writer)) = (&result, self.writer.as_mut()) {
-            writer.poisoned = Some(e.to_string());
-        }
-        result
     }
 }
 
@@ -579,9 +536,13 @@ fn column_writers(meta: &CacheMetadata) -> Result<Vec<ColumnWriter>> {
         .collect()
 }
 
-impl Backend for NpyBackend {
+impl Reader for NpyBackend {
     fn name(&self) -> &'static str {
         BACKEND_NAME
+    }
+
+    fn format(&self) -> &'static Format {
+        &crate::STOWAGE_NPY
     }
 
     fn capabilities(&self) -> &Capabilities {
@@ -596,27 +557,55 @@ impl Backend for NpyBackend {
         self.layout.root()
     }
 
-    fn put(&mut self, key: &str, sample: &Sample) -> Result<()> {
-        self.writer()?;
-        if self.finalized {
-            return Err(Error::Finalized { path: self.layout.root().to_path_buf() });
+    fn get(&self, key: &str) -> Result<Option<Sample>> {
+        let verify = self.options.verify_checksums;
+        let Some(found) = self.index.find(key) else { return Ok(None) };
+        let mut sample = Sample::new();
+        for (i, field) in self.meta.schema.fields.iter().enumerate() {
+            let slot = self.index.slot(&found, i);
+            let tensor = self
+                .read_slot(i, &slot, verify)
+                .map_err(|e| in_field(e, &field.name).for_key(key))?;
+            sample.insert(self.field_names[i].clone(), Value::Tensor(tensor));
         }
-        self.capabilities.check_key(key, BACKEND_NAME)?;
-        self.meta.schema.validate(sample)?;
-        let NpyBackend { layout, meta, writer, index, files, .. } = self;
-        let writer = writer.as_mut().expect("checked by self.writer()");
+        Ok(Some(sample))
+    }
+
+    fn contains(&self, key: &str) -> Result<bool> {
+        Ok(self.index.get(key).is_some())
+    }
+
+    fn len(&self) -> usize {
+        self.index.len()
+    }
+
+    fn keys(&self) -> Result<Vec<String>> {
+        Ok(self.index.keys().map(str::to_owned).collect())
+    }
+
+    fn is_finalized(&self) -> bool {
+        self.state.is_finalized()
+    }
+
+    fn validate(&self, level: ValidationLevel) -> Result<ValidationReport> {
+        validate::validate(self, level)
+    }
+}
+
+impl Backend for NpyBackend {
+    fn put(&mut self, key: &str, sample: &Sample) -> Result<()> {
+        self.state.check_put(key, sample, &self.meta.schema, &self.capabilities)?;
+        let NpyBackend { layout, meta, state, writer, index, files, .. } = self;
+        let writer = writer.as_mut().expect("a writable handle has a writer");
         let mut written = Vec::with_capacity(meta.schema.fields.len());
         for (column, field) in writer.columns.iter_mut().zip(&meta.schema.fields) {
             let Some(Value::Tensor(tensor)) = sample.get(&field.name) else {
                 unreachable!("validated: every field is a non-null tensor");
             };
-            match column.write(layout, &mut writer.owned, tensor) {
-                Ok((checksum, slot)) => written.push((checksum, slot, tensor.shape())),
-                Err(e) => {
-                    writer.poisoned = Some(e.to_string());
-                    return Err(e);
-                }
-            }
+            // A failed column write leaves what reached the file unknown.
+            let (checksum, slot) =
+                state.poison_on_error(column.write(layout, &mut writer.owned, tensor))?;
+            written.push((checksum, slot, tensor.shape()));
         }
         let records: Vec<RecordRef<'_>> = written
             .iter()
@@ -635,42 +624,13 @@ impl Backend for NpyBackend {
         Ok(())
     }
 
-    fn get(&self, key: &str) -> Result<Option<Sample>> {
-        let verify = self.options.verify_checksums;
-        let Some(found) = self.index.find(key) else { return Ok(None) };
-        let mut sample = Sample::new();
-        for (i, field) in self.meta.schema.fields.iter().enumerate() {
-            let slot = self.index.slot(&found, i);
-            let tensor = self.read_slot(i, &slot, verify).map_err(|e| match e {
-                Error::Corrupted { path, detail } => Error::Corrupted {
-                    path,
-                    detail: format!("key {key:?} field {:?}: {detail}", field.name),
-                },
-                other => other,
-            })?;
-            sample.insert(self.field_names[i].clone(), Value::Tensor(tensor));
-        }
-        Ok(Some(sample))
-    }
-
-    fn contains(&self, key: &str) -> Result<bool> {
-        Ok(self.index.get(key).is_some())
-    }
-
-    fn len(&self) -> usize {
-        self.index.len()
-    }
-
-    fn keys(&self) -> Result<Vec<String>> {
-        Ok(self.index.keys().map(str::to_owned).collect())
-    }
-
     fn flush(&mut self) -> Result<()> {
-        let layout = self.layout.clone();
-        let writer = self.writer()?;
+        self.state.check_write("flush")?;
+        let NpyBackend { layout, state, writer, .. } = self;
+        let writer = writer.as_mut().expect("a writable handle has a writer");
         let mut sync = || -> Result<()> {
             for column in &mut writer.columns {
-                column.sync(&layout)?;
+                column.sync(layout)?;
             }
             let mut start = 0;
             for &end in &writer.pending_ends {
@@ -682,27 +642,19 @@ impl Backend for NpyBackend {
             writer.log.sync()
         };
         let result = sync();
-        self.poison(result)
+        state.poison_on_error(result)
     }
 
     fn finalize(&mut self) -> Result<()> {
-        self.writer()?;
-        if self.finalized {
+        self.state.check_write("finalize")?;
+        if self.state.is_finalized() {
             return Ok(());
         }
         self.flush()?;
         let result = self.commit();
-        self.poison(result)?;
-        self.finalized = true;
+        self.state.poison_on_error(result)?;
+        self.state.set_finalized(true);
         Ok(())
-    }
-
-    fn is_finalized(&self) -> bool {
-        self.finalized
-    }
-
-    fn validate(&self, level: ValidationLevel) -> Result<ValidationReport> {
-        validate::validate(self, level)
     }
 }
 

@@ -10,8 +10,9 @@ use stowage_core::bytes::Bytes;
 use stowage_core::{ByteOrder, Error, IoResultExt, Result, Tensor, dtype, shape};
 
 use crate::cold_hash::xxh64_cold;
-use crate::npy_header::{self, NpyHeader};
+use crate::error::NpyError;
 use crate::record::Numpy10Record;
+use stowage_core::npy_header::{self, NpyHeader};
 
 /// A memory-mapped, read-only collection file.
 ///
@@ -63,28 +64,24 @@ impl CollectionFile {
         let map = unsafe { Mmap::map(&file) }.at(path)?;
         let header = npy_header::parse(&map).map_err(|e| e.into_error(path))?;
         if header.shape.is_empty() {
-            return Err(Error::Incompatible {
-                path: path.to_path_buf(),
-                detail: "a 0-d .npy array has no slots; a collection file has shape (rows, ...)"
-                    .into(),
-            });
+            return Err(NpyError::NoSlots { path: path.to_path_buf() }.into());
         }
         let data_len = header.data_len()?;
-        let needed = header.data_offset.checked_add(data_len).ok_or_else(|| {
-            Error::corrupted(path, format!("header + {data_len} data bytes overflow"))
-        })?;
+        let needed = header
+            .data_offset
+            .checked_add(data_len)
+            .ok_or_else(|| NpyError::DataSizeOverflow { path: path.to_path_buf(), data_len })?;
         if map.len() < needed {
-            return Err(Error::corrupted(
-                path,
-                format!(
-                    "file is {} bytes, expected at least {needed}: {}-byte header + {data_len} \
-                     data bytes for {} array of shape {}",
-                    map.len(),
-                    header.data_offset,
-                    header.descr,
-                    shape::display(&header.shape)
-                ),
-            ));
+            return Err(NpyError::ShortCollectionFile {
+                path: path.to_path_buf(),
+                len: map.len(),
+                needed,
+                header_len: header.data_offset,
+                data_len,
+                descr: header.descr.clone(),
+                shape: header.shape.clone(),
+            }
+            .into());
         }
         Ok(CollectionFile { path: path.to_path_buf(), header, map: Bytes::from_owner(map) })
     }
@@ -196,10 +193,14 @@ impl CollectionFile {
             // hashed.
             let got = xxh64_cold(&stored);
             if got != want {
-                return Err(Error::corrupted(
-                    &self.path,
-                    format!("{what}: checksum {got:016x} != recorded {want:016x}"),
-                ));
+                let sample = what.to_string();
+                return Err(NpyError::ChecksumMismatch {
+                    path: self.path.clone(),
+                    sample,
+                    got,
+                    want,
+                }
+                .into());
             }
         }
         let tensor = match h.byte_order {
@@ -335,9 +336,9 @@ pub fn read_hangar_record(repo_dir: &Path, record: &str, verify: bool) -> Result
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::npy_header::write_header;
     use crate::record::xxh64;
     use stowage_core::DType;
+    use stowage_core::npy_header::write_header;
 
     /// Writes a collection file of `dtype` with shape `(rows, *slot)` whose bytes count up.
     fn collection(dir: &Path, name: &str, dtype: DType, shape: &[usize]) -> (PathBuf, Vec<u8>) {

@@ -2,7 +2,6 @@
 //! batching, and the fsync ordering that makes a flush durable.
 
 use crate::layout::Layout;
-use crate::npy_header::write_header;
 use crate::ownership::OwnedFiles;
 use crate::record::{new_uid, xxh64};
 use std::fs::{File, OpenOptions};
@@ -12,6 +11,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use stowage_core::bytes::Bytes;
 use stowage_core::file_safety::{open_no_follow, sync_together};
+use stowage_core::npy_header::write_header;
 use stowage_core::write_behind::{BackgroundWriter, Job};
 use stowage_core::{DType, Error, IoResultExt, Result, Tensor, shape};
 

@@ -1,16 +1,27 @@
-//! `NpyFactory`: creates and opens NUMPY_10 caches behind `Box<dyn Backend>`.
+//! `NpyFactory`: creates, opens and recognizes NUMPY_10 caches behind `Box<dyn Backend>`.
 
+use crate::error::NpyError;
+use crate::formats::{self, HANGAR_NUMPY10};
 use crate::{NpyBackend, NpyOptions};
 use std::path::Path;
-use stowage_core::{BackendFactory, Capabilities, DynBackend, OpenMode, Result, Schema};
+use stowage_core::{
+    BackendFactory, Capabilities, DynBackend, DynReader, Format, OpenMode, Result, Schema,
+};
 
 /// A [`BackendFactory`] for [`NpyBackend`] with fixed [`NpyOptions`].
+///
+/// It recognizes stowage's own NUMPY_10 caches ([`crate::STOWAGE_NPY`]) and hangar's bare
+/// NUMPY_10 data directories ([`crate::HANGAR_NUMPY10`]). A hangar directory holds no keys (its
+/// records are in hangar's LMDB database), so [`BackendFactory::open_reader`] refuses it with
+/// `Error::Unsupported`; its samples are read one record at a time with
+/// [`crate::read_hangar_record`].
 ///
 /// ```
 /// use stowage_core::BackendFactory;
 /// let factory = stowage_npy::NpyFactory::default();
 /// assert_eq!(factory.name(), "npy");
 /// assert!(factory.capabilities().checksums);
+/// assert_eq!(factory.formats()[0], stowage_npy::STOWAGE_NPY);
 /// ```
 #[derive(Debug, Clone, Default)]
 pub struct NpyFactory {
@@ -27,11 +38,26 @@ impl BackendFactory for NpyFactory {
         crate::capabilities()
     }
 
+    fn formats(&self) -> &'static [Format] {
+        &formats::FORMATS
+    }
+
+    fn recognize(&self, path: &Path) -> Result<Option<&'static Format>> {
+        formats::recognize(path)
+    }
+
     fn create(&self, dir: &Path, schema: &Schema) -> Result<Box<DynBackend>> {
         Ok(Box::new(NpyBackend::create(dir, schema, self.options.clone())?))
     }
 
     fn open(&self, dir: &Path, mode: OpenMode) -> Result<Box<DynBackend>> {
         Ok(Box::new(NpyBackend::open(dir, mode, self.options.clone())?))
+    }
+
+    fn open_reader(&self, path: &Path) -> Result<Box<DynReader>> {
+        if formats::recognize(path)? == Some(&HANGAR_NUMPY10) {
+            return Err(NpyError::BareHangarDirectory.into());
+        }
+        Ok(Box::new(NpyBackend::open_read_only(path, self.options.clone())?))
     }
 }

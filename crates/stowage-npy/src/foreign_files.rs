@@ -16,7 +16,7 @@ use crate::validate::strip_path;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use stowage_core::{
-    Backend, Error, FieldKind, IoResultExt, Result, ShapeRule, Unchecked, ValidationReport, shape,
+    Error, FieldKind, IoResultExt, Reader, Result, ShapeRule, Unchecked, ValidationReport, shape,
 };
 
 /// Adds to `report` every collection file of the cache that stowage did not write, as

@@ -12,7 +12,7 @@
 //! whose entries locate the key bytes directly, per key one [`Slot`] per field with file ids
 //! instead of uid strings, and sample shapes stored only for fields whose shape varies.
 
-use crate::key_table::KeyTable;
+use crate::key_table::{KeyEntry, KeyTable, VACANT_ORDINAL};
 use crate::record::{Numpy10Record, RecordRef};
 use foldhash::HashMap;
 use std::path::Path;
@@ -181,13 +181,16 @@ impl KeyIndex {
                 self.slots[k * fields..(k + 1) * fields].copy_from_slice(&new_slots);
             }
             None => {
-                let too_many = || Error::invalid("more than 2^32 keys or 4 GiB per key");
-                let ordinal = u32::try_from(self.key_spans.len()).map_err(|_| too_many())?;
+                let too_many = || Error::invalid("more than 2^32 - 1 keys, or a key of 4 GiB");
+                let ordinal = u32::try_from(self.key_spans.len())
+                    .ok()
+                    .filter(|&ordinal| ordinal != VACANT_ORDINAL)
+                    .ok_or_else(too_many)?;
                 let len = u32::try_from(key.len()).map_err(|_| too_many())?;
                 let start = self.key_bytes.len() as u64;
                 self.key_bytes.push_str(key);
                 self.key_spans.push((start, len));
-                self.table.insert_new(hash, key, start, ordinal, first);
+                self.table.insert_new(KeyEntry::new(hash, key, start, ordinal, first));
                 self.slots.extend_from_slice(&new_slots);
             }
         }

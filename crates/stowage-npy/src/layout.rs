@@ -16,6 +16,7 @@
 //! `remote_data/10` for fetched data). A collection file is stowage's when `owned_files.log`
 //! claims it or `records.log` points into it; stowage changes the markers of no other file.
 
+use crate::error::NpyError;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use stowage_core::{Error, IoResultExt, Result, Schema};
@@ -176,24 +177,22 @@ impl CacheMetadata {
             Error::corrupted(path, format!("does not parse as cache metadata: {e}"))
         })?;
         if meta.format != FORMAT_NAME || meta.format_version != FORMAT_VERSION {
-            return Err(Error::Incompatible {
+            return Err(NpyError::OtherFormat {
                 path: path.to_path_buf(),
-                detail: format!(
-                    "format {:?} version {}, this reader handles {FORMAT_NAME:?} version {FORMAT_VERSION}",
-                    meta.format, meta.format_version
-                ),
-            });
+                format: meta.format,
+                version: meta.format_version,
+            }
+            .into());
         }
         if let Some(recorded) = &meta.checksum
             && *recorded != meta.digest()
         {
-            return Err(Error::corrupted(
-                path,
-                format!(
-                    "checksum {} != recorded {recorded}: the file changed after it was written",
-                    meta.digest()
-                ),
-            ));
+            return Err(NpyError::MetadataChecksum {
+                path: path.to_path_buf(),
+                computed: meta.digest(),
+                recorded: recorded.clone(),
+            }
+            .into());
         }
         if meta.collection_size == 0 {
             return Err(Error::corrupted(path, "collection_size is 0"));

@@ -87,7 +87,7 @@ fn decode(records: &[Vec<u8>], layout: &Layout) -> Result<BTreeSet<String>> {
                     format!(
                         "record {i}: {} is not \"claim <uid>\" or \"release <uid>\" with an \
                          8-character [a-z0-9] uid",
-                        crate::quote::quote(&String::from_utf8_lossy(record), 40)
+                        stowage_core::quote::quote(&String::from_utf8_lossy(record), 40)
                     ),
                 ));
             }

@@ -11,7 +11,7 @@ use std::str::FromStr;
 use rand::Rng;
 use stowage_core::{Error, Result};
 
-use crate::npy_header::MAX_RANK;
+use stowage_core::npy_header::MAX_RANK;
 
 /// The format code every NUMPY_10 record starts with.
 pub const FORMAT_CODE: &str = "10";
@@ -237,7 +237,7 @@ fn decimal<T: FromStr>(s: &str) -> std::result::Result<T, String> {
 
 /// A hostile string, shortened and escaped for an error message.
 fn quote(s: &str) -> String {
-    crate::quote::quote(s, QUOTE_LIMIT)
+    stowage_core::quote::quote(s, QUOTE_LIMIT)
 }
 
 #[cfg(test)]

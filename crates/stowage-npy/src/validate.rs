@@ -3,7 +3,7 @@
 use crate::NpyBackend;
 use std::collections::BTreeSet;
 use stowage_core::file_safety::AppendLog;
-use stowage_core::{Error, Result, ValidationLevel, ValidationReport, shape};
+use stowage_core::{Error, Reader, Result, ValidationLevel, ValidationReport, shape};
 
 /// Checks the cache behind `backend` without changing any file.
 ///
@@ -20,7 +20,7 @@ pub fn validate(backend: &NpyBackend, level: ValidationLevel) -> Result<Validati
         Ok(scan) => {
             report.files_checked += 1;
             if let Some(damage) = scan.damage
-                && (damage.is_mid_log() || backend.is_finalized_cache())
+                && (damage.is_mid_log() || backend.is_finalized())
             {
                 report.problem(Some(&log_path), None, damage.to_string());
             }
@@ -68,7 +68,7 @@ pub fn validate(backend: &NpyBackend, level: ValidationLevel) -> Result<Validati
             }
         }
     }
-    if backend.is_finalized_cache() {
+    if backend.is_finalized() {
         if !layout.complete_marker().exists() {
             report.problem(
                 Some(&layout.complete_marker()),
@@ -97,12 +97,5 @@ pub(crate) fn strip_path(e: &Error) -> String {
     match e {
         Error::Corrupted { detail, .. } => detail.clone(),
         other => other.to_string(),
-    }
-}
-
-impl NpyBackend {
-    /// Whether `_COMPLETE` was present when the handle opened or was written by it.
-    fn is_finalized_cache(&self) -> bool {
-        stowage_core::Backend::is_finalized(self)
     }
 }

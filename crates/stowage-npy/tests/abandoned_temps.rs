@@ -1,7 +1,7 @@
 //! A writer killed inside `atomic_write` of `_COMPLETE` (finalize) or `stowage.json` (create)
 //! leaves its temporary; the next writer removes it, and nothing another program named.
 
-use stowage_core::{Backend, DType, Sample, Schema, ShapeRule, Tensor};
+use stowage_core::{Backend, DType, Reader, Sample, Schema, ShapeRule, Tensor};
 use stowage_npy::{NpyBackend, NpyOptions};
 
 #[test]

@@ -6,7 +6,7 @@
 mod fixture;
 
 use std::path::{Path, PathBuf};
-use stowage_core::{Backend, ValidationLevel};
+use stowage_core::{Backend, Reader, ValidationLevel};
 use stowage_npy::{NpyBackend, NpyOptions};
 
 fn committed() -> PathBuf {

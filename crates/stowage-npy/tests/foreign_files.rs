@@ -9,11 +9,12 @@ mod mixed;
 
 use mixed::{assert_unchanged, snapshot, uids_in};
 use std::path::PathBuf;
+use stowage_core::npy_header::write_header;
 use stowage_core::{
-    Backend, DType, Error, Sample, Schema, ShapeRule, Tensor, ValidationLevel, ValidationReport,
+    Backend, DType, Error, Reader, Sample, Schema, ShapeRule, Tensor, ValidationLevel,
+    ValidationReport,
 };
 use stowage_npy::layout::Layout;
-use stowage_npy::npy_header::write_header;
 use stowage_npy::record::{Numpy10Record, xxh64};
 use stowage_npy::{NpyBackend, NpyOptions};
 

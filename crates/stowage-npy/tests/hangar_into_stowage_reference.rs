@@ -12,7 +12,7 @@ mod mixed;
 use mixed::{Expected, assert_unchanged, snapshot, uids_in};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
-use stowage_core::{Backend, Error, Sample, Tensor, ValidationLevel};
+use stowage_core::{Backend, Error, Reader, Sample, Tensor, ValidationLevel};
 use stowage_npy::record::Numpy10Record;
 use stowage_npy::{NpyBackend, NpyOptions, read_hangar_record};
 
@@ -108,7 +108,7 @@ fn assert_hangar_file_unchecked(cache: &NpyBackend, c: &Cache, when: &str) {
 
 #[test]
 fn every_key_and_every_hangar_record_reads_as_expected() {
-    let Some(set) = stowage_conformance::reference::reference_set(SET) else { return };
+    let Some(set) = stowage_test_support::reference::reference_set(SET) else { return };
     for c in caches(&set) {
         // Read-only: takes no lock and changes no file of the set.
         let cache = NpyBackend::open_read_only(&c.dir, NpyOptions::default()).unwrap();
@@ -131,7 +131,7 @@ fn sample(i: usize) -> Sample {
 
 #[test]
 fn resuming_the_unfinished_cache_leaves_hangars_file_alone() {
-    let Some(set) = stowage_conformance::reference::reference_set(SET) else { return };
+    let Some(set) = stowage_test_support::reference::reference_set(SET) else { return };
     let c = caches(&set).into_iter().find(|c| c.name == "unfinished").unwrap();
     let copy = tempfile::tempdir().unwrap();
     stowage_conformance::corrupt::copy_tree(&c.dir, copy.path()).unwrap();
@@ -181,7 +181,7 @@ fn resuming_the_unfinished_cache_leaves_hangars_file_alone() {
 
 #[test]
 fn a_writer_on_the_finalized_cache_refuses_puts_and_leaves_hangars_file_alone() {
-    let Some(set) = stowage_conformance::reference::reference_set(SET) else { return };
+    let Some(set) = stowage_test_support::reference::reference_set(SET) else { return };
     let c = caches(&set).into_iter().find(|c| c.name == "finalized").unwrap();
     let copy = tempfile::tempdir().unwrap();
     stowage_conformance::corrupt::copy_tree(&c.dir, copy.path()).unwrap();

@@ -21,12 +21,13 @@ mod mixed;
 use mixed::{Expected, assert_unchanged, snapshot, uids_in};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::Write;
 use std::path::{Path, PathBuf};
-use stowage_conformance::python::{REQUIRE_PYTHON_ENV, run_script};
-use stowage_core::{Backend, DType, Error, Sample, Schema, ShapeRule, Tensor, ValidationLevel};
+use stowage_core::{
+    Backend, DType, Error, Reader, Sample, Schema, ShapeRule, Tensor, ValidationLevel,
+};
 use stowage_npy::record::Numpy10Record;
 use stowage_npy::{NpyBackend, NpyOptions};
+use stowage_test_support::python::{REQUIRE_PYTHON_ENV, run_script};
 
 /// Environment variable naming the Python interpreter of a venv with hangar 0.5.2.
 const HANGAR_PYTHON_ENV: &str = "STOWAGE_HANGAR_PYTHON";
@@ -50,10 +51,8 @@ impl Hangar {
                 if std::env::var(REQUIRE_PYTHON_ENV).is_ok_and(|v| v == "1") {
                     panic!("{test}: {what} is required ({REQUIRE_PYTHON_ENV}=1) but not set");
                 }
-                let line = format!(
-                    "SKIPPED: {test}: {what} not set (set {REQUIRE_PYTHON_ENV}=1 to fail)\n"
-                );
-                let _ = std::io::stderr().lock().write_all(line.as_bytes());
+                let reason = format!("{what} not set (set {REQUIRE_PYTHON_ENV}=1 to fail)");
+                stowage_core::skip::report_skip("prerequisite", &reason);
                 return None;
             }
         };

@@ -6,9 +6,9 @@
 use std::path::{Path, PathBuf};
 
 use serde_json::Value;
+use stowage_core::npy_header;
 use stowage_core::{DType, Error, Tensor};
 use stowage_npy::collection::{CollectionFile, read_hangar_record};
-use stowage_npy::npy_header;
 use stowage_npy::record::Numpy10Record;
 
 const SET: &str = "hangar-numpy10";
@@ -97,7 +97,7 @@ fn repo_with(set: &Path, replacement: &str, replaces: &str) -> tempfile::TempDir
 
 #[test]
 fn every_record_reads_back_the_expected_values() {
-    let Some(set) = stowage_conformance::reference::reference_set(SET) else { return };
+    let Some(set) = stowage_test_support::reference::reference_set(SET) else { return };
     let repo = set.join("repo");
     for e in records(&set) {
         let parsed = Numpy10Record::parse(&e.record).unwrap();
@@ -115,7 +115,7 @@ fn every_record_reads_back_the_expected_values() {
 
 #[test]
 fn data_file_headers_match_the_manifest() {
-    let Some(set) = stowage_conformance::reference::reference_set(SET) else { return };
+    let Some(set) = stowage_test_support::reference::reference_set(SET) else { return };
     let manifest = load_json(&set.join("manifest.json"));
     let rows = manifest["collection_size"].as_u64().unwrap() as usize;
     let files = manifest["files"].as_array().unwrap();
@@ -142,7 +142,7 @@ fn data_file_headers_match_the_manifest() {
 
 #[test]
 fn a_flipped_sample_byte_fails_exactly_that_sample() {
-    let Some(set) = stowage_conformance::reference::reference_set(SET) else { return };
+    let Some(set) = stowage_test_support::reference::reference_set(SET) else { return };
     let repo = repo_with(&set, "corrupted/data_byte/4ujrcb35.npy", "repo/data/10/4ujrcb35.npy");
     let mut verified_in_file = 0;
     for e in records(&set) {
@@ -174,7 +174,7 @@ fn a_flipped_sample_byte_fails_exactly_that_sample() {
 
 #[test]
 fn a_flipped_padding_byte_is_outside_every_sample() {
-    let Some(set) = stowage_conformance::reference::reference_set(SET) else { return };
+    let Some(set) = stowage_test_support::reference::reference_set(SET) else { return };
     let repo = repo_with(&set, "corrupted/padding_byte/bkh47f2d.npy", "repo/data/10/bkh47f2d.npy");
     for e in records(&set) {
         let got = read_hangar_record(repo.path(), &e.record, true)
@@ -185,7 +185,7 @@ fn a_flipped_padding_byte_is_outside_every_sample() {
 
 #[test]
 fn the_manifest_corruption_notes_agree() {
-    let Some(set) = stowage_conformance::reference::reference_set(SET) else { return };
+    let Some(set) = stowage_test_support::reference::reference_set(SET) else { return };
     let manifest = load_json(&set.join("manifest.json"));
     let all = records(&set);
     for c in manifest["corrupted"].as_array().unwrap() {
@@ -204,7 +204,7 @@ fn the_manifest_corruption_notes_agree() {
 
 #[test]
 fn the_staged_file_needs_its_marker() {
-    let Some(set) = stowage_conformance::reference::reference_set(SET) else { return };
+    let Some(set) = stowage_test_support::reference::reference_set(SET) else { return };
     let staged = records(&set).into_iter().find(|e| e.key == "hf/h_uncommitted").unwrap();
     let dir = tempfile::tempdir().unwrap();
     copy_tree(&set.join("repo"), dir.path());

@@ -52,7 +52,7 @@ fn samples() -> (Schema, Vec<(String, Sample)>) {
 
 #[test]
 fn numpy_and_xxhash_read_every_record_stowage_wrote() {
-    let Some(python) = stowage_conformance::python::python_with(
+    let Some(python) = stowage_test_support::python::python_with(
         "numpy_and_xxhash_read_every_record_stowage_wrote",
         &["numpy", "xxhash"],
     ) else {
@@ -103,7 +103,12 @@ print(len(cases))
 "#;
     let stdin = serde_json::to_vec(&cases).unwrap();
     let args = [dir.path().to_str().unwrap()];
-    let out =
-        stowage_conformance::python::run_script(python, script, &args, &stdin, "numpy/xxhash read");
+    let out = stowage_test_support::python::run_script(
+        python,
+        script,
+        &args,
+        &stdin,
+        "numpy/xxhash read",
+    );
     assert_eq!(out, cases.len().to_string());
 }

@@ -2,7 +2,7 @@
 //! string is the one the log will hold; an overwrite before the flush wins with its own checksum;
 //! a file just filled reads back before its writes are known to be done.
 
-use stowage_core::{Backend, DType, Sample, Schema, ShapeRule, Tensor, ValidationLevel};
+use stowage_core::{Backend, DType, Reader, Sample, Schema, ShapeRule, Tensor, ValidationLevel};
 use stowage_npy::{NpyBackend, NpyOptions};
 
 #[test]

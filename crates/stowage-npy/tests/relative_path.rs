@@ -1,7 +1,7 @@
 //! A cache created under a relative path, as in the README's example (its own test binary because
 //! it changes the process's working directory).
 
-use stowage_core::{Backend, DType, Sample, Schema, ShapeRule, Tensor};
+use stowage_core::{Backend, DType, Reader, Sample, Schema, ShapeRule, Tensor};
 use stowage_npy::{NpyBackend, NpyOptions};
 
 #[test]

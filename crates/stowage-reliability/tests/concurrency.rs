@@ -6,7 +6,7 @@
 
 use std::path::Path;
 use stowage_core::{
-    Backend, BackendFactory, Capabilities, DynBackend, OpenMode, Result, Sample, Schema,
+    Backend, BackendFactory, Capabilities, DynBackend, OpenMode, Reader, Result, Sample, Schema,
 };
 use stowage_reliability::backends::all;
 use stowage_reliability::concurrency::{
@@ -88,6 +88,12 @@ impl BackendFactory for Lying {
     fn capabilities(&self) -> Capabilities {
         self.0.capabilities()
     }
+    fn formats(&self) -> &'static [stowage_core::Format] {
+        self.0.formats()
+    }
+    fn recognize(&self, path: &Path) -> Result<Option<&'static stowage_core::Format>> {
+        self.0.recognize(path)
+    }
     fn create(&self, dir: &Path, schema: &Schema) -> Result<Box<DynBackend>> {
         self.0.create(dir, schema)
     }
@@ -96,7 +102,10 @@ impl BackendFactory for Lying {
     }
 }
 
-impl Backend for LyingHandle {
+impl Reader for LyingHandle {
+    fn format(&self) -> &'static stowage_core::Format {
+        self.0.format()
+    }
     fn name(&self) -> &'static str {
         self.0.name()
     }
@@ -108,9 +117,6 @@ impl Backend for LyingHandle {
     }
     fn path(&self) -> &Path {
         self.0.path()
-    }
-    fn put(&mut self, key: &str, sample: &Sample) -> Result<()> {
-        self.0.put(key, sample)
     }
     fn get(&self, key: &str) -> Result<Option<Sample>> {
         let got = self.0.get(key)?;
@@ -136,12 +142,6 @@ impl Backend for LyingHandle {
     fn keys(&self) -> Result<Vec<String>> {
         self.0.keys()
     }
-    fn flush(&mut self) -> Result<()> {
-        self.0.flush()
-    }
-    fn finalize(&mut self) -> Result<()> {
-        self.0.finalize()
-    }
     fn is_finalized(&self) -> bool {
         self.0.is_finalized()
     }
@@ -150,6 +150,18 @@ impl Backend for LyingHandle {
         level: stowage_core::ValidationLevel,
     ) -> Result<stowage_core::ValidationReport> {
         self.0.validate(level)
+    }
+}
+
+impl Backend for LyingHandle {
+    fn put(&mut self, key: &str, sample: &Sample) -> Result<()> {
+        self.0.put(key, sample)
+    }
+    fn flush(&mut self) -> Result<()> {
+        self.0.flush()
+    }
+    fn finalize(&mut self) -> Result<()> {
+        self.0.finalize()
     }
 }
 

@@ -9,7 +9,7 @@
 
 use std::path::Path;
 use stowage_core::{
-    Backend, BackendFactory, Capabilities, DynBackend, OpenMode, Result, Sample, Schema,
+    Backend, BackendFactory, Capabilities, DynBackend, OpenMode, Reader, Result, Sample, Schema,
     ValidationLevel, ValidationReport,
 };
 use stowage_reliability::backends::{Subject, select};
@@ -105,6 +105,12 @@ impl BackendFactory for Broken {
     fn capabilities(&self) -> Capabilities {
         stowage_npy::capabilities()
     }
+    fn formats(&self) -> &'static [stowage_core::Format] {
+        stowage_npy::NpyFactory::default().formats()
+    }
+    fn recognize(&self, path: &Path) -> Result<Option<&'static stowage_core::Format>> {
+        stowage_npy::NpyFactory::default().recognize(path)
+    }
     fn create(&self, dir: &Path, schema: &Schema) -> Result<Box<DynBackend>> {
         let options = stowage_npy::NpyOptions { collection_size: 8, ..Default::default() };
         stowage_npy::NpyFactory { options }.create(dir, schema)
@@ -115,7 +121,10 @@ impl BackendFactory for Broken {
     }
 }
 
-impl Backend for BrokenBackend {
+impl Reader for BrokenBackend {
+    fn format(&self) -> &'static stowage_core::Format {
+        self.inner.format()
+    }
     fn name(&self) -> &'static str {
         self.inner.name()
     }
@@ -127,9 +136,6 @@ impl Backend for BrokenBackend {
     }
     fn path(&self) -> &Path {
         self.inner.path()
-    }
-    fn put(&mut self, key: &str, sample: &Sample) -> Result<()> {
-        self.inner.put(key, sample)
     }
     fn get(&self, key: &str) -> Result<Option<Sample>> {
         match self.inner.get(key) {
@@ -149,17 +155,23 @@ impl Backend for BrokenBackend {
     fn keys(&self) -> Result<Vec<String>> {
         self.inner.keys()
     }
-    fn flush(&mut self) -> Result<()> {
-        self.inner.flush()
-    }
-    fn finalize(&mut self) -> Result<()> {
-        self.inner.finalize()
-    }
     fn is_finalized(&self) -> bool {
         self.inner.is_finalized()
     }
     fn validate(&self, _level: ValidationLevel) -> Result<ValidationReport> {
         Ok(ValidationReport::default())
+    }
+}
+
+impl Backend for BrokenBackend {
+    fn put(&mut self, key: &str, sample: &Sample) -> Result<()> {
+        self.inner.put(key, sample)
+    }
+    fn flush(&mut self) -> Result<()> {
+        self.inner.flush()
+    }
+    fn finalize(&mut self) -> Result<()> {
+        self.inner.finalize()
     }
 }
 

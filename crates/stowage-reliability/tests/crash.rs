@@ -3,7 +3,7 @@
 
 use std::path::Path;
 use std::process::Command;
-use stowage_reliability::crash::durable_image::{DEMO_EXPECTED, DurableImage, files_under};
+use stowage_conformance::durable_image::{DEMO_EXPECTED, DurableImage, files_under};
 use stowage_reliability::crash::kill::KillPlan;
 use stowage_reliability::crash::workload::{Op, Workload};
 use stowage_reliability::crash::{

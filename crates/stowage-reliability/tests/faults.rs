@@ -7,9 +7,9 @@
 //! binary.
 
 use std::path::Path;
+use stowage_conformance::durable_image::{DurableImage, files_under};
+use stowage_conformance::injector::{EIO, FaultKind, Injection, InjectionLog, Op, library};
 use stowage_reliability::backends::{Subject, all};
-use stowage_reliability::crash::durable_image::{DurableImage, files_under};
-use stowage_reliability::faults::injector::{EIO, FaultKind, Injection, InjectionLog, Op, library};
 use stowage_reliability::faults::trial::Verdict;
 use stowage_reliability::faults::{
     BackendReport, Config, FSYNC_DEMO_DURABLE, KindReport, run_backend, run_kind_at,
@@ -19,7 +19,7 @@ const EXE: &str = env!("CARGO_BIN_EXE_faults");
 
 fn interposer() -> std::path::PathBuf {
     // Linux CI builds it; a missing interposer is a failure, not a skipped campaign.
-    library().expect("build.rs did not build faultinject/faultinject.c")
+    library().expect("stowage-conformance's build.rs did not build faultinject/faultinject.c")
 }
 
 fn subject(name: &str) -> Subject {

@@ -34,7 +34,7 @@ use arrow_array::{Array, ListArray};
 use criterion::{BenchmarkGroup, Criterion, Throughput, criterion_group, criterion_main};
 use stowage_arrow::segment::Segment;
 use stowage_arrow::{ArrowBackend, ArrowOptions};
-use stowage_core::{Backend, DType, OpenMode, Sample, Schema, ShapeRule, Tensor};
+use stowage_core::{Backend, DType, OpenMode, Reader, Sample, Schema, ShapeRule, Tensor};
 
 type Group<'a> = BenchmarkGroup<'a, criterion::measurement::WallTime>;
 

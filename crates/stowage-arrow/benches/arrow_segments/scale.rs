@@ -156,16 +156,16 @@ fn background_merge(dir: &Path) {
     use stowage_arrow::merged_index::{MergedIndex, SegmentKeys, merge_run, plan_merge};
     let layout = stowage_arrow::layout::Layout::new(dir);
     let committed = stowage_arrow::commit_log::read(&layout.commit_log()).unwrap();
-    let through = committed.runs.last().map_or(0, |run| run.through);
+    let through = committed.own.runs.last().map_or(0, |run| run.through);
     let fresh: Vec<&stowage_arrow::commit_log::SegmentEntry> =
         committed.segments.iter().filter(|s| s.id > through).collect();
-    let run_keys: Vec<u64> = committed.runs.iter().map(|run| run.keys).collect();
+    let run_keys: Vec<u64> = committed.own.runs.iter().map(|run| run.keys).collect();
     let taken = plan_merge(&run_keys, fresh.iter().map(|s| s.rows).sum());
     let open = |runs: &[stowage_arrow::commit_log::RunEntry]| -> Vec<MergedIndex> {
         runs.iter().map(|run| MergedIndex::open_entry(&layout, run).unwrap()).collect()
     };
-    let split = committed.runs.len() - taken;
-    let (older, inputs) = (open(&committed.runs[..split]), open(&committed.runs[split..]));
+    let split = committed.own.runs.len() - taken;
+    let (older, inputs) = (open(&committed.own.runs[..split]), open(&committed.own.runs[split..]));
     let segments = SegmentKeys::of_ids(&layout, &committed.ids());
     let fresh: Vec<u64> = fresh.iter().map(|s| s.id).collect();
     merge_run(&layout, &segments, &inputs, &fresh, &older).unwrap();

@@ -1,8 +1,9 @@
 //! [`ArrowBackend::adopt`]: another writer's segments checksummed and committed.
 
-use stowage_core::{Adoption, Error, Result};
+use stowage_core::{Adoption, Result};
 
 use super::{ArrowBackend, Role};
+use crate::error::ArrowCacheError;
 use crate::row_sums;
 use crate::segment::Segment;
 use crate::writer::Checked;
@@ -25,14 +26,15 @@ impl ArrowBackend {
     /// or adopted.
     /// torchcachex's `index.pkl` is left alone: no segment changes.
     ///
-    /// Errors: `Unsupported` on a read-only handle or a rank other than the writer rank; an
-    /// earlier failed write; the error of the first row that does not read (`Corrupted`,
+    /// Errors: `Unsupported` on a read-only handle, on a rank other than the writer rank, or for
+    /// a segment id beyond 32 bits; `Poisoned` after a failed write (and a failed write here
+    /// poisons the handle); the error of the first row that does not read (`Corrupted`,
     /// `Unsupported` for a value stowage does not return, `Incompatible` for a row outside the
     /// schema), naming the segment and key; `Io`.
     ///
     /// ```
     /// use stowage_arrow::{ArrowBackend, ArrowOptions};
-    /// use stowage_core::{Backend, DType, OpenMode, Sample, Schema, ShapeRule, Tensor, ValidationLevel};
+    /// use stowage_core::{Backend, DType, OpenMode, Reader, Sample, Schema, ShapeRule, Tensor, ValidationLevel};
     /// let dir = tempfile::tempdir()?;
     /// let schema = Schema::new().tensor("tensor", DType::F32, ShapeRule::Any);
     /// let mut cache = ArrowBackend::create(dir.path(), &schema, ArrowOptions::default())?;
@@ -50,32 +52,23 @@ impl ArrowBackend {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn adopt(&mut self) -> Result<Adoption> {
-        match &self.role {
-            Role::Reader => {
-                return Err(Error::unsupported(crate::BACKEND_NAME, "adopt on a read-only handle"));
-            }
-            Role::OtherRank => {
-                return Err(Error::unsupported(
-                    crate::BACKEND_NAME,
-                    "adopt on a rank other than the writer rank (only the writer rank writes files)",
-                ));
-            }
-            Role::Writer(_) => {}
-        }
         use stowage_core::Backend;
+        self.check_write("adopt")?;
         self.flush()?;
-        let Role::Writer(writer) = &mut self.role else { unreachable!("checked above") };
-        writer.settle(&mut self.reader)?;
+        let Role::Writer(writer) = &mut self.role else {
+            unreachable!("check_write refuses every handle but the writer")
+        };
+        self.state.poison_on_error(writer.settle(&mut self.reader))?;
+        // Every row is read before any file is written: a failure here leaves the handle as it
+        // was.
         let foreign = self.foreign_segments();
         let mut checked = Vec::with_capacity(foreign.len());
         for segment in &foreign {
             if segment.id > u64::from(u32::MAX) {
-                return Err(Error::invalid(format!(
-                    "{}: segment id {} is beyond the 32 bits stowage's key index holds; it is \
-                     read, but cannot be adopted",
-                    segment.path.display(),
-                    segment.id
-                )));
+                let segments = Some(segment.path.clone());
+                return Err(
+                    ArrowCacheError::SegmentIdBeyond32Bits { id: segment.id, segments }.into()
+                );
             }
             let opened = Segment::open(segment.id, &segment.path)?;
             let keys = opened.keys()?;
@@ -90,7 +83,7 @@ impl ArrowBackend {
         let mut adoption = Adoption::default();
         let Role::Writer(writer) = &mut self.role else { unreachable!("checked above") };
         for segment in &checked {
-            writer.adopt(segment, &mut self.reader)?;
+            self.state.poison_on_error(writer.adopt(segment, &mut self.reader))?;
             adoption.files.push(segment.path.clone());
             adoption.samples += segment.keys.len() as u64;
         }

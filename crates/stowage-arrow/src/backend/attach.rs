@@ -7,7 +7,7 @@ use stowage_core::{DType, Error, Result, Schema, ShapeRule};
 
 use super::{ArrowBackend, capabilities, write_new_log};
 use crate::blob_encoding::BlobEncoding;
-use crate::commit_log::CacheHeader;
+use crate::commit_log::{self, CacheHeader};
 use crate::decode::{ColumnGroup, column_groups_for};
 use crate::encode::arrow_schema;
 use crate::layout::Layout;
@@ -23,7 +23,7 @@ impl ArrowBackend {
     /// segments have exactly torchcachex's columns and torchcachex goes on appending to the
     /// cache. No file of torchcachex's changes; its segments are another writer's until
     /// [`ArrowBackend::adopt`] checksums them. On a rank other than the writer rank nothing is
-    /// written (see [`ArrowBackend::create`]).
+    /// written and the handle refuses every write (see [`ArrowBackend::create`]).
     ///
     /// Errors: `AlreadyExists` naming `stowage.log` when stowage's log is there (use
     /// [`ArrowBackend::open`]); as [`crate::backend::torchcachex_header`]; `Unsupported` for a schema outside
@@ -46,8 +46,9 @@ impl ArrowBackend {
         refuse_existing(&layout)?;
         let header = torchcachex_header(&layout)?;
         capabilities().check_schema(&header.schema, crate::BACKEND_NAME)?;
-        if options.current_rank()? != options.writer_rank {
-            return Self::other_rank(layout, header, options);
+        let rank = options.current_rank()?;
+        if rank != options.writer_rank {
+            return Self::other_rank(layout, header, options, rank);
         }
         let lock = WriterLock::acquire(layout.root())?;
         refuse_existing(&layout)?;
@@ -104,9 +105,9 @@ pub fn torchcachex_header(layout: &Layout) -> Result<CacheHeader> {
             }
         }
     }
-    let header = CacheHeader::new(schema, structure, BlobEncoding::VerbatimPickles);
+    let header = commit_log::new_header(schema, structure, BlobEncoding::VerbatimPickles);
     let (structure, fields, encoding) =
-        header.columns().map_err(|e| incompatible(e.to_string()))?;
+        commit_log::columns(&header).map_err(|e| incompatible(e.to_string()))?;
     // The segments are the authority on element types (torchcachex reads `halffloat` back wrong).
     for (id, segment_path) in layout.list_segments()? {
         let Ok(segment) = Segment::open(id, &segment_path) else { continue };

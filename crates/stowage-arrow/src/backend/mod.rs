@@ -1,5 +1,9 @@
 //! `ArrowBackend`: the [`Backend`] over a torchcachex-layout cache that stowage writes.
 //!
+//! On a process whose rank is not the writer rank (torchcachex's multi-rank rule: one rank
+//! writes, the others read) a handle reads what the writer rank committed and refuses every
+//! write with `Unsupported`: a put it took could never be made durable.
+//!
 //! Writes go to a pending buffer; a flush (by `flush`, or by `put` once `flush_every` samples or
 //! `max_segment_bytes` are pending) writes them as one or more segments, each crash-safely
 //! ([`crate::segment_writer`]) with its key sidecar and row checksums, then commits each in the
@@ -27,13 +31,14 @@ use stowage_core::file_safety::{
     remove_abandoned_temps,
 };
 use stowage_core::{
-    Backend, Capabilities, Error, IoResultExt, OpenMode, Result, Sample, Schema, Unchecked,
-    ValidationLevel, ValidationReport, Value,
+    Backend, Capabilities, DType, Error, Format, IoResultExt, OpenMode, Reader, Result, Sample,
+    Schema, Unchecked, ValidationLevel, ValidationReport, Value, WriteState,
 };
 
 use crate::blob_encoding::{self, BlobEncoding};
-use crate::commit_log::{self, CacheHeader, Committed, CompleteMarker, Record};
+use crate::commit_log::{self, CacheHeader, Committed, FinalizedMarker, Record};
 use crate::encode::{FieldColumns, arrow_schema, columns_with};
+use crate::error::ArrowCacheError;
 use crate::layout::Layout;
 use crate::options::ArrowOptions;
 use crate::ownership::{ForeignSegment, SegmentOrigin, Survey};
@@ -50,12 +55,26 @@ use crate::writer::{Compaction, Writer, WriterSetup, remove_marker};
 /// excepted: Arrow packs them in bits) and concurrent readers. bfloat16 and JSON, which
 /// torchcachex cannot express, are stored in forms it ignores (see [`crate::encode`]).
 pub fn capabilities() -> Capabilities {
-    Capabilities {
-        max_rank: None,
-        max_key_bytes: None,
-        max_fields: None,
-        ..Capabilities::everything()
-    }
+    capabilities_with(&ArrowOptions::default())
+}
+
+/// [`capabilities`] of a cache written with `options`: without `durable`, no `durable_flush`.
+pub(crate) fn capabilities_with(options: &ArrowOptions) -> Capabilities {
+    let mut caps = Capabilities::none();
+    caps.durable_flush = options.durable;
+    caps.variable_shapes = true;
+    caps.ragged = true;
+    caps.nullable = true;
+    caps.bytes_fields = true;
+    caps.json_fields = true;
+    caps.overwrite = true;
+    caps.append_after_finalize = true;
+    caps.resume = true;
+    caps.checksums = true;
+    caps.zero_copy_get = true;
+    caps.concurrent_readers = true;
+    caps.dtypes = DType::ALL.to_vec();
+    caps
 }
 
 /// What this handle may do.
@@ -65,10 +84,14 @@ enum Role {
     Reader,
     /// The writer rank, holding the lock.
     Writer(Box<Writer>),
-    /// A rank other than the writer rank: puts stay in this handle's memory and no file is ever
-    /// written, so ranks never race on the cache's files (torchcachex lets them overwrite the
-    /// writer's index and schema).
-    OtherRank,
+    /// A rank other than the writer rank: it reads what the writer rank committed and refuses
+    /// every write ([`ArrowCacheError::OtherRank`]), so ranks never race on the cache's files
+    /// (torchcachex lets them overwrite the writer's index and schema) and no put is ever taken
+    /// that nothing would make durable.
+    OtherRank {
+        /// This process's rank.
+        rank: u32,
+    },
 }
 
 /// A torchcachex-layout cache: Arrow IPC segments, `schema.json`, and stowage's commit log, key
@@ -76,7 +99,7 @@ enum Role {
 ///
 /// ```
 /// use stowage_arrow::{ArrowBackend, ArrowOptions};
-/// use stowage_core::{Backend, DType, Sample, Schema, ShapeRule, Tensor};
+/// use stowage_core::{Backend, DType, Reader, Sample, Schema, ShapeRule, Tensor};
 ///
 /// let dir = tempfile::tempdir()?;
 /// let schema = Schema::new().tensor("tensor", DType::F32, ShapeRule::Any);
@@ -101,17 +124,19 @@ pub struct ArrowBackend {
     reader: CacheReader,
     pending: Pending,
     sample_cache: SampleCache,
-    finalized: bool,
-    /// This handle finalized the cache: it takes no more puts (reopen in append mode to add).
-    sealed: bool,
+    /// Read-only, finalized (as far as this handle's puts go) and poisoned. A writer starts
+    /// unfinalized even on a finalized cache (it appends: `append_after_finalize`) and is
+    /// finalized by its own `finalize`; whether the cache is finalized on disk, the writer
+    /// tracks ([`Writer::is_finalized`]).
+    state: WriteState,
     role: Role,
 }
 
 impl ArrowBackend {
     /// Creates an empty cache in `dir` (created if missing) and returns a writer. On a rank other
     /// than `options.writer_rank` nothing is created: the handle reads what the writer rank has
-    /// committed and keeps its own puts in memory. The output structure and blob encoding come
-    /// from `options` and are recorded in the commit log.
+    /// committed and refuses every write (`Unsupported`). The output structure and blob encoding
+    /// come from `options` and are recorded in the commit log.
     ///
     /// Errors: `Unsupported` for a schema outside [`capabilities`]; `InvalidArgument` when
     /// `options.output_structure` does not fit the schema (naming both), for bad options or
@@ -125,10 +150,11 @@ impl ArrowBackend {
         options.check()?;
         capabilities().check_schema(schema, crate::BACKEND_NAME)?;
         let (structure, _) = columns_with(schema, options.output_structure, options.blob_encoding)?;
-        let header = CacheHeader::new(schema.clone(), structure, options.blob_encoding);
+        let header = commit_log::new_header(schema.clone(), structure, options.blob_encoding);
         let layout = Layout::new(dir.as_ref());
-        if options.current_rank()? != options.writer_rank {
-            return Self::other_rank(layout, header, options);
+        let rank = options.current_rank()?;
+        if rank != options.writer_rank {
+            return Self::other_rank(layout, header, options, rank);
         }
         let refuse_existing = |layout: &Layout| -> Result<()> {
             if layout.commit_log().exists() {
@@ -145,7 +171,7 @@ impl ArrowBackend {
         refuse_existing(&layout)?;
         // Never a link: every segment is written (and every leftover removed) in it.
         create_dir_within(layout.root(), &layout.segments_dir())?;
-        let (structure, fields, _) = header.columns()?;
+        let (structure, fields, _) = commit_log::columns(&header)?;
         let arrow = arrow_schema(structure, &fields);
         let described = SchemaJson::describe(structure, &arrow)?;
         atomic_write(layout.schema(), &described.to_json())?;
@@ -159,7 +185,8 @@ impl ArrowBackend {
     /// the log does not vouch for) and resumes or appends. Either way every committed segment is
     /// read, and so is every segment another writer (torchcachex) added
     /// ([`ArrowBackend::foreign_segments`]): the highest segment id holding a key wins. On a rank
-    /// other than the writer rank, append mode writes nothing (see [`ArrowBackend::create`]).
+    /// other than the writer rank, append mode takes no lock and refuses every write (see
+    /// [`ArrowBackend::create`]).
     ///
     /// Errors: `NotFound` when `dir` holds no stowage Arrow cache (read torchcachex's own
     /// caches with [`CacheReader`], or start stowage's log in one with
@@ -172,7 +199,7 @@ impl ArrowBackend {
         let rank = options.current_rank()?;
         match mode {
             OpenMode::Append if rank == options.writer_rank => {}
-            OpenMode::Append => return Self::other_rank(layout, committed.header, options),
+            OpenMode::Append => return Self::other_rank(layout, committed.header, options, rank),
             OpenMode::ReadOnly => {
                 let survey = survey_for(&layout, &committed)?;
                 return Self::assemble(layout, committed, &survey, options, Role::Reader);
@@ -195,14 +222,13 @@ impl ArrowBackend {
         // Above every id of the log and of the directory, leftovers included: no id is reused.
         let next_id = committed.next_segment_id().max(survey.highest_id.map_or(0, |id| id + 1));
         remove_uncommitted(&layout, &survey)?;
-        remove_stale_runs(&layout, &committed.runs)?;
+        remove_stale_runs(&layout, &committed.own.runs)?;
         remove_abandoned_temporaries(&layout)?;
-        let marker = CompleteMarker::read(&layout.complete_marker())?;
+        let marker = FinalizedMarker::read(&layout.complete_marker())?;
         let complete_marker = match marker {
             // A crash between the `finalized` record and the marker: finish the finalize.
             None if committed.finalized => {
-                let marker = CompleteMarker { log_records: committed.records };
-                atomic_write(layout.complete_marker(), &marker.to_bytes())?;
+                committed.marker().write(&layout.complete_marker())?;
                 true
             }
             // A crash between an append after finalize and the marker's removal.
@@ -212,10 +238,14 @@ impl ArrowBackend {
             }
             other => other.is_some(),
         };
-        let (ids, adopted) = (committed.ids(), committed.adopted.clone());
-        let runs = committed.runs.clone();
-        let replaced = committed.removed.clone();
+        let (ids, adopted) = (committed.ids(), committed.own.adopted.clone());
+        let runs = committed.own.runs.clone();
+        let replaced = committed.own.removed.clone();
+        let finalized = committed.finalized;
         let mut backend = Self::assemble(layout, committed, &survey, options, Role::Reader)?;
+        // Puts are taken even when the cache is finalized (append_after_finalize): the writer
+        // says whether it still is.
+        backend.state = WriteState::writable(crate::BACKEND_NAME, backend.layout.root(), false);
         let format = segment_format(
             &backend.layout,
             &backend.arrow_schema,
@@ -232,21 +262,29 @@ impl ArrowBackend {
             committed: ids,
             adopted,
             runs,
+            finalized,
             complete_marker,
             replaced,
         })));
         Ok(backend)
     }
 
-    fn other_rank(layout: Layout, header: CacheHeader, options: ArrowOptions) -> Result<Self> {
+    /// The handle of rank `rank`, not the writer rank: it reads what the writer rank committed
+    /// (nothing when it has not created the cache yet) and writes nothing.
+    fn other_rank(
+        layout: Layout,
+        header: CacheHeader,
+        options: ArrowOptions,
+        rank: u32,
+    ) -> Result<Self> {
         let committed = match commit_log::read(&layout.commit_log()) {
             Ok(committed) => committed,
             // The writer rank has not created it yet: nothing to read.
-            Err(Error::NotFound { .. }) => Committed::empty(header),
+            Err(Error::NotFound { .. }) => Committed::new(header),
             Err(e) => return Err(e),
         };
         let survey = survey_for(&layout, &committed)?;
-        Self::assemble(layout, committed, &survey, options, Role::OtherRank)
+        Self::assemble(layout, committed, &survey, options, Role::OtherRank { rank })
     }
 
     fn assemble(
@@ -256,13 +294,12 @@ impl ArrowBackend {
         options: ArrowOptions,
         role: Role,
     ) -> Result<ArrowBackend> {
-        let (structure, fields, encoding) = committed
-            .header
-            .columns()
+        let (structure, fields, encoding) = commit_log::columns(&committed.header)
             .map_err(|e| Error::corrupted(layout.commit_log(), format!("header: {e}")))?;
         let arrow = Arc::new(arrow_schema(structure, &fields));
         let schema = committed.header.schema.clone();
         let reader = cache_reader(&layout, &committed, survey, &schema, &options)?;
+        let state = WriteState::read_only(crate::BACKEND_NAME, layout.root(), committed.finalized);
         Ok(ArrowBackend {
             layout,
             schema,
@@ -270,13 +307,12 @@ impl ArrowBackend {
             encoding,
             fields,
             arrow_schema: arrow,
-            capabilities: capabilities(),
+            capabilities: capabilities_with(&options),
             sample_cache: SampleCache::new(options.sample_cache_bytes),
             options,
             reader,
             pending: Pending::default(),
-            finalized: committed.finalized,
-            sealed: false,
+            state,
             role,
         })
     }
@@ -376,25 +412,39 @@ impl ArrowBackend {
         self.pending.len()
     }
 
-    fn writer(&mut self) -> Result<Option<&mut Writer>> {
-        match &mut self.role {
-            Role::Reader => {
-                Err(Error::unsupported(crate::BACKEND_NAME, "writes on a read-only handle"))
-            }
-            Role::OtherRank => Ok(None),
-            Role::Writer(writer) => writer.check().map(|()| Some(&mut **writer)),
+    /// The refusal of `operation` on a rank other than the writer rank; `None` on any other
+    /// handle.
+    fn other_rank_refusal(&self, operation: &'static str) -> Option<Error> {
+        match self.role {
+            Role::OtherRank { rank } => Some(
+                ArrowCacheError::OtherRank {
+                    operation,
+                    rank,
+                    writer_rank: self.options.writer_rank,
+                }
+                .into(),
+            ),
+            Role::Reader | Role::Writer(_) => None,
         }
     }
 
-    /// Hands the pending samples to the writer (on another rank they stay pending), and takes
-    /// in what finished; with `wait`, waits for every write.
+    /// The check every write starts with: `Unsupported` on another rank or a read-only handle,
+    /// `Poisoned` after a failed write. Once it passes, the handle is the writer.
+    fn check_write(&self, operation: &'static str) -> Result<()> {
+        match self.other_rank_refusal(operation) {
+            Some(refusal) => Err(refusal),
+            None => self.state.check_write(operation),
+        }
+    }
+
+    /// Hands the pending samples to the writer and takes in what finished; with `wait`, waits
+    /// for every write. A failure poisons the handle. Nothing to do on a handle that does not
+    /// write (it never has pending samples: its puts are refused).
     fn write_pending(&mut self, wait: bool) -> Result<()> {
         let Role::Writer(writer) = &mut self.role else { return Ok(()) };
         writer.submit(std::mem::take(&mut self.pending));
         let wait = wait || !self.options.background_flush;
-        if writer.collect(wait, &mut self.reader)? > 0 {
-            self.finalized = false;
-        }
+        self.state.poison_on_error(writer.collect(wait, &mut self.reader))?;
         Ok(())
     }
 
@@ -402,19 +452,20 @@ impl ArrowBackend {
     /// writer also merges in the background every `merge_after` segments, and `finalize` does
     /// this).
     ///
-    /// Errors: `Unsupported` on a read-only handle; an earlier failed write; as
-    /// [`crate::merged_index::merge_run`].
+    /// Errors: `Unsupported` on a read-only handle or a rank other than the writer rank;
+    /// `Poisoned` after a failed write; as [`crate::merged_index::merge_run`] (which poisons the
+    /// handle: what reached the disk is unknown).
     pub fn merge_index(&mut self) -> Result<()> {
-        self.writer()?;
-        match &mut self.role {
-            Role::Writer(writer) => writer.merge_now(&mut self.reader),
-            _ => Ok(()),
-        }
+        self.check_write("merge the key index")?;
+        let Role::Writer(writer) = &mut self.role else {
+            unreachable!("check_write refuses every handle but the writer")
+        };
+        self.state.poison_on_error(writer.merge_now(&mut self.reader))
     }
 }
 
 impl ArrowBackend {
-    /// The checks of [`Backend::validate`] that span the whole cache, without decoding a row:
+    /// The checks of [`Reader::validate`] that span the whole cache, without decoding a row:
     /// the commit log (every committed segment present with its recorded size and rows, with its
     /// key sidecar and row checksums), `stowage.complete`, `schema.json`, and every key index run
     /// against the key columns of the segments it covers.
@@ -425,7 +476,7 @@ impl ArrowBackend {
     /// problem and unchecked segment `validate` finds, so a caller can check the segments in
     /// parallel. A segment that cannot be read is left to its own check.
     ///
-    /// Errors: as [`Backend::validate`].
+    /// Errors: as [`Reader::validate`].
     pub fn validate_log_and_index(&self) -> Result<ValidationReport> {
         let mut report = ValidationReport::default();
         let mut segment_keys: Vec<(u64, Vec<String>)> = Vec::new();
@@ -447,7 +498,7 @@ impl ArrowBackend {
     /// The samples of `keys`, in order (`None` for a missing key): unwritten ones from memory,
     /// the rest read segment by segment in row order ([`CacheReader::get_batch`]).
     ///
-    /// Errors: as [`Backend::get`], for the first key that fails.
+    /// Errors: as [`Reader::get`], for the first key that fails.
     pub fn get_batch(&self, keys: &[&str]) -> Result<Vec<Option<Sample>>> {
         let unwritten: Vec<Option<&Sample>> = keys.iter().map(|k| self.unwritten(k)).collect();
         if unwritten.iter().all(Option::is_none) {
@@ -496,16 +547,23 @@ impl ArrowBackend {
     /// segments an earlier compaction replaced. Pending samples are flushed first. Readers in
     /// other processes are never blocked: replaced segments' files stay until the next compaction.
     ///
-    /// Errors: `Unsupported` on a read-only handle; an earlier failed write; `Corrupted` when a
-    /// row to keep fails its checksum (nothing is committed then); `Io`.
+    /// Errors: `Unsupported` on a read-only handle or a rank other than the writer rank;
+    /// `Poisoned` after a failed write; `Corrupted` when a row to keep fails its checksum
+    /// (nothing is written then, and the handle goes on writing); a failed write, which poisons
+    /// the handle.
     pub fn compact(&mut self, small_bytes: u64) -> Result<Compaction> {
+        self.check_write("compact")?;
         self.flush()?;
-        let Role::Writer(writer) = &mut self.role else { return Ok(Compaction::default()) };
-        let report = writer.compact(&mut self.reader, small_bytes)?;
+        let Role::Writer(writer) = &mut self.role else {
+            unreachable!("check_write refuses every handle but the writer")
+        };
+        self.state.poison_on_error(writer.settle(&mut self.reader))?;
+        let plan = writer.plan_compaction(&self.reader, small_bytes)?;
+        let report = self.state.poison_on_error(writer.compact(&mut self.reader, plan))?;
         if !report.removed.is_empty() {
             self.reload_reader()?;
             if let Role::Writer(writer) = &mut self.role {
-                writer.merge_now(&mut self.reader)?;
+                self.state.poison_on_error(writer.merge_now(&mut self.reader))?;
             }
         }
         Ok(report)
@@ -534,11 +592,11 @@ fn cache_reader(
     schema: &Schema,
     options: &ArrowOptions,
 ) -> Result<CacheReader> {
-    let (structure, _, encoding) = committed.header.columns()?;
+    let (structure, _, encoding) = commit_log::columns(&committed.header)?;
     let mut segments: Vec<(u64, SegmentOrigin)> = committed
         .segments
         .iter()
-        .map(|s| match committed.adopted.contains(&s.id) {
+        .map(|s| match committed.own.adopted.contains(&s.id) {
             true => (s.id, SegmentOrigin::Adopted),
             false => (s.id, SegmentOrigin::Stowage),
         })
@@ -546,8 +604,13 @@ fn cache_reader(
     segments
         .extend(survey.foreign.iter().map(|f| (f.id, SegmentOrigin::Foreign { writer: f.writer })));
     segments.sort_unstable_by_key(|(id, _)| *id);
-    let reader =
-        CacheReader::open_cache(layout.root(), &segments, structure, encoding, &committed.runs)?;
+    let reader = CacheReader::open_cache(
+        layout.root(),
+        &segments,
+        structure,
+        encoding,
+        &committed.own.runs,
+    )?;
     Ok(reader
         .with_checksums(options.verify_checksums)
         .requiring_checksums()
@@ -557,7 +620,7 @@ fn cache_reader(
 /// What `segments/` of `layout` holds beside what `committed` vouches for.
 fn survey_for(layout: &Layout, committed: &Committed) -> Result<Survey> {
     let vouched: std::collections::HashSet<u64> =
-        committed.ids().into_iter().chain(committed.removed.iter().copied()).collect();
+        committed.ids().into_iter().chain(committed.own.removed.iter().copied()).collect();
     crate::ownership::survey(layout, |id| vouched.contains(&id))
 }
 
@@ -659,9 +722,13 @@ fn remove_uncommitted(layout: &Layout, survey: &Survey) -> Result<()> {
     Ok(())
 }
 
-impl Backend for ArrowBackend {
+impl Reader for ArrowBackend {
     fn name(&self) -> &'static str {
         crate::BACKEND_NAME
+    }
+
+    fn format(&self) -> &'static Format {
+        &crate::FORMATS[0]
     }
 
     fn capabilities(&self) -> &Capabilities {
@@ -674,29 +741,6 @@ impl Backend for ArrowBackend {
 
     fn path(&self) -> &Path {
         self.layout.root()
-    }
-
-    fn put(&mut self, key: &str, sample: &Sample) -> Result<()> {
-        let is_writer = self.writer()?.is_some();
-        if self.sealed {
-            return Err(Error::Finalized { path: self.layout.root().to_path_buf() });
-        }
-        self.capabilities.check_key(key, crate::BACKEND_NAME)?;
-        self.schema.validate(sample)?;
-        match self.encoding {
-            BlobEncoding::VerbatimPickles => check_verbatim(key, sample)?,
-            BlobEncoding::Raw => check_legacy_row(&self.schema, key, sample)?,
-            BlobEncoding::PickledBytes => {}
-        }
-        self.sample_cache.remove(key);
-        self.pending.insert(key, sample);
-        if is_writer
-            && (self.pending.len() >= self.options.flush_every
-                || self.pending.bytes() >= self.options.max_segment_bytes)
-        {
-            self.write_pending(false)?;
-        }
-        Ok(())
     }
 
     fn get(&self, key: &str) -> Result<Option<Sample>> {
@@ -713,6 +757,11 @@ impl Backend for ArrowBackend {
         Ok(sample)
     }
 
+    /// Segment by segment in row order ([`ArrowBackend::get_batch`]).
+    fn get_batch(&self, keys: &[&str]) -> Result<Vec<Option<Sample>>> {
+        ArrowBackend::get_batch(self, keys)
+    }
+
     fn contains(&self, key: &str) -> Result<bool> {
         Ok(self.unwritten(key).is_some() || self.reader.locate(key).is_some())
     }
@@ -727,23 +776,13 @@ impl Backend for ArrowBackend {
         Ok(keys)
     }
 
-    fn flush(&mut self) -> Result<()> {
-        self.writer()?;
-        self.write_pending(true)
-    }
-
-    fn finalize(&mut self) -> Result<()> {
-        self.flush()?;
-        if let Role::Writer(writer) = &mut self.role {
-            writer.finalize(&mut self.reader)?;
-        }
-        self.finalized = true;
-        self.sealed = true;
-        Ok(())
-    }
-
+    /// Whether the commit log's last word is a `finalized` record, as this handle last saw or
+    /// wrote it (a writer's append unfinalizes the cache when its segment is committed).
     fn is_finalized(&self) -> bool {
-        self.finalized
+        match &self.role {
+            Role::Writer(writer) => writer.is_finalized(),
+            Role::Reader | Role::OtherRank { .. } => self.state.is_finalized(),
+        }
     }
 
     /// Every committed row is decoded and checked against its checksum, every segment another
@@ -756,6 +795,52 @@ impl Backend for ArrowBackend {
             SchemaJson::describe(self.output_structure(), &self.arrow_schema)?.to_json();
         crate::validate::check_commits(&mut report, &self.layout, &expected_schema_json)?;
         Ok(report)
+    }
+}
+
+impl Backend for ArrowBackend {
+    /// On a rank other than the writer rank: `Unsupported`, naming the rank (nothing would ever
+    /// make the sample durable).
+    fn put(&mut self, key: &str, sample: &Sample) -> Result<()> {
+        if let Some(refusal) = self.other_rank_refusal("put") {
+            return Err(refusal);
+        }
+        self.state.check_put(key, sample, &self.schema, &self.capabilities)?;
+        match self.encoding {
+            BlobEncoding::VerbatimPickles => check_verbatim(key, sample)?,
+            BlobEncoding::Raw => check_legacy_row(&self.schema, key, sample)?,
+            BlobEncoding::PickledBytes => {}
+        }
+        self.sample_cache.remove(key);
+        self.pending.insert(key, sample);
+        if self.pending.len() >= self.options.flush_every
+            || self.pending.bytes() >= self.options.max_segment_bytes
+        {
+            self.write_pending(false)?;
+        }
+        Ok(())
+    }
+
+    /// On a rank other than the writer rank: `Ok` with nothing to do, as no put was taken (it
+    /// makes nothing durable, and has nothing to).
+    fn flush(&mut self) -> Result<()> {
+        if matches!(self.role, Role::OtherRank { .. }) && self.pending.is_empty() {
+            return Ok(());
+        }
+        self.check_write("flush")?;
+        self.write_pending(true)
+    }
+
+    /// On a rank other than the writer rank: `Unsupported`, naming the rank.
+    fn finalize(&mut self) -> Result<()> {
+        self.check_write("finalize")?;
+        self.flush()?;
+        let Role::Writer(writer) = &mut self.role else {
+            unreachable!("check_write refuses every handle but the writer")
+        };
+        self.state.poison_on_error(writer.finalize(&mut self.reader))?;
+        self.state.set_finalized(true);
+        Ok(())
     }
 }
 

@@ -19,7 +19,7 @@ use stowage_core::file_safety::fsync_dir;
 use stowage_core::{IoResultExt, Result};
 
 use super::Writer;
-use crate::commit_log::{Record, SegmentEntry};
+use crate::commit_log::{ArrowRecord, Record, SegmentEntry};
 use crate::key_sidecar;
 use crate::reader::CacheReader;
 use crate::row_sums;
@@ -42,16 +42,9 @@ impl Writer {
     /// Adopts `segment` (see the module docs). `reader` must have no work in flight (the caller
     /// settled the writer); the caller reopens it afterwards (the segment's origin changed).
     ///
-    /// Errors: any failed step, which poisons the writer (the record may be durable).
+    /// Errors: any failed step, after which what reached the disk is unknown (the record may be
+    /// durable): the handle poisons itself.
     pub fn adopt(&mut self, segment: &Checked, reader: &mut CacheReader) -> Result<SegmentEntry> {
-        let result = self.adopt_steps(segment, reader);
-        if let Err(e) = &result {
-            self.poisoned.get_or_insert_with(|| e.to_string());
-        }
-        result
-    }
-
-    fn adopt_steps(&mut self, segment: &Checked, reader: &mut CacheReader) -> Result<SegmentEntry> {
         let keys: Vec<&str> = segment.keys.iter().map(String::as_str).collect();
         let session = self.format.session;
         let sidecar = key_sidecar::build_in_session(&keys, session)?;
@@ -69,7 +62,7 @@ impl Writer {
         }
         let bytes = std::fs::metadata(&segment.path).at(&segment.path)?.len();
         let entry = SegmentEntry { id: segment.id, rows: keys.len() as u64, bytes };
-        self.submit_record(Record::Adopted(entry));
+        self.submit_record(Record::Own(ArrowRecord::Adopted(entry)));
         self.collect_outcomes(true, reader)?;
         let at = self.committed.partition_point(|&id| id < segment.id);
         self.committed.insert(at, segment.id);

@@ -14,7 +14,7 @@
 use stowage_core::{Error, Result};
 
 use super::Writer;
-use crate::commit_log::{CompactedEntry, Record};
+use crate::commit_log::{ArrowRecord, CompactedEntry, Record};
 use crate::layout::Layout;
 use crate::pending::Pending;
 use crate::reader::CacheReader;
@@ -36,15 +36,34 @@ pub struct Compaction {
     pub files_deleted: u64,
 }
 
+/// What a compaction keeps, read before anything is written: the segments it replaces and the
+/// winning rows of their keys.
+#[derive(Debug)]
+pub struct CompactionPlan {
+    /// The segments replaced, ascending.
+    victims: Vec<u64>,
+    /// Each of their keys' winning row, read through the checksums.
+    kept: Pending,
+    /// Rows kept.
+    rows_kept: u64,
+    /// Shadowed rows dropped.
+    rows_dropped: u64,
+}
+
 impl Writer {
-    /// Compacts every committed segment smaller than `small_bytes` (when there are at least two;
-    /// never an adopted segment, whose file is another writer's) and deletes the files earlier
-    /// compactions replaced. `reader` must see every committed segment; afterwards the caller
-    /// opens a new one (the segment list changed).
-    pub fn compact(&mut self, reader: &mut CacheReader, small_bytes: u64) -> Result<Compaction> {
-        self.settle(reader)?;
-        let mut report =
-            Compaction { files_deleted: self.delete_replaced()?, ..Compaction::default() };
+    /// Reads what a compaction of every committed segment smaller than `small_bytes` keeps
+    /// (never an adopted segment, whose file is another writer's); `None` when fewer than two
+    /// are that small. Writes nothing, so a failure (a row to keep that fails its checksum)
+    /// leaves the writer as it was. `reader` must see every committed segment (the caller
+    /// settled the writer).
+    ///
+    /// Errors: `Corrupted` naming the segment and key of a row to keep that does not read;
+    /// `Io` naming a segment whose size cannot be read.
+    pub fn plan_compaction(
+        &self,
+        reader: &CacheReader,
+        small_bytes: u64,
+    ) -> Result<Option<CompactionPlan>> {
         let mut victims = Vec::new();
         for &id in self.committed.iter().filter(|id| !self.adopted.contains(id)) {
             let path = self.layout.segment(id);
@@ -54,21 +73,44 @@ impl Writer {
             }
         }
         if victims.len() < 2 {
-            return Ok(report);
+            return Ok(None);
         }
-        let mut kept = Pending::default();
-        for &id in &victims {
+        let mut plan =
+            CompactionPlan { victims, kept: Pending::default(), rows_kept: 0, rows_dropped: 0 };
+        for &id in &plan.victims {
             let segment = Segment::open(id, &self.layout.segment(id))?;
             for (row, key) in segment.keys()?.into_iter().enumerate() {
                 if reader.locate(key) == Some((id, row)) {
                     // Read through the checksums: a compaction never copies damage forward.
-                    kept.insert(key, &reader.read_row(key, id, row)?);
-                    report.rows_kept += 1;
+                    plan.kept.insert(key, &reader.read_row(key, id, row)?);
+                    plan.rows_kept += 1;
                 } else {
-                    report.rows_dropped += 1;
+                    plan.rows_dropped += 1;
                 }
             }
         }
+        Ok(Some(plan))
+    }
+
+    /// Deletes the files earlier compactions replaced, then carries out `plan` (from
+    /// [`Writer::plan_compaction`], with no write since): writes the kept rows as new segments
+    /// and commits them in place of the replaced ones. `reader` must see every committed
+    /// segment; afterwards the caller opens a new one (the segment list changed).
+    ///
+    /// Errors: any failed write, after which what reached the disk is unknown (the handle
+    /// poisons itself).
+    pub fn compact(
+        &mut self,
+        reader: &mut CacheReader,
+        plan: Option<CompactionPlan>,
+    ) -> Result<Compaction> {
+        let mut report =
+            Compaction { files_deleted: self.delete_replaced()?, ..Compaction::default() };
+        let Some(CompactionPlan { victims, kept, rows_kept, rows_dropped }) = plan else {
+            return Ok(report);
+        };
+        report.rows_kept = rows_kept;
+        report.rows_dropped = rows_dropped;
         let mut segments = Vec::new();
         for chunk in kept.chunks(self.format.max_segment_bytes) {
             let (id, path) = write_next_segment(&self.format, &self.next_id, &chunk)?;
@@ -77,11 +119,8 @@ impl Writer {
         }
         report.written = segments.iter().map(|s| s.id).collect();
         let record = CompactedEntry { segments, removed: victims.clone() };
-        self.submit_record(Record::Compacted(record));
-        if let Err(e) = self.collect_outcomes(true, reader) {
-            self.poisoned.get_or_insert_with(|| e.to_string());
-            return Err(e);
-        }
+        self.submit_record(Record::Own(ArrowRecord::Compacted(record)));
+        self.collect_outcomes(true, reader)?;
         self.committed.retain(|id| !victims.contains(id));
         self.committed.extend(&report.written);
         // The runs point into the replaced segments: withdrawn by the record, their files go

@@ -2,19 +2,21 @@
 //! the background merge of the key index and the completion marker.
 //!
 //! Pending samples handed to [`Writer::submit`] stay readable (as in flight) until the outcome of
-//! their write comes back; then their segments join the reader. Any failure poisons the writer:
-//! what reached the disk is unknown, so it refuses further writes and says why on every call.
+//! their write comes back; then their segments join the reader. After a failed write what reached
+//! the disk is unknown: the handle poisons itself ([`stowage_core::WriteState::poison_on_error`],
+//! around every call below that writes) and refuses further writes, saying why.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::thread::JoinHandle;
 
-use stowage_core::file_safety::{AppendLog, WriterLock, atomic_write, fsync_dir};
+use stowage_core::file_safety::{AppendLog, WriterLock, fsync_dir};
 use stowage_core::{Error, Result, Sample};
 
-use crate::commit_log::{CompleteMarker, Record, RunEntry};
+use crate::commit_log::{ArrowRecord, FinalizedMarker, Record, RunEntry};
 use crate::committer::{Committer, Work};
+use crate::error::ArrowCacheError;
 use crate::layout::Layout;
 use crate::merged_index::{MergedIndex, SegmentKeys, merge_run, plan_merge};
 use crate::pending::Pending;
@@ -44,10 +46,11 @@ pub struct Writer {
     runs: Vec<RunEntry>,
     /// Submitted items whose outcome has not come back, oldest first (`None`: a bare record).
     in_flight: VecDeque<Option<Arc<Pending>>>,
-    /// Why writes are refused, after a failure.
-    poisoned: Option<String>,
     /// The key index run being built in the background.
     merging: Option<JoinHandle<Result<RunEntry>>>,
+    /// The commit log's last word is a `finalized` record: the cache is finalized, until the
+    /// first segment committed after it.
+    finalized: bool,
     /// `stowage.complete` is in place (removed by the first commit after a finalize).
     complete_marker: bool,
     /// Segments compactions replaced whose files are still there for readers that opened
@@ -90,6 +93,8 @@ pub struct WriterSetup {
     pub adopted: Vec<u64>,
     /// The key index runs the commit log vouches for, oldest first.
     pub runs: Vec<RunEntry>,
+    /// Whether the commit log's last word is a `finalized` record.
+    pub finalized: bool,
     /// Whether `stowage.complete` is in place.
     pub complete_marker: bool,
     /// Segments earlier compactions replaced.
@@ -112,22 +117,17 @@ impl Writer {
             adopted: setup.adopted,
             runs: setup.runs,
             in_flight: VecDeque::new(),
-            poisoned: None,
             merging: None,
+            finalized: setup.finalized,
             complete_marker: setup.complete_marker,
             replaced: setup.replaced,
         }
     }
 
-    /// Errors when an earlier write failed.
-    pub fn check(&self) -> Result<()> {
-        match &self.poisoned {
-            Some(why) => Err(Error::invalid(format!(
-                "an earlier write to {} failed ({why}); reopen the cache to go on",
-                self.layout.root().display()
-            ))),
-            None => Ok(()),
-        }
+    /// Whether the cache is finalized: its commit log's last word is a `finalized` record (a
+    /// segment committed after it, an append, unfinalizes it).
+    pub fn is_finalized(&self) -> bool {
+        self.finalized
     }
 
     /// Queues `rows` to be written as segments (one per `max_segment_bytes` chunk).
@@ -143,14 +143,10 @@ impl Writer {
     /// Waits for every queued write and for a background merge, taking in their outcomes: no
     /// work runs when it returns.
     ///
-    /// Errors: the first failed write or merge (the writer is then poisoned).
+    /// Errors: the first failed write or merge.
     pub fn settle(&mut self, reader: &mut CacheReader) -> Result<()> {
         self.collect(true, reader)?;
-        let merged = self.finish_merge(true, reader);
-        if let Err(e) = &merged {
-            self.poisoned.get_or_insert_with(|| e.to_string());
-        }
-        merged
+        self.finish_merge(true, reader)
     }
 
     fn submit_record(&mut self, record: Record) {
@@ -172,15 +168,10 @@ impl Writer {
     /// segments join `reader`; returns how many did. Then takes in a finished merge and starts
     /// one when enough segments are unmerged.
     ///
-    /// Errors: the first failed write or merge (the writer is then poisoned).
+    /// Errors: the first failed write or merge.
     pub fn collect(&mut self, wait: bool, reader: &mut CacheReader) -> Result<usize> {
-        let result = self
-            .collect_outcomes(wait, reader)
-            .and_then(|committed| self.finish_merge(false, reader).map(|()| committed));
-        if let Err(e) = &result {
-            self.poisoned.get_or_insert_with(|| e.to_string());
-        }
-        let committed = result?;
+        let committed = self.collect_outcomes(wait, reader)?;
+        self.finish_merge(false, reader)?;
         self.start_merge(reader);
         Ok(committed)
     }
@@ -205,6 +196,9 @@ impl Writer {
         }
         if let Some(e) = first_error {
             return Err(e);
+        }
+        if committed > 0 {
+            self.finalized = false;
         }
         if committed > 0 && self.complete_marker {
             // Appended after a finalize: the cache is no longer complete.
@@ -255,10 +249,14 @@ impl Writer {
         match merging.join() {
             Ok(Ok(run)) => self.record_run(run, reader),
             // A failed merge loses nothing (the sidecars still find every key); say why. The
-            // caller then refuses further writes, as after any failed write: an I/O error here
+            // handle then refuses further writes, as after any failed write: an I/O error here
             // (a failed fsync above all) says the disk is failing.
             Ok(Err(e)) => Err(e),
-            Err(_) => Err(Error::invalid("the background merge of the key index panicked")),
+            Err(_) => Err(ArrowCacheError::Panicked {
+                task: "the background merge of the key index",
+                cache: self.layout.root().to_path_buf(),
+            }
+            .into()),
         }
     }
 
@@ -266,7 +264,7 @@ impl Writer {
     /// points `reader` at the runs and deletes the replaced runs' files (readers that mapped
     /// them keep their maps).
     fn record_run(&mut self, run: RunEntry, reader: &mut CacheReader) -> Result<()> {
-        self.submit_record(Record::Run(run));
+        self.submit_record(Record::Own(ArrowRecord::Run(run)));
         self.collect_outcomes(true, reader)?;
         let inside = |old: &RunEntry| old.first >= run.first && old.through <= run.through;
         let (replaced, kept): (Vec<RunEntry>, Vec<RunEntry>) =
@@ -298,24 +296,16 @@ impl Writer {
     /// a finalized cache probes one table, not several runs and sidecars), then commits the
     /// `finalized` record and writes `stowage.complete`.
     ///
-    /// Errors: any failed step, which poisons the writer like a failed flush: the `finalized`
-    /// record may already be committed, and what reached the disk is unknown.
+    /// Errors: any failed step; like a failed flush it leaves what reached the disk unknown
+    /// (the `finalized` record may already be committed).
     pub fn finalize(&mut self, reader: &mut CacheReader) -> Result<()> {
-        let result = self.finalize_steps(reader);
-        if let Err(e) = &result {
-            self.poisoned.get_or_insert_with(|| e.to_string());
-        }
-        result
-    }
-
-    fn finalize_steps(&mut self, reader: &mut CacheReader) -> Result<()> {
         self.merge_now(reader)?;
-        self.submit_record(Record::Finalized(()));
+        self.submit_record(Record::Finalized);
         self.collect(true, reader)?;
+        self.finalized = true;
         // The log counts records through the committer; ask the file.
         let records = crate::commit_log::read(&self.layout.commit_log())?.records;
-        let marker = CompleteMarker { log_records: records };
-        atomic_write(self.layout.complete_marker(), &marker.to_bytes())?;
+        FinalizedMarker { log_records: records }.write(&self.layout.complete_marker())?;
         self.complete_marker = true;
         Ok(())
     }

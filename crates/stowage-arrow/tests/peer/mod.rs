@@ -23,7 +23,7 @@ impl Peer {
     /// `python3` lacks numpy or pyarrow.
     pub fn find(test: &str) -> Option<Peer> {
         let python =
-            stowage_conformance::python::python_with(test, &["numpy", "pyarrow", "pyarrow.ipc"])?;
+            stowage_test_support::python::python_with(test, &["numpy", "pyarrow", "pyarrow.ipc"])?;
         let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../xtask/py/torchcachex_peer.py");
         let script = std::fs::read_to_string(path).expect("xtask/py/torchcachex_peer.py");
         Some(Peer { python, script, test: test.to_owned() })
@@ -32,8 +32,13 @@ impl Peer {
     fn run(&self, args: &[&str], stdin: &Json) -> Json {
         let what = format!("{}: torchcachex peer {args:?}", self.test);
         let stdin = serde_json::to_vec(stdin).unwrap();
-        let out =
-            stowage_conformance::python::run_script(self.python, &self.script, args, &stdin, &what);
+        let out = stowage_test_support::python::run_script(
+            self.python,
+            &self.script,
+            args,
+            &stdin,
+            &what,
+        );
         serde_json::from_str(&out).unwrap_or_else(|e| panic!("{what}: {e}: {out}"))
     }
 

@@ -1,10 +1,10 @@
-//! The backends `stowage bench` measures, each created and opened with its own options, behind
-//! one type that also reaches the batched reads a backend has beyond the `Backend` trait.
+//! The backends `stowage bench` measures, each created and opened with its own options (what the
+//! registry's factories do not take: checksum checks switched off, for one), behind one type.
 
 use std::path::Path;
 
 use stowage_arrow::{ArrowBackend, ArrowOptions};
-use stowage_core::{Backend, BackendExt, Capabilities, OpenMode, Result, Sample, Schema};
+use stowage_core::{Backend, Capabilities, OpenMode, Reader, Result, Sample, Schema};
 use stowage_hdf5::Hdf5Backend;
 use stowage_memmap::{MemmapBackend, MemmapOptions};
 use stowage_npy::{NpyBackend, NpyOptions};
@@ -120,8 +120,8 @@ impl Subject {
         }
     }
 
-    /// The cache as a read-only [`Backend`].
-    pub fn reader(&self) -> &dyn Backend {
+    /// The cache as a [`Reader`].
+    pub fn reader(&self) -> &dyn Reader {
         match self {
             Subject::Npy(b) => b,
             Subject::Memmap(b) => b,
@@ -130,12 +130,10 @@ impl Subject {
         }
     }
 
-    /// The samples of `keys`, in order, through the backend's batched read where it has one
-    /// (Arrow groups by segment and pipelines its reads), else one `get` each.
+    /// The samples of `keys`, in order, through [`Reader::get_batch`]: the backend's batched
+    /// read where it has one (Arrow groups by segment and pipelines its reads), else one `get`
+    /// each.
     pub fn get_batch(&self, keys: &[&str]) -> Result<Vec<Option<Sample>>> {
-        match self {
-            Subject::Arrow(b) => b.get_batch(keys),
-            other => other.reader().get_batch(keys),
-        }
+        self.reader().get_batch(keys)
     }
 }

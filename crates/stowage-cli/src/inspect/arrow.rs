@@ -5,18 +5,16 @@ use std::path::Path;
 
 use stowage_arrow::reader::CacheReader;
 use stowage_arrow::segment::Segment;
-use stowage_arrow::{ArrowBackend, ArrowOptions};
-use stowage_core::{Backend, OpenMode, ValidationReport};
+use stowage_arrow::{ArrowBackend, ArrowOptions, TorchcachexReader};
+use stowage_core::{Format, OpenMode, Reader, ValidationReport};
 
 use super::report::{CacheReport, Dedup, note_shapes_seen, projected_memory};
-use crate::detect::CacheKind;
 use crate::error::CliError;
-use crate::source::{BackendSource, SampleSource, TorchcachexSource};
 
-/// A cache stowage wrote.
-pub fn stowage_arrow(path: &Path) -> Result<CacheReport, CliError> {
+/// A cache stowage wrote, of `format` ([`stowage_arrow::STOWAGE_ARROW`]).
+pub fn stowage_arrow(path: &Path, format: &'static Format) -> Result<CacheReport, CliError> {
     let cache = ArrowBackend::open(path, OpenMode::ReadOnly, ArrowOptions::default())?;
-    let mut report = CacheReport::new(path, CacheKind::StowageArrow);
+    let mut report = CacheReport::new(path, format);
     report.format = Some(stowage_arrow::commit_log::FORMAT_NAME.to_owned());
     let committed = stowage_arrow::commit_log::read(&cache.reader().layout().commit_log())?;
     report.version = Some(committed.header.version.to_string());
@@ -44,8 +42,7 @@ pub fn stowage_arrow(path: &Path) -> Result<CacheReport, CliError> {
     if let Some(line) = pickled_index_line(cache.reader()) {
         report.detail("index.pkl", line);
     }
-    let source = BackendSource { kind: CacheKind::StowageArrow, backend: Box::new(cache) };
-    (report.memory, _) = projected_memory(&source, &keys);
+    (report.memory, _) = projected_memory(&cache, &keys);
     report.set_integrity(
         &structure,
         "`stowage verify` also decodes every row and checks its checksum",
@@ -53,11 +50,11 @@ pub fn stowage_arrow(path: &Path) -> Result<CacheReport, CliError> {
     Ok(report)
 }
 
-/// A cache torchcachex wrote.
-pub fn torchcachex(path: &Path) -> Result<CacheReport, CliError> {
-    let source = TorchcachexSource::open(path)?;
-    let reader = &source.reader;
-    let mut report = CacheReport::new(path, CacheKind::Torchcachex);
+/// A cache torchcachex wrote, of `format` ([`stowage_arrow::TORCHCACHEX`]).
+pub fn torchcachex(path: &Path, format: &'static Format) -> Result<CacheReport, CliError> {
+    let source = TorchcachexReader::open(path)?;
+    let reader = source.reader();
+    let mut report = CacheReport::new(path, format);
     report.format = Some("torchcachex Arrow IPC segments".into());
     report.state = "no completion marker in this format (torchcachex appends segments at any \
                     time)"

@@ -4,19 +4,17 @@
 use std::path::Path;
 
 use stowage_core::file_safety::AppendLog;
-use stowage_core::{Backend, OpenMode, ValidationLevel};
-use stowage_hdf5::{CacheVersion, Hdf5Backend};
+use stowage_core::{Format, OpenMode, Reader, ValidationLevel};
+use stowage_hdf5::{AenetReader, CacheVersion, Hdf5Backend};
 
 use super::report::{CacheReport, FileReport, Total, projected_memory};
-use crate::detect::CacheKind;
 use crate::error::CliError;
 use crate::hangar::allocated_bytes;
-use crate::source::{AenetSource, BackendSource, SampleSource};
 
-/// A generic HDF5 segment cache stowage wrote.
-pub fn stowage_hdf5(path: &Path) -> Result<CacheReport, CliError> {
+/// A generic HDF5 segment cache stowage wrote, of `format` ([`stowage_hdf5::STOWAGE_HDF5`]).
+pub fn stowage_hdf5(path: &Path, format: &'static Format) -> Result<CacheReport, CliError> {
     let cache = Hdf5Backend::open(path, OpenMode::ReadOnly)?;
-    let mut report = CacheReport::new(path, CacheKind::StowageHdf5);
+    let mut report = CacheReport::new(path, format);
     report.format = Some(stowage_hdf5::commit_log::FORMAT_NAME.to_owned());
     let log = path.join("stowage.log");
     let committed = stowage_hdf5::commit_log::interpret(&log, &AppendLog::read_all(&log)?)?;
@@ -52,18 +50,17 @@ pub fn stowage_hdf5(path: &Path) -> Result<CacheReport, CliError> {
     let structure = cache.validate(ValidationLevel::Structure)?;
     let keys = cache.keys()?;
     report.keys = Some(keys.len() as u64);
-    let source = BackendSource { kind: CacheKind::StowageHdf5, backend: Box::new(cache) };
-    (report.memory, _) = projected_memory(&source, &keys);
+    (report.memory, _) = projected_memory(&cache, &keys);
     report
         .set_integrity(&structure, "`stowage verify` also reads every row and checks its checksum");
     Ok(report)
 }
 
-/// An aenet dataset file's torch cache.
-pub fn aenet(path: &Path) -> Result<CacheReport, CliError> {
-    let source = AenetSource::open(path)?;
-    let cache = &source.cache;
-    let mut report = CacheReport::new(path, CacheKind::AenetHdf5);
+/// An aenet dataset file's torch cache, of `format` ([`stowage_hdf5::AENET_HDF5`]).
+pub fn aenet(path: &Path, format: &'static Format) -> Result<CacheReport, CliError> {
+    let source = AenetReader::open(path)?;
+    let cache = source.cache();
+    let mut report = CacheReport::new(path, format);
     let signature = cache.signature();
     match cache.version() {
         CacheVersion::V2 => {
@@ -98,7 +95,7 @@ pub fn aenet(path: &Path) -> Result<CacheReport, CliError> {
     report.detail("compat sha256", signature.compat_sha256.clone());
     report.detail("compat", signature.compat_json.clone());
     report.detail("manifest", descriptor_manifest(path)?);
-    let meta = std::fs::metadata(path).map_err(|e| crate::detect::io_error(path, &e))?;
+    let meta = std::fs::metadata(path).map_err(|e| crate::error::io_error(path, &e))?;
     let name = path.file_name().unwrap_or_default().to_string_lossy().into_owned();
     report.files = vec![FileReport {
         name: name.clone(),

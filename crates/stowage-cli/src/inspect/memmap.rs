@@ -4,28 +4,27 @@
 use std::collections::HashSet;
 use std::path::Path;
 
-use stowage_core::{Backend, ValidationLevel};
+use stowage_core::{Format, Reader, ValidationLevel};
 use stowage_memmap::index::JsonRef;
 use stowage_memmap::inspect::{CacheState, InspectReport};
 use stowage_memmap::row_format::JsonStorage;
 use stowage_memmap::{MemmapBackend, MemmapOptions};
 
 use super::report::{CacheReport, Dedup, Memory};
-use crate::detect::CacheKind;
 use crate::error::CliError;
 
-/// The memmap report of the cache at `path`: DNANet's text (to print first), the report, and the
-/// first thing that could not be read (a file of the report, or the cache as a whole), which
-/// makes the command fail after the report is printed.
-pub fn memmap(path: &Path, kind: CacheKind) -> (String, CacheReport, Option<CliError>) {
+/// The memmap report of the cache at `path`, of `format` (stowage's or DNANet's): DNANet's text
+/// (to print first), the report, and the first thing that could not be read (a file of the
+/// report, or the cache as a whole), which makes the command fail after the report is printed.
+pub fn memmap(path: &Path, format: &'static Format) -> (String, CacheReport, Option<CliError>) {
     let mut original = InspectReport::read(path);
     let text = original.to_string();
-    let mut report = CacheReport::new(path, kind);
+    let mut report = CacheReport::new(path, format);
     report.format = Some(stowage_memmap::row_format::FORMAT_NAME.to_owned());
     report.version = Some("5 (DNANet's CACHE_VERSION)".into());
-    report.finalized = Some(original.complete);
+    report.finalized = Some(original.finalized);
     report.state = match &original.state {
-        CacheState::Complete => "finalized (_COMPLETE)".into(),
+        CacheState::Finalized => "finalized (_COMPLETE)".into(),
         CacheState::Unfinished { committed_rows, .. } => format!(
             "unfinished: manifest.jsonl commits {} rows; a writer resumes after them",
             committed_rows.map_or("an unknown number of".into(), |n| n.to_string())
@@ -89,7 +88,7 @@ pub fn memmap(path: &Path, kind: CacheKind) -> (String, CacheReport, Option<CliE
 /// `stowage_checksums.bin` (caches stowage wrote) covers every row's key and fields; DNANet
 /// writes none.
 fn coverage(cache: &MemmapBackend, report: &mut CacheReport) {
-    let format = cache.format();
+    let format = cache.row_format();
     let data: Vec<String> =
         format.tensors.iter().map(|t| format!("{}.bin", t.layout.name)).collect();
     let rows = cache.len() as u64;
@@ -109,7 +108,7 @@ fn coverage(cache: &MemmapBackend, report: &mut CacheReport) {
 /// Per deduplicated JSON field: the rows referencing its sidecar and the distinct texts stored.
 fn dedup(cache: &MemmapBackend) -> Vec<Dedup> {
     let Ok(index) = cache.try_index() else { return Vec::new() };
-    let format = cache.format();
+    let format = cache.row_format();
     let mut out = Vec::new();
     for (j, column) in format.json.iter().enumerate() {
         let JsonStorage::Deduplicated { sidecar, .. } = &column.storage else { continue };

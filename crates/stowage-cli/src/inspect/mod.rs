@@ -2,11 +2,14 @@
 //! schema, files and sizes, checksum coverage, dedup, projected memory and a structure check; for
 //! a directory of caches, the same for every cache below it.
 //!
-//! Each format fills in a [`report::CacheReport`]; text and `--json` are two renderings of it. A
-//! memmap row cache's text starts with the report of DNANet's own inspection tool, byte for byte
-//! ([`stowage_memmap::inspect::InspectReport`]), and stowage's lines follow.
+//! Each format fills in a [`report::CacheReport`]; text and `--json` are two renderings of it.
+//! The built-in formats have reports of their own ([`Builtin`]); a memmap row cache's text starts
+//! with the report of DNANet's own inspection tool, byte for byte
+//! ([`stowage_memmap::inspect::InspectReport`]), and stowage's lines follow. Every other
+//! registered format gets the generic report ([`generic`]), from the `Reader` trait alone.
 
 mod arrow;
+mod generic;
 mod hdf5;
 mod links;
 mod memmap;
@@ -16,9 +19,12 @@ pub mod report;
 use std::io::Write;
 use std::path::Path;
 
-use crate::detect::{CacheKind, detect};
+use stowage_core::Registry;
+
+use crate::builtin::Builtin;
 use crate::error::{CliError, Status, escape_control};
-use crate::walk::find_caches;
+use crate::locate::{Located, Recognized, locate};
+use crate::walk::Found;
 use report::CacheReport;
 
 /// One inspected cache: its report, DNANet's text for a memmap cache, and what could not be read
@@ -33,30 +39,40 @@ struct Inspected {
 /// caches). Exit status 0 whenever every cache could be inspected, even when a structure check
 /// found problems (judging is `verify`'s job); an error when it is not a cache, or after the
 /// reports when one could not be read completely.
-pub fn run(path: &Path, json: bool, out: &mut dyn Write) -> Result<Status, CliError> {
-    let kind = detect(path)?;
-    if kind != CacheKind::CacheRoot {
-        let inspected = inspect(path, kind)?;
-        if json {
-            write_json(out, &inspected.report)?;
-        } else {
-            write_text(out, &inspected)?;
-        }
-        return match inspected.failure {
-            None => Ok(Status::Success),
-            Some(e) => Err(e),
-        };
+pub fn run(
+    registry: &Registry,
+    path: &Path,
+    json: bool,
+    out: &mut dyn Write,
+) -> Result<Status, CliError> {
+    let found = match locate(registry, path)? {
+        Located::Cache(recognized) => recognized,
+        Located::Directory(found) => return walk(path, found, json, out),
+    };
+    let inspected = inspect(path, found)?;
+    if json {
+        write_json(out, &inspected.report)?;
+    } else {
+        write_text(out, &inspected)?;
     }
-    walk(path, json, out)
+    match inspected.failure {
+        None => Ok(Status::Success),
+        Some(e) => Err(e),
+    }
 }
 
-/// Every cache below `root`, in walk order; then fails naming the first that could not be read.
-fn walk(root: &Path, json: bool, out: &mut dyn Write) -> Result<Status, CliError> {
-    let found = find_caches(root)?;
+/// Every cache `found` below `root`, in walk order; then fails naming the first that could not
+/// be read.
+fn walk(
+    root: &Path,
+    found: Vec<Found<'_>>,
+    json: bool,
+    out: &mut dyn Write,
+) -> Result<Status, CliError> {
     let mut failures = Vec::new();
     let mut reports = Vec::new();
-    for (path, kind) in &found {
-        let inspected = kind.clone().and_then(|kind| inspect(path, kind));
+    for (path, recognized) in &found {
+        let inspected = recognized.clone().and_then(|recognized| inspect(path, recognized));
         match inspected {
             Ok(inspected) => {
                 if !json {
@@ -118,9 +134,9 @@ fn write_text(out: &mut dyn Write, inspected: &Inspected) -> Result<(), CliError
     }
 }
 
-/// The report of the cache at `path`, of kind `kind` (not a directory of caches).
-fn inspect(path: &Path, kind: CacheKind) -> Result<Inspected, CliError> {
-    let mut inspected = inspect_format(path, kind)?;
+/// The report of the cache at `path`, which `recognized` says what it is.
+fn inspect(path: &Path, recognized: Recognized<'_>) -> Result<Inspected, CliError> {
+    let mut inspected = inspect_format(path, recognized)?;
     if path.is_dir() {
         inspected.report.links_outside =
             links::reaching_outside(path).iter().map(|l| escape_control(l)).collect();
@@ -128,28 +144,27 @@ fn inspect(path: &Path, kind: CacheKind) -> Result<Inspected, CliError> {
     Ok(inspected)
 }
 
-/// The format's own report of the cache at `path`.
-fn inspect_format(path: &Path, kind: CacheKind) -> Result<Inspected, CliError> {
+/// The format's own report of the cache at `path`: a built-in format's, or the generic one.
+fn inspect_format(path: &Path, recognized: Recognized<'_>) -> Result<Inspected, CliError> {
     let plain = |report: CacheReport| Inspected { report, original_text: None, failure: None };
-    Ok(match kind {
-        CacheKind::StowageNpy => {
-            let (report, failure) = numpy10::stowage_npy(path)?;
+    let format = recognized.format;
+    let Some(builtin) = Builtin::of(format) else {
+        let (report, failure) = generic::report(path, recognized)?;
+        return Ok(Inspected { report, original_text: None, failure });
+    };
+    Ok(match builtin {
+        Builtin::StowageNpy => {
+            let (report, failure) = numpy10::stowage_npy(path, format)?;
             Inspected { report, original_text: None, failure }
         }
-        CacheKind::StowageMemmap | CacheKind::DnanetMemmap => {
-            let (text, report, failure) = memmap::memmap(path, kind);
+        Builtin::StowageMemmap | Builtin::DnanetMemmap => {
+            let (text, report, failure) = memmap::memmap(path, format);
             Inspected { report, original_text: Some(text), failure }
         }
-        CacheKind::HangarNumpy10 => plain(numpy10::hangar(path)?),
-        CacheKind::StowageArrow => plain(arrow::stowage_arrow(path)?),
-        CacheKind::Torchcachex => plain(arrow::torchcachex(path)?),
-        CacheKind::StowageHdf5 => plain(hdf5::stowage_hdf5(path)?),
-        CacheKind::AenetHdf5 => plain(hdf5::aenet(path)?),
-        CacheKind::CacheRoot => {
-            return Err(CliError::new(format!(
-                "{} is a directory of caches: inspect each",
-                path.display()
-            )));
-        }
+        Builtin::HangarNumpy10 => plain(numpy10::hangar(path, format)?),
+        Builtin::StowageArrow => plain(arrow::stowage_arrow(path, format)?),
+        Builtin::Torchcachex => plain(arrow::torchcachex(path, format)?),
+        Builtin::StowageHdf5 => plain(hdf5::stowage_hdf5(path, format)?),
+        Builtin::AenetHdf5 => plain(hdf5::aenet(path, format)?),
     })
 }

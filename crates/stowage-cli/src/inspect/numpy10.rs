@@ -3,13 +3,12 @@
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
-use stowage_core::{Backend, FieldKind, ValidationLevel, shape};
+use stowage_core::npy_header::storage_descr;
+use stowage_core::{FieldKind, Format, Reader, ValidationLevel, shape};
 use stowage_npy::layout::{CacheMetadata, Layout};
-use stowage_npy::npy_header::storage_descr;
 use stowage_npy::{NpyBackend, NpyOptions};
 
 use super::report::{CacheReport, Dedup, Memory};
-use crate::detect::CacheKind;
 use crate::error::CliError;
 use crate::hangar::HangarDir;
 use crate::out::count;
@@ -17,13 +16,16 @@ use crate::out::count;
 /// hangar's empty marker files, listed as one line.
 const MARKERS: &[(&[&str], &str)] = &[(&["store_data/", "stage_data/"], "empty marker file")];
 
-/// A stowage NUMPY_10 cache. Metadata that parses is reported even when the rest cannot be
-/// opened; the open error is returned beside the report.
-pub fn stowage_npy(path: &Path) -> Result<(CacheReport, Option<CliError>), CliError> {
+/// A stowage NUMPY_10 cache, of `format` ([`stowage_npy::STOWAGE_NPY`]). Metadata that parses is
+/// reported even when the rest cannot be opened; the open error is returned beside the report.
+pub fn stowage_npy(
+    path: &Path,
+    format: &'static Format,
+) -> Result<(CacheReport, Option<CliError>), CliError> {
     let layout = Layout::new(path);
     let meta = CacheMetadata::read(&layout.metadata())?;
     let opened = NpyBackend::open_read_only(path, NpyOptions::default());
-    let mut report = CacheReport::new(path, CacheKind::StowageNpy);
+    let mut report = CacheReport::new(path, format);
     report.format = Some(meta.format.clone());
     report.version = Some(meta.format_version.to_string());
     report.set_schema(&meta.schema);
@@ -138,10 +140,11 @@ pub fn stowage_npy(path: &Path) -> Result<(CacheReport, Option<CliError>), CliEr
     }
 }
 
-/// A bare hangar data directory: its collection files, their headers, markers and sizes.
-pub fn hangar(path: &Path) -> Result<CacheReport, CliError> {
+/// A bare hangar data directory, of `format` ([`stowage_npy::HANGAR_NUMPY10`]): its collection
+/// files, their headers, markers and sizes.
+pub fn hangar(path: &Path, format: &'static Format) -> Result<CacheReport, CliError> {
     let dir = HangarDir::scan(path)?;
-    let mut report = CacheReport::new(path, CacheKind::HangarNumpy10);
+    let mut report = CacheReport::new(path, format);
     report.format = Some("hangar NUMPY_10 (backend 10)".into());
     report.state = "no completion marker in this format: store_data marks committed files, \
                     stage_data staged ones"

@@ -6,14 +6,12 @@ use std::path::Path;
 
 use serde::Serialize;
 use stowage_core::{
-    FieldKind, FieldSpec, Sample, Schema, ShapeRule, ValidationReport, Value, shape,
+    FieldKind, FieldSpec, Format, Reader, Sample, Schema, ShapeRule, ValidationReport, Value, shape,
 };
 
-use crate::detect::CacheKind;
 use crate::error::{CliError, escape_control};
 use crate::hangar::allocated_bytes;
 use crate::out::{count, display_key, human, size, size_on_disk, table};
-use crate::source::SampleSource;
 
 /// Samples read to project the memory of a format whose sizes are not recorded.
 pub const MEMORY_SAMPLE: usize = 1000;
@@ -23,9 +21,9 @@ pub const MEMORY_SAMPLE: usize = 1000;
 pub struct CacheReport {
     /// The cache's path as given.
     pub path: String,
-    /// [`CacheKind::id`].
+    /// The format's id ([`Format::id`]: `stowage-npy`, `torchcachex`).
     pub kind: &'static str,
-    /// [`CacheKind::description`].
+    /// The format's description ([`Format::description`]: `stowage NUMPY_10 cache`).
     pub description: &'static str,
     /// The format's name (`stowage-npy`, `aenet.torch_training.cache.v2`).
     pub format: Option<String>,
@@ -174,12 +172,12 @@ pub struct Memory {
 }
 
 impl CacheReport {
-    /// An empty report of `kind` at `path`, to be filled in.
-    pub fn new(path: &Path, kind: CacheKind) -> CacheReport {
+    /// An empty report of a cache of `format` at `path`, to be filled in.
+    pub fn new(path: &Path, format: &'static Format) -> CacheReport {
         CacheReport {
             path: path.display().to_string(),
-            kind: kind.id(),
-            description: kind.description(),
+            kind: format.id,
+            description: format.description,
             format: None,
             version: None,
             finalized: None,
@@ -490,11 +488,11 @@ pub fn files_under(root: &Path) -> Result<Vec<(String, std::fs::Metadata)>, CliE
     let mut files = Vec::new();
     let mut pending = vec![root.to_path_buf()];
     while let Some(dir) = pending.pop() {
-        let entries = std::fs::read_dir(&dir).map_err(|e| crate::detect::io_error(&dir, &e))?;
+        let entries = std::fs::read_dir(&dir).map_err(|e| crate::error::io_error(&dir, &e))?;
         for entry in entries {
-            let entry = entry.map_err(|e| crate::detect::io_error(&dir, &e))?;
+            let entry = entry.map_err(|e| crate::error::io_error(&dir, &e))?;
             let meta = std::fs::symlink_metadata(entry.path())
-                .map_err(|e| crate::detect::io_error(&entry.path(), &e))?;
+                .map_err(|e| crate::error::io_error(&entry.path(), &e))?;
             if meta.is_dir() {
                 pending.push(entry.path());
             } else if meta.is_file() {
@@ -525,10 +523,7 @@ pub fn sample_bytes(sample: &Sample) -> u64 {
 /// The memory every sample of `source` takes, read from every key up to [`MEMORY_SAMPLE`] of
 /// them and projected from a seeded sample beyond; the shapes seen per tensor field (up to 4),
 /// for a schema that records none. A sample that cannot be read is left out.
-pub fn projected_memory(
-    source: &dyn SampleSource,
-    keys: &[String],
-) -> (Option<Memory>, ShapesSeen) {
+pub fn projected_memory(source: &dyn Reader, keys: &[String]) -> (Option<Memory>, ShapesSeen) {
     if keys.is_empty() {
         return (Some(Memory { bytes: 0, basis: "no samples".into() }), Vec::new());
     }

@@ -8,7 +8,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use stowage_core::DType;
-use stowage_npy::npy_header;
+use stowage_core::npy_header;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_stowage");
 

@@ -1,13 +1,14 @@
 //! Integrity: validate on clean caches, and corrupted copies (flipped bytes, truncated and deleted
 //! files) that must be reported and never returned as data; stray files that must be ignored.
 
-use super::{Written, build, check_all, open_read_only};
+use super::{Written, build, check_samples, open_read_only};
 use crate::check::ok;
 use crate::corrupt::{copy_tree, data_files, flip_byte, spread_offsets, truncate};
-use crate::generate::{basic_dtype, basic_schema, compare};
-use crate::{CaseContext, CaseResult, Outcome, ensure};
+use crate::generate::{basic_dtype, basic_schema, compare_sample};
+use crate::snapshot::Snapshot;
+use crate::{CaseContext, CaseResult, Failure, Outcome, ensure};
 use std::path::Path;
-use stowage_core::{Schema, ShapeRule, ValidationLevel};
+use stowage_core::{Error, OpenMode, Schema, ShapeRule, ValidationLevel};
 
 /// The schema the corruption cases use: the basic field plus a variable-shape one when declared.
 fn integrity_schema(ctx: &CaseContext<'_>) -> Schema {
@@ -29,11 +30,12 @@ pub fn validate_clean_cache_reports_no_problem(ctx: &CaseContext<'_>) -> CaseRes
             let report = ok("validate", reader.validate(level))?;
             ensure!(
                 report.is_clean(),
-                "validate({level:?}) on a clean cache (finalized: {finalize}) reported: {:?}",
-                report.problems
+                format!("validate({level:?}) of a clean cache (finalized: {finalize})"),
+                expected: "no problem",
+                got: format!("{:?}", report.problems)
             );
         }
-        check_all(&*reader, &written)?;
+        check_samples(&*reader, &written)?;
     }
     Ok(Outcome::Passed)
 }
@@ -52,27 +54,41 @@ fn examine(
     path: &Path,
     written: &Written,
     what: &str,
-) -> Result<Verdict, String> {
-    let reader = match ctx.factory.open(path, stowage_core::OpenMode::ReadOnly) {
+) -> Result<Verdict, Failure> {
+    let reader = match ctx.factory.open(path, OpenMode::ReadOnly) {
         Ok(r) => r,
         Err(_) => return Ok(Verdict { detected: true }),
     };
     let mut get_noticed = None;
     for (key, want) in written {
         match reader.get(key) {
-            Ok(Some(got)) => compare(key, want, Some(&got))
-                .map_err(|e| format!("{what}: get returned wrong data instead of an error: {e}"))?,
+            Ok(Some(got)) => compare_sample(key, want, Some(&got)).map_err(|f| {
+                Failure { expected: format!("{}, or an error", f.expected), ..f.within(what) }
+                    .clause("get.corruption-is-an-error")
+            })?,
             Ok(None) => get_noticed = Some(format!("key {key:?} vanished")),
+            Err(Error::Corrupted { key: Some(named), .. }) if named != *key => {
+                return Err(Failure::new(
+                    format!("{what}: get {key:?}"),
+                    format!("Error::Corrupted naming the key {key:?} (or none)"),
+                    format!("Error::Corrupted naming the key {named:?}"),
+                )
+                .clause("get.corruption-is-an-error"));
+            }
             Err(e) => get_noticed = Some(e.to_string()),
         }
     }
-    let report = reader
-        .validate(ValidationLevel::Full)
-        .map_err(|e| format!("{what}: validate failed instead of reporting: {e}"))?;
+    let report = reader.validate(ValidationLevel::Full).map_err(|e| {
+        Failure::new(format!("{what}: validate(Full)"), "a report", format!("an error: {e}"))
+            .clause("validate.reports-what-get-detects")
+    })?;
     if let Some(seen) = &get_noticed {
         ensure!(
             !report.is_clean(),
-            "{what}: get noticed ({seen}) but validate(Full) reported a clean cache"
+            format!("{what}: validate(Full) after get noticed ({seen})"),
+            expected: "a problem reported",
+            got: "a clean report",
+            clause: "validate.reports-what-get-detects"
         );
     }
     Ok(Verdict { detected: get_noticed.is_some() || !report.is_clean() })
@@ -81,7 +97,7 @@ fn examine(
 /// Builds the pristine cache for a corruption case, or explains why the case does not apply.
 fn pristine(
     ctx: &CaseContext<'_>,
-) -> Result<Result<(std::path::PathBuf, Written), Outcome>, String> {
+) -> Result<Result<(std::path::PathBuf, Written), Outcome>, Failure> {
     if !ctx.caps().checksums {
         return Ok(Err(Outcome::Skipped(
             "checksums not declared: corruption cannot be detected".into(),
@@ -103,32 +119,42 @@ fn corruption_case(
         Ok(built) => built,
         Err(skip) => return Ok(skip),
     };
-    let files = data_files(&path).map_err(|e| format!("listing {}: {e}", path.display()))?;
-    ensure!(!files.is_empty(), "the finalized cache at {} holds no files", path.display());
+    let files = data_files(&path).map_err(|e| io_failure("listing", &path, e))?;
+    ensure!(
+        !files.is_empty(),
+        format!("the files of the finalized cache at {}", path.display()),
+        expected: "at least one file",
+        got: "none"
+    );
     let mut trial = 0;
     for file in &files {
         let relative = file.strip_prefix(&path).expect("under the cache");
-        let len = std::fs::metadata(file).map_err(|e| e.to_string())?.len();
+        let len = std::fs::metadata(file).map_err(|e| io_failure("reading", file, e))?.len();
         let mut detected_any = false;
         for arg in variants(len) {
             trial += 1;
             let copy = ctx.cache_path(&format!("trial{trial}"));
-            copy_tree(&path, &copy).map_err(|e| format!("copying the cache: {e}"))?;
+            copy_tree(&path, &copy).map_err(|e| io_failure("copying", &path, e))?;
             corrupt(&copy.join(relative), arg)
-                .map_err(|e| format!("corrupting {}: {e}", relative.display()))?;
+                .map_err(|e| io_failure("corrupting", &copy.join(relative), e))?;
             let what = format!("{label} {} at {arg}", relative.display());
             let verdict = examine(ctx, &copy, &written, &what)?;
             ensure!(
                 !must_detect_each || verdict.detected,
-                "{what}: not reported by open, get or validate(Full)"
+                &what,
+                expected: "reported by open, get or validate(Full)",
+                got: "not reported",
+                clause: "validate.reports-what-get-detects"
             );
             detected_any |= verdict.detected;
             let _ = std::fs::remove_dir_all(&copy);
         }
         ensure!(
             detected_any,
-            "{label} {}: no corruption of this file was reported (tried {len}-byte file at spread offsets)",
-            relative.display()
+            format!("{label} {} ({len} bytes) at spread offsets", relative.display()),
+            expected: "at least one of the corruptions reported by open, get or validate(Full)",
+            got: "none reported",
+            clause: "validate.reports-what-get-detects"
         );
     }
     Ok(Outcome::Passed)
@@ -158,7 +184,8 @@ pub fn stray_files_are_ignored(ctx: &CaseContext<'_>) -> CaseResult {
     let mut dirs = vec![path.clone()];
     let mut i = 0;
     while i < dirs.len() {
-        let entries = std::fs::read_dir(&dirs[i]).map_err(|e| e.to_string())?;
+        let entries =
+            std::fs::read_dir(&dirs[i]).map_err(|e| io_failure("listing", &dirs[i], e))?;
         for entry in entries.flatten() {
             if entry.file_type().is_ok_and(|t| t.is_dir()) {
                 dirs.push(entry.path());
@@ -170,13 +197,56 @@ pub fn stray_files_are_ignored(ctx: &CaseContext<'_>) -> CaseResult {
         for (name, content) in
             [("notes.txt", &b"hello"[..]), (".DS_Store", b"\0\0\x01"), ("zz-stray.bin", b"junk")]
         {
-            std::fs::write(dir.join(name), content).map_err(|e| e.to_string())?;
+            let stray = dir.join(name);
+            std::fs::write(&stray, content).map_err(|e| io_failure("writing", &stray, e))?;
         }
-        std::fs::create_dir_all(dir.join("stray-dir")).map_err(|e| e.to_string())?;
+        let stray = dir.join("stray-dir");
+        std::fs::create_dir_all(&stray).map_err(|e| io_failure("creating", &stray, e))?;
     }
     let reader = open_read_only(ctx, &path)?;
-    check_all(&*reader, &written)?;
+    check_samples(&*reader, &written)?;
     let report = ok("validate", reader.validate(ValidationLevel::Full))?;
-    ensure!(report.is_clean(), "stray files made validate report: {:?}", report.problems);
+    ensure!(
+        report.is_clean(),
+        "validate(Full) of a cache with stray files in every directory",
+        expected: "no problem",
+        got: format!("{:?}", report.problems)
+    );
+    Ok(Outcome::Passed)
+}
+
+/// A failure of the suite's own file handling (copying, corrupting, listing a cache).
+fn io_failure(doing: &str, path: &Path, e: std::io::Error) -> Failure {
+    Failure::new(format!("{doing} {}", path.display()), "success", e)
+}
+
+/// `validate` at both levels, on a read-only and on an append handle of a flushed and of a
+/// finalized cache, changes no file: every entry of the cache keeps its size, modification
+/// time and content, and none is added or removed. (The snapshot is taken once the handle is
+/// open: opening for appending may take the lock or finish an interrupted finalize.)
+pub fn validate_never_writes(ctx: &CaseContext<'_>) -> CaseResult {
+    let schema = integrity_schema(ctx);
+    for finalize in [false, true] {
+        let (path, _) = build(ctx, &format!("c{finalize}"), &schema, 30, finalize)?;
+        for mode in [OpenMode::ReadOnly, OpenMode::Append] {
+            let what = format!(
+                "validate on a {mode:?} handle of a {} cache",
+                if finalize { "finalized" } else { "flushed" }
+            );
+            let handle = ok(&format!("open {mode:?}"), ctx.factory.open(&path, mode))?;
+            let before = Snapshot::take(&path).map_err(|e| io_failure("reading", &path, e))?;
+            for level in [ValidationLevel::Structure, ValidationLevel::Full] {
+                ok(&format!("{what}: validate({level:?})"), handle.validate(level))?;
+            }
+            let changes = before
+                .changes(&Snapshot::take(&path).map_err(|e| io_failure("reading", &path, e))?);
+            ensure!(
+                changes.is_empty(),
+                &what,
+                expected: "no file changed",
+                got: changes.join("; ")
+            );
+        }
+    }
     Ok(Outcome::Passed)
 }

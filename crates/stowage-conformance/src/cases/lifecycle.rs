@@ -1,9 +1,9 @@
 //! The life of a cache: create, flush, reopen, finalize, resume, read-only handles, bad samples.
 
-use super::{build, check_all, open_read_only, put_generated};
-use crate::check::{expect_err, is_unsupported, ok};
+use super::{build, check_samples, open_read_only, put_samples};
+use crate::check::{expect_err, expect_unsupported, is_unsupported_from, ok};
 use crate::generate::{basic_dtype, basic_schema, sample_for};
-use crate::{CaseContext, CaseResult, Outcome, ensure};
+use crate::{CaseContext, CaseResult, Failure, Outcome, ensure};
 use stowage_core::{Error, OpenMode, Sample, Tensor, Value};
 
 /// Samples flushed but never finalized are read back by a read-only handle, with the same schema.
@@ -13,11 +13,19 @@ pub fn reopen_after_flush_keeps_samples(ctx: &CaseContext<'_>) -> CaseResult {
     let reader = open_read_only(ctx, &path)?;
     ensure!(
         reader.schema() == &schema,
-        "schema after reopen differs: {:?} != {schema:?}",
-        reader.schema()
+        "schema() after reopen",
+        expected: format!("{schema:?}"),
+        got: format!("{:?}", reader.schema()),
+        clause: "schema.survives-reopen"
     );
-    ensure!(!reader.is_finalized(), "a cache that was only flushed reports is_finalized()");
-    check_all(&*reader, &written)?;
+    ensure!(
+        !reader.is_finalized(),
+        "is_finalized() of a cache that was only flushed",
+        expected: "false",
+        got: "true",
+        clause: "finalize.commits"
+    );
+    check_samples(&*reader, &written)?;
     Ok(Outcome::Passed)
 }
 
@@ -28,11 +36,19 @@ pub fn reopen_after_finalize_keeps_samples(ctx: &CaseContext<'_>) -> CaseResult 
     let reader = open_read_only(ctx, &path)?;
     ensure!(
         reader.schema() == &schema,
-        "schema after reopen differs: {:?} != {schema:?}",
-        reader.schema()
+        "schema() after reopen",
+        expected: format!("{schema:?}"),
+        got: format!("{:?}", reader.schema()),
+        clause: "schema.survives-reopen"
     );
-    ensure!(reader.is_finalized(), "a finalized cache does not report is_finalized() after reopen");
-    check_all(&*reader, &written)?;
+    ensure!(
+        reader.is_finalized(),
+        "is_finalized() of a finalized cache after reopen",
+        expected: "true",
+        got: "false",
+        clause: "finalize.commits"
+    );
+    check_samples(&*reader, &written)?;
     Ok(Outcome::Passed)
 }
 
@@ -42,9 +58,15 @@ pub fn put_after_finalize_is_rejected(ctx: &CaseContext<'_>) -> CaseResult {
     let schema = basic_schema(ctx.caps());
     let path = ctx.cache_path("c");
     let mut cache = ok("create", ctx.factory.create(&path, &schema))?;
-    let mut written = put_generated(&mut *cache, &schema, 0..3)?;
+    let mut written = put_samples(&mut *cache, &schema, 0..3)?;
     ok("finalize", cache.finalize())?;
-    ensure!(cache.is_finalized(), "is_finalized() is false right after finalize()");
+    ensure!(
+        cache.is_finalized(),
+        "is_finalized() right after finalize()",
+        expected: "true",
+        got: "false",
+        clause: "finalize.commits"
+    );
     let finalized = |e: &Error| matches!(e, Error::Finalized { .. });
     expect_err(
         "put after finalize",
@@ -57,7 +79,7 @@ pub fn put_after_finalize_is_rejected(ctx: &CaseContext<'_>) -> CaseResult {
     let mut appender =
         ok("open a finalized cache in append mode", ctx.factory.open(&path, OpenMode::Append))?;
     if ctx.caps().append_after_finalize {
-        written.extend(put_generated(&mut *appender, &schema, 3..6)?);
+        written.extend(put_samples(&mut *appender, &schema, 3..6)?);
         ok("finalize again", appender.finalize())?;
     } else {
         expect_err(
@@ -68,7 +90,7 @@ pub fn put_after_finalize_is_rejected(ctx: &CaseContext<'_>) -> CaseResult {
         )?;
     }
     drop(appender);
-    check_all(&*open_read_only(ctx, &path)?, &written)?;
+    check_samples(&*open_read_only(ctx, &path)?, &written)?;
     Ok(Outcome::Passed)
 }
 
@@ -103,17 +125,23 @@ pub fn schema_violation_writes_nothing(ctx: &CaseContext<'_>) -> CaseResult {
             cache.put(what, sample),
             |e| matches!(e, Error::SchemaMismatch { .. }),
         )?;
-        ensure!(ok("get", cache.get(what))?.is_none(), "{what}: the refused sample is readable");
+        let got = ok("get", cache.get(what))?;
+        ensure!(
+            got.is_none(),
+            format!("get of the key of a refused put of a sample with {what}"),
+            expected: "None",
+            got: "the refused sample"
+        );
     }
     ensure!(
         cache.len() == 1,
-        "len() is {} after 1 good and {} refused puts",
-        cache.len(),
-        bad.len()
+        format!("len() after 1 good and {} refused puts", bad.len()),
+        expected: 1,
+        got: cache.len()
     );
     ok("finalize", cache.finalize())?;
     drop(cache);
-    check_all(&*open_read_only(ctx, &path)?, &vec![("good".to_string(), good)])?;
+    check_samples(&*open_read_only(ctx, &path)?, &vec![("good".to_string(), good)])?;
     Ok(Outcome::Passed)
 }
 
@@ -123,25 +151,24 @@ pub fn read_only_handle_rejects_writes(ctx: &CaseContext<'_>) -> CaseResult {
     for finalize in [false, true] {
         let (path, written) = build(ctx, &format!("c{finalize}"), &schema, 3, finalize)?;
         let mut reader = open_read_only(ctx, &path)?;
-        expect_err(
-            "put on a read-only handle",
-            "Error::Unsupported",
+        let backend = ctx.backend();
+        let stage = if finalize { "finalized" } else { "flushed" };
+        expect_unsupported(
+            backend,
+            &format!("put on a read-only handle ({stage} cache)"),
             reader.put("x", &sample_for(&schema, 5)),
-            is_unsupported,
         )?;
-        expect_err(
-            "flush on a read-only handle",
-            "Error::Unsupported",
+        expect_unsupported(
+            backend,
+            &format!("flush on a read-only handle ({stage} cache)"),
             reader.flush(),
-            is_unsupported,
         )?;
-        expect_err(
-            "finalize on a read-only handle",
-            "Error::Unsupported",
+        expect_unsupported(
+            backend,
+            &format!("finalize on a read-only handle ({stage} cache)"),
             reader.finalize(),
-            is_unsupported,
         )?;
-        check_all(&*reader, &written)?;
+        check_samples(&*reader, &written)?;
     }
     Ok(Outcome::Passed)
 }
@@ -157,7 +184,7 @@ pub fn create_over_existing_cache_is_rejected(ctx: &CaseContext<'_>) -> CaseResu
             ctx.factory.create(&path, &schema).map(|_| ()),
             |e| matches!(e, Error::AlreadyExists { .. }),
         )?;
-        check_all(&*open_read_only(ctx, &path)?, &written)?;
+        check_samples(&*open_read_only(ctx, &path)?, &written)?;
     }
     Ok(Outcome::Passed)
 }
@@ -186,29 +213,27 @@ pub fn resume_follows_capability(ctx: &CaseContext<'_>) -> CaseResult {
     let (path, mut written) = build(ctx, "c", &schema, 20, false)?;
     let opened = ctx.factory.open(&path, OpenMode::Append);
     if !ctx.caps().resume {
-        match opened {
-            Err(e) if is_unsupported(&e) => return Ok(Outcome::Passed),
+        let what = "append-open of an unfinished cache (resume not declared)";
+        return match opened {
+            Err(e) if is_unsupported_from(ctx.backend(), what, &e)? => Ok(Outcome::Passed),
             Err(e) => {
-                return Err(format!(
-                    "append-open of an unfinished cache without resume: expected Error::Unsupported, got {e}"
-                ));
+                Err(Failure::new(what, "Error::Unsupported", format!("a different error: {e}")))
             }
             Ok(mut cache) => {
-                expect_err(
+                expect_unsupported(
+                    ctx.backend(),
                     "put on a resumed cache (resume not declared)",
-                    "Error::Unsupported",
                     cache.put("x", &sample_for(&schema, 99)),
-                    is_unsupported,
                 )?;
-                return Ok(Outcome::Passed);
+                Ok(Outcome::Passed)
             }
-        }
+        };
     }
     let mut cache = ok("append-open an unfinished cache", opened)?;
-    check_all(&*cache, &written)?;
-    written.extend(put_generated(&mut *cache, &schema, 20..40)?);
+    check_samples(&*cache, &written)?;
+    written.extend(put_samples(&mut *cache, &schema, 20..40)?);
     ok("finalize", cache.finalize())?;
     drop(cache);
-    check_all(&*open_read_only(ctx, &path)?, &written)?;
+    check_samples(&*open_read_only(ctx, &path)?, &written)?;
     Ok(Outcome::Passed)
 }

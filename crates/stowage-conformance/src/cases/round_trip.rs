@@ -1,9 +1,9 @@
 //! Round trips of every dtype, shape rule and field kind; capability checks for each.
 
-use super::{build, check_all, open_read_only};
-use crate::check::{expect_err, is_unsupported, ok};
+use super::{build, check_samples, open_read_only};
+use crate::check::{expect_unsupported, ok};
 use crate::generate::{basic_dtype, random_tensor};
-use crate::{CaseContext, CaseResult, Outcome, ensure};
+use crate::{CaseContext, CaseResult, Failure, Outcome, ensure};
 use rand::{SeedableRng, rngs::StdRng};
 use stowage_core::{DType, FieldKind, FieldSpec, Sample, Schema, ShapeRule, Value};
 
@@ -16,17 +16,17 @@ pub fn round_trip_every_dtype(ctx: &CaseContext<'_>) -> CaseResult {
             schema = schema.tensor(&format!("f_{}", d.name()), *d, ShapeRule::Fixed(vec![3, 2]));
         }
         let (path, written) = build(ctx, &format!("dtypes{n}"), &schema, 5, true)?;
-        check_all(&*open_read_only(ctx, &path)?, &written)?;
+        check_samples(&*open_read_only(ctx, &path)?, &written)?;
     }
     // An undeclared dtype must be refused at creation.
     if let Some(missing) = DType::ALL.into_iter().find(|d| !ctx.caps().dtypes.contains(d)) {
         let schema = Schema::new().tensor("x", missing, ShapeRule::Fixed(vec![2]));
-        expect_err(
+        expect_unsupported(
+            ctx.backend(),
             &format!("create with undeclared dtype {missing}"),
-            "Error::Unsupported",
             ctx.factory.create(&ctx.cache_path("undeclared"), &schema).map(|_| ()),
-            is_unsupported,
-        )?;
+        )
+        .map_err(|f| f.clause("capabilities.undeclared-unsupported"))?;
     }
     Ok(Outcome::Passed)
 }
@@ -38,7 +38,7 @@ pub fn round_trip_scalar_and_zero_length_tensors(ctx: &CaseContext<'_>) -> CaseR
     for (name, dims) in fields {
         let schema = Schema::new().tensor(name, d, ShapeRule::Fixed(dims));
         let (path, written) = build(ctx, name, &schema, 4, true)?;
-        check_all(&*open_read_only(ctx, &path)?, &written)?;
+        check_samples(&*open_read_only(ctx, &path)?, &written)?;
     }
     Ok(Outcome::Passed)
 }
@@ -50,7 +50,7 @@ pub fn round_trip_multi_megabyte_tensor(ctx: &CaseContext<'_>) -> CaseResult {
         return Ok(Outcome::Skipped("uint8 not among the declared dtypes".into()));
     }
     let (path, written) = build(ctx, "big", &schema, 3, true)?;
-    check_all(&*open_read_only(ctx, &path)?, &written)?;
+    check_samples(&*open_read_only(ctx, &path)?, &written)?;
     Ok(Outcome::Passed)
 }
 
@@ -63,21 +63,24 @@ fn follows_capability(
     schema: Schema,
 ) -> CaseResult {
     if declared {
-        let (path, written) = build(ctx, "declared", &schema, 24, true)?;
-        check_all(&*open_read_only(ctx, &path)?, &written)?;
+        let declared_works = |f: Failure| f.within(what).clause("capabilities.declared-works");
+        let (path, written) = build(ctx, "declared", &schema, 24, true).map_err(declared_works)?;
+        check_samples(&*open_read_only(ctx, &path)?, &written).map_err(declared_works)?;
         return Ok(Outcome::Passed);
     }
     let path = ctx.cache_path("undeclared");
-    expect_err(
+    expect_unsupported(
+        ctx.backend(),
         &format!("create with {what} (capability not declared)"),
-        "Error::Unsupported",
         ctx.factory.create(&path, &schema).map(|_| ()),
-        is_unsupported,
-    )?;
+    )
+    .map_err(|f| f.clause("capabilities.undeclared-unsupported"))?;
     ensure!(
         ctx.factory.open(&path, stowage_core::OpenMode::ReadOnly).is_err(),
-        "a refused create still left an openable cache at {}",
-        path.display()
+        format!("open of {} after a refused create", path.display()),
+        expected: "an error: the refused create creates nothing",
+        got: "an openable cache",
+        clause: "create.unsupported-schema-creates-nothing"
     );
     Ok(Outcome::Passed)
 }
@@ -139,13 +142,28 @@ pub fn zero_copy_get_follows_capability(ctx: &CaseContext<'_>) -> CaseResult {
     ok("finalize", cache.finalize())?;
     drop(cache);
     let reader = open_read_only(ctx, &path)?;
-    let got = ok("get", reader.get("k"))?.ok_or("get of a stored key returned None")?;
+    let got = ok("get", reader.get("k"))?
+        .ok_or_else(|| Failure::new("get \"k\" after reopen", "the sample that was put", "None"))?;
     match got.get("x") {
         Some(Value::Tensor(g)) => {
-            ensure!(g.bytes() == t.bytes(), "zero-copy get returned different bytes");
-            ensure!(g.is_zero_copy(), "zero_copy_get is declared but get returned a copied tensor");
+            ensure!(
+                g.bytes() == t.bytes(),
+                "zero-copy get \"k\" field \"x\"",
+                expected: "the bytes that were put",
+                got: "different bytes",
+                clause: "get.returns-what-was-put"
+            );
+            ensure!(
+                g.is_zero_copy(),
+                "get \"k\" field \"x\" with zero_copy_get declared",
+                expected: "a tensor sharing the backend's mapped bytes",
+                got: "a copied tensor",
+                clause: "capabilities.declared-works"
+            );
         }
-        other => return Err(format!("field x: expected a tensor, got {other:?}")),
+        other => {
+            return Err(Failure::new("get \"k\" field \"x\"", "a tensor", format!("{other:?}")));
+        }
     }
     Ok(Outcome::Passed)
 }

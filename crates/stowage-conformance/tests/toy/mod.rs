@@ -1,5 +1,5 @@
 //! `toy`: a small but correct reference backend that proves the conformance suite, with switchable
-//! [`Defect`]s that each break one promise of the `Backend` contract (and must be caught).
+//! [`Defect`]s that each break one promise of the contract (and must be caught).
 //!
 //! # Files of a toy cache
 //!
@@ -15,6 +15,9 @@
 //! .stowage.lock        the WriterLock, held by create and open(Append); readers take no lock
 //! ```
 //!
+//! `schema.json` with `keys.log` is how `recognize` knows a toy cache, after the shared stowage
+//! markers (`stowage.json`, `stowage.log`), which decide first.
+//!
 //! # Why it is crash safe
 //!
 //! `put` only keeps the sample in memory. `flush` writes each pending sample to `<name>.smp.tmp`,
@@ -27,33 +30,60 @@
 //! cut short (accepted; the next writer appends `F`); `F` without `_COMPLETE` only happens when the
 //! marker was deleted, and validate reports it. The count in `_COMPLETE` catches a lost manifest record.
 //!
+//! A failed flush or finalize poisons the handle (`WriteState`): every later write returns
+//! `Error::Poisoned`.
+//!
 //! # Capabilities
 //!
 //! Everything except `append_after_finalize` (put after finalize is `Error::Finalized`) and
-//! `zero_copy_get` (`get` decodes a copy of the file). Keys longer than 100 bytes get a file name
-//! made of a hex prefix and a 128-bit hash, because a file name holds at most 255 bytes; the key is
-//! stored in the file too and `get` checks it, so a hash collision is an error, never wrong data.
+//! `zero_copy_get` (`get` decodes a copy of the file); no `max_rank` unless built with
+//! [`ToyFactory::with_rank_limit`]. Keys longer than 100 bytes get a file name made of a hex
+//! prefix and a 128-bit hash, because a file name holds at most 255 bytes; the key is stored in
+//! the file too and `get` checks it, so a hash collision is an error, never wrong data.
+//!
+//! # Failing syncs
+//!
+//! Every sync of a flush or finalize first asks [`sync_point`], which fails like an `fsync`
+//! returning `EIO` when [`ToyInjector`]'s variables arm it: a stand-in for the suite's built-in
+//! `LD_PRELOAD` interposer, which the toy's own tests also run (its fsyncs are libc's), so that
+//! the failed-flush case is proven with an injector of a harness's own as well.
+//!
+//! `create` also syncs the directory holding the cache, so that the cache's own name survives a
+//! power cut (the power-loss cases rebuild the tree from what was synced).
 
 // Each test crate uses a different part of the toy (the correct factory or one defect).
 #![allow(dead_code)]
 
 use std::collections::{HashMap, HashSet};
+use std::ffi::OsString;
 use std::fmt::Write as _;
 use std::fs::{self, File};
 use std::io::{self, Write as _};
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, OnceLock, PoisonError};
+use stowage_conformance::FaultInjector;
 use stowage_core::bytes::Bytes;
 use stowage_core::file_safety::{
     AppendLog, Damage, DamageKind, WriterLock, atomic_write, fsync_dir,
 };
+use stowage_core::recognize::{Marker, marker};
 use stowage_core::{
-    Backend, BackendFactory, Capabilities, DType, DynBackend, Error, IoResultExt, OpenMode, Result,
-    Sample, Schema, Tensor, ValidationLevel, ValidationReport, Value,
+    Backend, BackendFactory, Capabilities, DType, DynBackend, Error, FieldKind, Format,
+    IoResultExt, OpenMode, Reader, Result, Sample, Schema, Tensor, ValidationLevel,
+    ValidationReport, Value, WriteState,
 };
 use xxhash_rust::{xxh3::xxh3_128, xxh64::xxh64};
 
 const NAME: &str = "toy";
+/// The name a `Defect::WrongBackendName` toy puts in its errors.
+const STALE_NAME: &str = "toy-v0";
+/// The toy's one format.
+pub const TOY: Format = Format {
+    id: "toy",
+    description: "toy conformance cache",
+    signature: "schema.json and keys.log",
+};
 const SCHEMA_FILE: &str = "schema.json";
 const MANIFEST_FILE: &str = "keys.log";
 const COMPLETE_FILE: &str = "_COMPLETE";
@@ -69,6 +99,10 @@ const TAG_JSON: u8 = 3;
 const MAX_HEX_NAME: usize = 200;
 /// The read cache is simply emptied when it reaches this many samples.
 const READ_CACHE_ENTRIES: usize = 4096;
+/// The declared `max_rank` of `Defect::UnenforcedRankLimit`.
+const UNENFORCED_RANK_LIMIT: usize = 3;
+/// The rank above which `Defect::HiddenRankLimit` refuses a schema.
+const HIDDEN_RANK_LIMIT: usize = 4;
 
 /// A deliberate bug; each must make one conformance case fail.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,6 +118,40 @@ pub enum Defect {
     NoChecksumCheck,
     /// Declares `nullable: false` but creates caches with nullable fields anyway.
     UndeclaredCapability,
+    /// Its `Error::Unsupported`s name `"toy-v0"`, not the factory's `"toy"` (a rename that
+    /// missed the error path).
+    WrongBackendName,
+    /// An overwrite moves the key to the end of `keys()` (a re-append instead of a replace).
+    OverwriteMovesKey,
+    /// `validate` rewrites `_COMPLETE` with the same bytes ("refreshing" the commit point).
+    ValidateTouches,
+    /// A read-only handle declares `overwrite: false` (it cannot write, so it says it cannot
+    /// overwrite): its capabilities differ from the factory's.
+    ReadOnlyCapabilities,
+    /// Declares `max_rank: Some(3)` but creates caches of any rank.
+    UnenforcedRankLimit,
+    /// Declares no `max_rank` but refuses schemas of rank above 4.
+    HiddenRankLimit,
+    /// `finalize` writes `_COMPLETE` before flushing the pending samples: a crash in between
+    /// leaves a "complete" cache that lacks them.
+    MarkerBeforeData,
+    /// A failed flush does not poison the handle: it goes on taking writes.
+    IgnoresFailedFlush,
+    /// `flush` never fsyncs (it hands the sample files and the manifest to the OS and returns
+    /// `Ok`): a kill loses nothing, a power cut loses acknowledged samples.
+    FlushWithoutSync,
+    /// A failed fsync of a sample file is ignored: the flush goes on and returns `Ok` (the error
+    /// a retried fsync would no longer report is lost).
+    IgnoresFailedSync,
+    /// `finalize` writes `_COMPLETE` in place and never syncs it nor its directory: after a
+    /// power cut a finalize that returned `Ok` may have left no commit point.
+    CommitPointNotSynced,
+    /// `recognize` wants `_COMPLETE`: a flushed, unfinished cache is not recognized.
+    RecognizesOnlyFinalized,
+    /// `recognize` probes its own files before looking at the stowage markers.
+    IgnoresStowageMarker,
+    /// `get_batch` leaves out the keys that are missing instead of returning `None` for them.
+    BatchSkipsMissing,
 }
 
 /// Creates and opens toy caches, correct or with one [`Defect`].
@@ -91,17 +159,24 @@ pub enum Defect {
 pub struct ToyFactory {
     /// The bug to inject, if any.
     pub defect: Option<Defect>,
+    /// A `max_rank` the toy declares and enforces.
+    pub rank_limit: Option<usize>,
 }
 
 impl ToyFactory {
     /// The correct toy backend.
     pub fn correct() -> ToyFactory {
-        ToyFactory { defect: None }
+        ToyFactory { defect: None, rank_limit: None }
     }
 
     /// A toy backend with `defect`.
     pub fn with_defect(defect: Defect) -> ToyFactory {
-        ToyFactory { defect: Some(defect) }
+        ToyFactory { defect: Some(defect), rank_limit: None }
+    }
+
+    /// The correct toy backend with a declared and enforced `max_rank` of `limit`.
+    pub fn with_rank_limit(limit: usize) -> ToyFactory {
+        ToyFactory { defect: None, rank_limit: Some(limit) }
     }
 
     fn has(&self, defect: Defect) -> bool {
@@ -111,14 +186,28 @@ impl ToyFactory {
     fn lock(&self, dir: &Path) -> Result<Option<WriterLock>> {
         if self.has(Defect::IgnoresLock) { Ok(None) } else { WriterLock::acquire(dir).map(Some) }
     }
-}
 
-/// What the toy can really do.
-fn real_capabilities() -> Capabilities {
-    Capabilities {
-        append_after_finalize: false,
-        zero_copy_get: false,
-        ..Capabilities::everything()
+    /// The backend name its errors carry.
+    fn errors_name(&self) -> &'static str {
+        if self.has(Defect::WrongBackendName) { STALE_NAME } else { NAME }
+    }
+
+    /// What the toy really does, before any defect changes what it declares.
+    fn real_capabilities(&self) -> Capabilities {
+        let mut caps = Capabilities::none();
+        caps.variable_shapes = true;
+        caps.ragged = true;
+        caps.nullable = true;
+        caps.bytes_fields = true;
+        caps.json_fields = true;
+        caps.overwrite = true;
+        caps.resume = true;
+        caps.durable_flush = true;
+        caps.checksums = true;
+        caps.concurrent_readers = true;
+        caps.dtypes = DType::ALL.to_vec();
+        caps.max_rank = self.rank_limit;
+        caps
     }
 }
 
@@ -128,28 +217,62 @@ impl BackendFactory for ToyFactory {
     }
 
     fn capabilities(&self) -> Capabilities {
-        let real = real_capabilities();
-        if self.has(Defect::UndeclaredCapability) {
-            Capabilities { nullable: false, ..real }
-        } else {
-            real
+        let mut caps = self.real_capabilities();
+        match self.defect {
+            Some(Defect::UndeclaredCapability) => caps.nullable = false,
+            Some(Defect::UnenforcedRankLimit) => caps.max_rank = Some(UNENFORCED_RANK_LIMIT),
+            _ => {}
         }
+        caps
+    }
+
+    fn formats(&self) -> &'static [Format] {
+        std::slice::from_ref(&TOY)
+    }
+
+    fn recognize(&self, path: &Path) -> Result<Option<&'static Format>> {
+        if !self.has(Defect::IgnoresStowageMarker) {
+            match marker(path)? {
+                Marker::StowageJson(format) | Marker::StowageLog(format) => {
+                    return Ok((format == TOY.id).then_some(&TOY));
+                }
+                Marker::None => {}
+            }
+        }
+        let mut files = vec![SCHEMA_FILE, MANIFEST_FILE];
+        if self.has(Defect::RecognizesOnlyFinalized) {
+            files.push(COMPLETE_FILE);
+        }
+        Ok(files.iter().all(|file| path.join(file).is_file()).then_some(&TOY))
     }
 
     fn create(&self, dir: &Path, schema: &Schema) -> Result<Box<DynBackend>> {
-        // A correct backend refuses what it does not declare; the defect checks what it can do.
-        let enforced = if self.has(Defect::UndeclaredCapability) {
-            real_capabilities()
-        } else {
-            self.capabilities()
+        // A correct backend refuses what it does not declare; these defects check what it can do.
+        let enforced = match self.defect {
+            Some(Defect::UndeclaredCapability | Defect::UnenforcedRankLimit) => {
+                self.real_capabilities()
+            }
+            _ => self.capabilities(),
         };
-        enforced.check_schema(schema, NAME)?;
+        enforced.check_schema(schema, self.errors_name())?;
+        if self.has(Defect::HiddenRankLimit) {
+            for field in &schema.fields {
+                if let FieldKind::Tensor { shape, .. } = &field.kind
+                    && shape.rank().is_some_and(|rank| rank > HIDDEN_RANK_LIMIT)
+                {
+                    let what = format!("field {:?}: rank above {HIDDEN_RANK_LIMIT}", field.name);
+                    return Err(Error::unsupported(self.errors_name(), what));
+                }
+            }
+        }
         let schema_path = dir.join(SCHEMA_FILE);
         let exists = || Err(Error::AlreadyExists { path: dir.to_path_buf() });
         if schema_path.exists() {
             return exists();
         }
         fs::create_dir_all(dir).at(dir)?;
+        // The cache's own name must survive a power cut too: sync the directory holding it.
+        fsync_dir(dir.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new(".")))?;
         let lock = self.lock(dir)?;
         if schema_path.exists() {
             return exists(); // created by a writer that released the lock meanwhile
@@ -167,7 +290,7 @@ impl BackendFactory for ToyFactory {
         AppendLog::open(dir.join(MANIFEST_FILE), true)?; // an empty manifest: just its header
         let text = serde_json::to_vec_pretty(schema).map_err(|e| Error::invalid(e.to_string()))?;
         atomic_write(&schema_path, &text)?; // also fsyncs the directory, making samples/ durable
-        self.open_locked(dir, OpenMode::Append, lock)
+        Ok(Box::new(self.open_locked(dir, OpenMode::Append, lock)?))
     }
 
     fn open(&self, dir: &Path, mode: OpenMode) -> Result<Box<DynBackend>> {
@@ -177,26 +300,21 @@ impl BackendFactory for ToyFactory {
             return Err(Error::NotFound { what });
         }
         let lock = if mode == OpenMode::Append { self.lock(dir)? } else { None };
-        self.open_locked(dir, mode, lock)
+        Ok(Box::new(self.open_locked(dir, mode, lock)?))
     }
 }
 
 impl ToyFactory {
     /// Opens the cache in `dir`, which exists; `lock` is held when `mode` is `Append`.
-    fn open_locked(
-        &self,
-        dir: &Path,
-        mode: OpenMode,
-        lock: Option<WriterLock>,
-    ) -> Result<Box<DynBackend>> {
+    fn open_locked(&self, dir: &Path, mode: OpenMode, lock: Option<WriterLock>) -> Result<Toy> {
         let schema_path = dir.join(SCHEMA_FILE);
         let text = fs::read(&schema_path).at(&schema_path)?;
         let schema: Schema = serde_json::from_slice(&text)
             .map_err(|e| Error::corrupted(&schema_path, format!("schema does not parse: {e}")))?;
         let manifest = Manifest::read(dir)?;
         let finalized = dir.join(COMPLETE_FILE).exists();
-        let log = match mode {
-            OpenMode::ReadOnly => None,
+        let (log, state) = match mode {
+            OpenMode::ReadOnly => (None, WriteState::read_only(self.errors_name(), dir, finalized)),
             OpenMode::Append => {
                 let path = dir.join(MANIFEST_FILE);
                 // A torn tail is what a crash leaves and is cut off; anything else is corruption
@@ -214,13 +332,17 @@ impl ToyFactory {
                     log.append(&[FINALIZE_RECORD])?; // finish a finalize that was cut short
                     log.sync()?;
                 }
-                Some(log)
+                (Some(log), WriteState::writable(self.errors_name(), dir, finalized))
             }
         };
-        Ok(Box::new(Toy {
+        let mut caps = self.capabilities();
+        if mode == OpenMode::ReadOnly && self.has(Defect::ReadOnlyCapabilities) {
+            caps.overwrite = false;
+        }
+        Ok(Toy {
             dir: dir.to_path_buf(),
             schema,
-            caps: self.capabilities(),
+            caps,
             defect: self.defect,
             log,
             _lock: lock,
@@ -229,10 +351,56 @@ impl ToyFactory {
             keys: manifest.keys,
             pending: HashMap::new(),
             read_cache: Mutex::new(HashMap::new()),
-            finalized,
-            failed: false,
-        }))
+            state,
+        })
     }
+}
+
+/// Arms the toy's [`sync_point`]s in a child process: the variables say below which directory,
+/// after how many successful syncs, and until which stop file appears, syncs fail.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ToyInjector;
+
+const FAULT_DIR_ENV: &str = "TOY_FAIL_SYNCS_DIR";
+const FAULT_AFTER_ENV: &str = "TOY_FAIL_SYNCS_AFTER";
+const FAULT_STOP_ENV: &str = "TOY_FAIL_SYNCS_STOP";
+
+impl FaultInjector for ToyInjector {
+    fn name(&self) -> &str {
+        "the toy's sync points"
+    }
+
+    fn fail_syncs(&self, dir: &Path, after: u64, stop: &Path) -> Vec<(OsString, OsString)> {
+        vec![
+            (FAULT_DIR_ENV.into(), dir.into()),
+            (FAULT_AFTER_ENV.into(), after.to_string().into()),
+            (FAULT_STOP_ENV.into(), stop.into()),
+        ]
+    }
+}
+
+/// Syncs of armed files so far in this process.
+static SYNCS: AtomicU64 = AtomicU64::new(0);
+
+/// Called before every sync of a flush or finalize: fails like an `fsync` returning `EIO` when
+/// [`ToyInjector`]'s variables say so for `path` (sticky until the stop file exists).
+fn sync_point(path: &Path) -> Result<()> {
+    static ARMED: OnceLock<Option<(PathBuf, u64, PathBuf)>> = OnceLock::new();
+    let armed = ARMED.get_or_init(|| {
+        let dir = std::env::var_os(FAULT_DIR_ENV)?;
+        let after = std::env::var(FAULT_AFTER_ENV).ok()?.parse().ok()?;
+        let stop = std::env::var_os(FAULT_STOP_ENV)?;
+        Some((dir.into(), after, stop.into()))
+    });
+    let Some((dir, after, stop)) = armed else { return Ok(()) };
+    if !path.starts_with(dir) {
+        return Ok(());
+    }
+    let n = SYNCS.fetch_add(1, Ordering::SeqCst);
+    if n < *after || stop.exists() {
+        return Ok(());
+    }
+    Err(Error::io(path, io::Error::from_raw_os_error(5)))
 }
 
 /// The key manifest as read from `keys.log`.
@@ -321,9 +489,8 @@ pub struct Toy {
     pending: HashMap<String, Sample>,
     /// Samples `get` read from disk. `put` must invalidate it (`Defect::StaleReads` forgets to).
     read_cache: Mutex<HashMap<String, Sample>>,
-    finalized: bool,
-    /// Set when a flush or finalize failed: files may be half written, so writes are refused.
-    failed: bool,
+    /// Read-only or writable, finalized, poisoned by a failed flush or finalize.
+    state: WriteState,
 }
 
 impl Toy {
@@ -335,22 +502,14 @@ impl Toy {
         self.read_cache.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    fn check_writable(&self, operation: &str) -> Result<()> {
-        if self.log.is_none() {
-            return Err(Error::unsupported(NAME, format!("{operation} on a read-only handle")));
-        }
-        if self.failed {
-            let why = io::Error::other("an earlier flush failed; reopen the cache to continue");
-            return Err(Error::io(&self.dir, why));
-        }
-        Ok(())
-    }
-
-    /// Runs a write step; on failure the handle refuses every later write.
+    /// Runs a write step; on failure the handle refuses every later write (unless
+    /// `Defect::IgnoresFailedFlush`).
     fn write_step(&mut self, step: fn(&mut Toy) -> Result<()>) -> Result<()> {
         let result = step(self);
-        self.failed |= result.is_err();
-        result
+        if self.defect == Some(Defect::IgnoresFailedFlush) {
+            return result;
+        }
+        self.state.poison_on_error(result)
     }
 
     /// Reads and decodes the sample file of `key`. The outer error is I/O; the inner one says
@@ -381,16 +540,31 @@ impl Toy {
             let temp = path.with_extension("smp.tmp");
             let mut file = File::create(&temp).at(&temp)?;
             file.write_all(&encode(key, sample)).at(&temp)?;
-            file.sync_all().at(&temp)?;
+            sync_point(&temp)?;
+            match self.defect {
+                Some(Defect::FlushWithoutSync) => {}
+                Some(Defect::IgnoresFailedSync) => drop(file.sync_all()),
+                _ => file.sync_all().at(&temp)?,
+            }
             fs::rename(&temp, &path).at(&path)?;
         }
-        fsync_dir(self.dir.join(SAMPLES_DIR))?;
+        let samples = self.dir.join(SAMPLES_DIR);
+        let unsynced = self.defect == Some(Defect::FlushWithoutSync);
+        sync_point(&samples)?;
+        if !unsynced {
+            fsync_dir(samples)?;
+        }
         // Only now record the new keys: every recorded key has a complete, durable file.
         let log = self.log.as_mut().expect("checked writable");
         for key in &self.keys[self.recorded..] {
             log.append(&key_record(key))?;
         }
-        log.sync()?;
+        sync_point(log.path())?;
+        if unsynced {
+            log.flush()?
+        } else {
+            log.sync()?
+        }
         self.recorded = self.keys.len();
         self.pending.clear();
         Ok(())
@@ -405,6 +579,7 @@ impl Toy {
         let (mut log, _) = AppendLog::open(&path, true)?;
         for key in &self.keys {
             log.append(&key_record(key))?;
+            sync_point(&path)?;
             log.sync()?;
         }
         self.log = Some(log);
@@ -417,14 +592,32 @@ impl Toy {
         Ok(())
     }
 
-    /// Flush, then the commit point `_COMPLETE`, then the `F` record.
+    /// Writes the commit point `_COMPLETE` (`Defect::CommitPointNotSynced`: in place, unsynced).
+    fn write_complete(&self) -> Result<()> {
+        let path = self.dir.join(COMPLETE_FILE);
+        sync_point(&path)?;
+        let text = format!("{}\n", self.keys.len());
+        if self.defect == Some(Defect::CommitPointNotSynced) {
+            return fs::write(&path, text).at(&path);
+        }
+        atomic_write(path, text.as_bytes())
+    }
+
+    /// Flush, then the commit point `_COMPLETE`, then the `F` record
+    /// (`Defect::MarkerBeforeData`: the commit point first).
     fn finalize_now(&mut self) -> Result<()> {
-        self.flush_now()?;
-        atomic_write(self.dir.join(COMPLETE_FILE), format!("{}\n", self.keys.len()).as_bytes())?;
+        if self.defect == Some(Defect::MarkerBeforeData) {
+            self.write_complete()?;
+            self.flush_now()?;
+        } else {
+            self.flush_now()?;
+            self.write_complete()?;
+        }
         let log = self.log.as_mut().expect("checked writable");
         log.append(&[FINALIZE_RECORD])?;
+        sync_point(log.path())?;
         log.sync()?;
-        self.finalized = true;
+        self.state.set_finalized(true);
         Ok(())
     }
 
@@ -437,9 +630,13 @@ impl Toy {
     }
 }
 
-impl Backend for Toy {
+impl Reader for Toy {
     fn name(&self) -> &'static str {
         NAME
+    }
+
+    fn format(&self) -> &'static Format {
+        &TOY
     }
 
     fn capabilities(&self) -> &Capabilities {
@@ -454,23 +651,6 @@ impl Backend for Toy {
         &self.dir
     }
 
-    fn put(&mut self, key: &str, sample: &Sample) -> Result<()> {
-        self.check_writable("put")?;
-        if self.finalized {
-            return Err(Error::Finalized { path: self.dir.clone() });
-        }
-        self.caps.check_key(key, NAME)?;
-        self.schema.validate(sample)?;
-        if self.known.insert(key.to_owned()) {
-            self.keys.push(key.to_owned());
-        }
-        self.pending.insert(key.to_owned(), sample.clone());
-        if self.defect != Some(Defect::StaleReads) {
-            self.cache().remove(key);
-        }
-        Ok(())
-    }
-
     fn get(&self, key: &str) -> Result<Option<Sample>> {
         if let Some(sample) = self.cache().get(key) {
             return Ok(Some(sample.clone()));
@@ -479,8 +659,9 @@ impl Backend for Toy {
             Some(sample) => sample.clone(),
             None if self.known.contains(key) => {
                 let verify = self.defect != Some(Defect::NoChecksumCheck);
-                self.load(key, verify)?
-                    .map_err(|detail| Error::corrupted(self.sample_path(key), detail))?
+                self.load(key, verify)?.map_err(|detail| {
+                    Error::corrupted(self.sample_path(key), detail).for_key(key)
+                })?
             }
             None => return Ok(None),
         };
@@ -490,6 +671,14 @@ impl Backend for Toy {
         }
         cache.insert(key.to_owned(), sample.clone());
         Ok(Some(sample))
+    }
+
+    fn get_batch(&self, keys: &[&str]) -> Result<Vec<Option<Sample>>> {
+        let all = keys.iter().map(|key| self.get(key));
+        if self.defect == Some(Defect::BatchSkipsMissing) {
+            return all.filter_map(|got| got.transpose()).map(|got| got.map(Some)).collect();
+        }
+        all.collect()
     }
 
     fn contains(&self, key: &str) -> Result<bool> {
@@ -504,21 +693,8 @@ impl Backend for Toy {
         Ok(self.keys.clone())
     }
 
-    fn flush(&mut self) -> Result<()> {
-        self.check_writable("flush")?;
-        self.write_step(Toy::flush_now)
-    }
-
-    fn finalize(&mut self) -> Result<()> {
-        self.check_writable("finalize")?;
-        if self.finalized {
-            return Ok(());
-        }
-        self.write_step(Toy::finalize_now)
-    }
-
     fn is_finalized(&self) -> bool {
-        self.finalized
+        self.state.is_finalized()
     }
 
     /// Checks the files as they are on disk now (pending samples are not on disk yet).
@@ -556,6 +732,9 @@ impl Backend for Toy {
                     format!("records {count} keys, the manifest lists {}", manifest.keys.len());
                 report.problem(Some(&complete_path), None, detail);
             }
+            Some(Ok(count)) if self.defect == Some(Defect::ValidateTouches) => {
+                atomic_write(&complete_path, format!("{count}\n").as_bytes())?;
+            }
             Some(Ok(_)) => {}
         }
         for key in &manifest.keys {
@@ -574,6 +753,40 @@ impl Backend for Toy {
             }
         }
         Ok(report)
+    }
+}
+
+impl Backend for Toy {
+    fn put(&mut self, key: &str, sample: &Sample) -> Result<()> {
+        self.state.check_put(key, sample, &self.schema, &self.caps)?;
+        if self.known.insert(key.to_owned()) {
+            self.keys.push(key.to_owned());
+        } else if self.defect == Some(Defect::OverwriteMovesKey) {
+            let at = self.keys.iter().position(|k| k == key).expect("a known key is listed");
+            let moved = self.keys.remove(at);
+            self.keys.push(moved);
+            if at < self.recorded {
+                self.recorded -= 1; // recorded again at the end (the manifest keeps the first)
+            }
+        }
+        self.pending.insert(key.to_owned(), sample.clone());
+        if self.defect != Some(Defect::StaleReads) {
+            self.cache().remove(key);
+        }
+        Ok(())
+    }
+
+    fn flush(&mut self) -> Result<()> {
+        self.state.check_write("flush")?;
+        self.write_step(Toy::flush_now)
+    }
+
+    fn finalize(&mut self) -> Result<()> {
+        self.state.check_write("finalize")?;
+        if self.state.is_finalized() {
+            return Ok(());
+        }
+        self.write_step(Toy::finalize_now)
     }
 }
 

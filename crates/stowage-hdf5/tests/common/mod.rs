@@ -94,7 +94,7 @@ pub fn root_attribute(path: &Path, name: &str) -> Option<ffi::AttributeValue> {
 /// A `.npy` file as a tensor.
 pub fn npy(path: &Path) -> Tensor {
     let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    let header = stowage_npy::npy_header::parse(&bytes).unwrap();
+    let header = stowage_core::npy_header::parse(&bytes).unwrap();
     let data = bytes[header.data_offset..].to_vec();
     Tensor::new(header.dtype, header.shape, data).unwrap()
 }

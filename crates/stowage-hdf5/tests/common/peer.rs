@@ -15,12 +15,12 @@ pub const PEER: &str = include_str!("../../../../xtask/py/aenet_peer.py");
 /// `python3` with the peer's modules, or `None` (printed as SKIPPED; a failure where
 /// `STOWAGE_REQUIRE_PYTHON=1`).
 pub fn python(test: &str) -> Option<&'static str> {
-    stowage_conformance::python::python_with(test, &["numpy", "tables"])
+    stowage_test_support::python::python_with(test, &["numpy", "tables"])
 }
 
 /// Runs `command` of the peer on `file` with `request`; its JSON answer.
 pub fn run(python: &str, command: &str, file: &Path, request: &Value) -> Value {
-    let out = stowage_conformance::python::run_script(
+    let out = stowage_test_support::python::run_script(
         python,
         PEER,
         &[command, file.to_str().unwrap()],

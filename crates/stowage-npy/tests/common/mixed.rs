@@ -4,8 +4,8 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use stowage_core::npy_header;
 use stowage_core::{DType, Tensor};
-use stowage_npy::npy_header;
 
 /// An expected-values `.npy` (numpy.save, format 1.0, C order), read with stowage's header parser.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -18,9 +18,9 @@
 //! <seed>`, `--mixed-child <pair> <cache> <seed>`, not for direct use).
 
 use std::path::{Path, PathBuf};
+use stowage_conformance::durable_image::demo_writes;
 use stowage_reliability::crash::{
-    CampaignOptions, CrashSubject, FailureModel, child::child_main, durable_image::demo_writes,
-    run_campaign,
+    CampaignOptions, CrashSubject, FailureModel, child::child_main, run_campaign,
 };
 use stowage_reliability::mixed::{self, pair::Pair, peer::ToolPeer};
 

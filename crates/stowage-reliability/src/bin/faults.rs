@@ -14,9 +14,10 @@
 use clap::Parser;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use stowage_conformance::injector;
 use stowage_reliability::backends::{all, defaults, select, select_defaults};
 use stowage_reliability::cli::{CommonArgs, command_line, exit_code};
-use stowage_reliability::faults::{Config, injector, report, run_backend, trial};
+use stowage_reliability::faults::{Config, report, run_backend, trial};
 use stowage_reliability::work_dir::WorkDir;
 
 /// Disk full and EIO on write and fsync, per backend.

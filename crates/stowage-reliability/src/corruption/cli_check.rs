@@ -394,7 +394,7 @@ pub fn check_pristine(
 ///
 /// Errors: the first difference.
 pub fn compare_written(dir: &Path, want: &Sample) -> Result<(), String> {
-    use stowage_npy::npy_header::{parse, storage_descr};
+    use stowage_core::npy_header::{parse, storage_descr};
     let mut expected = std::collections::BTreeSet::new();
     for (name, value) in want.fields() {
         let read = |file: &str| std::fs::read(dir.join(file)).map_err(|e| format!("{file}: {e}"));
@@ -453,7 +453,7 @@ mod tests {
     fn a_written_sample_must_match_exactly() {
         let dir = tempfile::tempdir().unwrap();
         let tensor = Tensor::from_slice(&[2], &[1i32, 2]).unwrap();
-        let header = stowage_npy::npy_header::write_header(tensor.dtype(), tensor.shape());
+        let header = stowage_core::npy_header::write_header(tensor.dtype(), tensor.shape());
         let npy = [header.clone(), tensor.bytes().to_vec()].concat();
         std::fs::write(dir.path().join("t.npy"), &npy).unwrap();
         std::fs::write(dir.path().join("m.json"), "{}").unwrap();

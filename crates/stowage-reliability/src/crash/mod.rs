@@ -2,7 +2,8 @@
 //! workload (random batches, random flushes, compactions on Arrow, then finalize) and is killed
 //! with SIGKILL at a random moment, aimed inside create, a put batch, flush, compaction or
 //! finalize. Under the [`FailureModel::PowerLoss`] model the cache is then cut back to what was
-//! fsynced ([`durable_image`]), which tests the order of the fsyncs and not only of the renames.
+//! fsynced ([`stowage_conformance::durable_image`], the model the conformance suite's power-loss
+//! cases use too), which tests the order of the fsyncs and not only of the renames.
 //!
 //! A trial passes when, on reopening (read-only, then in append mode): every sample acknowledged
 //! by a completed flush is present and byte-identical; every present sample equals one value
@@ -19,7 +20,6 @@
 //! child protocol ([`child::Line`]) and killing parent ([`kill::run_child`]).
 
 pub mod child;
-pub mod durable_image;
 pub mod kill;
 pub mod report;
 pub mod subject;

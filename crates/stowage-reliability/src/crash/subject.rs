@@ -6,7 +6,7 @@ use crate::backends;
 use crate::crash::workload::Workload;
 use std::path::Path;
 use stowage_arrow::{ArrowBackend, ArrowFactory, ArrowOptions};
-use stowage_core::{Backend, BackendFactory, DynBackend, Result, Schema};
+use stowage_core::{Backend, BackendFactory, DynBackend, Reader, Result, Schema};
 
 /// A backend under crash trials.
 pub struct CrashSubject {

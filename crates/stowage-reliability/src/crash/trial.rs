@@ -2,7 +2,6 @@
 //! moment; under [`FailureModel::PowerLoss`] the cache is then cut back to its durable image;
 //! then every check of [`crate::crash::verify`] runs.
 
-use crate::crash::durable_image::{DurableImage, Rebuilt, Tearing};
 use crate::crash::kill::{KillPlan, Killed, Moment, run_child};
 use crate::crash::subject::CrashSubject;
 use crate::crash::verify::{Expectations, Verified, verify};
@@ -10,6 +9,7 @@ use crate::crash::workload::Workload;
 use rand::{SeedableRng, rngs::StdRng};
 use std::path::Path;
 use std::process::Command;
+use stowage_conformance::durable_image::{DurableImage, Rebuilt, Tearing};
 
 /// What the crash does to the files the child wrote.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]

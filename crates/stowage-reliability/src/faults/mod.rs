@@ -1,23 +1,24 @@
 //! The resource-fault campaign: disk full (ENOSPC), EIO and EMFILE on writes, fsyncs,
 //! ftruncates, fallocates, renames, mkdirs and creating opens, injected by an `LD_PRELOAD`
-//! interposer ([`injector`]) into a child process that resumes a cache and writes to it
+//! interposer ([`stowage_conformance::injector`]) into a child process that resumes a cache and
+//! writes to it
 //! ([`trial`]), under the power-loss model of the crash campaign (a failed fsync drops the
-//! dirty pages it could not write, see [`crate::crash::durable_image`]), so that a backend that
+//! dirty pages it could not write, see [`stowage_conformance::durable_image`]), so that a backend
+//! that
 //! acknowledges data after a failed fsync is caught.
 //!
-//! Per backend and [`injector::FaultKind`]: a dry run counts the matching calls the child makes
+//! Per backend and [`FaultKind`]: a dry run counts the matching calls the child makes
 //! (the interposer only counts); the trials then fail the call at chosen points among them, from
 //! the first (inside the open) to the last (inside finalize), so the fault lands in every kind
 //! of file and step the backend has. A point the child never reaches is reported, never passed.
 
-pub mod injector;
 pub mod report;
 pub mod trial;
 
 use crate::backends::Subject;
-use injector::{FaultKind, Injection, InjectionLog};
 use rand::{Rng, SeedableRng, rngs::StdRng};
 use std::path::{Path, PathBuf};
+use stowage_conformance::injector::{FaultKind, Injection, InjectionLog};
 use trial::{Launch, Verdict};
 
 /// How many trials.
@@ -72,7 +73,7 @@ pub struct KindReport {
 
 impl KindReport {
     /// The backend never makes the calls of this fault (the dry run counted none) and need not
-    /// ([`injector::Op::always_called`]): reported as such, neither passed nor failed.
+    /// ([`stowage_conformance::injector::Op::always_called`]): reported as such, neither passed nor failed.
     pub fn not_called(&self) -> bool {
         self.error.is_none() && self.calls == 0 && !self.kind.op.always_called()
     }

@@ -22,18 +22,18 @@
 //! 6. 4 and 5 again on the tree a power cut right after the child would leave (the durable
 //!    image): every acknowledged sample's bytes are durable, whatever the failed fsync dropped.
 
-use super::injector::{Injection, InjectionLog, Op};
 use crate::backends::Subject;
 use crate::checks::validate_clean;
 use crate::concurrency::process::Child;
 use crate::concurrency::schedule::schema;
-use crate::crash::durable_image::DurableImage;
 use serde_json::json;
 use std::io::Write;
 use std::path::Path;
 use std::time::Duration;
 use stowage_conformance::cases::put_generated;
+use stowage_conformance::durable_image::DurableImage;
 use stowage_conformance::generate::{compare, key, sample_for};
+use stowage_conformance::injector::{Injection, InjectionLog, Op};
 use stowage_core::{Backend, BackendFactory, OpenMode, Schema};
 
 /// Samples flushed before the child starts (the realistic runs copy a bigger cache instead).

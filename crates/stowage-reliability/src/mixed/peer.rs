@@ -10,7 +10,7 @@ use serde_json::Value as Json;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
-use stowage_conformance::python::{REQUIRE_PYTHON_ENV, python_with};
+use stowage_test_support::python::{REQUIRE_PYTHON_ENV, python_with};
 
 /// Environment variable naming the Python of a venv with hangar 0.5.2 (and `numpy<1.24`).
 pub const HANGAR_PYTHON_ENV: &str = "STOWAGE_HANGAR_PYTHON";
@@ -119,10 +119,8 @@ impl ToolPeer {
                     if std::env::var(REQUIRE_PYTHON_ENV).is_ok_and(|v| v == "1") {
                         panic!("{test}: {what} is required ({REQUIRE_PYTHON_ENV}=1) but not set");
                     }
-                    let line = format!(
-                        "SKIPPED: {test}: {what} not set (set {REQUIRE_PYTHON_ENV}=1 to fail)\n"
-                    );
-                    let _ = std::io::stderr().lock().write_all(line.as_bytes());
+                    let reason = format!("{what} not set (set {REQUIRE_PYTHON_ENV}=1 to fail)");
+                    stowage_core::skip::report_skip("prerequisite", &reason);
                     return None;
                 }
             }

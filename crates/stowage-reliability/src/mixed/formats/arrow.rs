@@ -16,7 +16,7 @@ use stowage_arrow::layout::Layout;
 use stowage_arrow::reader::CacheReader;
 use stowage_arrow::schema_json::OutputStructure;
 use stowage_arrow::{ArrowBackend, ArrowOptions};
-use stowage_core::{Backend, DType, OpenMode, Result, Sample, Schema, ShapeRule, Tensor};
+use stowage_core::{Backend, DType, OpenMode, Reader, Result, Sample, Schema, ShapeRule, Tensor};
 use stowage_core::{ValidationLevel, Value};
 
 /// The arrow+torchcachex pair.

@@ -11,7 +11,7 @@ use serde_json::{Value as Json, json};
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use stowage_core::ValidationLevel;
-use stowage_core::{Backend, DType, Error, Result, Sample, Schema, ShapeRule, Tensor};
+use stowage_core::{Backend, DType, Error, Reader, Result, Sample, Schema, ShapeRule, Tensor};
 use stowage_npy::layout::Layout;
 use stowage_npy::{NpyBackend, NpyOptions, Numpy10Record};
 

@@ -1,0 +1,74 @@
+//! The formats of the four backends this crate is built with, for the format-specific reports
+//! and verification plans `inspect`, `verify`, `adopt`, `explain` and `convert` still hold for
+//! them (DNANet's own inspection text, one verification unit per segment, carried fingerprints).
+//!
+//! They are keyed by [`Format::id`], never by which factory recognized the cache: every other
+//! registered format, a third party's included, goes through the generic paths built on the
+//! [`stowage_core::Reader`] trait and [`stowage_core::BackendFactory::validate_path`].
+
+use stowage_core::Format;
+
+/// A format this crate has a format-specific report or plan for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Builtin {
+    /// [`stowage_npy::STOWAGE_NPY`].
+    StowageNpy,
+    /// [`stowage_npy::HANGAR_NUMPY10`]: a bare hangar data directory (no keys).
+    HangarNumpy10,
+    /// [`stowage_memmap::STOWAGE_MEMMAP`].
+    StowageMemmap,
+    /// [`stowage_memmap::DNANET_MEMMAP`].
+    DnanetMemmap,
+    /// [`stowage_arrow::STOWAGE_ARROW`].
+    StowageArrow,
+    /// [`stowage_arrow::TORCHCACHEX`].
+    Torchcachex,
+    /// [`stowage_hdf5::STOWAGE_HDF5`].
+    StowageHdf5,
+    /// [`stowage_hdf5::AENET_HDF5`]: an HDF5 dataset file (keys are entry indices).
+    AenetHdf5,
+}
+
+impl Builtin {
+    /// The built-in format with `format`'s id, `None` for any other format.
+    pub fn of(format: &Format) -> Option<Builtin> {
+        let table: [(&Format, Builtin); 8] = [
+            (&stowage_npy::STOWAGE_NPY, Builtin::StowageNpy),
+            (&stowage_npy::HANGAR_NUMPY10, Builtin::HangarNumpy10),
+            (&stowage_memmap::STOWAGE_MEMMAP, Builtin::StowageMemmap),
+            (&stowage_memmap::DNANET_MEMMAP, Builtin::DnanetMemmap),
+            (&stowage_arrow::STOWAGE_ARROW, Builtin::StowageArrow),
+            (&stowage_arrow::TORCHCACHEX, Builtin::Torchcachex),
+            (&stowage_hdf5::STOWAGE_HDF5, Builtin::StowageHdf5),
+            (&stowage_hdf5::AENET_HDF5, Builtin::AenetHdf5),
+        ];
+        table.into_iter().find(|(known, _)| known.id == format.id).map(|(_, builtin)| builtin)
+    }
+
+    /// Whether `format` is this built-in one.
+    pub fn is(self, format: &Format) -> bool {
+        Builtin::of(format) == Some(self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_default_format_is_built_in_and_others_are_not() {
+        let registry = crate::default_registry();
+        let ids: Vec<&str> = registry.formats().map(|f| f.id).collect();
+        assert_eq!(
+            ids.len(),
+            8,
+            "the four backends read their own format and one original tool's each: {ids:?}"
+        );
+        for format in registry.formats() {
+            assert!(Builtin::of(format).is_some(), "{format:?}");
+        }
+        let other = Format { id: "example-journal", description: "x", signature: "y" };
+        assert_eq!(Builtin::of(&other), None);
+        assert!(Builtin::HangarNumpy10.is(&stowage_npy::HANGAR_NUMPY10));
+    }
+}

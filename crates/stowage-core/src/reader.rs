@@ -1,0 +1,143 @@
+//! The read-only [`Reader`] trait: what every cache offers, whoever wrote it.
+
+use crate::{Capabilities, Format, Result, Sample, Schema, ValidationLevel, ValidationReport};
+use std::path::Path;
+
+/// A cache of samples addressed by string keys, opened for reading.
+///
+/// Every backend implements it (through [`crate::Backend`], its writer trait), and so does every
+/// reader of a cache an original tool wrote (torchcachex's segments, aenet's `/torch_cache`), so
+/// that a tool such as the `stowage` command reads any cache the same way
+/// ([`crate::Registry::open`]).
+///
+/// Synchronous and object-safe: use it as `Box<dyn Reader>` ([`DynReader`]). A reader that
+/// declares [`Capabilities::concurrent_readers`] may be shared between threads.
+///
+/// The behaviour each method promises is the contract ([`crate::contract`]); the conformance suite
+/// checks it clause by clause.
+#[allow(clippy::len_without_is_empty)] // `is_empty` is in `BackendExt`.
+pub trait Reader: Send + Sync {
+    /// The backend's short name, as used in errors (`"npy"`).
+    ///
+    /// # Behavior
+    /// - `errors.unsupported-names-backend`: Is the same string as the factory's `name` and as
+    ///   the `backend` of every `Error::Unsupported` the backend returns.
+    fn name(&self) -> &'static str;
+
+    /// The format of this cache: the backend's own, or the original tool's it reads.
+    fn format(&self) -> &'static Format;
+
+    /// The features this cache supports.
+    ///
+    /// # Behavior
+    /// - `capabilities.declared-works`: Every declared capability works.
+    /// - `capabilities.undeclared-unsupported`: Every undeclared capability returns
+    ///   `Error::Unsupported`.
+    /// - `capabilities.match-factory`: A cache created by a factory, or opened by it read-only or
+    ///   for appending, declares exactly the factory's capabilities.
+    /// - `capabilities.max-rank`: `max_rank` is enforced: with `Some(n)`, a tensor field of rank
+    ///   n works and `create` refuses rank n + 1 with `Error::Unsupported`, creating nothing;
+    ///   with `None`, rank 8 works.
+    fn capabilities(&self) -> &Capabilities;
+
+    /// The schema the cache was created with.
+    ///
+    /// # Behavior
+    /// - `schema.survives-reopen`: After reopening, equals the schema given at creation.
+    fn schema(&self) -> &Schema;
+
+    /// Where the cache lives.
+    fn path(&self) -> &Path;
+
+    /// Reads the sample stored under `key`.
+    ///
+    /// # Behavior
+    /// - `get.missing-is-none`: A missing key returns `Ok(None)`.
+    /// - `get.returns-what-was-put`: Returns exactly the sample that was put: each field's
+    ///   dtype, shape and bytes.
+    /// - `get.corruption-is-an-error`: Corrupted bytes are an error (`Error::Corrupted` naming
+    ///   the file and key), never returned as data.
+    fn get(&self, key: &str) -> Result<Option<Sample>>;
+
+    /// Reads every key in order; `None` for a missing one. Backends override it to read in
+    /// storage order.
+    ///
+    /// # Behavior
+    /// - `get-batch.agrees-with-get`: Agrees with `get` key by key.
+    fn get_batch(&self, keys: &[&str]) -> Result<Vec<Option<Sample>>> {
+        keys.iter().map(|key| self.get(key)).collect()
+    }
+
+    /// Whether `key` is stored.
+    ///
+    /// # Behavior
+    /// - `contains.agrees-with-get`: Agrees with `get(key).is_some()` without reading sample
+    ///   bytes.
+    fn contains(&self, key: &str) -> Result<bool>;
+
+    /// Number of distinct keys stored (a replaced key counts once).
+    ///
+    /// # Behavior
+    /// - `len.counts-distinct-keys`: Equals `keys().len()`.
+    fn len(&self) -> usize;
+
+    /// Every stored key, in insertion order of first put.
+    ///
+    /// # Behavior
+    /// - `keys.first-put-order`: Each key once, in the order of its first put.
+    fn keys(&self) -> Result<Vec<String>>;
+
+    /// Whether the cache was committed as complete.
+    fn is_finalized(&self) -> bool;
+
+    /// Checks the cache and lists every problem.
+    ///
+    /// # Behavior
+    /// - `validate.never-writes`: Never changes any file.
+    /// - `validate.clean-cache-is-clean`: A clean cache gives an empty problem list.
+    /// - `validate.reports-what-get-detects`: Every corruption `get` would detect is listed with
+    ///   its file and key.
+    fn validate(&self, level: ValidationLevel) -> Result<ValidationReport>;
+}
+
+/// A boxed reader of any kind.
+pub type DynReader = dyn Reader;
+
+impl<R: Reader + ?Sized> Reader for Box<R> {
+    fn name(&self) -> &'static str {
+        (**self).name()
+    }
+    fn format(&self) -> &'static Format {
+        (**self).format()
+    }
+    fn capabilities(&self) -> &Capabilities {
+        (**self).capabilities()
+    }
+    fn schema(&self) -> &Schema {
+        (**self).schema()
+    }
+    fn path(&self) -> &Path {
+        (**self).path()
+    }
+    fn get(&self, key: &str) -> Result<Option<Sample>> {
+        (**self).get(key)
+    }
+    fn get_batch(&self, keys: &[&str]) -> Result<Vec<Option<Sample>>> {
+        (**self).get_batch(keys)
+    }
+    fn contains(&self, key: &str) -> Result<bool> {
+        (**self).contains(key)
+    }
+    fn len(&self) -> usize {
+        (**self).len()
+    }
+    fn keys(&self) -> Result<Vec<String>> {
+        (**self).keys()
+    }
+    fn is_finalized(&self) -> bool {
+        (**self).is_finalized()
+    }
+    fn validate(&self, level: ValidationLevel) -> Result<ValidationReport> {
+        (**self).validate(level)
+    }
+}
