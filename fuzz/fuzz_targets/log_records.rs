@@ -24,6 +24,6 @@ fuzz_target!(|data: &[u8]| {
     let shapes = vec![FieldShape::Fixed(vec![4, 3]), FieldShape::Varying(2)];
     let _ = KeyIndex::from_log(&recovered.records, shapes, path);
     for record in &recovered.records {
-        let _ = stowage_example::record::Record::decode(record);
+        let _ = stowage_example::fuzzing::Record::decode(record);
     }
 });

@@ -16,3 +16,11 @@ mod record;
 
 pub use backend::{BACKEND_NAME, JournalBackend, capabilities};
 pub use factory::{JOURNAL, JournalFactory};
+
+/// The journal's record decoder, for the fuzz targets only (`fuzz/`, feature `fuzzing`): the
+/// parser of bytes read from disk is private, and fuzzing it must not make it public API.
+#[cfg(feature = "fuzzing")]
+#[doc(hidden)]
+pub mod fuzzing {
+    pub use crate::record::Record;
+}
