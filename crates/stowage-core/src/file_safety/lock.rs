@@ -19,6 +19,12 @@ use std::path::{Path, PathBuf};
 /// The lock belongs to the open file, not to the process: a second `acquire` in the *same* process
 /// also fails with [`Error::Locked`], so two handles of one program cannot both write.
 ///
+/// A child process forked while the lock is held (a sibling thread spawning a program, a forked
+/// DataLoader worker) shares that open file, so closing the file would not release the lock while
+/// the child still has it. Dropping the lock therefore unlocks explicitly, which releases it for
+/// every copy; a forked child dropping its copy of the handle does not unlock (it never owned the
+/// lock), so it cannot take the lock away from its parent.
+///
 /// ```
 /// use stowage_core::{Error, file_safety::WriterLock};
 /// let cache = tempfile::tempdir()?;
@@ -30,10 +36,21 @@ use std::path::{Path, PathBuf};
 /// ```
 #[derive(Debug)]
 pub struct WriterLock {
-    // Held only for its lock; closing it (on drop) releases the lock.
-    _file: File,
+    // Held only for its lock, which `drop` releases.
+    file: File,
+    // The process that took the lock: only it releases it.
+    owner_pid: u32,
     cache: PathBuf,
     lock_file: PathBuf,
+}
+
+impl Drop for WriterLock {
+    fn drop(&mut self) {
+        if std::process::id() == self.owner_pid {
+            // Closing alone would leave the lock held by a forked child's copy of the file.
+            let _ = self.file.unlock();
+        }
+    }
 }
 
 impl WriterLock {
@@ -67,7 +84,7 @@ impl WriterLock {
         }
         // Diagnostics only, so a failure to record the pid must not fail the acquisition.
         let _ = write_pid(&file);
-        Ok(WriterLock { _file: file, cache, lock_file })
+        Ok(WriterLock { file, owner_pid: std::process::id(), cache, lock_file })
     }
 
     /// The pid recorded by the most recent holder of the cache's lock, if the file names one.
