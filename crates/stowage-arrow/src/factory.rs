@@ -75,6 +75,37 @@ impl BackendFactory for ArrowFactory {
             _ => Ok(self.open(path, OpenMode::ReadOnly)?),
         }
     }
+
+    /// Everything an Arrow cache's report says comes from opening it: the open's error is the
+    /// whole answer.
+    fn describe_unopened(
+        &self,
+        _path: &Path,
+        _format: &'static Format,
+        error: stowage_core::Error,
+    ) -> Result<stowage_core::describe::Description> {
+        Err(error)
+    }
+
+    /// A torchcachex cache that does not open is checked segment by segment (each damaged one
+    /// named); stowage's own cache that does not open has no log to check by: its error is
+    /// returned.
+    fn check_plan_unopened(
+        &self,
+        path: &Path,
+        error: stowage_core::Error,
+        selection: &stowage_core::check_plan::Selection,
+    ) -> std::result::Result<
+        stowage_core::check_plan::CheckPlan<'static>,
+        stowage_core::check_plan::Unplanned,
+    > {
+        match self.recognize(path) {
+            Ok(Some(format)) if format.id == crate::TORCHCACHEX.id => {
+                crate::check_plan::torchcachex_unopened(path, error, selection)
+            }
+            _ => Err(error.into()),
+        }
+    }
 }
 
 /// torchcachex's files in `dir`: a segment, `schema.json` or `index.pkl`.

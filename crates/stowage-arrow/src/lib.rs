@@ -27,9 +27,11 @@ static FORMATS: [Format; 2] = [STOWAGE_ARROW, TORCHCACHEX];
 
 pub mod backend;
 pub mod blob_encoding;
+mod check_plan;
 pub mod commit_log;
 mod committer;
 pub mod decode;
+mod describe;
 pub mod encode;
 mod error;
 mod factory;

@@ -160,4 +160,18 @@ impl Reader for TorchcachexReader {
         let _ = level;
         self.reader.validate()
     }
+
+    /// `schema.json` and the absence of stowage's files checked once, then one unit per segment
+    /// (`check_plan` module).
+    fn check_plan(
+        &self,
+        selection: &stowage_core::check_plan::Selection,
+    ) -> Result<stowage_core::check_plan::CheckPlan<'_>> {
+        crate::check_plan::torchcachex_plan(self, selection)
+    }
+
+    /// The segments, `index.pkl` and the shapes seen (torchcachex records none).
+    fn describe(&self) -> Result<stowage_core::describe::Description> {
+        crate::describe::describe_torchcachex(self)
+    }
 }

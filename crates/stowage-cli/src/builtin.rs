@@ -1,10 +1,11 @@
-//! The formats of the four backends this crate is built with, for the format-specific reports
-//! and verification plans `inspect`, `verify`, `adopt`, `explain` and `convert` still hold for
-//! them (DNANet's own inspection text, one verification unit per segment, carried fingerprints).
+//! The formats of the four backends this crate is built with, for the commands that are about
+//! one original tool's format by nature: `adopt` (checksums what DNANet or aenet added), `explain`
+//! (DNANet fingerprints, aenet signatures), `convert`'s carried options (DNANet's fingerprint,
+//! torchcachex's output structure) and `get --record` on a bare hangar directory. `inspect` and
+//! `verify` know no format: every backend describes and plans the checks of its own caches
+//! ([`stowage_core::Reader::describe`], [`stowage_core::Reader::check_plan`]).
 //!
-//! They are keyed by [`Format::id`], never by which factory recognized the cache: every other
-//! registered format, a third party's included, goes through the generic paths built on the
-//! [`stowage_core::Reader`] trait and [`stowage_core::BackendFactory::validate_path`].
+//! Keyed by [`Format::id`], never by which factory recognized the cache.
 
 use stowage_core::Format;
 

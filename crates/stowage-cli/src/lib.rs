@@ -9,10 +9,11 @@
 //! [`Registry`] it is given ([`default_registry`] in the `stowage` binary): `locate` finds out
 //! what a path is (a registered format, or a directory of caches), `walk` finds the caches below
 //! a directory, `open` opens one read-only; `builtin` names the four built-in backends' formats,
-//! whose format-specific reports and plans `inspect`, `verify`, `adopt`, `explain` and `convert`
-//! keep, while any other format goes the generic way. `hangar` scans bare hangar data
-//! directories, `npy_out` writes tensors as `.npy` files and `out` holds the shared output
-//! helpers; `bench` is a module tree of its own.
+//! for the commands about one original tool's format (`adopt`, `explain`, `convert`'s carried
+//! options); `inspect` renders what every format describes of itself and `verify` runs the checks
+//! every format plans for its own caches.
+//! `npy_out` writes tensors as `.npy` files and `out` holds the shared output helpers; `bench` is
+//! a module tree of its own.
 #![deny(missing_docs)]
 
 use std::ffi::OsString;
@@ -38,7 +39,6 @@ mod convert_record;
 mod error;
 mod explain;
 mod get;
-mod hangar;
 mod inspect;
 mod keys;
 mod locate;

@@ -152,6 +152,25 @@ impl<F: BackendFactory + ?Sized> BackendFactory for BoxedFactory<'_, F> {
     fn validate_path(&self, path: &Path, level: ValidationLevel) -> Result<ValidationReport> {
         self.0.validate_path(path, level)
     }
+    fn describe_unopened(
+        &self,
+        path: &Path,
+        format: &'static Format,
+        error: stowage_core::Error,
+    ) -> Result<stowage_core::describe::Description> {
+        self.0.describe_unopened(path, format, error)
+    }
+    fn check_plan_unopened(
+        &self,
+        path: &Path,
+        error: stowage_core::Error,
+        selection: &stowage_core::check_plan::Selection,
+    ) -> std::result::Result<
+        stowage_core::check_plan::CheckPlan<'static>,
+        stowage_core::check_plan::Unplanned,
+    > {
+        self.0.check_plan_unopened(path, error, selection)
+    }
 }
 
 // `Backend` and `Reader` must stay object safe: this fails to compile otherwise.

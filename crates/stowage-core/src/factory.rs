@@ -1,5 +1,7 @@
 //! [`BackendFactory`]: creates, opens and recognizes the caches of one backend.
 
+use crate::check_plan::{CheckPlan, Selection, Unplanned, damage_report};
+use crate::describe::Description;
 use crate::{
     Capabilities, DynBackend, DynReader, Result, Schema, ValidationLevel, ValidationReport,
 };
@@ -114,5 +116,49 @@ pub trait BackendFactory: Send + Sync {
     /// caches can be checked piece by piece when they do not open overrides it.
     fn validate_path(&self, path: &Path, level: ValidationLevel) -> Result<ValidationReport> {
         self.open_reader(path)?.validate(level)
+    }
+
+    /// What can be said for a report (`stowage inspect`) of the cache at `path`, of `format` (one
+    /// of [`BackendFactory::formats`]), when [`BackendFactory::open_reader`] failed with `error`:
+    /// the counterpart of [`crate::Reader::describe`] for a cache that does not open, or one with
+    /// no reader (a bare hangar data directory).
+    ///
+    /// The default ([`Description::unopened`]) names the format and the backend, reports the
+    /// damage [`BackendFactory::validate_path`] finds, and keeps `error` as the description's
+    /// failure, which a tool reports after the description. A backend whose metadata is worth
+    /// reporting without a reader overrides it; one with nothing to say returns `error`.
+    fn describe_unopened(
+        &self,
+        path: &Path,
+        format: &'static Format,
+        error: crate::Error,
+    ) -> Result<Description> {
+        let structure = self.validate_path(path, ValidationLevel::Structure).ok();
+        Ok(Description::unopened(self.name(), format, structure, error))
+    }
+
+    /// How to check the cache at `path` when [`BackendFactory::open_reader`] failed with
+    /// `error`: the counterpart of [`crate::Reader::check_plan`] for a cache too damaged to open,
+    /// or one with no reader (a bare hangar data directory).
+    ///
+    /// The default needs the keys for a sample, so it refuses one
+    /// ([`Unplanned::NoSample`]); without one it is [`BackendFactory::validate_path`] at full
+    /// level, an `Error::Corrupted` from it being one problem in the file it names
+    /// ([`damage_report`]). A backend whose open errors are never damage to report returns
+    /// `error` ([`Unplanned::Error`]).
+    fn check_plan_unopened(
+        &self,
+        path: &Path,
+        error: crate::Error,
+        selection: &Selection,
+    ) -> Result<CheckPlan<'static>, Unplanned> {
+        if selection.is_sample() {
+            return Err(Unplanned::NoSample { error, scope: "the whole cache" });
+        }
+        let structure = match self.validate_path(path, ValidationLevel::Full) {
+            Ok(structure) => structure,
+            Err(e) => damage_report(e)?,
+        };
+        Ok(CheckPlan::validated(structure))
     }
 }

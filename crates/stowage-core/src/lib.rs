@@ -3,7 +3,9 @@
 
 pub mod backend;
 pub mod capabilities;
+pub mod check_plan;
 pub mod contract;
+pub mod describe;
 pub mod dtype;
 pub mod error;
 pub mod factory;

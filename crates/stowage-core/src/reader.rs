@@ -1,5 +1,7 @@
 //! The read-only [`Reader`] trait: what every cache offers, whoever wrote it.
 
+use crate::check_plan::{self, CheckPlan, Selection};
+use crate::describe::Description;
 use crate::{Capabilities, Format, Result, Sample, Schema, ValidationLevel, ValidationReport};
 use std::path::Path;
 
@@ -98,6 +100,27 @@ pub trait Reader: Send + Sync {
     /// - `validate.reports-what-get-detects`: Every corruption `get` would detect is listed with
     ///   its file and key.
     fn validate(&self, level: ValidationLevel) -> Result<ValidationReport>;
+
+    /// How to check this cache from end to end, for a tool that runs the sample checks on many
+    /// threads (`stowage verify`): the whole-cache checks already made, and independent units of
+    /// sample checks covering the `selection`'s keys.
+    ///
+    /// The default ([`check_plan::by_keys`]) is the reader's full validation, or with a sample,
+    /// the structure check and each selected key read through [`Reader::get`]. A backend whose
+    /// samples split into independent files overrides it with one unit per file.
+    fn check_plan(&self, selection: &Selection) -> Result<CheckPlan<'_>> {
+        check_plan::by_keys(self, selection)
+    }
+    /// What the format says about this cache, for a report (`stowage inspect`): the name and
+    /// version it records, its state in words, the role of each file, what its checksums cover,
+    /// dedup, memory, the structure check, and the original tool's own report if it has one.
+    ///
+    /// The default ([`Description::of_reader`]) says what this trait alone tells: the finalized
+    /// state, the capabilities, memory projected from a sample read and the structure check. A
+    /// backend that knows more overrides it.
+    fn describe(&self) -> Result<Description> {
+        Description::of_reader(self)
+    }
 }
 
 /// A boxed reader of any kind.
@@ -139,5 +162,11 @@ impl<R: Reader + ?Sized> Reader for Box<R> {
     }
     fn validate(&self, level: ValidationLevel) -> Result<ValidationReport> {
         (**self).validate(level)
+    }
+    fn check_plan(&self, selection: &Selection) -> Result<CheckPlan<'_>> {
+        (**self).check_plan(selection)
+    }
+    fn describe(&self) -> Result<Description> {
+        (**self).describe()
     }
 }

@@ -250,4 +250,18 @@ impl Reader for AenetReader {
     fn validate(&self, level: ValidationLevel) -> Result<ValidationReport> {
         Ok(self.cache.check(level))
     }
+
+    /// The structure check once, then every selected entry's features and derivatives read, in
+    /// runs of entries (`check_plan` module).
+    fn check_plan(
+        &self,
+        selection: &stowage_core::check_plan::Selection,
+    ) -> Result<stowage_core::check_plan::CheckPlan<'_>> {
+        crate::check_plan::aenet_plan(self, selection)
+    }
+
+    /// The torch cache's version, signature, sections and checksums.
+    fn describe(&self) -> Result<stowage_core::describe::Description> {
+        crate::describe::describe_aenet(self)
+    }
 }

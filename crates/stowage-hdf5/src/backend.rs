@@ -368,6 +368,20 @@ impl Reader for Hdf5Backend {
     fn validate(&self, level: ValidationLevel) -> Result<ValidationReport> {
         crate::validate::validate(&self.dir, level)
     }
+
+    /// The structure check once, then every selected key read in runs of keys: libhdf5
+    /// serializes reads, so no split by file would help (`check_plan` module).
+    fn check_plan(
+        &self,
+        selection: &stowage_core::check_plan::Selection,
+    ) -> Result<stowage_core::check_plan::CheckPlan<'_>> {
+        crate::check_plan::stowage_plan(self, selection)
+    }
+
+    /// The commit log, segments and row checksums.
+    fn describe(&self) -> Result<stowage_core::describe::Description> {
+        crate::describe::describe_stowage(self)
+    }
 }
 
 impl Backend for Hdf5Backend {

@@ -63,6 +63,17 @@ impl BackendFactory for Hdf5Factory {
         Ok(Box::new(Hdf5Backend::open(path, OpenMode::ReadOnly)?))
     }
 
+    /// Everything an HDF5 cache's report says comes from opening it: the open's error is the
+    /// whole answer.
+    fn describe_unopened(
+        &self,
+        _path: &Path,
+        _format: &'static Format,
+        error: Error,
+    ) -> Result<stowage_core::describe::Description> {
+        Err(error)
+    }
+
     /// Validates even what does not open. A stowage HDF5 cache with a damaged segment does not
     /// open (no key can be looked up), so it is checked from disk piece by piece
     /// ([`Hdf5Backend::validate_dir`]): each damaged segment is listed with how many samples it
@@ -91,5 +102,19 @@ impl BackendFactory for Hdf5Factory {
                 if report.is_undamaged() { Err(open_error) } else { Ok(report) }
             }
         }
+    }
+
+    /// A cache that does not open is reported with the damage a check from disk sees
+    /// ([`BackendFactory::validate_path`]); the open's error when it sees none.
+    fn check_plan_unopened(
+        &self,
+        path: &Path,
+        error: Error,
+        selection: &stowage_core::check_plan::Selection,
+    ) -> std::result::Result<
+        stowage_core::check_plan::CheckPlan<'static>,
+        stowage_core::check_plan::Unplanned,
+    > {
+        crate::check_plan::unopened(self, path, error, selection)
     }
 }

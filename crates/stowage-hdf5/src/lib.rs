@@ -4,9 +4,11 @@
 mod aenet_reader;
 mod attributes;
 mod carry;
+mod check_plan;
 mod columns;
 pub mod compat;
 pub mod derivatives;
+mod describe;
 mod direct;
 mod error;
 mod factory;

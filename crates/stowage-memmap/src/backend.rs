@@ -1082,6 +1082,20 @@ impl Reader for MemmapBackend {
     fn validate(&self, level: ValidationLevel) -> Result<ValidationReport> {
         Ok(crate::validate::validate(self, level))
     }
+
+    /// The structure check once, then every selected row in runs of keys
+    /// (`check_plan` module).
+    fn check_plan(
+        &self,
+        selection: &stowage_core::check_plan::Selection,
+    ) -> Result<stowage_core::check_plan::CheckPlan<'_>> {
+        crate::check_plan::plan(self, selection)
+    }
+
+    /// DNANet's own inspection report, then stowage's view of it.
+    fn describe(&self) -> Result<stowage_core::describe::Description> {
+        Ok(crate::describe::describe(self))
+    }
 }
 
 impl Backend for MemmapBackend {

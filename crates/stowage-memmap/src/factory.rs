@@ -55,6 +55,30 @@ impl BackendFactory for MemmapFactory {
     fn open_reader(&self, path: &Path) -> Result<Box<DynReader>> {
         Ok(Box::new(MemmapBackend::open_read_only(path, self.options.clone())?))
     }
+
+    /// DNANet's report of whatever files can be read, with the open's error as the failure.
+    fn describe_unopened(
+        &self,
+        path: &Path,
+        _format: &'static Format,
+        error: stowage_core::Error,
+    ) -> Result<stowage_core::describe::Description> {
+        Ok(crate::describe::describe_unopened(path, error))
+    }
+
+    /// A memmap cache that does not open has no index to check rows by: the open's error is
+    /// returned as it is.
+    fn check_plan_unopened(
+        &self,
+        _path: &Path,
+        error: stowage_core::Error,
+        _selection: &stowage_core::check_plan::Selection,
+    ) -> std::result::Result<
+        stowage_core::check_plan::CheckPlan<'static>,
+        stowage_core::check_plan::Unplanned,
+    > {
+        Err(error.into())
+    }
 }
 
 #[cfg(test)]

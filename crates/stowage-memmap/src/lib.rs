@@ -4,8 +4,10 @@
 mod adopt;
 mod backend;
 mod bin_appender;
+mod check_plan;
 pub mod checksum;
 mod coverage;
+mod describe;
 mod error;
 mod factory;
 pub mod field_file;

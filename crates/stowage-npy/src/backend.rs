@@ -587,8 +587,22 @@ impl Reader for NpyBackend {
         self.state.is_finalized()
     }
 
+    /// One unit per collection file, reading each selected record in it (`check_plan` module).
+    fn check_plan(
+        &self,
+        selection: &stowage_core::check_plan::Selection,
+    ) -> Result<stowage_core::check_plan::CheckPlan<'_>> {
+        crate::check_plan::plan(self, selection)
+    }
+
     fn validate(&self, level: ValidationLevel) -> Result<ValidationReport> {
         validate::validate(self, level)
+    }
+
+    /// The metadata, the record-derived dedup and memory, and the field each collection file
+    /// holds.
+    fn describe(&self) -> Result<stowage_core::describe::Description> {
+        crate::describe::describe(self)
     }
 }
 

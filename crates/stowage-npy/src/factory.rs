@@ -60,4 +60,38 @@ impl BackendFactory for NpyFactory {
         }
         Ok(Box::new(NpyBackend::open_read_only(path, self.options.clone())?))
     }
+
+    /// A bare hangar data directory (which has no reader) is checked file by file; stowage's own
+    /// cache that does not open has no record log to check by: its error is returned.
+    fn check_plan_unopened(
+        &self,
+        path: &Path,
+        error: stowage_core::Error,
+        _selection: &stowage_core::check_plan::Selection,
+    ) -> std::result::Result<
+        stowage_core::check_plan::CheckPlan<'static>,
+        stowage_core::check_plan::Unplanned,
+    > {
+        match formats::recognize(path) {
+            Ok(Some(format)) if *format == HANGAR_NUMPY10 => {
+                Ok(crate::check_plan::hangar_plan(path)?)
+            }
+            _ => Err(error.into()),
+        }
+    }
+
+    /// A bare hangar data directory is described from its collection files (it has no reader);
+    /// a stowage cache that does not open, from its `stowage.json`.
+    fn describe_unopened(
+        &self,
+        path: &Path,
+        format: &'static Format,
+        error: stowage_core::Error,
+    ) -> Result<stowage_core::describe::Description> {
+        if format.id == HANGAR_NUMPY10.id {
+            crate::describe::describe_hangar(path)
+        } else {
+            crate::describe::describe_unopened(path, error)
+        }
+    }
 }

@@ -2,13 +2,16 @@
 #![deny(missing_docs)]
 
 mod backend;
+mod check_plan;
 mod cold_hash;
 pub mod collection;
 mod column_writer;
+mod describe;
 mod error;
 mod factory;
 mod foreign_files;
 mod formats;
+mod hangar_dir;
 pub mod index;
 mod key_table;
 pub mod layout;

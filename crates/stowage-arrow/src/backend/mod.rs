@@ -796,6 +796,20 @@ impl Reader for ArrowBackend {
         crate::validate::check_commits(&mut report, &self.layout, &expected_schema_json)?;
         Ok(report)
     }
+
+    /// The commit log and key index checked once, then one unit per segment
+    /// (`check_plan` module).
+    fn check_plan(
+        &self,
+        selection: &stowage_core::check_plan::Selection,
+    ) -> Result<stowage_core::check_plan::CheckPlan<'_>> {
+        crate::check_plan::stowage_plan(self, selection)
+    }
+
+    /// The commit log, key index runs, segments and row checksums.
+    fn describe(&self) -> Result<stowage_core::describe::Description> {
+        crate::describe::describe_stowage(self)
+    }
 }
 
 impl Backend for ArrowBackend {

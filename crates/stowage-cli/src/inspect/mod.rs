@@ -2,18 +2,16 @@
 //! schema, files and sizes, checksum coverage, dedup, projected memory and a structure check; for
 //! a directory of caches, the same for every cache below it.
 //!
-//! Each format fills in a [`report::CacheReport`]; text and `--json` are two renderings of it.
-//! The built-in formats have reports of their own ([`Builtin`]); a memmap row cache's text starts
-//! with the report of DNANet's own inspection tool, byte for byte
-//! ([`stowage_memmap::inspect::InspectReport`]), and stowage's lines follow. Every other
-//! registered format gets the generic report ([`generic`]), from the `Reader` trait alone.
+//! Every format is inspected the same way: the cache's reader says what its format knows
+//! ([`stowage_core::Reader::describe`]), or, when the cache does not open (or has no reader: a
+//! bare hangar data directory), its factory says what it can
+//! ([`stowage_core::BackendFactory::describe_unopened`]). This command adds what it sees itself
+//! (keys, schema, files and sizes, links leading outside) into a [`report::CacheReport`]; text
+//! and `--json` are two renderings of it. When the format has the original tool's own report (a
+//! memmap row cache: DNANet's inspection text), the text starts with it, byte for byte, and
+//! stowage's lines follow.
 
-mod arrow;
-mod generic;
-mod hdf5;
 mod links;
-mod memmap;
-mod numpy10;
 pub mod report;
 
 use std::io::Write;
@@ -21,7 +19,6 @@ use std::path::Path;
 
 use stowage_core::Registry;
 
-use crate::builtin::Builtin;
 use crate::error::{CliError, Status, escape_control};
 use crate::locate::{Located, Recognized, locate};
 use crate::walk::Found;
@@ -144,27 +141,19 @@ fn inspect(path: &Path, recognized: Recognized<'_>) -> Result<Inspected, CliErro
     Ok(inspected)
 }
 
-/// The format's own report of the cache at `path`: a built-in format's, or the generic one.
+/// The report of the cache at `path` from what its format describes: through its reader, or
+/// through its factory when it does not open.
 fn inspect_format(path: &Path, recognized: Recognized<'_>) -> Result<Inspected, CliError> {
-    let plain = |report: CacheReport| Inspected { report, original_text: None, failure: None };
-    let format = recognized.format;
-    let Some(builtin) = Builtin::of(format) else {
-        let (report, failure) = generic::report(path, recognized)?;
-        return Ok(Inspected { report, original_text: None, failure });
+    let factory = recognized.factory;
+    let (description, keys, schema) = match factory.open_reader(path) {
+        Ok(reader) => {
+            let description = reader.describe()?;
+            (description, Some(reader.len() as u64), Some(reader.schema().clone()))
+        }
+        Err(e) => (factory.describe_unopened(path, recognized.format, e)?, None, None),
     };
-    Ok(match builtin {
-        Builtin::StowageNpy => {
-            let (report, failure) = numpy10::stowage_npy(path, format)?;
-            Inspected { report, original_text: None, failure }
-        }
-        Builtin::StowageMemmap | Builtin::DnanetMemmap => {
-            let (text, report, failure) = memmap::memmap(path, format);
-            Inspected { report, original_text: Some(text), failure }
-        }
-        Builtin::HangarNumpy10 => plain(numpy10::hangar(path, format)?),
-        Builtin::StowageArrow => plain(arrow::stowage_arrow(path, format)?),
-        Builtin::Torchcachex => plain(arrow::torchcachex(path, format)?),
-        Builtin::StowageHdf5 => plain(hdf5::stowage_hdf5(path, format)?),
-        Builtin::AenetHdf5 => plain(hdf5::aenet(path, format)?),
-    })
+    let original_text = description.original_report.clone();
+    let (report, failure) =
+        CacheReport::described(path, recognized.format, description, keys, schema.as_ref())?;
+    Ok(Inspected { report, original_text, failure: failure.map(CliError::from) })
 }

@@ -1,20 +1,23 @@
 //! What `inspect` says about one cache, as data: printed as text ([`CacheReport::write_text`])
 //! or serialized as JSON (`--json`), so both always say the same.
+//!
+//! The report is built from what the cache's format describes ([`Description`]: its state,
+//! details, file roles, checksums, dedup, memory, structure check) and what this command sees
+//! itself: the path, the format's id and description, the keys and schema a reader gives, and
+//! the files with their sizes.
 
 use std::io::Write;
 use std::path::Path;
 
 use serde::Serialize;
-use stowage_core::{
-    FieldKind, FieldSpec, Format, Reader, Sample, Schema, ShapeRule, ValidationReport, Value, shape,
-};
+use stowage_core::describe::{Coverage, Dedup, Description, Detail, FileRoles, Integrity, Memory};
+use stowage_core::{FieldKind, FieldSpec, Format, Schema, ShapeRule, ValidationReport, shape};
 
 use crate::error::{CliError, escape_control};
-use crate::hangar::allocated_bytes;
 use crate::out::{count, display_key, human, size, size_on_disk, table};
 
-/// Samples read to project the memory of a format whose sizes are not recorded.
-pub const MEMORY_SAMPLE: usize = 1000;
+/// Bytes a sample holds in memory (what `convert` reports it copied).
+pub use stowage_core::describe::sample_bytes;
 
 /// One cache's report.
 #[derive(Debug, Clone, Serialize)]
@@ -74,15 +77,6 @@ pub const MAX_LISTED_FILES: usize = 50;
 /// Problems of the structure check printed one by one in text; `--json` lists them all.
 const MAX_LISTED_PROBLEMS: usize = 20;
 
-/// A labelled line of a report.
-#[derive(Debug, Clone, Serialize)]
-pub struct Detail {
-    /// The label (`collection`).
-    pub label: String,
-    /// The value.
-    pub value: String,
-}
-
 /// One field of the schema.
 #[derive(Debug, Clone, Serialize)]
 pub struct FieldReport {
@@ -124,56 +118,54 @@ pub struct Total {
     pub allocated_bytes: Option<u64>,
 }
 
-/// What the cache's checksums cover.
-#[derive(Debug, Clone, Serialize)]
-pub struct Coverage {
-    /// The algorithm and where the checksums live; `none` when the format has none.
-    pub scheme: String,
-    /// The files whose bytes are covered.
-    pub covered_files: Vec<String>,
-    /// The files holding samples that no checksum covers.
-    pub uncovered_files: Vec<String>,
-    /// Samples (rows) that carry a checksum, and all samples, when known.
-    pub covered_samples: Option<u64>,
-    /// All samples (rows), when known.
-    pub samples: Option<u64>,
-}
-
-/// How much stored data keys share.
-#[derive(Debug, Clone, Serialize)]
-pub struct Dedup {
-    /// What is shared (`panel`, `field "x"`, `rows`).
-    pub what: String,
-    /// References (rows or records).
-    pub references: u64,
-    /// Distinct stored values they point at.
-    pub stored: u64,
-    /// `references / stored` (1.0: nothing shared).
-    pub ratio: f64,
-    /// Where the values are stored.
-    pub note: String,
-}
-
-impl Dedup {
-    /// `references` pointing at `stored` values.
-    pub fn new(what: String, references: u64, stored: u64, note: String) -> Dedup {
-        let ratio = if stored == 0 { 1.0 } else { references as f64 / stored as f64 };
-        Dedup { what, references, stored, ratio, note }
-    }
-}
-
-/// Memory to realize the cache in RAM.
-#[derive(Debug, Clone, Serialize)]
-pub struct Memory {
-    /// Bytes.
-    pub bytes: u64,
-    /// How it was computed.
-    pub basis: String,
-}
-
 impl CacheReport {
+    /// The report of the cache at `path`, of `format`, from what its format describes, the
+    /// distinct `keys` and the `schema` a reader gave (`None` for a cache that did not open: then
+    /// the schema its description records, if any), and the files under `path` (or `path`
+    /// itself, for a cache that is one file). The description's failure is returned beside the
+    /// report, to fail the command after printing it.
+    ///
+    /// Errors: the files cannot be listed.
+    pub fn described(
+        path: &Path,
+        format: &'static Format,
+        description: Description,
+        keys: Option<u64>,
+        schema: Option<&Schema>,
+    ) -> Result<(CacheReport, Option<stowage_core::Error>), CliError> {
+        let mut report = CacheReport::new(path, format);
+        report.format = description.format_name;
+        report.version = description.version;
+        report.finalized = description.finalized;
+        report.state = description.state;
+        report.keys = keys;
+        report.rows = description.rows;
+        report.details = description.details;
+        if let Some(schema) = schema.or(description.schema.as_ref()) {
+            report.schema = schema.fields.iter().map(field_report).collect();
+        }
+        for field in &mut report.schema {
+            let note = description.field_notes.iter().rev().find(|n| n.field == field.name);
+            if let Some(note) = note {
+                field.note = Some(note.note.clone());
+            }
+        }
+        report.checksums = description.checksums;
+        report.dedup = description.dedup;
+        report.memory = description.memory;
+        match &description.integrity {
+            Integrity::Checked { report: structure, verify_adds } => {
+                report.set_integrity(structure, verify_adds);
+            }
+            Integrity::NotChecked(why) => report.integrity = why.clone(),
+        }
+        report.errors = description.errors;
+        report.set_files(path, &description.files)?;
+        Ok((report, description.failure))
+    }
+
     /// An empty report of a cache of `format` at `path`, to be filled in.
-    pub fn new(path: &Path, format: &'static Format) -> CacheReport {
+    fn new(path: &Path, format: &'static Format) -> CacheReport {
         CacheReport {
             path: path.display().to_string(),
             kind: format.id,
@@ -189,13 +181,7 @@ impl CacheReport {
             files: Vec::new(),
             unlisted_files: 0,
             total: Total::default(),
-            checksums: Coverage {
-                scheme: "none".into(),
-                covered_files: Vec::new(),
-                uncovered_files: Vec::new(),
-                covered_samples: None,
-                samples: None,
-            },
+            checksums: Coverage::default(),
             dedup: Vec::new(),
             memory: None,
             integrity: "not checked".into(),
@@ -206,32 +192,32 @@ impl CacheReport {
         }
     }
 
-    /// Adds a labelled line.
-    pub fn detail(&mut self, label: &str, value: impl Into<String>) {
-        self.details.push(Detail { label: label.to_owned(), value: value.into() });
-    }
-
-    /// Sets the schema's fields.
-    pub fn set_schema(&mut self, schema: &Schema) {
-        self.schema = schema.fields.iter().map(field_report).collect();
-    }
-
     /// Sets the structure check's result; `verify_adds` says what `stowage verify` checks on top.
-    pub fn set_integrity(&mut self, report: &ValidationReport, verify_adds: &str) {
+    fn set_integrity(&mut self, report: &ValidationReport, verify_adds: &str) {
         self.integrity = integrity(report, Path::new(&self.path), verify_adds);
         self.problems = report.problems.iter().map(|p| escape_control(&p.to_string())).collect();
         self.unchecked = report.unchecked.iter().map(|u| escape_control(&u.to_string())).collect();
     }
 
-    /// Lists every regular file under `root` (links not followed) with `role` naming each; the
-    /// first [`MAX_LISTED_FILES`] one by one, in name order, the rest summed. Files under one of
-    /// `groups`' `(prefixes, what)` are summed in one line instead (hangar's empty markers).
-    pub fn set_files(
-        &mut self,
-        root: &Path,
-        role: impl Fn(&str) -> String,
-        groups: &[(&[&str], &str)],
-    ) -> Result<(), CliError> {
+    /// Lists the cache's files with the role `roles` gives each. Under a directory: every regular
+    /// file (links not followed), the first [`MAX_LISTED_FILES`] one by one, in name order, the
+    /// rest summed, and the files of each of `roles`' groups summed in one line instead (hangar's
+    /// empty markers). A cache that is one file: that file (`the cache`, unless its role says
+    /// more).
+    fn set_files(&mut self, root: &Path, roles: &FileRoles) -> Result<(), CliError> {
+        if !root.is_dir() {
+            let meta = std::fs::metadata(root).map_err(|e| crate::error::io_error(root, &e))?;
+            let name = root.file_name().unwrap_or_default().to_string_lossy().into_owned();
+            let role = match roles.role(&name) {
+                role if role.is_empty() => "the cache".to_owned(),
+                role => role,
+            };
+            let allocated = allocated_bytes(&meta);
+            self.files =
+                vec![FileReport { name, bytes: meta.len(), allocated_bytes: allocated, role }];
+            self.total = Total { files: 1, bytes: meta.len(), allocated_bytes: allocated };
+            return Ok(());
+        }
         let files = files_under(root)?;
         self.total = Total {
             files: files.len() as u64,
@@ -241,30 +227,27 @@ impl CacheReport {
                 .map(|f| allocated_bytes(&f.1))
                 .try_fold(0u64, |sum, a| a.map(|a| sum + a)),
         };
-        let group_of = |name: &str| {
-            groups.iter().position(|(prefixes, _)| prefixes.iter().any(|p| name.starts_with(p)))
-        };
         let (grouped, single): (Vec<_>, Vec<_>) =
-            files.into_iter().partition(|(name, _)| group_of(name).is_some());
+            files.into_iter().partition(|(name, _)| roles.group_of(name).is_some());
         self.unlisted_files = single.len().saturating_sub(MAX_LISTED_FILES) as u64;
         self.files = single
             .into_iter()
             .take(MAX_LISTED_FILES)
             .map(|(name, meta)| FileReport {
-                role: role(&name),
+                role: roles.role(&name),
                 bytes: meta.len(),
                 allocated_bytes: allocated_bytes(&meta),
                 name,
             })
             .collect();
-        for (g, (prefixes, what)) in groups.iter().enumerate() {
+        for (g, group) in roles.groups.iter().enumerate() {
             let members: Vec<&(String, std::fs::Metadata)> =
-                grouped.iter().filter(|(name, _)| group_of(name) == Some(g)).collect();
+                grouped.iter().filter(|(name, _)| roles.group_of(name) == Some(g)).collect();
             self.files.push(FileReport {
-                name: prefixes.join(", "),
+                name: group.prefixes.join(", "),
                 bytes: members.iter().map(|f| f.1.len()).sum(),
                 allocated_bytes: None,
-                role: count(members.len() as u64, what),
+                role: count(members.len() as u64, &group.what),
             });
         }
         Ok(())
@@ -336,7 +319,7 @@ impl CacheReport {
         let line = |label: &str, value: &str| {
             escape_control(&format!("{indent}{:<width$} {value}", format!("{label}:")))
         };
-        say!(out, "{}", line("checksums", &self.checksums.describe()));
+        say!(out, "{}", line("checksums", &coverage_text(&self.checksums)));
         for dedup in &self.dedup {
             let text = format!(
                 "{}: {} -> {} stored ({:.2}x); {}",
@@ -376,33 +359,20 @@ impl CacheReport {
     }
 }
 
-impl Coverage {
-    /// `none`, or the scheme, then which samples and files it covers.
-    pub fn describe(&self) -> String {
-        let mut text = self.scheme.clone();
-        if let (Some(covered), Some(all)) = (self.covered_samples, self.samples) {
-            text.push_str(&format!("; {covered} of {} carry one", count(all, "sample")));
-        }
-        if !self.uncovered_files.is_empty() {
-            let shown: Vec<&str> =
-                self.uncovered_files.iter().take(5).map(String::as_str).collect();
-            let more = self.uncovered_files.len().saturating_sub(5);
-            let more = if more > 0 { format!(" and {more} more") } else { String::new() };
-            text.push_str(&format!("; not covered: {}{more}", shown.join(", ")));
-        }
-        text
+/// What `coverage` says in words: `none`, or the scheme, then which samples and files it covers.
+fn coverage_text(coverage: &Coverage) -> String {
+    let mut text = coverage.scheme.clone();
+    if let (Some(covered), Some(all)) = (coverage.covered_samples, coverage.samples) {
+        text.push_str(&format!("; {covered} of {} carry one", count(all, "sample")));
     }
-}
-
-/// The state of a segment cache stowage wrote (Arrow or HDF5), finalized or not.
-pub fn segment_cache_state(finalized: bool) -> String {
-    if finalized {
-        "finalized (the commit log's last record; appends reopen it)".into()
-    } else {
-        "not finalized (being written, or interrupted: a writer resumes after the last committed \
-         segment)"
-            .into()
+    if !coverage.uncovered_files.is_empty() {
+        let shown: Vec<&str> =
+            coverage.uncovered_files.iter().take(5).map(String::as_str).collect();
+        let more = coverage.uncovered_files.len().saturating_sub(5);
+        let more = if more > 0 { format!(" and {more} more") } else { String::new() };
+        text.push_str(&format!("; not covered: {}{more}", shown.join(", ")));
     }
+    text
 }
 
 /// The integrity line for a structure check of the cache at `path`: `clean (...)`,
@@ -504,79 +474,16 @@ pub fn files_under(root: &Path) -> Result<Vec<(String, std::fs::Metadata)>, CliE
     Ok(files)
 }
 
-/// Per tensor field, the distinct shapes a sample read saw (a few).
-pub type ShapesSeen = Vec<(String, Vec<Vec<usize>>)>;
-
-/// Bytes a sample holds in memory: its tensors' bytes, bytes fields and JSON texts.
-pub fn sample_bytes(sample: &Sample) -> u64 {
-    sample
-        .fields()
-        .map(|(_, value)| match value {
-            Value::Tensor(t) => t.bytes().len() as u64,
-            Value::Bytes(b) => b.len() as u64,
-            Value::Json(text) => text.len() as u64,
-            Value::Null => 0,
-        })
-        .sum()
-}
-
-/// The memory every sample of `source` takes, read from every key up to [`MEMORY_SAMPLE`] of
-/// them and projected from a seeded sample beyond; the shapes seen per tensor field (up to 4),
-/// for a schema that records none. A sample that cannot be read is left out.
-pub fn projected_memory(source: &dyn Reader, keys: &[String]) -> (Option<Memory>, ShapesSeen) {
-    if keys.is_empty() {
-        return (Some(Memory { bytes: 0, basis: "no samples".into() }), Vec::new());
+/// Bytes a file occupies on disk, where the platform reports it.
+pub fn allocated_bytes(meta: &std::fs::Metadata) -> Option<u64> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        Some(meta.blocks().saturating_mul(512))
     }
-    let fraction = (MEMORY_SAMPLE as f64 / keys.len() as f64).min(1.0);
-    let chosen = crate::verify::select(keys, Some(fraction), 0);
-    let mut bytes = 0u64;
-    let mut read = 0u64;
-    let mut shapes: ShapesSeen = Vec::new();
-    for key in &chosen {
-        let Ok(Some(sample)) = source.get(key) else { continue };
-        read += 1;
-        bytes += sample_bytes(&sample);
-        for (name, value) in sample.fields() {
-            let Value::Tensor(t) = value else { continue };
-            let at = match shapes.iter().position(|(n, _)| n == name) {
-                Some(at) => at,
-                None => {
-                    shapes.push((name.to_owned(), Vec::new()));
-                    shapes.len() - 1
-                }
-            };
-            let seen = &mut shapes[at].1;
-            if seen.len() < 4 && !seen.iter().any(|s| s.as_slice() == t.shape()) {
-                seen.push(t.shape().to_vec());
-            }
-        }
-    }
-    if read == 0 {
-        return (None, shapes);
-    }
-    let memory = if read as usize == keys.len() {
-        Memory {
-            bytes,
-            basis: format!(
-                "every sample's tensors, bytes and JSON, read: {}",
-                count(read, "sample")
-            ),
-        }
-    } else {
-        Memory {
-            bytes: (bytes as f64 / read as f64 * keys.len() as f64).round() as u64,
-            basis: format!("projected from a seeded sample of {} of {} samples", read, keys.len()),
-        }
-    };
-    (Some(memory), shapes)
-}
-
-/// Adds the shapes seen to the fields of a schema that records none.
-pub fn note_shapes_seen(report: &mut CacheReport, shapes: &ShapesSeen) {
-    for field in &mut report.schema {
-        if let Some((_, seen)) = shapes.iter().find(|(name, _)| *name == field.name) {
-            let list: Vec<String> = seen.iter().map(|s| shape::display(s)).collect();
-            field.note = Some(format!("seen {}", list.join(" ")));
-        }
+    #[cfg(not(unix))]
+    {
+        let _ = meta;
+        None
     }
 }

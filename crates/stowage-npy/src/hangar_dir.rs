@@ -1,18 +1,17 @@
 //! A bare hangar NUMPY_10 data directory: `data/10/<uid>.npy` collection files and the empty
 //! `store_data/10` (committed) and `stage_data/10` (staged) marker files beside them.
 //!
-//! Such a directory holds no records (hangar keeps them in its LMDB database), so the command can
-//! list and check the collection files, and read one sample given its record string, but it has
-//! no keys. Recognizing one is `stowage_npy::NpyFactory`'s job ([`stowage_npy::HANGAR_NUMPY10`]).
+//! Such a directory holds no records (hangar keeps them in its LMDB database), so it has no keys
+//! and no reader: what can be said about it is which collection files it holds, whether their
+//! headers parse and their sizes match them, and how hangar marks each. That is what its
+//! description ([`crate::describe`]) and its check plan report. Recognizing one is
+//! [`crate::formats`]' job ([`crate::HANGAR_NUMPY10`]).
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use stowage_core::npy_header::{self, HeaderErrorKind, MAX_HEADER_LEN, NpyHeader};
-use stowage_core::shape;
-
-use crate::error::CliError;
-use crate::error::io_error;
+use stowage_core::{Error, Result, shape};
 
 /// Bytes read to find a header; a numpy header is 128 or 192 bytes, longer ones are read whole.
 const FIRST_READ: usize = 4096;
@@ -141,7 +140,7 @@ pub struct HangarDir {
 
 impl HangarDir {
     /// Lists `root/data/10/*.npy` and their markers.
-    pub fn scan(root: &Path) -> Result<HangarDir, CliError> {
+    pub fn scan(root: &Path) -> Result<HangarDir> {
         let data = root.join("data").join("10");
         let store = root.join("store_data").join("10");
         let stage = root.join("stage_data").join("10");
@@ -149,8 +148,8 @@ impl HangarDir {
         let stage_names = marker_names(&stage)?;
         let mut files = Vec::new();
         let mut problems = Vec::new();
-        for entry in std::fs::read_dir(&data).map_err(|e| io_error(&data, &e))? {
-            let path = entry.map_err(|e| io_error(&data, &e))?.path();
+        for entry in std::fs::read_dir(&data).map_err(|e| Error::io(&data, e))? {
+            let path = entry.map_err(|e| Error::io(&data, e))?.path();
             if !is_npy_name(&path) {
                 continue;
             }
@@ -202,33 +201,19 @@ impl HangarDir {
 }
 
 /// The `.npy` marker file names in `dir`, or `None` when `dir` does not exist.
-fn marker_names(dir: &Path) -> Result<Option<Vec<String>>, CliError> {
+fn marker_names(dir: &Path) -> Result<Option<Vec<String>>> {
     let entries = match std::fs::read_dir(dir) {
         Ok(entries) => entries,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(io_error(dir, &e)),
+        Err(e) => return Err(Error::io(dir, e)),
     };
     let mut names = Vec::new();
     for entry in entries {
-        let path = entry.map_err(|e| io_error(dir, &e))?.path();
+        let path = entry.map_err(|e| Error::io(dir, e))?.path();
         if is_npy_name(&path) {
             names.push(path.file_name().unwrap_or_default().to_string_lossy().into_owned());
         }
     }
     names.sort();
     Ok(Some(names))
-}
-
-/// Bytes a file occupies on disk, where the platform reports it.
-pub fn allocated_bytes(meta: &std::fs::Metadata) -> Option<u64> {
-    #[cfg(unix)]
-    {
-        use std::os::unix::fs::MetadataExt;
-        Some(meta.blocks().saturating_mul(512))
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = meta;
-        None
-    }
 }
