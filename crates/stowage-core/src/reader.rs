@@ -111,6 +111,7 @@ pub trait Reader: Send + Sync {
     fn check_plan(&self, selection: &Selection) -> Result<CheckPlan<'_>> {
         check_plan::by_keys(self, selection)
     }
+
     /// What the format says about this cache, for a report (`stowage inspect`): the name and
     /// version it records, its state in words, the role of each file, what its checksums cover,
     /// dedup, memory, the structure check, and the original tool's own report if it has one.
