@@ -1,10 +1,10 @@
-//! A segment's key sidecar (`segments/segment_N.keys`, `stowage_arrow::key_sidecar::KeySidecar`):
+//! A segment's key sidecar (`segments/segment_N.keys`, `stowage_arrow::fuzzing::key_sidecar::KeySidecar`):
 //! a hostile file mapped and checked by `open`, verified, and probed for keys, every candidate
 //! row confirmed or not, as a lookup does. A row `find` returns is below `rows()`.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use stowage_arrow::key_sidecar::KeySidecar;
+use stowage_arrow::fuzzing::key_sidecar::KeySidecar;
 
 fuzz_target!(|data: &[u8]| {
     let path = stowage_fuzz::write_scratch("segment_000000.keys", data);

@@ -1,10 +1,10 @@
-//! A merged key-index run (`stowage_index_F_T.bin`, `stowage_arrow::merged_index::MergedIndex`):
+//! A merged key-index run (`stowage_index_F_T.bin`, `stowage_arrow::fuzzing::merged_index::MergedIndex`):
 //! a hostile file mapped and checked by `open`, verified, and probed for keys as a lookup does.
 //! A candidate `find` offers or returns lies in the run's segment range.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use stowage_arrow::merged_index::MergedIndex;
+use stowage_arrow::fuzzing::merged_index::MergedIndex;
 
 fuzz_target!(|data: &[u8]| {
     let path = stowage_fuzz::write_scratch("stowage_index_000000_000002.bin", data);

@@ -1,9 +1,9 @@
-//! A segment's row checksums (`segments/segment_N.sums`, `stowage_arrow::row_sums::RowSums`): a
+//! A segment's row checksums (`segments/segment_N.sums`, `stowage_arrow::fuzzing::row_sums::RowSums`): a
 //! hostile file mapped and checked by `open`, verified, and read row by row (past the end too).
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use stowage_arrow::row_sums::RowSums;
+use stowage_arrow::fuzzing::row_sums::RowSums;
 
 fuzz_target!(|data: &[u8]| {
     let path = stowage_fuzz::write_scratch("segment_000000.sums", data);

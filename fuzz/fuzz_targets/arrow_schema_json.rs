@@ -1,10 +1,10 @@
-//! torchcachex's `schema.json` (`stowage_arrow::schema_json::SchemaJson::parse`). A schema that
+//! torchcachex's `schema.json` (`stowage_arrow::fuzzing::schema_json::SchemaJson::parse`). A schema that
 //! parses is written back (`to_json`) to text that parses to the same schema, and each column type
 //! string survives `ColumnType::parse` and `type_string`.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use stowage_arrow::schema_json::{ColumnType, SchemaJson};
+use stowage_arrow::fuzzing::schema_json::{ColumnType, SchemaJson};
 
 fuzz_target!(|data: &[u8]| {
     let path = std::path::Path::new("schema.json");

@@ -1,4 +1,4 @@
-//! An Arrow IPC segment (`segments/segment_N.arrow`, `stowage_arrow::segment::Segment`): a hostile
+//! An Arrow IPC segment (`segments/segment_N.arrow`, `stowage_arrow::fuzzing::segment::Segment`): a hostile
 //! file mapped and decoded by `open`, then every row's key, and every row decoded as a sample
 //! under each output structure the file's columns fit (`decode::column_groups`, `decode_row`),
 //! as a read does.
@@ -11,9 +11,9 @@
 
 use libfuzzer_sys::fuzz_target;
 use std::sync::atomic::{AtomicU64, Ordering};
-use stowage_arrow::decode::{column_groups, decode_row};
-use stowage_arrow::schema_json::OutputStructure;
-use stowage_arrow::segment::Segment;
+use stowage_arrow::OutputStructure;
+use stowage_arrow::fuzzing::decode::{column_groups, decode_row};
+use stowage_arrow::fuzzing::segment::Segment;
 
 fuzz_target!(
     init: {

@@ -1,4 +1,4 @@
-//! The attribute decoding stowage does on libhdf5's reads (`stowage_hdf5::ffi::read_attribute`,
+//! The attribute decoding stowage does on libhdf5's reads (`stowage_hdf5::fuzzing::read_attribute`,
 //! which `Attributes::text`, `flag` and `int` and so every cache open go through): attributes of
 //! every type class and size it handles (fixed strings with each padding, variable strings,
 //! bitfields, h5py enum bools, signed and unsigned integers and floats of both byte orders,
@@ -165,8 +165,8 @@ fuzz_target!(|data: &[u8]| {
             H5Tclose(datatype);
         }
     });
-    if let Ok(Some(stowage_hdf5::ffi::AttributeValue::Text(text))) =
-        stowage_hdf5::ffi::read_attribute(group.id(), "a")
+    if let Ok(Some(stowage_hdf5::fuzzing::AttributeValue::Text(text))) =
+        stowage_hdf5::fuzzing::read_attribute(group.id(), "a")
     {
         let _ = stowage_hdf5::StorageDtype::from_name(&text);
     }

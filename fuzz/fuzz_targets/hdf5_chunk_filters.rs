@@ -7,7 +7,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use stowage_hdf5::ffi::storage::{FILTER_DEFLATE, FILTER_SHUFFLE};
+use stowage_hdf5::fuzzing::{FILTER_DEFLATE, FILTER_SHUFFLE};
 
 fuzz_target!(|data: &[u8]| {
     let mut fields = stowage_fuzz::Fields::new(data);

@@ -8,7 +8,7 @@
 use libfuzzer_sys::fuzz_target;
 use std::path::Path;
 use stowage_core::file_safety::Recovered;
-use stowage_npy::index::{FieldShape, KeyIndex};
+use stowage_npy::fuzzing::{FieldShape, KeyIndex};
 
 fuzz_target!(|data: &[u8]| {
     let mut fields = stowage_fuzz::Fields::new(data);
@@ -19,8 +19,8 @@ fuzz_target!(|data: &[u8]| {
     }
     let path = Path::new("stowage.log");
     let recovered = Recovered { records, valid_len: 0, dropped_tail_bytes: 0, damage: None };
-    let _ = stowage_arrow::commit_log::interpret(path, &recovered);
-    let _ = stowage_hdf5::commit_log::interpret(path, &recovered);
+    let _ = stowage_arrow::fuzzing::commit_log::interpret(path, &recovered);
+    let _ = stowage_hdf5::fuzzing::interpret(path, &recovered);
     let shapes = vec![FieldShape::Fixed(vec![4, 3]), FieldShape::Varying(2)];
     let _ = KeyIndex::from_log(&recovered.records, shapes, path);
     for record in &recovered.records {

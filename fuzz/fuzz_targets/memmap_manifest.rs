@@ -8,8 +8,8 @@
 use libfuzzer_sys::fuzz_target;
 use std::sync::OnceLock;
 use stowage_core::{BackendFactory, DType, OpenMode, Schema, ShapeRule};
-use stowage_memmap::manifest::Manifest;
-use stowage_memmap::row_format::RowFormat;
+use stowage_memmap::fuzzing::Manifest;
+use stowage_memmap::fuzzing::RowFormat;
 
 fn stowage_format() -> &'static RowFormat {
     static FORMAT: OnceLock<RowFormat> = OnceLock::new();

@@ -5,10 +5,10 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use stowage_memmap::layout::Shapes;
-use stowage_memmap::manifest::Manifest;
-use stowage_memmap::preset;
-use stowage_memmap::row_format::RowFormat;
+use stowage_memmap::fuzzing::Manifest;
+use stowage_memmap::fuzzing::RowFormat;
+use stowage_memmap::fuzzing::Shapes;
+use stowage_memmap::fuzzing::schema_for;
 
 fuzz_target!(|data: &[u8]| {
     let path = std::path::Path::new("shapes.json");
@@ -17,11 +17,7 @@ fuzz_target!(|data: &[u8]| {
             // What the backend sizes each field's file by.
             let _ = field.row_bytes.checked_mul(shapes.rows);
         }
-        let _ = RowFormat::with_layouts(
-            preset::schema_for(&shapes.fields),
-            shapes.fields.clone(),
-            false,
-        );
+        let _ = RowFormat::with_layouts(schema_for(&shapes.fields), shapes.fields.clone(), false);
     }
     let _ = Manifest::dnanet_shapes(data, path);
 });

@@ -5,8 +5,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use stowage_memmap::row_format::{RowFormat, StowageMeta};
-use stowage_memmap::sidecar::Sidecar;
+use stowage_memmap::fuzzing::Sidecar;
+use stowage_memmap::fuzzing::{RowFormat, StowageMeta};
 
 fuzz_target!(|data: &[u8]| {
     let Some((&choice, content)) = data.split_first() else { return };

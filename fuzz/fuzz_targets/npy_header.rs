@@ -5,8 +5,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use stowage_npy::CollectionFile;
 use stowage_core::npy_header::{parse, write_header};
+use stowage_npy::fuzzing::CollectionFile;
 
 fuzz_target!(|data: &[u8]| {
     let Ok(header) = parse(data) else { return };

@@ -5,7 +5,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use stowage_npy::{CollectionFile, Numpy10Record};
+use stowage_npy::Numpy10Record;
+use stowage_npy::fuzzing::CollectionFile;
 
 fuzz_target!(|data: &[u8]| {
     let (line, file) = match data.iter().position(|&b| b == b'\n') {

@@ -25,10 +25,11 @@
 
 use serde::{Deserialize, Serialize};
 
-/// How a cache stores its bytes fields (see the [module docs](self)).
+/// How a cache stores its bytes fields: each value as a pickle torchcachex can load, in one of the
+/// two encodings below, recorded in the commit log header.
 ///
 /// ```
-/// use stowage_arrow::blob_encoding::BlobEncoding;
+/// use stowage_arrow::BlobEncoding;
 /// assert_eq!(BlobEncoding::default(), BlobEncoding::PickledBytes);
 /// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -76,7 +77,7 @@ const FRAME_SIZE_TARGET: usize = 64 * 1024;
 /// payload twice.
 ///
 /// ```
-/// use stowage_arrow::blob_encoding::pickle_parts;
+/// use stowage_arrow::test_support::blob_encoding::pickle_parts;
 /// let (head, tail) = pickle_parts(3);
 /// assert_eq!(head, b"\x80\x04\x95\x07\x00\x00\x00\x00\x00\x00\x00C\x03");
 /// assert_eq!(&tail, b"\x94.");
@@ -109,10 +110,11 @@ pub fn pickle_parts(len: usize) -> (Vec<u8>, [u8; 2]) {
 /// at protocol 4 (its default protocol through Python 3.13).
 ///
 /// ```
-/// use stowage_arrow::blob_encoding::{pickle_bytes, unpickle_bytes};
+/// use stowage_arrow::test_support::blob_encoding::{pickle_bytes, unpickle_bytes};
 /// assert_eq!(pickle_bytes(b"abc"), b"\x80\x04\x95\x07\0\0\0\0\0\0\0C\x03abc\x94.");
 /// assert_eq!(unpickle_bytes(&pickle_bytes(b"abc")).unwrap(), Some(&b"abc"[..]));
 /// ```
+#[cfg(any(test, feature = "fuzzing", feature = "test-support"))]
 pub fn pickle_bytes(value: &[u8]) -> Vec<u8> {
     let (head, tail) = pickle_parts(value.len());
     let mut out = Vec::with_capacity(head.len() + value.len() + tail.len());
@@ -131,7 +133,7 @@ pub fn pickle_bytes(value: &[u8]) -> Vec<u8> {
 /// (not a pickle, cut off, bytes after STOP). The caller names the key and field.
 ///
 /// ```
-/// use stowage_arrow::blob_encoding::{UnpickleError, unpickle_bytes};
+/// use stowage_arrow::test_support::blob_encoding::{UnpickleError, unpickle_bytes};
 /// assert_eq!(unpickle_bytes(b"\x80\x04N.").unwrap(), None);
 /// // pickle.dumps("abc"): a str, not bytes.
 /// let err = unpickle_bytes(b"\x80\x04\x95\x07\0\0\0\0\0\0\0\x8c\x03abc\x94.").unwrap_err();
@@ -212,7 +214,7 @@ impl std::fmt::Display for UnpickleError {
 /// requires: a protocol opcode (protocol 2 to 5) first and STOP last.
 ///
 /// ```
-/// use stowage_arrow::blob_encoding::check_pickle;
+/// use stowage_arrow::test_support::blob_encoding::check_pickle;
 /// assert!(check_pickle(b"\x80\x04N.").is_ok());
 /// assert!(check_pickle(b"raw bytes").unwrap_err().contains("not a pickle"));
 /// ```

@@ -71,9 +71,9 @@ pub struct ColumnChoices {
 /// The header of a new cache of `schema` with the given structure and blob encoding.
 ///
 /// ```
-/// use stowage_arrow::blob_encoding::BlobEncoding;
-/// use stowage_arrow::commit_log::{columns, new_header};
-/// use stowage_arrow::schema_json::OutputStructure;
+/// use stowage_arrow::BlobEncoding;
+/// use stowage_arrow::test_support::commit_log::{columns, new_header};
+/// use stowage_arrow::OutputStructure;
 /// use stowage_core::{DType, Schema, ShapeRule};
 /// let schema = Schema::new().tensor("tensor", DType::F32, ShapeRule::Any);
 /// let header = new_header(schema, OutputStructure::Tensor, BlobEncoding::PickledBytes);

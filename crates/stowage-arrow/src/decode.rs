@@ -126,9 +126,9 @@ pub fn column_groups(
 /// ```
 /// use std::sync::Arc;
 /// use arrow_schema::{DataType, Field, Schema};
-/// use stowage_arrow::blob_encoding::BlobEncoding;
-/// use stowage_arrow::decode::{ColumnGroup, column_groups_for};
-/// use stowage_arrow::schema_json::OutputStructure;
+/// use stowage_arrow::BlobEncoding;
+/// use stowage_arrow::test_support::decode::{ColumnGroup, column_groups_for};
+/// use stowage_arrow::OutputStructure;
 /// let schema = Schema::new(vec![
 ///     Field::new("key", DataType::Utf8, true),
 ///     Field::new("meta_blob", DataType::Binary, true),

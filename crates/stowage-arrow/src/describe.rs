@@ -2,8 +2,6 @@
 //! ([`stowage_core::Reader::describe`]): stowage's (commit log, key sidecars, key index runs,
 //! row checksums) and torchcachex's (segments, `schema.json`, `index.pkl`).
 
-use std::path::Path;
-
 use stowage_core::check_plan::problem_of;
 use stowage_core::describe::{
     Dedup, Description, FileRoles, Integrity, count, note_shapes_seen, projected_memory,
@@ -116,7 +114,7 @@ fn segments(
     for (id, path, origin) in reader.segment_origins() {
         segments += 1;
         let Ok(segment) = Segment::open(id, path) else { continue };
-        let name = relative(path, root);
+        let name = stowage_core::describe::relative_name(path, root);
         rows += segment.rows() as u64;
         // Another writer's segment is not covered, whatever sidecar files lie beside it.
         let foreign = matches!(origin, SegmentOrigin::Foreign { .. });
@@ -169,15 +167,6 @@ fn segments(
         }
     });
     Ok(())
-}
-
-/// `path` relative to `root`, as a report names a file of the cache.
-fn relative(path: &Path, root: &Path) -> String {
-    match path.strip_prefix(root) {
-        Ok(rel) if rel.as_os_str().is_empty() => ".".to_owned(),
-        Ok(rel) => rel.display().to_string(),
-        Err(_) => path.display().to_string(),
-    }
 }
 
 #[cfg(test)]

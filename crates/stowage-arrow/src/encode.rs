@@ -103,8 +103,8 @@ pub const DTYPE_METADATA: &str = "stowage_dtype";
 /// object; any other schema is a `dict` of its fields, in schema order.
 ///
 /// ```
-/// use stowage_arrow::encode::{FieldColumns, columns_for};
-/// use stowage_arrow::schema_json::OutputStructure;
+/// use stowage_arrow::test_support::encode::{FieldColumns, columns_for};
+/// use stowage_arrow::OutputStructure;
 /// use stowage_core::{DType, Schema, ShapeRule};
 /// let schema = Schema::new().tensor("tensor", DType::F32, ShapeRule::Any);
 /// let (structure, fields) = columns_for(&schema);
@@ -114,6 +114,7 @@ pub const DTYPE_METADATA: &str = "stowage_dtype";
 ///     [FieldColumns::Tensor { name: "tensor".into(), dtype: DType::F32, null_column: false }]
 /// );
 /// ```
+#[cfg(any(test, feature = "fuzzing", feature = "test-support"))]
 pub fn columns_for(schema: &stowage_core::Schema) -> (OutputStructure, Vec<FieldColumns>) {
     columns_with(schema, None, BlobEncoding::PickledBytes).expect("an inferred structure fits")
 }
@@ -128,9 +129,9 @@ pub fn columns_for(schema: &stowage_core::Schema) -> (OutputStructure, Vec<Field
 /// field would end torchcachex's decoding of the items there), `dict` any fields.
 ///
 /// ```
-/// use stowage_arrow::blob_encoding::BlobEncoding;
-/// use stowage_arrow::encode::columns_with;
-/// use stowage_arrow::schema_json::OutputStructure;
+/// use stowage_arrow::BlobEncoding;
+/// use stowage_arrow::test_support::encode::columns_with;
+/// use stowage_arrow::OutputStructure;
 /// use stowage_core::{DType, Schema, ShapeRule};
 /// let pair = Schema::new()
 ///     .tensor("item0", DType::F32, ShapeRule::Any)

@@ -40,13 +40,13 @@ pub fn build(keys: &[&str]) -> Result<Vec<u8>> {
 }
 
 /// [`build`], recording the writer session that wrote the segment
-/// ([`crate::ownership`]: what proves an uncommitted segment is stowage's own leftover).
+/// (`crate::ownership`: what proves an uncommitted segment is stowage's own leftover).
 ///
 /// ```
 /// let dir = tempfile::tempdir()?;
 /// let path = dir.path().join("segment_000000.keys");
-/// std::fs::write(&path, stowage_arrow::key_sidecar::build_in_session(&["a", "b"], 77)?)?;
-/// assert_eq!(stowage_arrow::key_sidecar::KeySidecar::open(&path)?.session(), 77);
+/// std::fs::write(&path, stowage_arrow::test_support::key_sidecar::build_in_session(&["a", "b"], 77)?)?;
+/// assert_eq!(stowage_arrow::test_support::key_sidecar::KeySidecar::open(&path)?.session(), 77);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn build_in_session(keys: &[&str], session: u64) -> Result<Vec<u8>> {

@@ -24,7 +24,7 @@ use stowage_core::{IoResultExt, Result};
 /// Paths inside one cache directory (torchcachex's `<cache_dir>/<module_id>`).
 ///
 /// ```
-/// let layout = stowage_arrow::layout::Layout::new("cache/encoder");
+/// let layout = stowage_arrow::test_support::layout::Layout::new("cache/encoder");
 /// assert!(layout.segment(7).ends_with("segments/segment_000007.arrow"));
 /// assert!(layout.segment(1_234_567).ends_with("segments/segment_1234567.arrow"));
 /// ```
@@ -157,7 +157,7 @@ pub fn segment_file_name(id: u64) -> String {
 /// a non-digit or signed id, an id beyond `u64`, fewer than six digits.
 ///
 /// ```
-/// use stowage_arrow::layout::parse_segment_file_name as parse;
+/// use stowage_arrow::test_support::layout::parse_segment_file_name as parse;
 /// assert_eq!(parse("segment_000042.arrow"), Some(42));
 /// assert_eq!(parse("segment_1000000.arrow"), Some(1_000_000));
 /// assert_eq!(parse("segment_000042.arrow.tmp"), None);
@@ -175,7 +175,7 @@ pub fn parse_segment_file_name(name: &str) -> Option<u64> {
 /// `.sums`), or `None` for any other name.
 ///
 /// ```
-/// use stowage_arrow::layout::segment_file_id;
+/// use stowage_arrow::test_support::layout::segment_file_id;
 /// assert_eq!(segment_file_id("segment_000042.sums"), Some(42));
 /// assert_eq!(segment_file_id("segment_000042.arrow"), Some(42));
 /// assert_eq!(segment_file_id("segment_000042.txt"), None);

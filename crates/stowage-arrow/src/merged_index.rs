@@ -146,6 +146,7 @@ pub fn merge_run(
 /// (tools, tests); a cache stowage writes merges through its writer.
 ///
 /// Errors: as [`merge_run`].
+#[cfg(any(test, feature = "fuzzing", feature = "test-support"))]
 pub fn merge_segments(layout: &Layout, through: u64) -> Result<RunEntry> {
     let listed: Vec<(u64, PathBuf)> =
         layout.list_segments()?.into_iter().filter(|(id, _)| *id <= through).collect();
@@ -159,7 +160,7 @@ pub fn merge_segments(layout: &Layout, through: u64) -> Result<RunEntry> {
 /// the newest runs to take.
 ///
 /// ```
-/// use stowage_arrow::merged_index::plan_merge;
+/// use stowage_arrow::test_support::merged_index::plan_merge;
 /// // 65,536 new rows: the equal-sized newest run is taken, then the one of 131,072 too;
 /// // the oldest (1M keys) stays.
 /// assert_eq!(plan_merge(&[1_000_000, 131_072, 65_536], 65_536), 2);

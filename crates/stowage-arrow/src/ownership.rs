@@ -42,7 +42,7 @@ pub const ANOTHER_WRITER: &str = "another writer";
 /// Who wrote a segment of a cache stowage writes, as its commit log and the proof tell.
 ///
 /// ```
-/// use stowage_arrow::ownership::SegmentOrigin;
+/// use stowage_arrow::test_support::ownership::SegmentOrigin;
 /// assert!(SegmentOrigin::Foreign { writer: "torchcachex" }.is_foreign());
 /// assert!(!SegmentOrigin::Adopted.is_foreign());
 /// ```
@@ -77,7 +77,7 @@ impl SegmentOrigin {
 /// A new writer session's nonce: random, never 0 (0 means "not recorded").
 ///
 /// ```
-/// let (a, b) = (stowage_arrow::ownership::new_session(), stowage_arrow::ownership::new_session());
+/// let (a, b) = (stowage_arrow::test_support::ownership::new_session(), stowage_arrow::test_support::ownership::new_session());
 /// assert!(a != 0 && a != b);
 /// ```
 pub fn new_session() -> u64 {
@@ -116,8 +116,8 @@ pub enum Uncommitted {
     },
 }
 
-/// Whether the uncommitted segment `id` at `path` is proven stowage's own leftover (see the
-/// [module docs](self)).
+/// Whether the uncommitted segment `id` at `path` is proven stowage's own leftover (see this
+/// module's docs).
 pub fn classify_uncommitted(id: u64, path: &Path) -> Uncommitted {
     let Ok(segment) = Segment::open(id, path) else {
         return Uncommitted::Foreign { writer: ANOTHER_WRITER };

@@ -20,11 +20,11 @@ use crate::layout::Layout;
 ///
 /// ```
 /// let dir = tempfile::tempdir()?;
-/// let layout = stowage_arrow::layout::Layout::new(dir.path());
+/// let layout = stowage_arrow::test_support::layout::Layout::new(dir.path());
 /// std::fs::write(layout.pickled_index(), b"\x80\x05}\x94.")?;
-/// assert!(stowage_arrow::pickled_index::remove(&layout, true)?);
+/// assert!(stowage_arrow::test_support::pickled_index::remove(&layout, true)?);
 /// assert!(!layout.pickled_index().exists());
-/// assert!(!stowage_arrow::pickled_index::remove(&layout, true)?);
+/// assert!(!stowage_arrow::test_support::pickled_index::remove(&layout, true)?);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn remove(layout: &Layout, durable: bool) -> Result<bool> {

@@ -106,7 +106,7 @@ impl CacheReader {
     }
 
     /// Opens the segments `ids` of the cache in `dir` and nothing else (committed segments of a
-    /// cache stowage writes, [`crate::commit_log`]), with a known output structure, using the
+    /// cache stowage writes, `crate::commit_log`), with a known output structure, using the
     /// key index runs `runs` (the ones the commit log vouches for, oldest first) as far as they
     /// open and agree with their entries. Bytes read raw, as caches before commit log version 3
     /// store them: for any cache stowage writes, [`crate::ArrowBackend::segment_reader`] knows
@@ -245,7 +245,7 @@ impl CacheReader {
     }
 
     /// Takes the key index runs `runs` (oldest first), written since this reader opened (by
-    /// [`crate::merged_index`]) and vouched for by the commit log: the sidecars they cover leave
+    /// `crate::merged_index`) and vouched for by the commit log: the sidecars they cover leave
     /// the lookup.
     ///
     /// Errors: as [`CacheReader::open`] for a segment whose sidecar must be indexed again.

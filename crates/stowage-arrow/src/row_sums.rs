@@ -32,7 +32,7 @@ pub fn sums_path(segment: &Path) -> PathBuf {
 /// use stowage_core::{Sample, Tensor};
 /// let a = Sample::new().with("x", Tensor::from_slice(&[2], &[1.0f32, 2.0])?);
 /// let b = Sample::new().with("x", Tensor::from_slice(&[2], &[1.0f32, 2.5])?);
-/// use stowage_arrow::row_sums::of_sample;
+/// use stowage_arrow::test_support::row_sums::of_sample;
 /// assert_ne!(of_sample("k", &a), of_sample("k", &b));
 /// assert_ne!(of_sample("k", &a), of_sample("j", &a));
 /// # Ok::<(), stowage_core::Error>(())
@@ -56,7 +56,7 @@ pub fn of_sample(key: &str, sample: &Sample) -> u64 {
 ///
 /// ```
 /// use stowage_core::{Sample, Tensor, Value};
-/// use stowage_arrow::row_sums::{of_sample, of_stored_row};
+/// use stowage_arrow::test_support::row_sums::{of_sample, of_stored_row};
 /// let put = Sample::new().with("x", Tensor::from_slice(&[1], &[1.5f32])?);
 /// let read = put.clone().with("meta", Value::Null);
 /// assert_eq!(of_stored_row("k", &["meta", "x"], &put), of_sample("k", &read));
@@ -118,17 +118,18 @@ fn named_value(hasher: &mut Xxh3, name: &str, value: &Value) {
 
 /// The bytes of the checksum file of a segment whose rows have checksums `sums`, with no writer
 /// session recorded.
+#[cfg(any(test, feature = "fuzzing", feature = "test-support"))]
 pub fn encode(sums: &[u64]) -> Vec<u8> {
     encode_in_session(sums, 0)
 }
 
-/// [`encode`], recording the writer session that wrote the segment ([`crate::ownership`]).
+/// [`encode`], recording the writer session that wrote the segment (`crate::ownership`).
 ///
 /// ```
 /// let dir = tempfile::tempdir()?;
 /// let path = dir.path().join("segment_000000.sums");
-/// std::fs::write(&path, stowage_arrow::row_sums::encode_in_session(&[1, 2], 9))?;
-/// let sums = stowage_arrow::row_sums::RowSums::open(&path)?;
+/// std::fs::write(&path, stowage_arrow::test_support::row_sums::encode_in_session(&[1, 2], 9))?;
+/// let sums = stowage_arrow::test_support::row_sums::RowSums::open(&path)?;
 /// assert_eq!((sums.rows(), sums.session()), (2, 9));
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```

@@ -92,7 +92,7 @@ impl ColumnType {
     /// The type string of `schema.json`: `list<` + pyarrow's type name + `>`, `binary`, `string`.
     ///
     /// ```
-    /// use stowage_arrow::schema_json::ColumnType;
+    /// use stowage_arrow::test_support::schema_json::ColumnType;
     /// use stowage_core::DType;
     /// assert_eq!(ColumnType::List(DType::F16).type_string(), "list<halffloat>");
     /// assert_eq!(ColumnType::parse("list<halffloat>"), ColumnType::List(DType::F16));

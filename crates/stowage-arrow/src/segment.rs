@@ -22,6 +22,8 @@ const MAGIC: &[u8; 6] = b"ARROW1";
 /// An open segment: its schema and record batches, all sharing one memory map.
 #[derive(Debug)]
 pub struct Segment {
+    // Read through `id()`, which only the fuzz targets and tests call.
+    #[cfg_attr(not(any(test, feature = "fuzzing", feature = "test-support")), allow(dead_code))]
     id: u64,
     path: PathBuf,
     schema: SchemaRef,
@@ -66,6 +68,7 @@ impl Segment {
     }
 
     /// The segment id.
+    #[cfg_attr(not(any(test, feature = "fuzzing", feature = "test-support")), allow(dead_code))]
     pub fn id(&self) -> u64 {
         self.id
     }

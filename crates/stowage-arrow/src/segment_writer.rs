@@ -49,7 +49,7 @@ pub struct SegmentFormat {
     /// IPC buffer compression, `None` for torchcachex's uncompressed files.
     pub compression: Option<Compression>,
     /// The writer session's nonce, recorded in every segment and sidecar it writes
-    /// ([`crate::ownership`]).
+    /// (`crate::ownership`).
     pub session: u64,
 }
 
@@ -59,9 +59,9 @@ impl SegmentFormat {
     ///
     /// ```
     /// use std::sync::Arc;
-    /// use stowage_arrow::encode::{arrow_schema, columns_for};
-    /// use stowage_arrow::layout::Layout;
-    /// use stowage_arrow::segment_writer::{SegmentFormat, write_segment};
+    /// use stowage_arrow::test_support::encode::{arrow_schema, columns_for};
+    /// use stowage_arrow::test_support::layout::Layout;
+    /// use stowage_arrow::test_support::segment_writer::{SegmentFormat, write_segment};
     /// use stowage_core::{DType, Sample, Schema, ShapeRule, Tensor};
     /// let dir = tempfile::tempdir()?;
     /// let (structure, fields) =
@@ -73,6 +73,7 @@ impl SegmentFormat {
     /// assert!(path.ends_with("segments/segment_000000.arrow"));
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
+    #[cfg(any(test, feature = "fuzzing", feature = "test-support"))]
     pub fn new(layout: Layout, arrow_schema: Arc<Schema>, fields: Vec<FieldColumns>) -> Self {
         let defaults = crate::ArrowOptions::default();
         SegmentFormat {
@@ -183,9 +184,9 @@ const ID_ATTEMPTS: usize = 16;
 ///
 /// ```
 /// use std::sync::{Arc, atomic::AtomicU64};
-/// use stowage_arrow::encode::{arrow_schema, columns_for};
-/// use stowage_arrow::layout::Layout;
-/// use stowage_arrow::segment_writer::{SegmentFormat, write_next_segment};
+/// use stowage_arrow::test_support::encode::{arrow_schema, columns_for};
+/// use stowage_arrow::test_support::layout::Layout;
+/// use stowage_arrow::test_support::segment_writer::{SegmentFormat, write_next_segment};
 /// use stowage_core::{DType, Sample, Schema, ShapeRule, Tensor};
 /// let dir = tempfile::tempdir()?;
 /// let (structure, fields) =

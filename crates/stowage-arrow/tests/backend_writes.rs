@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use stowage_arrow::commit_log;
+use stowage_arrow::test_support::commit_log;
 use stowage_arrow::{ArrowBackend, ArrowOptions};
 use stowage_core::{
     Backend, BackendExt, DType, Error, OpenMode, Reader, Sample, Schema, ShapeRule, Tensor,
@@ -432,7 +432,7 @@ fn runs_stay_logarithmic_and_every_lookup_finds_the_newest_row() {
     drop(reader);
     // A stale run (a copy under a name the log does not record) goes at the next writer's open.
     let first = &runs[0];
-    let layout = stowage_arrow::layout::Layout::new(dir.path());
+    let layout = stowage_arrow::test_support::layout::Layout::new(dir.path());
     let stale = layout.index_run(first.first, first.through + 1);
     std::fs::copy(layout.index_run(first.first, first.through), &stale).unwrap();
     let writer = ArrowBackend::open(dir.path(), OpenMode::Append, options).unwrap();

@@ -5,12 +5,14 @@
 
 use std::sync::Arc;
 
-use stowage_arrow::blob_encoding::pickle_bytes;
-use stowage_arrow::commit_log::{self, CacheHeader, ColumnChoices, Record, SegmentEntry};
-use stowage_arrow::encode::{arrow_schema, legacy_columns};
-use stowage_arrow::layout::Layout;
-use stowage_arrow::schema_json::{OutputStructure, SchemaJson};
-use stowage_arrow::segment_writer::{SegmentFormat, write_segment};
+use stowage_arrow::test_support::blob_encoding::pickle_bytes;
+use stowage_arrow::test_support::commit_log::{
+    self, CacheHeader, ColumnChoices, Record, SegmentEntry,
+};
+use stowage_arrow::test_support::encode::{arrow_schema, legacy_columns};
+use stowage_arrow::test_support::layout::Layout;
+use stowage_arrow::test_support::schema_json::{OutputStructure, SchemaJson};
+use stowage_arrow::test_support::segment_writer::{SegmentFormat, write_segment};
 use stowage_arrow::{ArrowBackend, ArrowOptions, BlobEncoding};
 use stowage_core::bytes::Bytes;
 use stowage_core::file_safety::AppendLog;

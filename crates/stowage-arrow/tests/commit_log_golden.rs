@@ -5,12 +5,12 @@
 
 use std::path::{Path, PathBuf};
 
-use stowage_arrow::blob_encoding::BlobEncoding;
-use stowage_arrow::commit_log::{
+use stowage_arrow::BlobEncoding;
+use stowage_arrow::OutputStructure;
+use stowage_arrow::test_support::commit_log::{
     self, ArrowRecord, CacheHeader, ColumnChoices, CompactedEntry, FinalizedMarker, Record,
     RunEntry, SegmentEntry,
 };
-use stowage_arrow::schema_json::OutputStructure;
 use stowage_core::file_safety::AppendLog;
 use stowage_core::{DType, Schema, ShapeRule};
 

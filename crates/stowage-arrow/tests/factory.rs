@@ -135,7 +135,8 @@ fn a_torchcachex_style_cache_is_recognized_and_read_through_open_reader() {
         assert_eq!(got.tensor("tensor"), sample(i).tensor("tensor"), "{}", key(i));
         // Bytes come back as torchcachex stores them: the pickle of the Python bytes.
         let stowage_core::Value::Bytes(meta) = got.get("meta").unwrap() else { panic!() };
-        let inner = stowage_arrow::blob_encoding::unpickle_bytes(meta).unwrap().unwrap();
+        let inner =
+            stowage_arrow::test_support::blob_encoding::unpickle_bytes(meta).unwrap().unwrap();
         assert_eq!(inner, format!("m{i}").as_bytes());
     }
     let report = reader.validate(ValidationLevel::Full).unwrap();

@@ -168,7 +168,7 @@ fn stowage_appends_to_the_mixed_sets_then_adopts_and_torchcachex_reads_everythin
         if let Some(bytes) = &foreign_bytes {
             assert_eq!(&std::fs::read(&foreign).unwrap(), bytes, "{name}: torchcachex's segment");
         }
-        let log = stowage_arrow::commit_log::read(&copy.join("stowage.log")).unwrap();
+        let log = stowage_arrow::test_support::commit_log::read(&copy.join("stowage.log")).unwrap();
         let new_id = log.segments.last().unwrap().id;
         let above = if foreign_bytes.is_some() { 3 } else { 2 };
         assert_eq!(new_id, above, "{name}: the new segment's id");

@@ -16,8 +16,8 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use peer::Peer;
-use stowage_arrow::blob_encoding::pickle_bytes;
-use stowage_arrow::schema_json::OutputStructure;
+use stowage_arrow::OutputStructure;
+use stowage_arrow::test_support::blob_encoding::pickle_bytes;
 use stowage_arrow::{ArrowBackend, ArrowOptions, BlobEncoding};
 use stowage_core::bytes::Bytes;
 use stowage_core::{
@@ -42,9 +42,9 @@ fn sample(case: Case, v: usize, encoding: BlobEncoding, nulls: Nulls) -> Sample 
     let bytes = match (nulls.bytes && v.is_multiple_of(3), encoding) {
         // Python's None given to torchcachex: its pickle, a value like any other when kept
         // verbatim.
-        (true, BlobEncoding::VerbatimPickles) => {
-            Value::Bytes(Bytes::from_static(stowage_arrow::blob_encoding::PICKLED_NONE))
-        }
+        (true, BlobEncoding::VerbatimPickles) => Value::Bytes(Bytes::from_static(
+            stowage_arrow::test_support::blob_encoding::PICKLED_NONE,
+        )),
         (true, _) => Value::Null,
         (false, BlobEncoding::VerbatimPickles) => Value::Bytes(Bytes::from(pickle_bytes(&raw))),
         (false, _) => Value::Bytes(Bytes::from(raw)),

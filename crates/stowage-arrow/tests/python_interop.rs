@@ -8,10 +8,10 @@
 use std::sync::Arc;
 
 use stowage_arrow::Compression;
-use stowage_arrow::encode::{FieldColumns, arrow_schema};
-use stowage_arrow::layout::Layout;
-use stowage_arrow::schema_json::OutputStructure;
-use stowage_arrow::segment_writer::{SegmentFormat, write_segment};
+use stowage_arrow::OutputStructure;
+use stowage_arrow::test_support::encode::{FieldColumns, arrow_schema};
+use stowage_arrow::test_support::layout::Layout;
+use stowage_arrow::test_support::segment_writer::{SegmentFormat, write_segment};
 use stowage_core::bytes::Bytes;
 use stowage_core::{DType, Sample, Tensor, Value};
 
@@ -150,8 +150,11 @@ print(json.dumps({"bytes": out, "none": pickle.dumps(None, protocol=4).hex()}))
     let hex = |bytes: &[u8]| bytes.iter().map(|b| format!("{b:02x}")).collect::<String>();
     for (n, expected) in sizes.iter().zip(out["bytes"].as_array().unwrap()) {
         let value: Vec<u8> = (0..*n).map(|i| ((i * 7) % 256) as u8).collect();
-        let pickle = stowage_arrow::blob_encoding::pickle_bytes(&value);
+        let pickle = stowage_arrow::test_support::blob_encoding::pickle_bytes(&value);
         assert_eq!(hex(&pickle), expected.as_str().unwrap(), "{n} bytes");
     }
-    assert_eq!(hex(stowage_arrow::blob_encoding::PICKLED_NONE), out["none"].as_str().unwrap());
+    assert_eq!(
+        hex(stowage_arrow::test_support::blob_encoding::PICKLED_NONE),
+        out["none"].as_str().unwrap()
+    );
 }

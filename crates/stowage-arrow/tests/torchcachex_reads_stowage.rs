@@ -9,8 +9,8 @@
 mod peer;
 
 use peer::Peer;
-use stowage_arrow::blob_encoding::pickle_bytes;
-use stowage_arrow::schema_json::OutputStructure;
+use stowage_arrow::OutputStructure;
+use stowage_arrow::test_support::blob_encoding::pickle_bytes;
 use stowage_arrow::{ArrowBackend, ArrowOptions, BlobEncoding};
 use stowage_core::bytes::Bytes;
 use stowage_core::{

@@ -2,8 +2,8 @@
 //! reads back with the types of its own Arrow files and writes back byte for byte, and every
 //! cache's segments are listed in numeric order.
 
-use stowage_arrow::layout::Layout;
-use stowage_arrow::schema_json::{ColumnType, OutputStructure, SchemaJson};
+use stowage_arrow::test_support::layout::Layout;
+use stowage_arrow::test_support::schema_json::{ColumnType, OutputStructure, SchemaJson};
 use stowage_core::DType;
 use stowage_test_support::reference::reference_set;
 
@@ -60,7 +60,7 @@ fn float16_and_dict_metadata_read_as_torchcachex_wrote_them() {
 /// This covers the deleted index, the orphaned segment, duplicate keys and float16.
 #[test]
 fn every_reference_key_reads_back_its_expected_value() {
-    use stowage_arrow::reader::CacheReader;
+    use stowage_arrow::CacheReader;
     use stowage_core::Value;
     let Some(set) = reference_set("torchcachex") else { return };
     let text = std::fs::read_to_string(set.join("manifest.json")).unwrap();
@@ -111,7 +111,7 @@ fn every_reference_key_reads_back_its_expected_value() {
 /// schema that holds every value read (any shape, nullable) and no claim of checksums.
 #[test]
 fn every_reference_cache_opens_through_the_factory_as_torchcachex() {
-    use stowage_arrow::reader::CacheReader;
+    use stowage_arrow::CacheReader;
     use stowage_arrow::{ArrowFactory, TORCHCACHEX};
     use stowage_core::{BackendFactory, ValidationLevel};
     let Some(set) = reference_set("torchcachex") else { return };
@@ -151,7 +151,7 @@ fn every_reference_cache_opens_through_the_factory_as_torchcachex() {
 /// reader raises on every read), no `index.pkl` and a leftover `.tmp` segment change nothing.
 #[test]
 fn damaged_metadata_and_leftovers_do_not_hide_the_data() {
-    use stowage_arrow::reader::CacheReader;
+    use stowage_arrow::CacheReader;
     let Some(set) = reference_set("torchcachex") else { return };
     for name in ["dict_mixed", "tuple_mixed", "tensor_f32"] {
         let original = CacheReader::open(set.join("caches").join(name)).unwrap();
@@ -176,7 +176,7 @@ fn damaged_metadata_and_leftovers_do_not_hide_the_data() {
 #[test]
 fn segment_schemas_stowage_builds_describe_as_torchcachex_wrote_them() {
     use stowage_arrow::BlobEncoding;
-    use stowage_arrow::encode::{FieldColumns, arrow_schema};
+    use stowage_arrow::test_support::encode::{FieldColumns, arrow_schema};
     let Some(set) = reference_set("torchcachex") else { return };
     for entry in std::fs::read_dir(set.join("caches")).unwrap() {
         let layout = Layout::new(entry.unwrap().path());

@@ -4,11 +4,11 @@
 
 use std::sync::Arc;
 
-use stowage_arrow::encode::{FieldColumns, arrow_schema};
-use stowage_arrow::layout::Layout;
-use stowage_arrow::reader::CacheReader;
-use stowage_arrow::schema_json::OutputStructure;
-use stowage_arrow::segment_writer::{SegmentFormat, write_segment};
+use stowage_arrow::CacheReader;
+use stowage_arrow::OutputStructure;
+use stowage_arrow::test_support::encode::{FieldColumns, arrow_schema};
+use stowage_arrow::test_support::layout::Layout;
+use stowage_arrow::test_support::segment_writer::{SegmentFormat, write_segment};
 use stowage_core::bytes::Bytes;
 use stowage_core::{DType, Error, Sample, Tensor, Value};
 
@@ -87,10 +87,12 @@ fn dict_segments_round_trip_and_later_segments_win() {
         "inferred without schema.json"
     );
     // Each segment has its key sidecar, and it finds every key of that segment.
-    let segment = stowage_arrow::segment::Segment::open(0, &layout.segment(0)).unwrap();
+    let segment =
+        stowage_arrow::test_support::segment::Segment::open(0, &layout.segment(0)).unwrap();
     let segment_keys = segment.keys().unwrap();
-    let sidecar_path = stowage_arrow::key_sidecar::sidecar_path(&layout.segment(0));
-    let sidecar = stowage_arrow::key_sidecar::KeySidecar::open(&sidecar_path).unwrap();
+    let sidecar_path = stowage_arrow::test_support::key_sidecar::sidecar_path(&layout.segment(0));
+    let sidecar =
+        stowage_arrow::test_support::key_sidecar::KeySidecar::open(&sidecar_path).unwrap();
     for (row, key) in segment_keys.iter().enumerate() {
         assert_eq!(sidecar.find(key, |r| segment_keys[r] == *key), Some(row), "{key}");
     }
@@ -186,7 +188,8 @@ fn merged_and_recent_indexes_agree_with_reading_every_segment_in_order() {
         let rows: Vec<(&str, &Sample)> = keys.iter().map(String::as_str).zip(&samples).collect();
         write_segment(&format, segment, &rows).unwrap();
         if segment == 2 {
-            let run = stowage_arrow::merged_index::merge_segments(&layout, 2).unwrap();
+            let run =
+                stowage_arrow::test_support::merged_index::merge_segments(&layout, 2).unwrap();
             assert_eq!((run.first, run.through), (0, 2));
             assert_eq!(run.keys as usize, oracle.len(), "distinct keys of segments 0..=2");
             assert_eq!(run.new_keys, run.keys, "no run before it");
@@ -261,7 +264,7 @@ fn a_flipped_value_byte_is_refused_by_the_row_checksum() {
         "verification is switchable"
     );
 
-    let sums = stowage_arrow::row_sums::sums_path(&path);
+    let sums = stowage_arrow::test_support::row_sums::sums_path(&path);
     let mut damaged = std::fs::read(&sums).unwrap();
     damaged[2] ^= 1;
     std::fs::write(&sums, &damaged).unwrap();
@@ -292,7 +295,7 @@ fn validate_reports_each_damage_with_its_file_and_key() {
         let rows: Vec<(&str, &Sample)> = keys.iter().map(String::as_str).zip(&samples).collect();
         write_segment(&format, segment, &rows).unwrap();
     }
-    stowage_arrow::merged_index::merge_segments(&layout, 1).unwrap();
+    stowage_arrow::test_support::merged_index::merge_segments(&layout, 1).unwrap();
     let report = CacheReader::open(dir.path()).unwrap().validate().unwrap();
     assert!(report.is_clean(), "{:?}", report.problems);
     assert_eq!(report.samples_checked, 60);
@@ -302,7 +305,7 @@ fn validate_reports_each_damage_with_its_file_and_key() {
     let at = bytes.windows(8).position(|w| w == marker.to_le_bytes()).unwrap();
     bytes[at] ^= 1;
     std::fs::write(&segment, &bytes).unwrap();
-    let sidecar = stowage_arrow::key_sidecar::sidecar_path(&layout.segment(2));
+    let sidecar = stowage_arrow::test_support::key_sidecar::sidecar_path(&layout.segment(2));
     let mut damaged = std::fs::read(&sidecar).unwrap();
     let last = damaged.len() - 1;
     damaged[last] ^= 1;

@@ -30,7 +30,7 @@ use stowage_core::{
 };
 
 use stowage_arrow::BlobEncoding;
-use stowage_arrow::schema_json::OutputStructure;
+use stowage_arrow::OutputStructure;
 
 use crate::builtin::Builtin;
 use crate::convert_record::{ConvertRecord, SourceId};
@@ -224,7 +224,7 @@ fn arrow_choices(
             Some((cache.output_structure(), cache.blob_encoding()))
         }
         Some(Builtin::Torchcachex) => {
-            let reader = stowage_arrow::reader::CacheReader::open(path)?;
+            let reader = stowage_arrow::CacheReader::open(path)?;
             Some((reader.output_structure()?, reader.blob_encoding()))
         }
         _ => None,

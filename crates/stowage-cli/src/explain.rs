@@ -146,7 +146,7 @@ fn compat_of(config: &Value) -> Result<DescriptorCompat, CliError> {
         .and_then(|list| list.iter().map(|s| s.as_str().map(str::to_owned)).collect())
         .ok_or_else(|| missing("species", "a list of strings"))?;
     let class = match config.get("descriptor_class") {
-        None => stowage_hdf5::compat::CHEBYSHEV_DESCRIPTOR.to_owned(),
+        None => stowage_hdf5::CHEBYSHEV_DESCRIPTOR.to_owned(),
         Some(v) => v.as_str().ok_or_else(|| missing("descriptor_class", "a string"))?.to_owned(),
     };
     Ok(DescriptorCompat {

@@ -8,7 +8,8 @@ use stowage_core::{DynReader, Error, Format, Registry};
 use crate::builtin::Builtin;
 use crate::error::CliError;
 use crate::locate::{DIRECTORY, Located, Recognized, locate};
-use crate::walk::{Found, relative};
+use crate::walk::Found;
+use stowage_core::describe::relative_name;
 
 /// Opens the cache at `path` for `stowage <what>` (`"keys"`, `"get KEY"`): the reader of the
 /// factory that recognizes it, and the format it recognized. A directory of caches, a bare hangar
@@ -56,7 +57,7 @@ pub fn open_recognized(
 
 /// Why `stowage <what>` cannot use the directory of caches at `path`, and what to do instead.
 pub fn directory_has_no_keys(path: &Path, found: &[Found<'_>], what: &str) -> CliError {
-    let names: Vec<String> = found.iter().map(|(cache, _)| relative(cache, path)).collect();
+    let names: Vec<String> = found.iter().map(|(cache, _)| relative_name(cache, path)).collect();
     let first = found.first().map_or(path.to_path_buf(), |(cache, _)| cache.clone());
     CliError::new(format!(
         "{} is a {} ({}): `stowage {what}` reads one cache, so name it, as in `stowage {what} \

@@ -62,15 +62,6 @@ fn sorted_entries(dir: &Path) -> Result<Vec<(PathBuf, std::fs::FileType)>, CliEr
     Ok(entries)
 }
 
-/// `path` relative to `root` for display (`root` itself as `.`).
-pub fn relative(path: &Path, root: &Path) -> String {
-    match path.strip_prefix(root) {
-        Ok(rel) if rel.as_os_str().is_empty() => ".".to_owned(),
-        Ok(rel) => rel.display().to_string(),
-        Err(_) => path.display().to_string(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -93,8 +84,12 @@ mod tests {
         }
         let registry = crate::default_registry();
         let found = find_caches(&registry, root).unwrap();
-        let names: Vec<(String, &str)> =
-            found.iter().map(|(p, r)| (relative(p, root), r.as_ref().unwrap().format.id)).collect();
+        let names: Vec<(String, &str)> = found
+            .iter()
+            .map(|(p, r)| {
+                (stowage_core::describe::relative_name(p, root), r.as_ref().unwrap().format.id)
+            })
+            .collect();
         assert_eq!(
             names,
             [

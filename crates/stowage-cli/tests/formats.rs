@@ -8,7 +8,7 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use common::*;
-use stowage_core::{Backend, DType, Sample, Schema, ShapeRule, Tensor, Value};
+use stowage_core::{Backend, Value};
 use stowage_test_support::reference::reference_set;
 
 fn manifest(set: &Path) -> serde_json::Value {
@@ -132,7 +132,7 @@ fn assert_aenet_entry(set: &Path, file: &str, entry: i64, out: &Path) -> usize {
         assert_eq!(read_npy(&out.join("features.npy")), read_npy(&features), "{file} {entry}");
         compared += 1;
     }
-    for array in stowage_hdf5::layout::DERIVATIVE_ARRAYS {
+    for array in stowage_hdf5::DERIVATIVE_ARRAYS {
         let name = array.replace('/', "_");
         let want = expected.join(format!("deriv_entry{entry}_{name}.npy"));
         if want.exists() {
@@ -229,48 +229,25 @@ fn inspect_walks_every_reference_set_as_one_json_array() {
     }
 }
 
-fn arrow_schema() -> Schema {
-    Schema::new()
-        .tensor("x", DType::F32, ShapeRule::Fixed(vec![4]))
-        .nullable_tensor("ragged", DType::I16, ShapeRule::RaggedLeading(vec![2]))
-        .bytes("raw")
-        .json("meta", false)
-}
-
-fn arrow_sample(i: usize) -> Sample {
-    let rows = i % 3;
-    let mut sample = Sample::new()
-        .with("x", Tensor::from_slice(&[4], &[i as f32, 1.5, -2.0, 0.25]).unwrap())
-        .with("raw", Value::Bytes(vec![i as u8; i % 5].into()))
-        .with("meta", Value::Json(format!("{{\"i\": {i}}}")));
-    if i % 4 == 3 {
-        sample.insert("ragged", Value::Null);
-    } else {
-        let values: Vec<i16> = (0..rows * 2).map(|v| v as i16 - i as i16).collect();
-        sample.insert("ragged", Tensor::from_slice(&[rows, 2], &values).unwrap());
-    }
-    sample
-}
-
 /// A stowage Arrow cache of 40 keys in 4 segments, finalized.
 fn build_arrow(dir: &Path) -> PathBuf {
     let path = dir.join("arrow");
     let options = stowage_arrow::ArrowOptions { flush_every: 10, ..Default::default() };
-    let mut cache = stowage_arrow::ArrowBackend::create(&path, &arrow_schema(), options).unwrap();
+    let mut cache = stowage_arrow::ArrowBackend::create(&path, &mixed_schema(), options).unwrap();
     for i in 0..40 {
-        cache.put(&format!("k{i:02}"), &arrow_sample(i)).unwrap();
+        cache.put(&format!("k{i:02}"), &mixed_sample(i)).unwrap();
     }
     cache.finalize().unwrap();
     path
 }
 
-/// Checks that `get` of every key of `cache` writes `arrow_sample`'s fields.
+/// Checks that `get` of every key of `cache` writes `mixed_sample`'s fields.
 fn assert_gets_arrow_samples(cache: &Path, dir: &Path, keys: usize) {
     for i in (0..keys).step_by(7) {
         let out = dir.join(format!("get-{i}"));
         let run = stowage(args(&[&"get", &cache, &format!("k{i:02}"), &"--out", &out]));
         assert_eq!(run.code, 0, "{run:?}");
-        for (name, value) in arrow_sample(i).fields() {
+        for (name, value) in mixed_sample(i).fields() {
             match value {
                 Value::Tensor(t) => {
                     let (dtype, shape, _, bytes) = read_npy(&out.join(format!("{name}.npy")));
@@ -351,9 +328,9 @@ fn a_stowage_arrow_cache_goes_through_every_command() {
 fn a_stowage_hdf5_cache_goes_through_every_command() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("hdf5");
-    let mut cache = stowage_hdf5::Hdf5Backend::create(&path, &arrow_schema()).unwrap();
+    let mut cache = stowage_hdf5::Hdf5Backend::create(&path, &mixed_schema()).unwrap();
     for i in 0..30 {
-        cache.put(&format!("k{i:02}"), &arrow_sample(i)).unwrap();
+        cache.put(&format!("k{i:02}"), &mixed_sample(i)).unwrap();
         if i % 10 == 9 {
             cache.flush().unwrap();
         }

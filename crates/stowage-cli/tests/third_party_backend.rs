@@ -3,13 +3,13 @@
 //! and converted (both ways) through [`stowage_cli::run`], with the output captured in-process.
 //! The default registry, which does not know it, refuses it, listing the formats it knows.
 
+mod common;
+
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 
-use stowage_core::{
-    Backend, BackendFactory, DType, OpenMode, Reader, Registry, Sample, Schema, ShapeRule, Tensor,
-    Value,
-};
+use common::{mixed_sample, mixed_schema};
+use stowage_core::{Backend, BackendFactory, OpenMode, Reader, Registry, Value};
 use stowage_example::JournalFactory;
 
 /// What one in-process run did.
@@ -43,29 +43,6 @@ fn stowage(registry: &Registry, parts: &[&dyn AsRef<OsStr>]) -> Run {
     }
 }
 
-fn schema() -> Schema {
-    Schema::new()
-        .tensor("x", DType::F32, ShapeRule::Fixed(vec![4]))
-        .nullable_tensor("ragged", DType::I16, ShapeRule::RaggedLeading(vec![2]))
-        .bytes("raw")
-        .json("meta", false)
-}
-
-fn sample(i: usize) -> Sample {
-    let rows = i % 3;
-    let mut sample = Sample::new()
-        .with("x", Tensor::from_slice(&[4], &[i as f32, 1.5, -2.0, 0.25]).unwrap())
-        .with("raw", Value::Bytes(vec![i as u8; i % 5].into()))
-        .with("meta", Value::Json(format!("{{\"i\": {i}}}")));
-    if i % 4 == 3 {
-        sample.insert("ragged", Value::Null);
-    } else {
-        let values: Vec<i16> = (0..rows * 2).map(|v| v as i16 - i as i16).collect();
-        sample.insert("ragged", Tensor::from_slice(&[rows, 2], &values).unwrap());
-    }
-    sample
-}
-
 const KEYS: usize = 12;
 
 fn key(i: usize) -> String {
@@ -75,9 +52,9 @@ fn key(i: usize) -> String {
 /// A finalized journal cache of [`KEYS`] samples, written with the example crate alone.
 fn build_journal(dir: &Path) -> PathBuf {
     let path = dir.join("journal");
-    let mut cache = JournalFactory.create(&path, &schema()).unwrap();
+    let mut cache = JournalFactory.create(&path, &mixed_schema()).unwrap();
     for i in 0..KEYS {
-        cache.put(&key(i), &sample(i)).unwrap();
+        cache.put(&key(i), &mixed_sample(i)).unwrap();
     }
     cache.finalize().unwrap();
     path
@@ -90,7 +67,7 @@ fn assert_holds_every_sample(factory: &dyn BackendFactory, path: &Path) {
     assert_eq!(reader.keys().unwrap(), (0..KEYS).map(key).collect::<Vec<_>>());
     for i in 0..KEYS {
         let got = reader.get(&key(i)).unwrap().unwrap_or_else(|| panic!("key {}", key(i)));
-        let want = sample(i);
+        let want = mixed_sample(i);
         assert_eq!(got.len(), want.len(), "key {}: {got:?}", key(i));
         for (name, value) in want.fields() {
             assert_eq!(got.get(name), Some(value), "key {} field {name:?}", key(i));
@@ -184,7 +161,7 @@ fn keys_and_get_read_a_journal_cache() {
         let out = dir.path().join(format!("get-{i}"));
         let run = stowage(&registry, &[&"get", &cache, &key(i), &"--out", &out]);
         assert_eq!(run.code, 0, "{run:?}");
-        for (name, value) in sample(i).fields() {
+        for (name, value) in mixed_sample(i).fields() {
             match value {
                 Value::Tensor(t) => {
                     let npy = std::fs::read(out.join(format!("{name}.npy"))).unwrap();

@@ -17,7 +17,7 @@ use crate::crash::{
 use crate::durable_image::{self, DurableImage, Rebuilt, Tearing};
 use crate::generate::basic_schema;
 use crate::injector::{canonical, preload_env};
-use crate::{CaseContext, CaseResult, Failure, Outcome, ensure};
+use crate::{CaseContext, CaseResult, ChildLauncher, Failure, Outcome, ensure};
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use stowage_core::{OpenMode, ValidationLevel};
@@ -101,15 +101,9 @@ pub(crate) const NOT_DURABLE: &str = "durable_flush not declared (a power cut ma
 ///
 /// Needs a child process and the interposer (Linux); SKIPPED without either.
 pub fn power_loss_keeps_every_flushed_sample(ctx: &CaseContext<'_>) -> CaseResult {
-    if !ctx.caps().durable_flush {
-        return Ok(Outcome::Skipped(NOT_DURABLE.into()));
-    }
-    let launcher = match (&ctx.child, durable_image::library()) {
-        (None, _) => return Ok(needs_child()),
-        (Some(_), None) => {
-            return Ok(Outcome::Skipped(format!("needs {}", durable_image::UNAVAILABLE)));
-        }
-        (Some(launcher), Some(_)) => launcher,
+    let launcher = match launcher(ctx) {
+        Ok(launcher) => launcher,
+        Err(skipped) => return Ok(skipped),
     };
     for (trial, point) in FLUSH_KILLS.into_iter().enumerate() {
         let seed = 0x504f_5745 + trial as u64;
@@ -161,15 +155,9 @@ fn check_flushed(ctx: &CaseContext<'_>, dir: &Path, acknowledged: usize) -> Resu
 pub fn power_loss_during_finalize_leaves_resumable_or_complete(
     ctx: &CaseContext<'_>,
 ) -> CaseResult {
-    if !ctx.caps().durable_flush {
-        return Ok(Outcome::Skipped(NOT_DURABLE.into()));
-    }
-    let launcher = match (&ctx.child, durable_image::library()) {
-        (None, _) => return Ok(needs_child()),
-        (Some(_), None) => {
-            return Ok(Outcome::Skipped(format!("needs {}", durable_image::UNAVAILABLE)));
-        }
-        (Some(launcher), Some(_)) => launcher,
+    let launcher = match launcher(ctx) {
+        Ok(launcher) => launcher,
+        Err(skipped) => return Ok(skipped),
     };
     let schema = basic_schema(ctx.caps());
     for (trial, kill) in FINALIZE_KILLS.into_iter().enumerate() {
@@ -188,6 +176,19 @@ pub fn power_loss_during_finalize_leaves_resumable_or_complete(
         finalize_crash_trial(ctx, &t.cache, &schema, returned).map_err(|f| f.within(what))?;
     }
     Ok(Outcome::Passed)
+}
+
+/// The child launcher the power-loss cases run their writer with, or why they are skipped: the
+/// backend does not declare `durable_flush`, there is no child process, or no interposer.
+fn launcher<'a>(ctx: &'a CaseContext<'_>) -> Result<&'a ChildLauncher, Outcome> {
+    if !ctx.caps().durable_flush {
+        return Err(Outcome::Skipped(NOT_DURABLE.into()));
+    }
+    match (&ctx.child, durable_image::library()) {
+        (None, _) => Err(needs_child()),
+        (Some(_), None) => Err(Outcome::Skipped(format!("needs {}", durable_image::UNAVAILABLE))),
+        (Some(launcher), Some(_)) => Ok(launcher),
+    }
 }
 
 fn needs_child() -> Outcome {

@@ -392,6 +392,23 @@ pub fn capability_names(caps: &Capabilities) -> String {
     if names.is_empty() { "none beyond fixed-shape tensors".into() } else { names.join(", ") }
 }
 
+/// How a report names a file of the cache at `root`: `path` relative to `root`, `root` itself as
+/// `.`, a path outside it as it is.
+///
+/// ```
+/// use std::path::Path;
+/// use stowage_core::describe::relative_name;
+/// assert_eq!(relative_name(Path::new("/c/segments/a.arrow"), Path::new("/c")), "segments/a.arrow");
+/// assert_eq!(relative_name(Path::new("/c"), Path::new("/c")), ".");
+/// ```
+pub fn relative_name(path: &std::path::Path, root: &std::path::Path) -> String {
+    match path.strip_prefix(root) {
+        Ok(rel) if rel.as_os_str().is_empty() => ".".to_owned(),
+        Ok(rel) => rel.display().to_string(),
+        Err(_) => path.display().to_string(),
+    }
+}
+
 /// `1 file`, `2 files`: `n` and `noun`, plural unless `n` is 1.
 pub fn count(n: u64, noun: &str) -> String {
     if n == 1 { format!("1 {noun}") } else { format!("{n} {noun}s") }

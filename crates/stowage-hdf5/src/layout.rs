@@ -13,8 +13,6 @@ pub const DERIVATIVES: &str = "force_derivatives";
 pub const INDEX: &str = "index";
 /// The feature rows.
 pub const VALUES: &str = "values";
-/// Groups of the root that belong to the dataset, never to the cache.
-pub const DATASET_GROUPS: [&str; 2] = ["entries", DESCRIPTOR_MANIFEST];
 /// aenet's descriptor manifest group at the root (attributes only).
 pub const DESCRIPTOR_MANIFEST: &str = "descriptor_manifest";
 /// stowage's row checksums inside `/torch_cache`: a group aenet never reads.

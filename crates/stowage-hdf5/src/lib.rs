@@ -6,41 +6,66 @@ mod attributes;
 mod carry;
 mod check_plan;
 mod columns;
-pub mod compat;
-pub mod derivatives;
+mod compat;
+mod derivatives;
 mod describe;
 mod direct;
 mod error;
 mod factory;
-pub mod ffi;
+mod ffi;
 mod formats;
 mod index_tables;
-pub mod layout;
-pub mod manifest;
+mod layout;
+mod manifest;
 mod publish;
-pub mod reader;
+mod reader;
 mod row_checksums;
 mod validate_torch_cache;
-pub mod writer;
+mod writer;
 
 pub use aenet_reader::{AENET_FEATURES, AenetReader, aenet_derivative_fields};
-pub use compat::{DescriptorCompat, StorageDtype};
+pub use compat::{CHEBYSHEV_DESCRIPTOR, DescriptorCompat, StorageDtype};
 pub use derivatives::{AngularDerivatives, LocalDerivatives, RadialDerivatives};
 pub use error::BACKEND;
 pub use factory::Hdf5Factory;
 pub use formats::{AENET_HDF5, STOWAGE_HDF5, is_hdf5_file};
+pub use layout::DERIVATIVE_ARRAYS;
 pub use manifest::{DescriptorConfig, DescriptorManifest};
 pub use reader::{CacheSignature, CacheVersion, DerivativeLayout, ReadPath, TorchCache};
 pub use writer::{CacheSections, TorchCacheWriter};
 
-pub mod backend;
-pub mod commit_log;
-pub mod segment;
+mod backend;
+mod commit_log;
+mod segment;
 mod validate;
 
 pub use backend::{Hdf5Backend, capabilities};
 
-/// Entry points of the fuzz targets (`fuzz/` at the workspace root) into the direct reader's
-/// decoding of global heap collections and stored chunks, which is private: not part of the API.
+/// Entry points of the fuzz targets and their seed-corpus generator (`fuzz/` at the workspace
+/// root, feature `fuzzing`): the direct reader's decoding of global heap collections and stored
+/// chunks, the attribute decoding, the chunk-storage queries and the commit log's interpretation,
+/// all private: not part of the API.
+#[cfg(feature = "fuzzing")]
 #[doc(hidden)]
-pub use direct::fuzzing;
+pub mod fuzzing {
+    pub use crate::commit_log::interpret;
+    pub use crate::direct::fuzzing::*;
+    pub use crate::ffi::storage::{FILTER_DEFLATE, FILTER_SHUFFLE, chunk_location, vlen_storage};
+    pub use crate::ffi::{AttributeValue, read_attribute};
+}
+
+/// The libhdf5 wrappers and the commit log, for this crate's integration tests (feature
+/// `test-support`, which the crate's dev-dependency on itself turns on): they write hand-made
+/// attributes and golden logs with them. Not public API.
+#[cfg(feature = "test-support")]
+#[doc(hidden)]
+pub mod test_support {
+    /// The libhdf5 wrappers (attributes, chunk storage).
+    pub mod ffi {
+        pub use crate::ffi::*;
+    }
+    /// The commit log's records and interpretation.
+    pub mod commit_log {
+        pub use crate::commit_log::*;
+    }
+}

@@ -59,7 +59,7 @@ pub struct DerivativeLayout {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum ReadPath {
     /// From a memory map of the file, chunks and global heap decoded by stowage with every byte
-    /// bounds-checked (see [`crate::ffi::storage`] for what libhdf5 is still asked); datasets in
+    /// bounds-checked (see `crate::ffi::storage` for what libhdf5 is still asked); datasets in
     /// a layout it does not decode are read through libhdf5.
     #[default]
     Direct,

@@ -8,7 +8,7 @@ use common::{
     atoms, compat, derivatives, features, root_attribute, structures, write_plain_dataset,
 };
 use stowage_core::{DType, Error};
-use stowage_hdf5::ffi::{self, AttributeValue};
+use stowage_hdf5::test_support::ffi::{self, AttributeValue};
 use stowage_hdf5::{CacheSections, StorageDtype, TorchCache, TorchCacheWriter};
 
 fn write_cache(path: &std::path::Path, storage: StorageDtype) {

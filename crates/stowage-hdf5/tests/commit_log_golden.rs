@@ -7,7 +7,7 @@ use std::path::Path;
 
 use stowage_core::file_safety::AppendLog;
 use stowage_core::{DType, Schema, ShapeRule};
-use stowage_hdf5::commit_log::{self, FinalizedMarker, Record, SegmentEntry};
+use stowage_hdf5::test_support::commit_log::{self, FinalizedMarker, Record, SegmentEntry};
 
 /// The log and the marker the code before wrote.
 const LOG: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/golden/hdf5.stowage.log");

@@ -10,7 +10,7 @@ use std::path::Path;
 
 use common::{compat, derivatives, features};
 use stowage_core::{Error, Tensor};
-use stowage_hdf5::ffi::storage;
+use stowage_hdf5::test_support::ffi::storage;
 use stowage_hdf5::{CacheSections, ReadPath, StorageDtype, TorchCache, TorchCacheWriter};
 
 const DTYPES: [StorageDtype; 2] = [StorageDtype::Float32, StorageDtype::Float64];

@@ -209,7 +209,7 @@ impl MemmapBackend {
     /// Opens the cache in `dir` read-only. No lock is taken; memory maps open on the first row read.
     ///
     /// The schema is `stowage.json`'s when stowage wrote the cache, else DNANet's field set
-    /// ([`preset::schema_for`]) over the fields of `shapes.json`.
+    /// (`preset::schema_for`) over the fields of `shapes.json`.
     ///
     /// - With `_COMPLETE`: reads `shapes.json` and checks each `.bin` file's size against
     ///   `n * row_bytes` (shorter: `Error::Corrupted` naming the file and both sizes; longer: the
@@ -1182,7 +1182,7 @@ impl Backend for MemmapBackend {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_support::write_dnanet_cache;
+    use crate::unit_fixtures::write_dnanet_cache;
     use stowage_core::{BackendExt, FieldKind, ShapeRule};
 
     fn open(dir: &Path) -> Result<MemmapBackend> {

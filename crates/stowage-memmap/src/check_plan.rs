@@ -39,7 +39,7 @@ pub(crate) fn plan<'a>(cache: &'a MemmapBackend, selection: &Selection) -> Resul
 mod tests {
     use super::*;
     use crate::MemmapOptions;
-    use crate::test_support::write_dnanet_cache;
+    use crate::unit_fixtures::write_dnanet_cache;
     use stowage_core::{DType, Sample, Schema, ShapeRule, Tensor};
 
     fn run(plan: &CheckPlan<'_>) -> Vec<stowage_core::ValidationReport> {

@@ -28,7 +28,7 @@ pub const PLACEHOLDER: u64 = u64::from_le_bytes(*b"UNCHECKD");
 /// A placeholder row of `row_bytes` bytes (a multiple of 8).
 ///
 /// ```
-/// use stowage_memmap::checksum::{is_placeholder, placeholder_row};
+/// use stowage_memmap::test_support::{is_placeholder, placeholder_row};
 /// assert!(is_placeholder(&placeholder_row(24)));
 /// assert!(!is_placeholder(&[0u8; 24]));
 /// ```
@@ -39,9 +39,9 @@ pub fn placeholder_row(row_bytes: usize) -> Vec<u8> {
 /// Whether a stored checksum row is a placeholder: no checksum for its row.
 ///
 /// ```
-/// let row = stowage_memmap::checksum::of_key("/a.hid").to_le_bytes();
-/// assert!(!stowage_memmap::checksum::is_placeholder(&row));
-/// assert!(stowage_memmap::checksum::is_placeholder(b"UNCHECKDUNCHECKD"));
+/// let row = stowage_memmap::test_support::of_key("/a.hid").to_le_bytes();
+/// assert!(!stowage_memmap::test_support::is_placeholder(&row));
+/// assert!(stowage_memmap::test_support::is_placeholder(b"UNCHECKDUNCHECKD"));
 /// ```
 pub fn is_placeholder(row: &[u8]) -> bool {
     // The first comparison settles every real row; the rest only run for placeholders.

@@ -148,7 +148,7 @@ fn dedup(cache: &MemmapBackend) -> Vec<Dedup> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_support::write_dnanet_cache;
+    use crate::unit_fixtures::write_dnanet_cache;
     use crate::{MemmapFactory, MemmapOptions};
     use stowage_core::BackendFactory;
 

@@ -84,7 +84,7 @@ impl BackendFactory for MemmapFactory {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_support::write_dnanet_cache;
+    use crate::unit_fixtures::write_dnanet_cache;
     use crate::{DNANET_MEMMAP, STOWAGE_MEMMAP};
     use stowage_core::{DType, Reader, ShapeRule};
 

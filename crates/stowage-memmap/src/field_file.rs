@@ -26,7 +26,7 @@ pub enum SizeCheck {
 /// in which case each row is copied and converted to little-endian.
 ///
 /// ```no_run
-/// use stowage_memmap::{field_file::FieldFile, layout::FieldLayout};
+/// use stowage_memmap::test_support::{FieldFile, FieldLayout};
 /// let field = FieldLayout::new("scaler", vec![32], "<f4")?;
 /// let file = FieldFile::new("cache/scaler.bin", field, 6);
 /// assert_eq!(file.read_row(5)?.shape(), &[32]);

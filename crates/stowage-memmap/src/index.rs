@@ -410,7 +410,7 @@ impl<'a> Strings<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_support::{IndexRow, write_index, write_parquet};
+    use crate::unit_fixtures::{IndexRow, write_index, write_parquet};
     use arrow_array::{ArrayRef, RecordBatch};
     use std::sync::Arc;
 

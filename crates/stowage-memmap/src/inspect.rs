@@ -66,7 +66,7 @@ use crate::{MemmapBackend, MemmapOptions, preset};
 ///
 /// ```
 /// use stowage_core::{Backend, Sample, Tensor, Value};
-/// use stowage_memmap::inspect::InspectReport;
+/// use stowage_memmap::test_support::InspectReport;
 /// use stowage_memmap::{MemmapBackend, MemmapOptions, dnanet};
 ///
 /// let dir = tempfile::tempdir()?;
@@ -305,7 +305,9 @@ impl InspectReport {
         }
     }
 
-    /// The header line the original prints before each cache: `=== <dir name> ===`.
+    /// The header line the original prints before each cache: `=== <dir name> ===` (the unit
+    /// tests' expectation of what `Display` writes first).
+    #[cfg(test)]
     pub fn header(dir: &Path) -> String {
         format!("=== {} ===", escape_control(&dir_name(dir)))
     }
@@ -651,7 +653,7 @@ impl InspectReport {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_support::write_dnanet_cache;
+    use crate::unit_fixtures::write_dnanet_cache;
     use stowage_core::{Backend, Sample, Tensor, Value};
 
     #[test]

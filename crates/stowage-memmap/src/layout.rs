@@ -94,7 +94,7 @@ impl Layout {
     ///
     /// ```
     /// let dir = tempfile::tempdir()?;
-    /// let layout = stowage_memmap::layout::Layout::new(dir.path());
+    /// let layout = stowage_memmap::test_support::Layout::new(dir.path());
     /// assert!(!layout.has_dnanet_files());
     /// std::fs::write(layout.manifest(), b"")?;
     /// assert!(layout.has_dnanet_files());
@@ -131,7 +131,7 @@ impl FieldLayout {
     /// A field from its numpy dtype string; the error names the field and the descr.
     ///
     /// ```
-    /// use stowage_memmap::layout::FieldLayout;
+    /// use stowage_memmap::test_support::FieldLayout;
     /// let f = FieldLayout::new("data", vec![3, 32], "<i2").unwrap();
     /// assert_eq!(f.row_bytes, 192);
     /// assert!(FieldLayout::new("x", vec![2], "<c8").is_err());
@@ -188,13 +188,14 @@ impl Shapes {
     /// Parses the text of a `shapes.json`; `path` is named in errors.
     ///
     /// ```
-    /// use stowage_memmap::layout::Shapes;
+    /// use stowage_memmap::test_support::Shapes;
     /// let text = br#"{"n": 2, "scaler": {"shape": [32], "dtype": "<f4"}}"#;
     /// let shapes = Shapes::parse(text, "shapes.json".as_ref()).unwrap();
     /// assert_eq!((shapes.rows, shapes.fields[0].row_bytes), (2, 128));
     /// let err = Shapes::parse(br#"{"n": 2, "x": {"shape": [1]}}"#, "shapes.json".as_ref());
     /// assert!(err.unwrap_err().to_string().contains("field \"x\""));
     /// ```
+    #[cfg(any(test, feature = "fuzzing", feature = "test-support"))]
     pub fn parse(text: &[u8], path: &Path) -> Result<Shapes> {
         Self::parse_fields(text, path, true)
     }

@@ -50,18 +50,13 @@ pub struct Manifest {
     /// The last committed line has no newline (written completely, newline lost): the next
     /// writer adds it before appending.
     pub missing_newline: bool,
-    /// Rows whose line is not exactly [`encode_line`]'s: another writer (DNANet) committed them.
+    /// Rows whose line is not exactly the one stowage writes (`write_line`): another writer
+    /// (DNANet) committed them.
     /// Sorted, disjoint ranges of row numbers.
     pub foreign: Vec<Range<usize>>,
 }
 
 impl Manifest {
-    /// Reads and checks `manifest.jsonl` against `format`.
-    pub fn read(path: &Path, format: &RowFormat) -> Result<Manifest> {
-        let text = std::fs::read(path).at(path)?;
-        Self::parse(&text, path, format)
-    }
-
     /// The shapes DNANet's first manifest line records for `data`, `annotation` and `scaler`
     /// (empty shapes when the manifest has no row), for caches without `stowage.json`.
     pub fn dnanet_shapes(text: &[u8], path: &Path) -> Result<[Vec<usize>; 3]> {
@@ -84,7 +79,7 @@ impl Manifest {
     /// whose line is not in the form stowage writes are listed in [`Manifest::foreign`].
     ///
     /// ```
-    /// use stowage_memmap::{manifest::Manifest, row_format::RowFormat};
+    /// use stowage_memmap::test_support::{Manifest, RowFormat};
     /// let format = RowFormat::new(&stowage_memmap::dnanet(1, 1), false)?;
     /// let line = r#"{"row": 0, "path": "/a", "data_shape": [1, 1], "ann_shape": [1, 1], "scaler_shape": [1], "has_annotation": true, "allele_annotation_json": null, "adjusted_panel_json": null, "meta_json": "{}"}"#;
     /// let text = format!("{line}\n{{\"row\": 1, \"pa");
@@ -210,6 +205,7 @@ fn parse_row(
 ///
 /// Written directly rather than through a JSON value: it runs once per `put`, and building and
 /// encoding a map cost more than the row's checksum.
+#[cfg(test)]
 pub fn encode_line(format: &RowFormat, row: usize, entry: &RowEntry) -> Vec<u8> {
     let mut line = String::with_capacity(128 + entry.path.len());
     write_line(&mut line, format, row, entry);

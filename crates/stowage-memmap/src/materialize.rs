@@ -81,7 +81,7 @@ impl MemmapBackend {
     ///
     /// ```
     /// use stowage_core::{Backend, Reader, Sample, Tensor, Value};
-    /// use stowage_memmap::{MemmapBackend, MemmapOptions, dnanet, ram_guard::MemoryBudget};
+    /// use stowage_memmap::{MemmapBackend, MemmapOptions, dnanet, MemoryBudget};
     /// let dir = tempfile::tempdir()?;
     /// let mut cache = MemmapBackend::create(dir.path(), &dnanet(2, 3), MemmapOptions::default())?;
     /// let row = Sample::new()

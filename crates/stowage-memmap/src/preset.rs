@@ -17,7 +17,7 @@ pub const META_FIELD: &str = "meta_json";
 /// `data` `<i2` (D, L), `annotation` `|i1` (D, L), `scaler` `<f4` (L,).
 ///
 /// ```
-/// let fields = stowage_memmap::preset::dnanet_fields(&[3, 32], &[3, 32], &[32]);
+/// let fields = stowage_memmap::test_support::dnanet_fields(&[3, 32], &[3, 32], &[32]);
 /// assert_eq!(fields.iter().map(|f| f.row_bytes).sum::<usize>(), 416);
 /// ```
 pub fn dnanet_fields(data: &[usize], annotation: &[usize], scaler: &[usize]) -> Vec<FieldLayout> {
@@ -65,7 +65,7 @@ pub fn schema_for(fields: &[FieldLayout]) -> Schema {
 ///
 /// ```
 /// use stowage_core::{DType, FieldKind, ShapeRule};
-/// let schema = stowage_memmap::preset::dnanet(3, 32);
+/// let schema = stowage_memmap::dnanet(3, 32);
 /// let names: Vec<&str> = schema.fields.iter().map(|f| f.name.as_str()).collect();
 /// assert_eq!(names, ["data", "annotation", "scaler", "panel", "allele", "meta_json"]);
 /// assert!(schema.get("annotation").unwrap().nullable);

@@ -5,7 +5,8 @@
 //! [`MemoryBudget::detect`] reads the real one from `/proc/meminfo` and the cgroup files.
 //!
 //! ```
-//! use stowage_memmap::ram_guard::{MemoryBudget, check_realization};
+//! use stowage_memmap::MemoryBudget;
+//! use stowage_memmap::test_support::check_realization;
 //! let budget = MemoryBudget::total_ram(8_000_000_000); // 8 GB of RAM: 4 GB may be realized
 //! assert!(check_realization(4_000_000_000, &budget).is_ok());
 //! let err = check_realization(5_000_000_000, &budget).unwrap_err();
@@ -47,7 +48,7 @@ impl fmt::Display for BudgetSource {
 /// 50% may be used.
 ///
 /// ```
-/// use stowage_memmap::ram_guard::{BudgetSource, MemoryBudget};
+/// use stowage_memmap::{BudgetSource, MemoryBudget};
 /// let budget = MemoryBudget::from_texts("MemTotal: 16000000 kB\n", Some("4000000000\n"), None)?;
 /// assert_eq!(budget, MemoryBudget { total_bytes: 4_000_000_000, source: BudgetSource::CgroupLimit });
 /// assert_eq!(budget.limit_bytes(), 2_000_000_000);
@@ -72,8 +73,8 @@ impl MemoryBudget {
         self.total_bytes / 2
     }
 
-    /// This machine's budget: `MemTotal` of [`MEMINFO_PATH`], or the cgroup limit
-    /// ([`CGROUP_V2_MAX_PATH`], else [`CGROUP_V1_LIMIT_PATH`]) when that is lower. A cgroup file that
+    /// This machine's budget: `MemTotal` of `MEMINFO_PATH`, or the cgroup limit
+    /// (`CGROUP_V2_MAX_PATH`, else `CGROUP_V1_LIMIT_PATH`) when that is lower. A cgroup file that
     /// is missing, unreadable, `max` or not a number means no cgroup limit.
     ///
     /// Errors: [`Error::Io`] when `/proc/meminfo` cannot be read (no Linux `procfs`);
@@ -114,7 +115,7 @@ impl MemoryBudget {
 /// `MemTotal` of a `/proc/meminfo` text, in bytes (the file counts in kB = 1024 bytes).
 ///
 /// ```
-/// use stowage_memmap::ram_guard::parse_meminfo_total;
+/// use stowage_memmap::test_support::parse_meminfo_total;
 /// assert_eq!(parse_meminfo_total("MemTotal:  8152132 kB\nMemFree: 1 kB\n"), Some(8_347_783_168));
 /// assert_eq!(parse_meminfo_total("MemFree: 1 kB\n"), None);
 /// ```
@@ -134,7 +135,7 @@ pub fn parse_meminfo_total(meminfo: &str) -> Option<u64> {
 /// empty text and for anything that is not a decimal number.
 ///
 /// ```
-/// use stowage_memmap::ram_guard::parse_cgroup_limit;
+/// use stowage_memmap::test_support::parse_cgroup_limit;
 /// assert_eq!(parse_cgroup_limit("max\n"), None);
 /// assert_eq!(parse_cgroup_limit("2147483648\n"), Some(2_147_483_648));
 /// assert_eq!(parse_cgroup_limit("lots"), None);
@@ -161,7 +162,8 @@ pub fn parse_cgroup_limit(text: &str) -> Option<u64> {
 ///
 /// ```
 /// use stowage_core::Error;
-/// use stowage_memmap::ram_guard::{BudgetSource, MemoryBudget, check_realization};
+/// use stowage_memmap::test_support::check_realization;
+/// use stowage_memmap::{BudgetSource, MemoryBudget};
 /// let budget = MemoryBudget { total_bytes: 2_000_000_000, source: BudgetSource::CgroupLimit };
 /// let Err(Error::InvalidArgument { detail }) = check_realization(1_234_567_890, &budget) else {
 ///     panic!()

@@ -10,7 +10,7 @@ use stowage_core::{Error, Result};
 /// One sidecar file, loaded on the first lookup and kept for the life of the reader.
 ///
 /// ```no_run
-/// use stowage_memmap::sidecar::Sidecar;
+/// use stowage_memmap::test_support::Sidecar;
 /// let panels = Sidecar::new("cache/panels.json");
 /// let text = panels.lookup(0)?; // loads the file once
 /// # Ok::<(), stowage_core::Error>(())

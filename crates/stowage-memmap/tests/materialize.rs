@@ -3,10 +3,10 @@
 use std::path::Path;
 
 use stowage_core::{Backend, DynReader, Error, Reader, Sample};
-use stowage_memmap::ram_guard::{
-    BudgetSource, MemoryBudget, check_realization, parse_cgroup_limit, parse_meminfo_total,
+use stowage_memmap::test_support::{check_realization, parse_cgroup_limit, parse_meminfo_total};
+use stowage_memmap::{
+    BudgetSource, MaterializedMemmap, MemmapBackend, MemmapOptions, MemoryBudget, dnanet,
 };
-use stowage_memmap::{MaterializedMemmap, MemmapBackend, MemmapOptions, dnanet};
 
 #[path = "common/dnanet_rows.rs"]
 mod dnanet_rows;

@@ -184,7 +184,7 @@ mod tests {
         // Flip the last byte of k9's slot: its file's unit names it, the others stay clean.
         let record = cache.record("k9", "x").unwrap();
         let file = cache.layout().data_file(&record.uid);
-        let data = crate::CollectionFile::open(&file).unwrap().header().data_offset;
+        let data = crate::collection::CollectionFile::open(&file).unwrap().header().data_offset;
         let mut bytes = std::fs::read(&file).unwrap();
         bytes[data + 2 * record.collection_index as usize + 1] ^= 0xff;
         std::fs::write(&file, bytes).unwrap();

@@ -20,7 +20,7 @@ use stowage_core::npy_header::{self, NpyHeader};
 /// (zero-copy); the map stays alive as long as any such tensor.
 ///
 /// ```no_run
-/// use stowage_npy::collection::CollectionFile;
+/// use stowage_npy::test_support::CollectionFile;
 /// let file = CollectionFile::open("repo/data/10/4ujrcb35.npy")?;
 /// let sample = file.read_slot(3, &[10, 10], Some(0xfd40def8890c87db))?;
 /// assert_eq!(sample.shape(), &[10, 10]);
@@ -86,7 +86,8 @@ impl CollectionFile {
         Ok(CollectionFile { path: path.to_path_buf(), header, map: Bytes::from_owner(map) })
     }
 
-    /// The file's path.
+    /// The file's path (the fuzz targets' and tests' view; the backend knows its paths).
+    #[cfg(any(test, feature = "fuzzing", feature = "test-support"))]
     pub fn path(&self) -> &Path {
         &self.path
     }
@@ -118,6 +119,7 @@ impl CollectionFile {
     /// Errors: [`Error::InvalidArgument`] when `index` is not below [`CollectionFile::rows`], the
     /// rank differs from the slot's or a dimension exceeds the slot's; [`Error::Corrupted`] on a
     /// checksum mismatch or a bool byte that is not 0 or 1.
+    #[cfg(any(test, feature = "fuzzing", feature = "test-support"))]
     pub fn read_slot(
         &self,
         index: u64,
@@ -300,7 +302,7 @@ fn gather_corner(
 /// (`[a-z0-9]{8}`) before it becomes part of a path.
 ///
 /// ```no_run
-/// let t = stowage_npy::collection::read_hangar_record(
+/// let t = stowage_npy::read_hangar_record(
 ///     "reference/hangar-numpy10/repo".as_ref(),
 ///     "10:4ujrcb35:fd40def8890c87db:3:10 10",
 ///     true,

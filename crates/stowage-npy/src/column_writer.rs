@@ -430,7 +430,7 @@ mod tests {
         let claims = read_claims(&layout).unwrap();
         assert_eq!(claims.uids.into_iter().collect::<Vec<_>>(), ["gggggggg"]);
         assert!(layout.stage_marker("gggggggg").exists());
-        let file = crate::CollectionFile::open(layout.data_file("gggggggg")).unwrap();
+        let file = crate::collection::CollectionFile::open(layout.data_file("gggggggg")).unwrap();
         assert_eq!(file.read_slot(0, &[2], Some(xxh64(&[7, 9]))).unwrap().bytes(), [7, 9]);
     }
 

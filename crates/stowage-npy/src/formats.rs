@@ -7,7 +7,7 @@ use std::path::Path;
 use stowage_core::recognize::{self, Marker};
 use stowage_core::{Error, Format, Result};
 
-/// A NUMPY_10 cache stowage wrote: `stowage.json` naming [`FORMAT_NAME`], the record log and the
+/// A NUMPY_10 cache stowage wrote: `stowage.json` naming `FORMAT_NAME`, the record log and the
 /// hangar-style `data/10` tree.
 pub const STOWAGE_NPY: Format = Format {
     id: "stowage-npy",

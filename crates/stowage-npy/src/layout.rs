@@ -56,7 +56,7 @@ impl Layout {
     /// `owned_files.log`: the collection files stowage created (see [`crate::ownership`]).
     ///
     /// ```
-    /// let layout = stowage_npy::layout::Layout::new("cache");
+    /// let layout = stowage_npy::test_support::Layout::new("cache");
     /// assert_eq!(layout.owned_files_log(), std::path::Path::new("cache/owned_files.log"));
     /// ```
     pub fn owned_files_log(&self) -> PathBuf {
@@ -86,7 +86,7 @@ impl Layout {
     /// `remote_data/10`: hangar's markers of data fetched from a remote (stowage never writes it).
     ///
     /// ```
-    /// let layout = stowage_npy::layout::Layout::new("cache");
+    /// let layout = stowage_npy::test_support::Layout::new("cache");
     /// assert_eq!(layout.remote_dir(), std::path::Path::new("cache/remote_data/10"));
     /// ```
     pub fn remote_dir(&self) -> PathBuf {
@@ -96,7 +96,7 @@ impl Layout {
     /// `stage_data/10/<uid>.npy`: the staging marker of collection file `uid`.
     ///
     /// ```
-    /// let layout = stowage_npy::layout::Layout::new("cache");
+    /// let layout = stowage_npy::test_support::Layout::new("cache");
     /// assert_eq!(layout.stage_marker("ab12cd34"), std::path::Path::new("cache/stage_data/10/ab12cd34.npy"));
     /// ```
     pub fn stage_marker(&self, uid: &str) -> PathBuf {
@@ -106,7 +106,7 @@ impl Layout {
     /// `store_data/10/<uid>.npy`: the committed marker of collection file `uid`.
     ///
     /// ```
-    /// let layout = stowage_npy::layout::Layout::new("cache");
+    /// let layout = stowage_npy::test_support::Layout::new("cache");
     /// assert_eq!(layout.store_marker("ab12cd34"), std::path::Path::new("cache/store_data/10/ab12cd34.npy"));
     /// ```
     pub fn store_marker(&self, uid: &str) -> PathBuf {
@@ -204,7 +204,7 @@ impl CacheMetadata {
 /// The contents of `_COMPLETE`: what a finalized cache must hold.
 ///
 /// ```
-/// use stowage_npy::layout::CommitMarker;
+/// use stowage_npy::test_support::CommitMarker;
 /// let old: CommitMarker = serde_json::from_str(r#"{"log_records": 5, "keys": 4}"#)?;
 /// assert_eq!(old.owned_files_records, None); // written before owned_files.log existed
 /// # Ok::<(), serde_json::Error>(())

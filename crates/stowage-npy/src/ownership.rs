@@ -33,9 +33,9 @@ const RELEASE: &str = "release ";
 ///
 /// ```
 /// # let dir = tempfile::tempdir()?;
-/// let layout = stowage_npy::layout::Layout::new(dir.path());
+/// let layout = stowage_npy::test_support::Layout::new(dir.path());
 /// // No log yet (a new cache, or one written before the log existed): no claims.
-/// let claims = stowage_npy::ownership::read_claims(&layout)?;
+/// let claims = stowage_npy::test_support::read_claims(&layout)?;
 /// assert!(claims.uids.is_empty() && claims.damage.is_none() && claims.records.is_none());
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
@@ -56,9 +56,9 @@ pub struct Claims {
 ///
 /// ```
 /// # let dir = tempfile::tempdir()?;
-/// # let layout = stowage_npy::layout::Layout::new(dir.path());
+/// # let layout = stowage_npy::test_support::Layout::new(dir.path());
 /// std::fs::write(layout.owned_files_log(), b"not a log")?;
-/// assert!(stowage_npy::ownership::read_claims(&layout).is_err());
+/// assert!(stowage_npy::test_support::read_claims(&layout).is_err());
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn read_claims(layout: &Layout) -> Result<Claims> {

@@ -28,7 +28,7 @@ const QUOTE_LIMIT: usize = 80;
 /// One parsed NUMPY_10 record.
 ///
 /// ```
-/// use stowage_npy::record::Numpy10Record;
+/// use stowage_npy::Numpy10Record;
 /// let r: Numpy10Record = "10:cy8009k6:424af23f1f08dca5:0:2 2 3".parse().unwrap();
 /// assert_eq!(r.uid, "cy8009k6");
 /// assert_eq!(r.checksum, 0x424af23f1f08dca5);
@@ -62,7 +62,7 @@ impl Numpy10Record {
     /// reproduces the input exactly. Errors are [`Error::InvalidArgument`] naming the field.
     ///
     /// ```
-    /// use stowage_npy::record::Numpy10Record;
+    /// use stowage_npy::Numpy10Record;
     /// let err = Numpy10Record::parse("10:cy8009k6:424AF23F1F08DCA5:0:2").unwrap_err();
     /// assert!(err.to_string().contains("checksum"));
     /// ```
@@ -139,7 +139,7 @@ impl Numpy10Record {
 /// Displays exactly as [`Numpy10Record`] does.
 ///
 /// ```
-/// use stowage_npy::record::RecordRef;
+/// use stowage_npy::test_support::RecordRef;
 /// let r = RecordRef { uid: "sgcee9m6", checksum: 0xcff6c333cc6a5e44, collection_index: 0, shape: &[10, 10] };
 /// assert_eq!(r.to_string(), "10:sgcee9m6:cff6c333cc6a5e44:0:10 10");
 /// ```
@@ -193,7 +193,7 @@ pub fn xxh64(bytes: &[u8]) -> u64 {
 ///
 /// ```
 /// // A sample with a zero-length dimension hashes empty input.
-/// assert_eq!(stowage_npy::record::xxh64_hex(b""), "ef46db3751d8e999");
+/// assert_eq!(stowage_npy::test_support::xxh64_hex(b""), "ef46db3751d8e999");
 /// ```
 pub fn xxh64_hex(bytes: &[u8]) -> String {
     format!("{:016x}", xxh64(bytes))
@@ -206,8 +206,8 @@ pub fn xxh64_hex(bytes: &[u8]) -> String {
 /// `data/10/<uid>.npy` does not exist (hangar does not).
 ///
 /// ```
-/// let uid = stowage_npy::record::new_uid();
-/// assert!(stowage_npy::record::is_valid_uid(&uid));
+/// let uid = stowage_npy::test_support::new_uid();
+/// assert!(stowage_npy::test_support::is_valid_uid(&uid));
 /// ```
 pub fn new_uid() -> String {
     let mut rng = rand::rng();

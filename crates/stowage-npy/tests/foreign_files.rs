@@ -14,8 +14,9 @@ use stowage_core::{
     Backend, DType, Error, Reader, Sample, Schema, ShapeRule, Tensor, ValidationLevel,
     ValidationReport,
 };
-use stowage_npy::layout::Layout;
-use stowage_npy::record::{Numpy10Record, xxh64};
+use stowage_npy::Numpy10Record;
+use stowage_npy::test_support::Layout;
+use stowage_npy::test_support::xxh64;
 use stowage_npy::{NpyBackend, NpyOptions};
 
 fn schema() -> Schema {

@@ -13,7 +13,7 @@ use mixed::{Expected, assert_unchanged, snapshot, uids_in};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 use stowage_core::{Backend, Error, Reader, Sample, Tensor, ValidationLevel};
-use stowage_npy::record::Numpy10Record;
+use stowage_npy::Numpy10Record;
 use stowage_npy::{NpyBackend, NpyOptions, read_hangar_record};
 
 const SET: &str = "mixed/hangar-into-stowage";
@@ -137,7 +137,7 @@ fn resuming_the_unfinished_cache_leaves_hangars_file_alone() {
     stowage_conformance::corrupt::copy_tree(&c.dir, copy.path()).unwrap();
     let c = Cache { dir: copy.path().to_path_buf(), ..c };
     let uid = c.hangar_uid();
-    let mut layout = stowage_npy::layout::Layout::new(copy.path());
+    let mut layout = stowage_npy::test_support::Layout::new(copy.path());
     let hangars = snapshot(&[layout.data_file(&uid), layout.stage_marker(&uid)]);
     let stowage_uid = "myfucnxi";
 
@@ -187,7 +187,7 @@ fn a_writer_on_the_finalized_cache_refuses_puts_and_leaves_hangars_file_alone() 
     stowage_conformance::corrupt::copy_tree(&c.dir, copy.path()).unwrap();
     let c = Cache { dir: copy.path().to_path_buf(), ..c };
     let uid = c.hangar_uid();
-    let layout = stowage_npy::layout::Layout::new(copy.path());
+    let layout = stowage_npy::test_support::Layout::new(copy.path());
     let hangars = snapshot(&[layout.data_file(&uid), layout.stage_marker(&uid)]);
 
     let mut cache = NpyBackend::open_append(copy.path(), NpyOptions::default()).unwrap();

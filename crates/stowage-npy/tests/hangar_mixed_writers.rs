@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 use stowage_core::{
     Backend, DType, Error, Reader, Sample, Schema, ShapeRule, Tensor, ValidationLevel,
 };
-use stowage_npy::record::Numpy10Record;
+use stowage_npy::Numpy10Record;
 use stowage_npy::{NpyBackend, NpyOptions};
 use stowage_test_support::python::{REQUIRE_PYTHON_ENV, run_script};
 
@@ -143,7 +143,7 @@ impl Mixed {
         self.next += count;
         let records = self.hangar.write(&self.dir, &tensors);
         assert_eq!(records.len(), count);
-        let layout = stowage_npy::layout::Layout::new(&self.dir);
+        let layout = stowage_npy::test_support::Layout::new(&self.dir);
         let mut new_files = Vec::new();
         for (record, t) in records.iter().zip(&tensors) {
             self.records.insert(record.clone(), Expected::of(t));
@@ -253,7 +253,7 @@ fn hangar_writes_into_an_unfinished_cache_that_stowage_resumes_and_finalizes() {
     cache.finalize().unwrap();
     m.check(&cache, "stowage finalized");
     drop(cache);
-    let layout = stowage_npy::layout::Layout::new(&m.dir);
+    let layout = stowage_npy::test_support::Layout::new(&m.dir);
     let staged: BTreeSet<String> = uids_in(&layout.stage_dir()).into_iter().collect();
     assert_eq!(staged, m.hangar_uids(), "only hangar's files stay staged");
 

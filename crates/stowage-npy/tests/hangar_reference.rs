@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use serde_json::Value;
 use stowage_core::npy_header;
 use stowage_core::{DType, Error, Tensor};
-use stowage_npy::collection::{CollectionFile, read_hangar_record};
-use stowage_npy::record::Numpy10Record;
+use stowage_npy::test_support::CollectionFile;
+use stowage_npy::{Numpy10Record, read_hangar_record};
 
 const SET: &str = "hangar-numpy10";
 

@@ -266,9 +266,7 @@ fn from_backends(seeds: &mut Seeds, work: &Path) {
 /// Inputs of `hdf5_chunk_filters` from the first chunk of each variable-length dataset of the
 /// HDF5 file at `path` (whose bytes are `bytes`), in that target's layout.
 fn vlen_chunks(path: &Path, bytes: &[u8]) -> Vec<Vec<u8>> {
-    use stowage_hdf5::ffi::storage::{
-        FILTER_DEFLATE, FILTER_SHUFFLE, chunk_location, vlen_storage,
-    };
+    use stowage_hdf5::fuzzing::{FILTER_DEFLATE, FILTER_SHUFFLE, chunk_location, vlen_storage};
     let file = hdf5::File::open(path).expect("opening an HDF5 file");
     let mut datasets = Vec::new();
     let mut groups = vec![file.as_group().expect("root group")];
@@ -324,7 +322,7 @@ fn attributes(seeds: &mut Seeds) {
 /// Seeds of `arrow_pickled_bytes`: stowage's own pickles of bytes (short, framed) and CPython's
 /// pickles of None, a str and an object, which a torchcachex blob column may hold.
 fn pickles(seeds: &mut Seeds) {
-    use stowage_arrow::blob_encoding::pickle_bytes;
+    use stowage_arrow::fuzzing::blob_encoding::pickle_bytes;
     seeds.add("arrow_pickled_bytes", "bytes-empty", &pickle_bytes(b""));
     seeds.add("arrow_pickled_bytes", "bytes-short", &pickle_bytes(b"abc"));
     seeds.add("arrow_pickled_bytes", "bytes-long", &pickle_bytes(&[7u8; 300]));

@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 
 use arrow_array::{Array, ListArray};
 use criterion::{BenchmarkGroup, Criterion, Throughput, criterion_group, criterion_main};
-use stowage_arrow::segment::Segment;
+use stowage_arrow::test_support::segment::Segment;
 use stowage_arrow::{ArrowBackend, ArrowOptions};
 use stowage_core::{Backend, DType, OpenMode, Reader, Sample, Schema, ShapeRule, Tensor};
 

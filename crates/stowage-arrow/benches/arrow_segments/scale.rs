@@ -11,7 +11,7 @@
 //!   meets exactly `<keys>` cached keys and no background merge: the merge the writer runs every
 //!   32 segments is measured on its own.
 //! - `merge_<keys>`: the background merge the writer starts after 32 more segments of 2,048 new
-//!   keys ([`stowage_arrow::merged_index::plan_merge`]: here a new run over those segments, the
+//!   keys ([`stowage_arrow::test_support::merged_index::plan_merge`]: here a new run over those segments, the
 //!   big run left as it is), per new key.
 //! - `open_<keys>`: `ArrowBackend::open` read-only, then drop (no throughput: per open).
 //! - The resident memory an open adds before the first get, returned as `open_rss_<keys>` in MiB
@@ -153,15 +153,17 @@ pub fn benches(group: &mut super::Group<'_>, root: &Path) -> Vec<(String, f64)> 
 /// The merge the writer starts in the background once `merge_after` segments are in no run
 /// (the segments no run covers, with the newest runs no larger than them), run here.
 fn background_merge(dir: &Path) {
-    use stowage_arrow::merged_index::{MergedIndex, SegmentKeys, merge_run, plan_merge};
-    let layout = stowage_arrow::layout::Layout::new(dir);
-    let committed = stowage_arrow::commit_log::read(&layout.commit_log()).unwrap();
+    use stowage_arrow::test_support::merged_index::{
+        MergedIndex, SegmentKeys, merge_run, plan_merge,
+    };
+    let layout = stowage_arrow::test_support::layout::Layout::new(dir);
+    let committed = stowage_arrow::test_support::commit_log::read(&layout.commit_log()).unwrap();
     let through = committed.own.runs.last().map_or(0, |run| run.through);
-    let fresh: Vec<&stowage_arrow::commit_log::SegmentEntry> =
+    let fresh: Vec<&stowage_arrow::test_support::commit_log::SegmentEntry> =
         committed.segments.iter().filter(|s| s.id > through).collect();
     let run_keys: Vec<u64> = committed.own.runs.iter().map(|run| run.keys).collect();
     let taken = plan_merge(&run_keys, fresh.iter().map(|s| s.rows).sum());
-    let open = |runs: &[stowage_arrow::commit_log::RunEntry]| -> Vec<MergedIndex> {
+    let open = |runs: &[stowage_arrow::test_support::commit_log::RunEntry]| -> Vec<MergedIndex> {
         runs.iter().map(|run| MergedIndex::open_entry(&layout, run).unwrap()).collect()
     };
     let split = committed.own.runs.len() - taken;
@@ -186,7 +188,7 @@ impl Snapshot {
     fn take(dir: &Path) -> Snapshot {
         use std::os::unix::fs::MetadataExt;
         let log_len = std::fs::metadata(dir.join("stowage.log")).unwrap().len();
-        let layout = stowage_arrow::layout::Layout::new(dir);
+        let layout = stowage_arrow::test_support::layout::Layout::new(dir);
         let runs = layout.list_index_runs().unwrap().into_iter().map(|(_, _, path)| path);
         let files = runs
             .chain([layout.complete_marker()])
@@ -206,11 +208,13 @@ impl Snapshot {
     /// were replaced or removed.
     fn restore(&self) {
         use std::os::unix::fs::MetadataExt;
-        let committed = stowage_arrow::commit_log::read(&self.dir.join("stowage.log")).unwrap();
+        let committed =
+            stowage_arrow::test_support::commit_log::read(&self.dir.join("stowage.log")).unwrap();
         let log = std::fs::OpenOptions::new().write(true).open(self.dir.join("stowage.log"));
         log.unwrap().set_len(self.log_len).unwrap();
-        let kept = stowage_arrow::commit_log::read(&self.dir.join("stowage.log")).unwrap();
-        let layout = stowage_arrow::layout::Layout::new(&self.dir);
+        let kept =
+            stowage_arrow::test_support::commit_log::read(&self.dir.join("stowage.log")).unwrap();
+        let layout = stowage_arrow::test_support::layout::Layout::new(&self.dir);
         for entry in &committed.segments[kept.segments.len()..] {
             let segment = layout.segment(entry.id);
             for path in [segment.with_extension("keys"), segment.with_extension("sums"), segment] {

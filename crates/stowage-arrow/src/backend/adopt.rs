@@ -12,7 +12,7 @@ impl ArrowBackend {
     /// Adopts every segment another writer (torchcachex) added that this handle reads
     /// ([`ArrowBackend::foreign_segments`]): writes its key sidecar and row checksums beside it
     /// (never touching the segment file), then commits it with an `adopted` record in the commit
-    /// log ([`crate::commit_log`]). From then on it is a committed segment like stowage's own:
+    /// log (`crate::commit_log`). From then on it is a committed segment like stowage's own:
     /// every read checks its rows' checksums, `validate` no longer lists it as unchecked, and the
     /// next merge puts its keys in a key index run. It is never compacted away (its file is not
     /// stowage's to delete). Pending samples are flushed first. Adoption vouches for the bytes as

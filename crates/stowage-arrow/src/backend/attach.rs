@@ -18,7 +18,7 @@ use crate::segment::Segment;
 impl ArrowBackend {
     /// Starts stowage's commit log in a cache torchcachex created (its `schema.json` and
     /// segments, no `stowage.log`) and opens it for appending. The schema is torchcachex's
-    /// ([`crate::backend::torchcachex_header`]): its output structure, a tensor field of any shape per tensor
+    /// (`torchcachex_header`): its output structure, a tensor field of any shape per tensor
     /// entry, a bytes field per pickled entry, stored as verbatim pickles, so that stowage's
     /// segments have exactly torchcachex's columns and torchcachex goes on appending to the
     /// cache. No file of torchcachex's changes; its segments are another writer's until
@@ -26,7 +26,7 @@ impl ArrowBackend {
     /// written and the handle refuses every write (see [`ArrowBackend::create`]).
     ///
     /// Errors: `AlreadyExists` naming `stowage.log` when stowage's log is there (use
-    /// [`ArrowBackend::open`]); as [`crate::backend::torchcachex_header`]; `Unsupported` for a schema outside
+    /// [`ArrowBackend::open`]); as `torchcachex_header`; `Unsupported` for a schema outside
     /// [`capabilities`]; `Locked`; `Io`.
     ///
     /// ```no_run

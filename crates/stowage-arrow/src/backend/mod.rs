@@ -21,8 +21,6 @@
 mod adopt;
 mod attach;
 
-pub use attach::torchcachex_header;
-
 use std::path::Path;
 use std::sync::Arc;
 
@@ -53,7 +51,7 @@ use crate::writer::{Compaction, Writer, WriterSetup, remove_marker};
 /// JSON, any shape, nullable fields, overwrite (a later row wins, as in torchcachex), appends
 /// after finalize (segments are append-only), resume, checksums, zero-copy gets (bool tensors
 /// excepted: Arrow packs them in bits) and concurrent readers. bfloat16 and JSON, which
-/// torchcachex cannot express, are stored in forms it ignores (see [`crate::encode`]).
+/// torchcachex cannot express, are stored in forms it ignores (see `crate::encode`).
 pub fn capabilities() -> Capabilities {
     capabilities_with(&ArrowOptions::default())
 }

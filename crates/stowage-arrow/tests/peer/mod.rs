@@ -7,8 +7,8 @@ use std::path::Path;
 
 use serde_json::{Value as Json, json};
 use stowage_arrow::BlobEncoding;
-use stowage_arrow::blob_encoding::unpickle_bytes;
-use stowage_arrow::schema_json::OutputStructure;
+use stowage_arrow::OutputStructure;
+use stowage_arrow::test_support::blob_encoding::unpickle_bytes;
 use stowage_core::{DType, FieldKind, Sample, Schema, Tensor, Value};
 
 /// The peer, run with `python3`.

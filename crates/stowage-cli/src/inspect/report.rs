@@ -466,7 +466,7 @@ pub fn files_under(root: &Path) -> Result<Vec<(String, std::fs::Metadata)>, CliE
             if meta.is_dir() {
                 pending.push(entry.path());
             } else if meta.is_file() {
-                files.push((crate::walk::relative(&entry.path(), root), meta));
+                files.push((stowage_core::describe::relative_name(&entry.path(), root), meta));
             }
         }
     }

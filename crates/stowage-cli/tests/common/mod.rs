@@ -7,8 +7,8 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use stowage_core::DType;
 use stowage_core::npy_header;
+use stowage_core::{DType, Sample, Schema, ShapeRule, Tensor, Value};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_stowage");
 
@@ -111,4 +111,30 @@ pub fn read_npy(path: &Path) -> (DType, Vec<usize>, String, Vec<u8>) {
 /// `1 sample`, `2 samples`: the CLI's counted nouns.
 pub fn count(n: u64, noun: &str) -> String {
     if n == 1 { format!("1 {noun}") } else { format!("{n} {noun}s") }
+}
+
+/// A schema with every kind of field: a fixed tensor, a nullable ragged tensor, bytes and JSON.
+pub fn mixed_schema() -> Schema {
+    Schema::new()
+        .tensor("x", DType::F32, ShapeRule::Fixed(vec![4]))
+        .nullable_tensor("ragged", DType::I16, ShapeRule::RaggedLeading(vec![2]))
+        .bytes("raw")
+        .json("meta", false)
+}
+
+/// Sample `i` of [`mixed_schema`]: every fourth one has a null ragged field, the others 0 to 2
+/// rows.
+pub fn mixed_sample(i: usize) -> Sample {
+    let rows = i % 3;
+    let mut sample = Sample::new()
+        .with("x", Tensor::from_slice(&[4], &[i as f32, 1.5, -2.0, 0.25]).unwrap())
+        .with("raw", Value::Bytes(vec![i as u8; i % 5].into()))
+        .with("meta", Value::Json(format!("{{\"i\": {i}}}")));
+    if i % 4 == 3 {
+        sample.insert("ragged", Value::Null);
+    } else {
+        let values: Vec<i16> = (0..rows * 2).map(|v| v as i16 - i as i16).collect();
+        sample.insert("ragged", Tensor::from_slice(&[rows, 2], &values).unwrap());
+    }
+    sample
 }

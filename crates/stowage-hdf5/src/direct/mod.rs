@@ -36,6 +36,7 @@
 mod column_reader;
 mod column_writer;
 mod filters;
+#[cfg(feature = "fuzzing")]
 pub mod fuzzing;
 pub(crate) mod global_heap;
 mod heap_file;

@@ -169,7 +169,9 @@ impl VlenType {
         })
     }
 
-    /// The element type.
+    /// The element type (the crate's integration tests read it; the crate itself keeps
+    /// `element` at hand where it builds the type).
+    #[cfg(feature = "test-support")]
     pub fn element(&self) -> Element {
         self.element
     }

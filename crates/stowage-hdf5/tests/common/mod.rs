@@ -8,9 +8,8 @@ use std::path::Path;
 
 use hdf5::types::VarLenArray;
 use stowage_core::Tensor;
-use stowage_hdf5::{
-    AngularDerivatives, DescriptorCompat, LocalDerivatives, RadialDerivatives, ffi,
-};
+use stowage_hdf5::test_support::ffi;
+use stowage_hdf5::{AngularDerivatives, DescriptorCompat, LocalDerivatives, RadialDerivatives};
 
 pub mod peer;
 

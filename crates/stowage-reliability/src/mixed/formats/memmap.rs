@@ -14,7 +14,7 @@ use serde_json::{Value as Json, json};
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use stowage_core::{Backend, Reader, Result, Sample, Tensor, ValidationLevel, Value};
-use stowage_memmap::layout::Layout;
+use stowage_memmap::test_support::Layout;
 use stowage_memmap::{MemmapBackend, MemmapOptions, dnanet};
 
 /// The memmap+DNANet pair.

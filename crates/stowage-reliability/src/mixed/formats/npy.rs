@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use stowage_core::ValidationLevel;
 use stowage_core::{Backend, DType, Error, Reader, Result, Sample, Schema, ShapeRule, Tensor};
-use stowage_npy::layout::Layout;
+use stowage_npy::test_support::Layout;
 use stowage_npy::{NpyBackend, NpyOptions, Numpy10Record};
 
 /// The npy+hangar pair.
