@@ -117,6 +117,23 @@ pub struct SegmentEntry {
     pub rows: u64,
     /// The segment file's size in bytes.
     pub bytes: u64,
+    /// Written without fsync (`ArrowOptions::durable` off) and committed by a record that was
+    /// not synced either: a power cut may keep the record and lose the files
+    /// (`crate::lost_segments`). Absent from the record when false, so a durable cache's log
+    /// is byte-identical to one written before this field existed.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub unsynced: bool,
+}
+
+fn is_false(flag: &bool) -> bool {
+    !flag
+}
+
+impl SegmentEntry {
+    /// The entry of a segment written with fsync (or whose record is synced after it).
+    pub fn synced(id: u64, rows: u64, bytes: u64) -> SegmentEntry {
+        SegmentEntry { id, rows, bytes, unsynced: false }
+    }
 }
 
 impl CommittedSegment for SegmentEntry {
@@ -160,6 +177,9 @@ pub enum ArrowRecord {
     /// A segment another writer added was adopted: its sidecars are in place, and it is committed
     /// from here on (the key index runs reaching its id are withdrawn).
     Adopted(SegmentEntry),
+    /// Segments written without fsync whose files a power cut took
+    /// (`crate::lost_segments`): withdrawn, their ids never used again.
+    Lost(Vec<u64>),
 }
 
 /// What Arrow's own records build beside the committed segments.
@@ -174,6 +194,14 @@ pub struct ArrowCommits {
     /// The committed segments another writer wrote and stowage adopted, in adoption order
     /// (compaction never replaces them: their files are not stowage's to delete).
     pub adopted: Vec<u64>,
+    /// The highest segment id committed when the last record of Arrow's own kinds was replayed:
+    /// the writer syncs every segment before such a record (`crate::committer`), so no
+    /// segment up to it can have been lost to a power cut.
+    pub synced_through: Option<u64>,
+    /// Committed segments written without fsync whose files a power cut lost
+    /// (`crate::lost_segments`): withdrawn by a `lost` record, or set aside by a reader
+    /// before a writer recorded the loss; never read.
+    pub lost: Vec<SegmentEntry>,
 }
 
 /// The Arrow segment log's format: its name and versions, header fields and record kinds.
@@ -207,9 +235,12 @@ impl SegmentLog for ArrowLog {
     }
 
     fn replay(committed: &mut Committed, record: ArrowRecord) -> std::result::Result<(), String> {
+        let synced_through = committed.segments.last().map(|s| s.id);
+        committed.own.synced_through = committed.own.synced_through.max(synced_through);
         match record {
             ArrowRecord::Run(entry) => add_run(committed, entry),
             ArrowRecord::Adopted(entry) => adopt(committed, entry),
+            ArrowRecord::Lost(ids) => lose(committed, &ids),
             ArrowRecord::Compacted(compaction) => {
                 for id in &compaction.removed {
                     let Some(at) = committed.segments.iter().position(|s| s.id == *id) else {
@@ -229,7 +260,8 @@ impl SegmentLog for ArrowLog {
     }
 
     fn highest_retired(state: &ArrowCommits) -> Option<u64> {
-        state.removed.iter().copied().max()
+        let lost = state.lost.iter().map(|s| s.id);
+        state.removed.iter().copied().chain(lost).max()
     }
 }
 
@@ -244,6 +276,18 @@ fn add_run(committed: &mut Committed, entry: RunEntry) -> std::result::Result<()
         return Err(format!("run {entry:?} does not follow {runs:?}"));
     }
     runs.push(entry);
+    Ok(())
+}
+
+/// Withdraws the segments `ids`, each committed without fsync, as lost.
+fn lose(committed: &mut Committed, ids: &[u64]) -> std::result::Result<(), String> {
+    for id in ids {
+        let at = committed.segments.iter().position(|s| s.id == *id && s.unsynced);
+        let Some(at) = at else {
+            return Err(format!("declares segment {id} lost, not committed without fsync"));
+        };
+        committed.own.lost.push(committed.segments.remove(at));
+    }
     Ok(())
 }
 
@@ -303,7 +347,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("stowage.log");
         assert!(matches!(read(&path).unwrap_err(), Error::NotFound { .. }));
-        let segment = |id| Record::Segment(SegmentEntry { id, rows: 3, bytes: 100 });
+        let segment = |id| Record::Segment(SegmentEntry::synced(id, 3, 100));
         write(&path, &[header(), segment(0), segment(1), Record::Finalized]);
         let committed = read(&path).unwrap();
         assert_eq!(committed.segments.len(), 2);
@@ -349,7 +393,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("stowage.log");
         let segments: Vec<Record> =
-            (0..6).map(|id| Record::Segment(SegmentEntry { id, rows: 3, bytes: 100 })).collect();
+            (0..6).map(|id| Record::Segment(SegmentEntry::synced(id, 3, 100))).collect();
         let run = |first, through| {
             Record::Own(ArrowRecord::Run(RunEntry { first, through, keys: 3, new_keys: 3 }))
         };
@@ -373,13 +417,44 @@ mod tests {
         assert!(read(&path).unwrap().own.runs.is_empty());
     }
 
+    /// A `lost` record withdraws segments committed without fsync, whose ids stay used; one
+    /// naming a segment committed with fsync (or none) is damage. An own record marks every
+    /// segment before it synced.
+    #[test]
+    fn lost_records_withdraw_only_unsynced_segments() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("stowage.log");
+        let unsynced = |id| SegmentEntry { unsynced: true, ..SegmentEntry::synced(id, 3, 100) };
+        let records = vec![
+            header(),
+            Record::Segment(SegmentEntry::synced(0, 3, 100)),
+            Record::Segment(unsynced(1)),
+            Record::Segment(unsynced(2)),
+        ];
+        write(&path, &records);
+        assert_eq!(read(&path).unwrap().own.synced_through, None);
+        let mut lost = records.clone();
+        lost.push(Record::Own(ArrowRecord::Lost(vec![2])));
+        write(&path, &lost);
+        let committed = read(&path).unwrap();
+        assert_eq!((committed.ids(), committed.own.lost.clone()), (vec![0, 1], vec![unsynced(2)]));
+        assert_eq!((committed.own.synced_through, committed.next_segment_id()), (Some(2), 3));
+        for bad in [0, 7] {
+            let mut records = records.clone();
+            records.push(Record::Own(ArrowRecord::Lost(vec![bad])));
+            write(&path, &records);
+            let err = read(&path).unwrap_err();
+            assert!(err.to_string().contains(&format!("declares segment {bad} lost")), "{err}");
+        }
+    }
+
     /// An adopted segment takes its place among the committed ones and withdraws the runs
     /// reaching it; adopting a known id is damage. A compaction's ids stay used.
     #[test]
     fn adoptions_and_compactions_keep_ids_in_order() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("stowage.log");
-        let entry = |id| SegmentEntry { id, rows: 3, bytes: 100 };
+        let entry = |id| SegmentEntry::synced(id, 3, 100);
         let run = RunEntry { first: 0, through: 4, keys: 6, new_keys: 6 };
         let mut records = vec![
             header(),

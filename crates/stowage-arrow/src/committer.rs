@@ -9,12 +9,14 @@
 //! item: nothing queued is lost at shutdown (torchcachex drops queued rows).
 
 use std::collections::VecDeque;
+use std::fs::File;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicU64;
 use std::sync::mpsc::{Receiver, Sender, channel};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-use stowage_core::file_safety::AppendLog;
+use stowage_core::file_safety::{AppendLog, sync_together};
 use stowage_core::{IoResultExt, Result};
 
 use crate::commit_log::{Record, SegmentEntry};
@@ -22,6 +24,7 @@ use crate::error::ArrowCacheError;
 use crate::layout::Layout;
 use crate::pending::Pending;
 use crate::segment_writer::{SegmentFormat, write_next_segment};
+use crate::{key_sidecar, row_sums};
 
 /// One item of work.
 #[derive(Debug)]
@@ -70,6 +73,9 @@ struct State {
     next_id: Arc<AtomicU64>,
     /// Once an item failed, later items are not attempted: what reached the disk is unknown.
     failed: Option<String>,
+    /// Files of segments written without fsync since the last synced record; synced before the
+    /// next one, which makes every record before it durable.
+    unsynced: Vec<PathBuf>,
 }
 
 impl State {
@@ -88,6 +94,7 @@ impl State {
     fn attempt(&mut self, work: Work) -> Result<Vec<SegmentEntry>> {
         match work {
             Work::Record(record) => {
+                self.sync_segments()?;
                 self.log.append(&record.to_bytes())?;
                 self.log.sync()?;
                 Ok(Vec::new())
@@ -98,22 +105,47 @@ impl State {
                 for chunk in rows.chunks(format.max_segment_bytes) {
                     let (id, path) = write_next_segment(format, &self.next_id, &chunk)?;
                     let bytes = std::fs::metadata(&path).at(&path)?.len();
-                    let entry = SegmentEntry { id, rows: chunk.len() as u64, bytes };
+                    let rows = chunk.len() as u64;
+                    let entry = SegmentEntry { id, rows, bytes, unsynced: !format.durable };
                     self.log.append(&Record::Segment(entry).to_bytes())?;
                     // Without durability the record still reaches the OS (a killed process loses
-                    // nothing) but a power loss may lose it, which is allowed; other records
-                    // (compaction's above all) are always synced, as they decide which older
-                    // files may be deleted.
+                    // nothing) but a power loss may lose it, or keep it and lose the files: the
+                    // entry says so (`crate::lost_segments`). Other records (compaction's above
+                    // all) are always synced, as they decide which older files may be deleted.
                     if format.durable {
                         self.log.sync()?;
                     } else {
                         self.log.flush()?;
+                        let sidecars =
+                            [key_sidecar::sidecar_path(&path), row_sums::sums_path(&path)];
+                        self.unsynced.extend(sidecars);
+                        self.unsynced.push(path);
                     }
                     entries.push(entry);
                 }
                 Ok(entries)
             }
         }
+    }
+}
+
+impl State {
+    /// Syncs the files of the segments written without fsync, and the directories that name
+    /// them: a synced record makes the records before it durable, so their files must be first.
+    fn sync_segments(&mut self) -> Result<()> {
+        if self.unsynced.is_empty() {
+            return Ok(());
+        }
+        let layout = &self.format.layout;
+        let files: Vec<(&Path, File)> = self
+            .unsynced
+            .iter()
+            .map(|path| Ok((path.as_path(), File::open(path).at(path)?)))
+            .collect::<Result<_>>()?;
+        let files: Vec<(&Path, &File)> = files.iter().map(|(path, file)| (*path, file)).collect();
+        sync_together(&files, &[layout.segments_dir().as_path(), layout.root()])?;
+        self.unsynced.clear();
+        Ok(())
     }
 }
 
@@ -126,7 +158,7 @@ impl Committer {
         next_id: Arc<AtomicU64>,
         background: bool,
     ) -> Committer {
-        let mut state = State { format, log, next_id, failed: None };
+        let mut state = State { format, log, next_id, failed: None, unsynced: Vec::new() };
         if !background {
             return Committer { mode: Mode::Inline { state, outcomes: VecDeque::new() } };
         }

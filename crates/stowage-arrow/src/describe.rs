@@ -9,6 +9,7 @@ use stowage_core::describe::{
 };
 use stowage_core::{Reader, Result, ValidationReport};
 
+use crate::commit_log::SegmentEntry;
 use crate::ownership::SegmentOrigin;
 use crate::reader::CacheReader;
 use crate::segment::Segment;
@@ -19,11 +20,14 @@ use crate::{ArrowBackend, TorchcachexReader};
 /// the key index (with the segments another writer added listed as unchecked).
 pub(crate) fn describe_stowage(cache: &ArrowBackend) -> Result<Description> {
     let reader = cache.reader();
-    let committed = crate::commit_log::read(&reader.layout().commit_log())?;
+    let committed = crate::lost_segments::read(reader.layout())?;
     let mut description = Description::new(segment_log_state(cache.is_finalized()));
     description.format_name = Some(crate::commit_log::FORMAT_NAME.to_owned());
     description.version = Some(committed.header.version.to_string());
     description.finalized = Some(cache.is_finalized());
+    if let Some(line) = lost_line(&committed.own.lost) {
+        description.detail("lost", line);
+    }
     let runs: Vec<String> = reader
         .runs()
         .map(|run| format!("{}..={}", run.entry().first, run.entry().through))
@@ -50,6 +54,21 @@ pub(crate) fn describe_stowage(cache: &ArrowBackend) -> Result<Description> {
         "`stowage verify` also decodes every row and checks its checksum",
     );
     Ok(description)
+}
+
+/// What a power cut took from a cache written without fsync (`crate::lost_segments`), if
+/// anything.
+fn lost_line(lost: &[SegmentEntry]) -> Option<String> {
+    let ids: Vec<String> = lost.iter().map(|s| s.id.to_string()).collect();
+    let rows: u64 = lost.iter().map(|s| s.rows).sum();
+    (!lost.is_empty()).then(|| {
+        format!(
+            "{} ({}, {}) written without fsync: a power cut took their files",
+            count(lost.len() as u64, "segment"),
+            ids.join(", "),
+            count(rows, "row")
+        )
+    })
 }
 
 /// The description of a cache torchcachex wrote: no completion marker, `index.pkl`, segments and

@@ -38,6 +38,7 @@ mod factory;
 mod framed;
 mod key_sidecar;
 mod layout;
+mod lost_segments;
 mod merged_index;
 mod options;
 mod ownership;

@@ -86,6 +86,12 @@ impl SegmentFormat {
             session: crate::ownership::new_session(),
         }
     }
+
+    /// The same format, fsyncing whatever `durable` says: for segments a synced record commits
+    /// (a compaction's), which must never be lost when the records before it survive.
+    pub fn synced(&self) -> SegmentFormat {
+        SegmentFormat { durable: true, ..self.clone() }
+    }
 }
 
 /// Writes `rows` as segment `id` (one record batch) and returns its path. Removes torchcachex's

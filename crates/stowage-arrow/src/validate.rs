@@ -7,7 +7,6 @@ use std::collections::HashMap;
 
 use stowage_core::{Result, Unchecked, ValidationReport};
 
-use crate::commit_log;
 use crate::commit_log::RunEntry;
 use crate::decode::decode_row;
 use crate::key_sidecar::{self, KeySidecar};
@@ -291,7 +290,7 @@ pub(crate) fn check_commits(
 ) -> Result<()> {
     let log_path = layout.commit_log();
     report.files_checked += 1;
-    let committed = match commit_log::read(&log_path) {
+    let committed = match crate::lost_segments::read(layout) {
         Ok(committed) => committed,
         Err(e) => {
             report.problem(Some(&log_path), None, e.to_string());

@@ -147,7 +147,7 @@ fn caches_written_before_version_3_keep_reading_and_refuse_rows_torchcachex_cann
     let (mut log, _) = AppendLog::open(layout.commit_log(), true).unwrap();
     log.append(&Record::Cache(header).to_bytes()).unwrap();
     let bytes = std::fs::metadata(&path).unwrap().len();
-    log.append(&Record::Segment(SegmentEntry { id: 0, rows: 2, bytes }).to_bytes()).unwrap();
+    log.append(&Record::Segment(SegmentEntry::synced(0, 2, bytes)).to_bytes()).unwrap();
     log.sync().unwrap();
     drop(log);
 

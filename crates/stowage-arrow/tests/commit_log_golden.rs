@@ -26,7 +26,7 @@ fn schema() -> Schema {
 }
 
 fn segment(id: u64, rows: u64, bytes: u64) -> SegmentEntry {
-    SegmentEntry { id, rows, bytes }
+    SegmentEntry::synced(id, rows, bytes)
 }
 
 /// The records of `arrow_v3.stowage.log`: a header, segments, a key index run, an adoption, a

@@ -103,6 +103,11 @@ pub(crate) fn die(what: &str, e: impl std::fmt::Display) -> ! {
 /// find it still locked, by a process that never opened it. So each case body holds this gate
 /// shared ([`CaseGate`]) and a spawn takes it exclusively ([`Spawning`]), waiting for the cases
 /// running on other threads to finish (a case that spawns gives up its own share meanwhile).
+///
+/// stowage's own `WriterLock` no longer needs it (its drop unlocks explicitly, and a lock held
+/// by another process id is never taken for this one's), but the suite runs third-party
+/// backends whose locks it does not know: a plain `flock` held by the descriptor alone is the
+/// common way to write one. The gate costs the spawning cases some parallelism, never a result.
 static GATE: RwLock<()> = RwLock::new(());
 
 thread_local! {

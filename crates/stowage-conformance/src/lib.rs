@@ -153,7 +153,9 @@ macro_rules! __with_case_list {
             failed_flush_poisons_the_handle [
                 "flush.failure-poisons", "put.not-durable-is-error", "flush.crash-keeps-flushed"
             ]
-            power_loss_keeps_every_flushed_sample ["flush.crash-keeps-flushed"]
+            power_loss_keeps_every_flushed_sample [
+                "flush.crash-keeps-flushed", "flush.power-loss-never-torn"
+            ]
             power_loss_during_finalize_leaves_resumable_or_complete [
                 "finalize.crash-leaves-resumable-or-complete"
             ]

@@ -362,6 +362,20 @@ fn power_loss_case_catches_a_flush_without_fsync() {
     );
 }
 
+/// Without `durable_flush` a power cut may lose flushed samples, never the cache.
+#[test]
+#[cfg(target_os = "linux")]
+fn power_loss_case_catches_a_non_durable_cache_that_no_longer_reads() {
+    let defect = Defect::UnsyncedFilesSyncedManifest;
+    let outcome = run_with_child(
+        &ToyFactory::with_defect(defect),
+        POWER_LOSS,
+        "power_loss_case_catches_a_non_durable_cache_that_no_longer_reads",
+        None,
+    );
+    assert_failed(outcome, defect, POWER_LOSS, "flush.power-loss-never-torn", "get of visible");
+}
+
 #[test]
 #[cfg(target_os = "linux")]
 fn power_loss_finalize_case_catches_an_unsynced_commit_point() {

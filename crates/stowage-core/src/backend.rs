@@ -38,6 +38,9 @@ pub trait Backend: Reader {
     /// - `flush.crash-keeps-flushed`: After it returns `Ok`, a crash (`kill -9`; a power loss too
     ///   with `Capabilities::durable_flush`) loses none of those samples; a crash during it leaves
     ///   each sample either complete or absent, never partial.
+    /// - `flush.power-loss-never-torn`: Without `Capabilities::durable_flush`, a power loss may
+    ///   lose flushed samples, but the cache still opens, every visible key holds exactly its
+    ///   sample, and `validate(Full)` is clean.
     /// - `flush.failure-poisons`: A failed flush is reported, and the handle then refuses
     ///   further writes (`Error::Poisoned`).
     /// - `flush.io-failure-is-error`: A write or sync of the cache's files that fails

@@ -164,6 +164,12 @@ pub const CLAUSES: &[Clause] = &[
          each sample either complete or absent, never partial.",
     ),
     backend(
+        "flush.power-loss-never-torn",
+        "Without `Capabilities::durable_flush`, a power loss may lose flushed samples, but the \
+         cache still opens, every visible key holds exactly its sample, and `validate(Full)` is \
+         clean.",
+    ),
+    backend(
         "flush.failure-poisons",
         "A failed flush is reported, and the handle then refuses further writes \
          (`Error::Poisoned`).",

@@ -75,12 +75,14 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+use std::collections::BTreeMap;
 use std::fmt::Debug;
 use std::path::Path;
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize, Serializer};
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 use crate::file_safety::{AppendLog, Recovered, atomic_write};
 use crate::{Error, Result, Schema, ValidationReport};
@@ -217,26 +219,32 @@ impl<F: SegmentLog> Record<F> {
     }
 
     /// The record stored as `bytes`; the error says what does not parse, and in which kind.
+    ///
+    /// The body is parsed straight into its type (a log of a million segment records is read
+    /// at every open), with no JSON tree in between.
     pub fn decode(bytes: &[u8]) -> std::result::Result<Record<F>, String> {
-        let value: Value = serde_json::from_slice(bytes).map_err(|e| e.to_string())?;
-        let Value::Object(mut map) = value else {
-            return Err(format!("{value} is not a record (an object of one key, its kind)"));
-        };
-        let Some(kind) = map.keys().next().filter(|_| map.len() == 1).cloned() else {
+        let map: BTreeMap<String, &RawValue> = serde_json::from_slice(bytes).map_err(|e| {
+            match serde_json::from_slice::<Value>(bytes) {
+                Ok(value) if !value.is_object() => {
+                    format!("{value} is not a record (an object of one key, its kind)")
+                }
+                _ => e.to_string(),
+            }
+        })?;
+        let entries: Vec<(&String, &&RawValue)> = map.iter().collect();
+        let [(kind, body)] = entries.as_slice() else {
             let keys: Vec<&String> = map.keys().collect();
             return Err(format!("an object with keys {keys:?}, not a record of one kind"));
         };
         let of_kind = |e: serde_json::Error| format!("{kind:?} record: {e}");
-        let body = |map: &mut serde_json::Map<String, Value>| map.remove(&kind).expect("its key");
+        let body = body.get();
         match kind.as_str() {
-            "cache" => serde_json::from_value(body(&mut map)).map(Record::Cache).map_err(of_kind),
-            "segment" => {
-                serde_json::from_value(body(&mut map)).map(Record::Segment).map_err(of_kind)
+            "cache" => serde_json::from_str(body).map(Record::Cache).map_err(of_kind),
+            "segment" => serde_json::from_str(body).map(Record::Segment).map_err(of_kind),
+            "finalized" => {
+                serde_json::from_str::<()>(body).map(|()| Record::Finalized).map_err(of_kind)
             }
-            "finalized" => serde_json::from_value::<()>(body(&mut map))
-                .map(|()| Record::Finalized)
-                .map_err(of_kind),
-            _ => serde_json::from_value(Value::Object(map)).map(Record::Own).map_err(of_kind),
+            _ => serde_json::from_slice(bytes).map(Record::Own).map_err(of_kind),
         }
     }
 }

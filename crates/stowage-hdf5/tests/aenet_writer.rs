@@ -119,13 +119,20 @@ fn open_with_root_attribute(change: impl Fn(hdf5_sys::h5i::hid_t)) -> Error {
     let path = dir.path().join("dataset.h5");
     write_cache(&path, StorageDtype::Float64);
     {
-        let file = hdf5::File::open_rw(&path).unwrap();
+        let file = open_unlocked(&path);
         change(file.group("torch_cache").unwrap().id());
     }
     match TorchCache::open(&path) {
         Err(error) => error,
         Ok(_) => panic!("the changed cache opened"),
     }
+}
+
+/// `path` opened for writing without libhdf5's file lock: libhdf5 does not set close-on-exec,
+/// so a Python peer another test spawns meanwhile would inherit the descriptor and keep the
+/// exclusive lock after the file is closed here, refusing the reads that follow.
+fn open_unlocked(path: &std::path::Path) -> hdf5::File {
+    hdf5::File::with_options().with_fapl(|fapl| fapl.file_locking(false)).open_rw(path).unwrap()
 }
 
 #[test]
@@ -223,7 +230,7 @@ fn a_node_stowage_does_not_know_is_never_dropped() {
     let path = dir.path().join("dataset.h5");
     write_cache(&path, StorageDtype::Float64);
     {
-        let file = hdf5::File::open_rw(&path).unwrap();
+        let file = open_unlocked(&path);
         file.group("torch_cache").unwrap().create_group("positions").unwrap();
     }
     let bytes = std::fs::read(&path).unwrap();

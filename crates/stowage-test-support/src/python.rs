@@ -21,18 +21,7 @@ pub const REQUIRE_PYTHON_ENV: &str = "STOWAGE_REQUIRE_PYTHON";
 /// # Panics
 /// When Python or a module is missing and `STOWAGE_REQUIRE_PYTHON` is `1`.
 pub fn python_with(test: &str, modules: &[&str]) -> Option<&'static str> {
-    let imports = if modules.is_empty() {
-        "import sys".to_owned()
-    } else {
-        format!("import {}", modules.join(", "))
-    };
-    let works = Command::new("python3")
-        .args(["-c", &imports])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    if works {
+    if imports("python3", modules) {
         return Some("python3");
     }
     let what = format!("python3 with {}", modules.join(", "));
@@ -42,6 +31,25 @@ pub fn python_with(test: &str, modules: &[&str]) -> Option<&'static str> {
     let reason = format!("{what} not available (set {REQUIRE_PYTHON_ENV}=1 to fail)");
     stowage_core::skip::report_skip("prerequisite", &reason);
     None
+}
+
+/// Whether `python` runs and imports every module in `modules`.
+///
+/// ```
+/// assert!(!stowage_test_support::python::imports("python3", &["no_such_module_anywhere"]));
+/// ```
+pub fn imports(python: &str, modules: &[&str]) -> bool {
+    let imports = if modules.is_empty() {
+        "import sys".to_owned()
+    } else {
+        format!("import {}", modules.join(", "))
+    };
+    Command::new(python)
+        .args(["-c", &imports])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
 }
 
 /// Runs `script` with `python` (`python -c script args…`), feeds it `stdin`, and returns what it

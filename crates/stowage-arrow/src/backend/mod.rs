@@ -34,10 +34,11 @@ use stowage_core::{
 };
 
 use crate::blob_encoding::{self, BlobEncoding};
-use crate::commit_log::{self, CacheHeader, Committed, FinalizedMarker, Record};
+use crate::commit_log::{self, ArrowRecord, CacheHeader, Committed, FinalizedMarker, Record};
 use crate::encode::{FieldColumns, arrow_schema, columns_with};
 use crate::error::ArrowCacheError;
 use crate::layout::Layout;
+use crate::lost_segments;
 use crate::options::ArrowOptions;
 use crate::ownership::{ForeignSegment, SegmentOrigin, Survey};
 use crate::pending::Pending;
@@ -193,7 +194,7 @@ impl ArrowBackend {
     pub fn open(dir: impl AsRef<Path>, mode: OpenMode, options: ArrowOptions) -> Result<Self> {
         options.check()?;
         let layout = Layout::new(dir.as_ref());
-        let committed = commit_log::read(&layout.commit_log())?;
+        let committed = lost_segments::read(&layout)?;
         let rank = options.current_rank()?;
         match mode {
             OpenMode::Append if rank == options.writer_rank => {}
@@ -214,8 +215,20 @@ impl ArrowBackend {
         refuse_symlink(&layout.segments_dir())?;
         // Read under the lock: another writer may have committed more before it let go.
         let recovered = AppendLog::read_all(layout.commit_log())?;
-        let committed = commit_log::interpret(&layout.commit_log(), &recovered)?;
-        let (log, _) = AppendLog::open(layout.commit_log(), false)?;
+        let mut committed = commit_log::interpret(&layout.commit_log(), &recovered)?;
+        let newly_lost = lost_segments::set_aside(&layout, &mut committed)?;
+        let (mut log, _) = AppendLog::open(layout.commit_log(), false)?;
+        if !newly_lost.is_empty() {
+            // Recorded before any other record: a synced record vouches for every segment
+            // before it, and these are gone. Then their remains go: the record withdrew them.
+            log.append(&Record::Own(ArrowRecord::Lost(newly_lost.clone())).to_bytes())?;
+            log.sync()?;
+            committed.records += 1;
+            for id in newly_lost {
+                crate::writer::delete_segment_files(&layout, id)?;
+            }
+            fsync_dir(layout.segments_dir())?;
+        }
         let survey = survey_for(&layout, &committed)?;
         // Above every id of the log and of the directory, leftovers included: no id is reused.
         let next_id = committed.next_segment_id().max(survey.highest_id.map_or(0, |id| id + 1));
@@ -275,7 +288,7 @@ impl ArrowBackend {
         options: ArrowOptions,
         rank: u32,
     ) -> Result<Self> {
-        let committed = match commit_log::read(&layout.commit_log()) {
+        let committed = match lost_segments::read(&layout) {
             Ok(committed) => committed,
             // The writer rank has not created it yet: nothing to read.
             Err(Error::NotFound { .. }) => Committed::new(header),
@@ -571,7 +584,7 @@ impl ArrowBackend {
     /// segments this handle reads (after a compaction or an adoption changed the segment list;
     /// the writer has no work in flight).
     fn reload_reader(&mut self) -> Result<()> {
-        let committed = commit_log::read(&self.layout.commit_log())?;
+        let committed = lost_segments::read(&self.layout)?;
         let foreign = self.foreign_segments();
         let survey = Survey {
             foreign: foreign.into_iter().filter(|f| !committed.ids().contains(&f.id)).collect(),
@@ -617,8 +630,10 @@ fn cache_reader(
 
 /// What `segments/` of `layout` holds beside what `committed` vouches for.
 fn survey_for(layout: &Layout, committed: &Committed) -> Result<Survey> {
+    let retired = committed.own.removed.iter().copied();
+    let lost = committed.own.lost.iter().map(|s| s.id);
     let vouched: std::collections::HashSet<u64> =
-        committed.ids().into_iter().chain(committed.own.removed.iter().copied()).collect();
+        committed.ids().into_iter().chain(retired).chain(lost).collect();
     crate::ownership::survey(layout, |id| vouched.contains(&id))
 }
 

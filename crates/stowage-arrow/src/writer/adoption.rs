@@ -52,16 +52,14 @@ impl Writer {
         let mut staged = Staged::default();
         staged.stage(&key_sidecar::sidecar_path(&segment.path), |out| out.write_all(&sidecar))?;
         staged.stage(&row_sums::sums_path(&segment.path), |out| out.write_all(&sums))?;
-        if self.format.durable {
-            staged.sync()?;
-        }
+        // Synced even in a cache written without fsync: the `adopted` record below is synced,
+        // and a durable record must never vouch for files a power cut can take.
+        staged.sync()?;
         staged.rename_next()?;
         staged.rename_next()?;
-        if self.format.durable {
-            fsync_dir(self.layout.segments_dir())?;
-        }
+        fsync_dir(self.layout.segments_dir())?;
         let bytes = std::fs::metadata(&segment.path).at(&segment.path)?.len();
-        let entry = SegmentEntry { id: segment.id, rows: keys.len() as u64, bytes };
+        let entry = SegmentEntry::synced(segment.id, keys.len() as u64, bytes);
         self.submit_record(Record::Own(ArrowRecord::Adopted(entry)));
         self.collect_outcomes(true, reader)?;
         let at = self.committed.partition_point(|&id| id < segment.id);

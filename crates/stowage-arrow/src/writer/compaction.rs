@@ -112,10 +112,13 @@ impl Writer {
         report.rows_kept = rows_kept;
         report.rows_dropped = rows_dropped;
         let mut segments = Vec::new();
+        // Synced even in a cache written without fsync: the `compacted` record is synced and
+        // the replaced segments go, so the new ones must survive a power cut.
+        let format = self.format.synced();
         for chunk in kept.chunks(self.format.max_segment_bytes) {
-            let (id, path) = write_next_segment(&self.format, &self.next_id, &chunk)?;
+            let (id, path) = write_next_segment(&format, &self.next_id, &chunk)?;
             let bytes = std::fs::metadata(&path).map_err(|e| Error::io(&path, e))?.len();
-            segments.push(crate::commit_log::SegmentEntry { id, rows: chunk.len() as u64, bytes });
+            segments.push(crate::commit_log::SegmentEntry::synced(id, chunk.len() as u64, bytes));
         }
         report.written = segments.iter().map(|s| s.id).collect();
         let record = CompactedEntry { segments, removed: victims.clone() };
@@ -151,7 +154,7 @@ impl Writer {
 }
 
 /// Deletes a segment and its sidecars, whichever are there; returns how many were.
-fn delete_segment_files(layout: &Layout, id: u64) -> Result<u64> {
+pub(crate) fn delete_segment_files(layout: &Layout, id: u64) -> Result<u64> {
     let segment = layout.segment(id);
     let mut deleted = 0;
     for path in [segment.with_extension("keys"), segment.with_extension("sums"), segment] {

@@ -27,6 +27,7 @@ mod adoption;
 mod compaction;
 pub use adoption::Checked;
 pub use compaction::Compaction;
+pub(crate) use compaction::delete_segment_files;
 
 /// The writer rank's state.
 #[derive(Debug)]

@@ -140,6 +140,9 @@ pub enum Defect {
     /// `flush` never fsyncs (it hands the sample files and the manifest to the OS and returns
     /// `Ok`): a kill loses nothing, a power cut loses acknowledged samples.
     FlushWithoutSync,
+    /// Declares no `durable_flush` and fsyncs no sample file, but syncs the manifest: after a
+    /// power cut the manifest names keys whose files are gone, and the cache no longer reads.
+    UnsyncedFilesSyncedManifest,
     /// A failed fsync of a sample file is ignored: the flush goes on and returns `Ok` (the error
     /// a retried fsync would no longer report is lost).
     IgnoresFailedSync,
@@ -202,7 +205,7 @@ impl ToyFactory {
         caps.json_fields = true;
         caps.overwrite = true;
         caps.resume = true;
-        caps.durable_flush = true;
+        caps.durable_flush = !self.has(Defect::UnsyncedFilesSyncedManifest);
         caps.checksums = true;
         caps.concurrent_readers = true;
         caps.dtypes = DType::ALL.to_vec();
@@ -542,7 +545,7 @@ impl Toy {
             file.write_all(&encode(key, sample)).at(&temp)?;
             sync_point(&temp)?;
             match self.defect {
-                Some(Defect::FlushWithoutSync) => {}
+                Some(Defect::FlushWithoutSync | Defect::UnsyncedFilesSyncedManifest) => {}
                 Some(Defect::IgnoresFailedSync) => drop(file.sync_all()),
                 _ => file.sync_all().at(&temp)?,
             }
@@ -551,7 +554,7 @@ impl Toy {
         let samples = self.dir.join(SAMPLES_DIR);
         let unsynced = self.defect == Some(Defect::FlushWithoutSync);
         sync_point(&samples)?;
-        if !unsynced {
+        if !unsynced && self.defect != Some(Defect::UnsyncedFilesSyncedManifest) {
             fsync_dir(samples)?;
         }
         // Only now record the new keys: every recorded key has a complete, durable file.

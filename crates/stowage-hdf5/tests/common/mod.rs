@@ -64,9 +64,12 @@ pub fn derivatives(i: i64) -> LocalDerivatives {
 }
 
 /// Writes a dataset file without a cache: `/entries/structures` (3 opaque rows) and root
-/// attributes like aenet's, including an empty string with a NULL dataspace.
+/// attributes like aenet's, including an empty string with a NULL dataspace. Without libhdf5's
+/// file lock: a Python peer another test spawns meanwhile would inherit the descriptor (libhdf5
+/// does not set close-on-exec) and keep the exclusive lock after the file is closed.
 pub fn write_plain_dataset(path: &Path) {
-    let file = hdf5::File::create(path).unwrap();
+    let file =
+        hdf5::File::with_options().with_fapl(|fapl| fapl.file_locking(false)).create(path).unwrap();
     let entries = file.create_group("entries").unwrap();
     let rows: Vec<VarLenArray<u8>> =
         (0..3u8).map(|i| VarLenArray::from_slice(&[i, 0x80, 0x04, i])).collect();

@@ -85,14 +85,7 @@ impl ToolPeer {
             })?;
             return ToolPeer::new(pair, &python);
         }
-        let imports = format!("import {}", modules(pair).join(", "));
-        let works = Command::new("python3")
-            .args(["-c", &imports])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        if !works {
+        if !stowage_test_support::python::imports("python3", modules(pair)) {
             return Err(format!(
                 "python3 with {} is needed for {}'s peer (python3 -m pip install numpy pyarrow \
                  tables)",
