@@ -67,6 +67,10 @@ impl AenetReader {
     /// reads (the feature width comes from one).
     pub fn open(path: &Path) -> Result<AenetReader> {
         let len = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+        if path.is_file() {
+            // A file the operating system refuses is `Error::Io`, not one without the signature.
+            drop(crate::open_file::open_std(path)?);
+        }
         if path.is_file() && !is_hdf5_file(path, len) {
             return Err(Error::NotFound {
                 what: format!(

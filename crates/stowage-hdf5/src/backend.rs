@@ -11,6 +11,10 @@
 //! `put` buffers; `flush` writes the buffer as a new segment (temporary name, fsync, rename,
 //! directory fsync), then appends and fsyncs its log record: the commit point. A flush costs its
 //! own rows only. A later segment's row for a key replaces an earlier one (overwrite).
+//!
+//! The key index (key -> segment and row) is in memory, read from every segment at open. Segment
+//! files are opened through [`OpenSegments`]: at most [`Hdf5Options::max_open_segments`] at
+//! once, each hashed against the commit log on its first use by the handle.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -23,11 +27,13 @@ use stowage_core::{
     Schema, ValidationLevel, ValidationReport, WriteState,
 };
 
+use crate::Hdf5Options;
 use crate::commit_log::{self, Committed, FinalizedMarker, Record, SegmentEntry};
 use crate::error::BACKEND;
 use crate::formats::STOWAGE_HDF5;
+use crate::open_segments::OpenSegments;
 use crate::publish::TempBeside;
-use crate::segment::{self, Segment};
+use crate::segment;
 
 pub(crate) const LOG_NAME: &str = "stowage.log";
 pub(crate) use stowage_core::segment_log::FINALIZED_MARKER_NAME;
@@ -72,6 +78,7 @@ fn is_segment_name(name: &str) -> bool {
 /// Where a committed key's sample lives.
 #[derive(Debug, Clone, Copy)]
 struct Location {
+    /// The segment's position in the commit log.
     segment: usize,
     row: usize,
 }
@@ -102,7 +109,8 @@ pub struct Hdf5Backend {
     schema: Schema,
     capabilities: Capabilities,
     committed: Committed,
-    segments: Vec<Segment>,
+    /// The segments open now: a bounded, least-recently-used set ([`Hdf5Options`]).
+    segments: OpenSegments,
     index: HashMap<String, Location>,
     /// Every key in order of first put.
     order: Vec<String>,
@@ -120,6 +128,15 @@ impl Hdf5Backend {
     /// Errors: `Error::Unsupported` for a schema outside [`capabilities`];
     /// `Error::AlreadyExists` when `dir` holds a cache; `Error::Locked` when a writer holds it.
     pub fn create(dir: impl AsRef<Path>, schema: &Schema) -> Result<Hdf5Backend> {
+        Self::create_with(dir, schema, &Hdf5Options::default())
+    }
+
+    /// [`Hdf5Backend::create`] with `options`.
+    pub fn create_with(
+        dir: impl AsRef<Path>,
+        schema: &Schema,
+        options: &Hdf5Options,
+    ) -> Result<Hdf5Backend> {
         let dir = dir.as_ref();
         let capabilities = capabilities();
         capabilities.check_schema(schema, BACKEND)?;
@@ -144,7 +161,7 @@ impl Hdf5Backend {
             schema: schema.clone(),
             capabilities,
             committed: Committed::new(header),
-            segments: Vec::new(),
+            segments: OpenSegments::new(dir, options.max_open_segments),
             index: HashMap::new(),
             order: Vec::new(),
             pending: Vec::new(),
@@ -157,10 +174,24 @@ impl Hdf5Backend {
     /// Opens the cache in `dir`. In append mode, under the writer lock, it first removes the
     /// temporary files a killed writer left (of segments and of `stowage.complete`).
     ///
+    /// Every segment's keys are read here (the in-memory key index), each segment opened in
+    /// turn through the bounded set of open segments, so its whole-file checksum is checked
+    /// here too (its first use); at most [`Hdf5Options::max_open_segments`] stay open.
+    ///
     /// Errors: `Error::NotFound` when `dir` holds no cache; `Error::Locked` in append mode when a
-    /// writer holds it; `Error::Corrupted` for a damaged log, a missing or resized segment, or a
-    /// segment libhdf5 refuses.
+    /// writer holds it; `Error::Corrupted` for a damaged log, a resized or damaged segment, or a
+    /// segment libhdf5 refuses; `Error::Io` when the operating system refuses a segment (missing,
+    /// no permission, no descriptor left, libhdf5's file lock held by another process).
     pub fn open(dir: impl AsRef<Path>, mode: OpenMode) -> Result<Hdf5Backend> {
+        Self::open_with(dir, mode, &Hdf5Options::default())
+    }
+
+    /// [`Hdf5Backend::open`] with `options`.
+    pub fn open_with(
+        dir: impl AsRef<Path>,
+        mode: OpenMode,
+        options: &Hdf5Options,
+    ) -> Result<Hdf5Backend> {
         let dir = dir.as_ref();
         let log_path = dir.join(LOG_NAME);
         if !log_path.is_file() {
@@ -204,7 +235,7 @@ impl Hdf5Backend {
             schema,
             capabilities: capabilities(),
             committed: committed.clone(),
-            segments: Vec::new(),
+            segments: OpenSegments::new(dir, options.max_open_segments),
             index: HashMap::new(),
             order: Vec::new(),
             pending: Vec::new(),
@@ -212,9 +243,10 @@ impl Hdf5Backend {
             log_writer,
             state,
         };
-        for entry in &committed.segments {
-            let segment = backend.open_segment(entry)?;
-            backend.add_segment(segment, true);
+        for (number, entry) in committed.segments.iter().enumerate() {
+            backend.segments.push(None);
+            let keys = backend.segments.get(number, entry, &backend.schema)?.keys()?;
+            backend.add_segment(number, keys.into_iter(), true);
         }
         Ok(backend)
     }
@@ -223,7 +255,10 @@ impl Hdf5Backend {
     /// a cache with a damaged segment, this lists every damaged segment (with how many samples it
     /// held) and checks the intact ones, each problem naming its file and, where known, its key.
     ///
-    /// Errors: only those of reading the directory; a damaged log or marker is a problem.
+    /// Errors: those of reading the directory, and `Error::Io` when the operating system
+    /// refuses a segment (no descriptor or memory left, no permission, libhdf5's file lock held
+    /// by another process): a resource error is not damage. A damaged log or marker, and a
+    /// committed segment that is missing, damaged or resized, are problems.
     ///
     /// ```
     /// use stowage_core::{Backend, DType, OpenMode, Sample, Schema, ShapeRule, Tensor};
@@ -252,31 +287,21 @@ impl Hdf5Backend {
         crate::validate::validate(dir.as_ref(), level)
     }
 
-    fn open_segment(&self, entry: &SegmentEntry) -> Result<Segment> {
-        let path = segment_path(&self.dir, entry.id);
-        let bytes = std::fs::metadata(&path)
-            .map_err(|e| Error::corrupted(&path, format!("committed segment {}: {e}", entry.id)))?
-            .len();
-        if bytes != entry.bytes {
-            return Err(Error::corrupted(
-                &path,
-                format!("segment holds {bytes} bytes, the commit log says {}", entry.bytes),
-            ));
-        }
-        Segment::open(&path, &self.schema, entry)
-    }
-
-    /// Makes `segment`'s keys resolve to it; `new_keys_in_order` when its keys are not yet in
-    /// `order` (a segment read at open; a flushed one's keys were ordered at put).
-    fn add_segment(&mut self, segment: Segment, new_keys_in_order: bool) {
-        let number = self.segments.len();
-        for (row, key) in segment.keys().iter().enumerate() {
+    /// Makes the keys of segment `number` (by row) resolve to it; `new_keys_in_order` when its
+    /// keys are not yet in `order` (a segment read at open; a flushed one's keys were ordered at
+    /// put).
+    fn add_segment(
+        &mut self,
+        number: usize,
+        keys: impl Iterator<Item = String>,
+        new_keys_in_order: bool,
+    ) {
+        for (row, key) in keys.enumerate() {
             let known = self.index.insert(key.clone(), Location { segment: number, row }).is_some();
             if new_keys_in_order && !known {
-                self.order.push(key.clone());
+                self.order.push(key);
             }
         }
-        self.segments.push(segment);
     }
 
     /// The commit log of a writing handle: call after [`WriteState::check_write`], which refuses
@@ -298,7 +323,7 @@ impl Hdf5Backend {
         segment::write(temp.path(), &self.schema, &rows)?;
         temp.after_libhdf5_closed()?;
         temp.publish(true)?;
-        let (bytes, xxh3) = segment::file_checksum(&path)?;
+        let (bytes, xxh3, stamp) = segment::file_checksum(&path)?;
         let entry = SegmentEntry { id, rows: rows.len() as u64, bytes, xxh3 };
         let log = self.log();
         log.append(&Record::Segment(entry).to_bytes())?;
@@ -306,8 +331,12 @@ impl Hdf5Backend {
         self.committed.segments.push(entry);
         self.committed.records += 1;
         self.committed.finalized = false;
-        let segment = self.open_segment(&entry)?;
-        self.add_segment(segment, false);
+        // Not opened: its keys are the pending ones, and its checksum was just computed from the
+        // published file. Its first `get` opens it, through the bounded set.
+        let number = self.committed.segments.len() - 1;
+        self.segments.push(Some(stamp));
+        let keys = std::mem::take(&mut self.pending).into_iter().map(|(key, _)| key);
+        self.add_segment(number, keys, false);
         self.pending.clear();
         self.pending_index.clear();
         Ok(())
@@ -341,7 +370,9 @@ impl Reader for Hdf5Backend {
         }
         match self.index.get(key) {
             Some(location) => {
-                self.segments[location.segment].read(&self.schema, location.row).map(Some)
+                let entry = &self.committed.segments[location.segment];
+                let segment = self.segments.get(location.segment, entry, &self.schema)?;
+                segment.read(&self.schema, location.row, key).map(Some)
             }
             None => Ok(None),
         }

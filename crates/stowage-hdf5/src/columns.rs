@@ -20,31 +20,42 @@ const BATCH_ROWS: usize = 256;
 /// Bytes buffered before a batch is written.
 const BATCH_BYTES: usize = 32 << 20;
 
-fn create_typed<T: H5Type + Copy>(group: &Group, name: &str) -> hdf5::Result<Dataset> {
+fn create_typed<T: H5Type + Copy>(
+    group: &Group,
+    name: &str,
+    chunk_rows: usize,
+) -> hdf5::Result<Dataset> {
     group
         .new_dataset::<VarLenArray<T>>()
-        .chunk(VLEN_CHUNK_ROWS)
+        .chunk(chunk_rows)
         .shuffle()
         .deflate(DEFLATE_LEVEL)
         .shape(0..)
         .create(name)
 }
 
-/// Creates an empty extendible `VLEN<stored>` dataset `name` in `group`: chunked, shuffle +
-/// deflate 5, as aenet's PyTables writer lays it out. (libhdf5 refuses Fletcher32 on
-/// variable-length datasets: their chunks hold only references into the global heap.)
-pub(crate) fn create_dataset(group: &Group, name: &str, stored: Element) -> hdf5::Result<Dataset> {
+/// Creates an empty extendible `VLEN<stored>` dataset `name` in `group`: chunks of `chunk_rows`
+/// rows, shuffle + deflate 5, as aenet's PyTables writer lays it out. (libhdf5 refuses
+/// Fletcher32 on variable-length datasets: their chunks hold only references into the global
+/// heap.)
+fn create_dataset(
+    group: &Group,
+    name: &str,
+    stored: Element,
+    chunk_rows: usize,
+) -> hdf5::Result<Dataset> {
+    let chunk_rows = chunk_rows.max(1);
     match stored {
-        Element::U8 => create_typed::<u8>(group, name),
-        Element::U16 => create_typed::<u16>(group, name),
-        Element::U32 => create_typed::<u32>(group, name),
-        Element::U64 => create_typed::<u64>(group, name),
-        Element::I8 => create_typed::<i8>(group, name),
-        Element::I16 => create_typed::<i16>(group, name),
-        Element::I32 => create_typed::<i32>(group, name),
-        Element::I64 => create_typed::<i64>(group, name),
-        Element::F32 => create_typed::<f32>(group, name),
-        Element::F64 => create_typed::<f64>(group, name),
+        Element::U8 => create_typed::<u8>(group, name, chunk_rows),
+        Element::U16 => create_typed::<u16>(group, name, chunk_rows),
+        Element::U32 => create_typed::<u32>(group, name, chunk_rows),
+        Element::U64 => create_typed::<u64>(group, name, chunk_rows),
+        Element::I8 => create_typed::<i8>(group, name, chunk_rows),
+        Element::I16 => create_typed::<i16>(group, name, chunk_rows),
+        Element::I32 => create_typed::<i32>(group, name, chunk_rows),
+        Element::I64 => create_typed::<i64>(group, name, chunk_rows),
+        Element::F32 => create_typed::<f32>(group, name, chunk_rows),
+        Element::F64 => create_typed::<f64>(group, name, chunk_rows),
     }
 }
 
@@ -173,8 +184,22 @@ impl ColumnWriter {
         element: Element,
         heap: Option<&Arc<HeapFile>>,
     ) -> Result<ColumnWriter> {
+        Self::create_chunked(file, group, name, element, heap, VLEN_CHUNK_ROWS)
+    }
+
+    /// [`ColumnWriter::create`] with chunks of `chunk_rows` rows (at least 1) instead of
+    /// PyTables' 8192.
+    pub fn create_chunked(
+        file: &Path,
+        group: &Group,
+        name: &str,
+        element: Element,
+        heap: Option<&Arc<HeapFile>>,
+        chunk_rows: usize,
+    ) -> Result<ColumnWriter> {
         let failed = |e: Failure| write_error(file, &format!("creating dataset {name}"), e);
-        let dataset = create_dataset(group, name, element).map_err(|e| failed(e.into()))?;
+        let dataset =
+            create_dataset(group, name, element, chunk_rows).map_err(|e| failed(e.into()))?;
         let memory = VlenType::new(element).map_err(failed)?;
         let direct = match heap {
             Some(heap) => DirectWriter::new(heap, group, &dataset, element).map_err(failed)?,

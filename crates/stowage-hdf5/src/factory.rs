@@ -86,7 +86,9 @@ impl BackendFactory for Hdf5Factory {
         if path.is_file() {
             return match AenetReader::open(path) {
                 Ok(reader) => reader.validate(level),
-                Err(e @ Error::NotFound { .. }) => Err(e),
+                // Not there, or refused by the operating system (no descriptor left, no
+                // permission, a writer's lock): nothing to report about the file's bytes.
+                Err(e @ (Error::NotFound { .. } | Error::Io { .. })) => Err(e),
                 Err(e) => {
                     let mut report = ValidationReport { files_checked: 1, ..Default::default() };
                     report.problem(Some(path), None, format!("the torch cache does not open: {e}"));

@@ -9,7 +9,7 @@ use stowage_core::{Error, Result};
 use crate::direct::MAX_INFLATE_RATIO;
 use crate::error::{read_error, write_error};
 use crate::ffi;
-use crate::layout::{DEFLATE_LEVEL, INDEX, INDEX_CHUNK_ROWS};
+use crate::layout::{DEFLATE_LEVEL, INDEX};
 
 /// One row of `features/index`.
 #[derive(H5Type, Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,15 +32,18 @@ pub(crate) struct DerivativeIndexRow {
     pub n_radial_edges: i32,
 }
 
-/// Writes `rows` as the chunked, extendible, shuffled and deflated table `index` of `group`.
+/// Writes `rows` as the chunked (`chunk_rows` rows, at least 1), extendible, shuffled and
+/// deflated table `index` of `group`.
 pub(crate) fn write_index<T: H5Type>(
     file: &Path,
     group: &Group,
     rows: &[T],
     fletcher32: bool,
+    chunk_rows: usize,
 ) -> Result<Dataset> {
     let failed = |e| write_error(file, &format!("{}/{INDEX}", group.name()), e);
-    let builder = group.new_dataset::<T>().chunk(INDEX_CHUNK_ROWS).shuffle().deflate(DEFLATE_LEVEL);
+    let builder =
+        group.new_dataset::<T>().chunk(chunk_rows.max(1)).shuffle().deflate(DEFLATE_LEVEL);
     let builder = if fletcher32 { builder.fletcher32() } else { builder };
     let dataset = builder.shape(0..).create(INDEX).map_err(failed)?;
     if !rows.is_empty() {

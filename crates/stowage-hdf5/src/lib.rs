@@ -36,10 +36,14 @@ pub use writer::{CacheSections, TorchCacheWriter};
 
 mod backend;
 mod commit_log;
+mod open_file;
+mod open_segments;
+mod options;
 mod segment;
 mod validate;
 
 pub use backend::{Hdf5Backend, capabilities};
+pub use options::Hdf5Options;
 
 /// Entry points of the fuzz targets and their seed-corpus generator (`fuzz/` at the workspace
 /// root, feature `fuzzing`): the direct reader's decoding of global heap collections and stored
@@ -67,5 +71,9 @@ pub mod test_support {
     /// The commit log's records and interpretation.
     pub mod commit_log {
         pub use crate::commit_log::*;
+    }
+    /// libhdf5's open with resource errors told apart from damage.
+    pub mod open_file {
+        pub use crate::open_file::open_hdf5;
     }
 }

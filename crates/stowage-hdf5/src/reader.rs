@@ -16,6 +16,7 @@ use crate::derivatives::{AngularDerivatives, LocalDerivatives, RadialDerivatives
 use crate::direct::MappedFile;
 use crate::error::read_error;
 use crate::ffi::Element;
+use crate::ffi::helper::ChildFailure;
 use crate::index_tables::{DerivativeIndexRow, FeatureIndexRow, read_index};
 use crate::layout::{self, attr};
 use crate::row_checksums::{self, Coverage};
@@ -294,18 +295,25 @@ impl TorchCache {
         if !path.is_file() {
             return Err(Error::NotFound { what: format!("HDF5 file {}", path.display()) });
         }
+        // The operating system's refusals first, as `Error::Io` (missing, no permission, no
+        // descriptor left), before the child's trial could be read as damage.
+        drop(crate::open_file::open_std(path)?);
         crate::ffi::locked(|| {
             crate::ffi::helper::survives_in_child("opening the torch cache", None, || {
                 let _ = Self::open_unprobed(path, read_path);
             })
         })
-        .map_err(|e| Error::corrupted(path, e.to_string()))?;
+        .map_err(|e| match e {
+            // No process or pipe to try it in: a resource error, not the file's.
+            ChildFailure::Start(error, _) => Error::io(path, error),
+            ChildFailure::Read(failure) => Error::corrupted(path, failure.to_string()),
+        })?;
         Self::open_unprobed(path, read_path)
     }
 
     /// [`TorchCache::open_with`] without the trial in a child process.
     fn open_unprobed(path: &Path, read_path: ReadPath) -> Result<Option<TorchCache>> {
-        let file = hdf5::File::open(path).map_err(|e| read_error(path, "opening", e))?;
+        let file = crate::open_file::open_checked(path, "the dataset file")?;
         let mapped = match read_path {
             ReadPath::Direct => MappedFile::open(path, &file)?,
             ReadPath::Libhdf5 => None,

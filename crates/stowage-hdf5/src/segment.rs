@@ -27,7 +27,8 @@ use crate::direct::{HeapFile, MappedFile};
 use crate::error::{read_error, write_error};
 use crate::ffi::{self, Element};
 use crate::index_tables::{read_index, write_index};
-use crate::layout::TORCH_CACHE;
+use crate::layout::{INDEX_CHUNK_ROWS, TORCH_CACHE, VLEN_CHUNK_ROWS};
+use crate::open_file::{open_hdf5, open_std};
 
 /// `cache_format` of a generic segment.
 pub const SAMPLES_FORMAT: &str = "stowage.hdf5.samples.v1";
@@ -125,8 +126,13 @@ pub(crate) fn write(path: &Path, schema: &Schema, rows: &[(&str, &Sample)]) -> R
     let section = root.create_group(SAMPLES).map_err(failed("creating the section"))?;
     let fields = section.create_group("fields").map_err(failed("creating fields"))?;
     let heap = HeapFile::open(path, &file)?;
+    // A segment's rows are all known now: chunks no larger than the segment (here and for the
+    // index table). A chunk is stored whole (padded), and PyTables' 8192 rows would make a flush
+    // of a few rows shuffle, deflate and write 128 KiB per dataset, and every open of the
+    // segment inflate (and Fletcher32-check) a 43 KiB index chunk.
+    let chunk_rows = rows.len().clamp(1, VLEN_CHUNK_ROWS);
     let create = |group: &Group, name: &str, element: Element| {
-        ColumnWriter::create(path, group, name, element, heap.as_ref())
+        ColumnWriter::create_chunked(path, group, name, element, heap.as_ref(), chunk_rows)
     };
     let mut keys = create(&section, "keys", Element::U8)?;
     let mut shapes = create(&section, "shapes", Element::I64)?;
@@ -149,7 +155,8 @@ pub(crate) fn write(path: &Path, schema: &Schema, rows: &[(&str, &Sample)]) -> R
     for column in columns.iter_mut().chain([&mut keys, &mut shapes]) {
         column.finish()?;
     }
-    let index_table = write_index(path, &section, &index, true)?;
+    let index_chunk_rows = rows.len().clamp(1, INDEX_CHUNK_ROWS);
+    let index_table = write_index(path, &section, &index, true, index_chunk_rows)?;
     // Everything is flushed while it is still open: a dataset closed by its drop writes what it
     // caches, and a failed write there would be lost (a drop cannot fail), leaving a flush that
     // reports success over a write that failed.
@@ -158,10 +165,46 @@ pub(crate) fn write(path: &Path, schema: &Schema, rows: &[(&str, &Sample)]) -> R
     file.close().map_err(failed("closing"))
 }
 
-/// The size and xxh3-64 of the file at `path`, streamed.
-pub(crate) fn file_checksum(path: &Path) -> Result<(u64, u64)> {
+/// What identifies the bytes of a segment file as those once hashed: device, inode, size, and
+/// modification and status-change times (nanoseconds). A file rewritten in place changes its
+/// mtime and ctime; one replaced changes its inode. Not detected: a rewrite of the same size
+/// within one tick of the file system's clock after the stamp was taken, or damage below the
+/// file system (bit rot changes no time); `validate` hashes every segment again, whatever its
+/// stamp. Stowage never rewrites a segment: a segment is written under another name and renamed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct FileStamp {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+impl FileStamp {
+    fn of(metadata: &std::fs::Metadata) -> FileStamp {
+        use std::os::unix::fs::MetadataExt;
+        FileStamp {
+            dev: metadata.dev(),
+            ino: metadata.ino(),
+            size: metadata.len(),
+            mtime: (metadata.mtime(), metadata.mtime_nsec()),
+            ctime: (metadata.ctime(), metadata.ctime_nsec()),
+        }
+    }
+}
+
+/// The size and xxh3-64 of the file at `path`, streamed, and its stamp (taken before the bytes
+/// are read, so a change while they are read shows as a changed stamp later).
+pub(crate) fn file_checksum(path: &Path) -> Result<(u64, u64, FileStamp)> {
+    let mut file = open_std(path)?;
+    let stamp = FileStamp::of(&file.metadata().at(path)?);
+    let (bytes, xxh3) = hash(&mut file, path)?;
+    Ok((bytes, xxh3, stamp))
+}
+
+/// The size and xxh3-64 of the bytes of `file` (named `path`), from its current offset.
+fn hash(file: &mut std::fs::File, path: &Path) -> Result<(u64, u64)> {
     use std::io::Read;
-    let mut file = std::fs::File::open(path).at(path)?;
     let mut hasher = Xxh3::new();
     let mut buffer = vec![0u8; 1 << 20];
     let mut total = 0u64;
@@ -175,34 +218,73 @@ pub(crate) fn file_checksum(path: &Path) -> Result<(u64, u64)> {
     }
 }
 
-/// An open segment: keys and shape rows in memory, field values read per `get`.
+/// An open segment: its index table's checksums in memory, every dataset open, keys, shape rows
+/// and field values read when asked. Holds one libhdf5 file (a descriptor) and one map: the
+/// backend keeps a bounded set of them.
 pub(crate) struct Segment {
     path: PathBuf,
-    keys: Vec<String>,
-    shapes: Vec<Vec<i64>>,
     checksums: Vec<u64>,
+    keys: ColumnReader,
+    shapes: ColumnReader,
     /// Each field's column and the element type its values are read as.
     columns: Vec<(ColumnReader, Element)>,
     _file: hdf5::File,
 }
 
 impl Segment {
-    /// Opens the segment at `path` committed as `entry`: its size and whole-file checksum are
-    /// checked before libhdf5 parses it, then that it holds `entry.rows` samples of `schema`.
-    pub fn open(path: &Path, schema: &Schema, entry: &SegmentEntry) -> Result<Segment> {
-        let (bytes, xxh3) = file_checksum(path)?;
-        if (bytes, xxh3) != (entry.bytes, entry.xxh3) {
+    /// Opens the segment at `path` committed as `entry`. Its size, and its whole-file xxh3
+    /// unless the file still has the stamp `verified` (of the last time its checksum matched),
+    /// are checked before libhdf5 parses it, then that it holds `entry.rows` samples of
+    /// `schema`. Returns the segment and the stamp its checksum now holds for.
+    ///
+    /// Errors: `Error::Corrupted` for damage; `Error::Io` when the operating system refuses the
+    /// file (missing, no permission, no descriptor left, libhdf5's lock held elsewhere).
+    pub fn open(
+        path: &Path,
+        schema: &Schema,
+        entry: &SegmentEntry,
+        verified: Option<FileStamp>,
+    ) -> Result<(Segment, FileStamp)> {
+        let mut opened = open_std(path)?;
+        let stamp = FileStamp::of(&opened.metadata().at(path)?);
+        if stamp.size != entry.bytes {
             return Err(Error::corrupted(
                 path,
-                format!(
-                    "segment of {bytes} bytes with xxh3 {xxh3:016x}, the commit log records {} \
-                     bytes with xxh3 {:016x}",
-                    entry.bytes, entry.xxh3
-                ),
+                format!("segment holds {} bytes, the commit log says {}", stamp.size, entry.bytes),
             ));
         }
+        if verified != Some(stamp) {
+            let (bytes, xxh3) = hash(&mut opened, path)?;
+            if (bytes, xxh3) != (entry.bytes, entry.xxh3) {
+                return Err(Error::corrupted(
+                    path,
+                    format!(
+                        "segment of {bytes} bytes with xxh3 {xxh3:016x}, the commit log records \
+                         {} bytes with xxh3 {:016x}",
+                        entry.bytes, entry.xxh3
+                    ),
+                ));
+            }
+        }
+        // Closed before libhdf5 opens the file: one descriptor per open segment, not two.
+        drop(opened);
+        let file = open_hdf5(path, "the segment")?;
+        // The file libhdf5 opened must be the one checked (the path could name another by now).
+        match ffi::storage::file_storage(file.id()) {
+            Ok(Some(storage)) if storage.identity != (stamp.dev, stamp.ino) => {
+                return Err(Error::corrupted(
+                    path,
+                    format!(
+                        "the segment was replaced while it was opened: inode {} was checked, \
+                         libhdf5 opened inode {}",
+                        stamp.ino, storage.identity.1
+                    ),
+                ));
+            }
+            Ok(_) => {}
+            Err(e) => return Err(read_error(path, "the segment's storage", e)),
+        }
         let rows = entry.rows;
-        let file = hdf5::File::open(path).map_err(|e| read_error(path, "opening", e))?;
         let section: Group = file
             .group(&format!("{TORCH_CACHE}/{SAMPLES}"))
             .map_err(|e| read_error(path, "opening the samples section", e))?;
@@ -211,15 +293,15 @@ impl Segment {
         let index = read_index::<SampleIndexRow>(path, &section)?;
         let open =
             |group: &Group, name: &str| ColumnReader::open(path, group, name, mapped.as_ref());
-        let keys = open(&section, "keys")?.read_all(Element::U8)?;
-        let shapes = open(&section, "shapes")?.read_all(Element::I64)?;
+        let keys = open(&section, "keys")?;
+        let shapes = open(&section, "shapes")?;
         let columns = schema
             .fields
             .iter()
             .enumerate()
             .map(|(i, spec)| Ok((open(&fields, &i.to_string())?, element(&spec.kind))))
             .collect::<Result<Vec<_>>>()?;
-        let counts = [index.len() as u64, keys.len() as u64, shapes.len() as u64];
+        let counts = [index.len() as u64, keys.rows(), shapes.rows()];
         let short = columns.iter().map(|(c, _)| c.rows()).chain(counts).find(|&n| n != rows);
         if let Some(found) = short {
             return Err(Error::corrupted(
@@ -227,39 +309,40 @@ impl Segment {
                 format!("a dataset of the segment holds {found} rows, the commit log says {rows}"),
             ));
         }
-        let keys = keys
+        let segment = Segment {
+            path: path.to_path_buf(),
+            checksums: index.iter().map(|r| r.checksum).collect(),
+            keys,
+            shapes,
+            columns,
+            _file: file,
+        };
+        Ok((segment, stamp))
+    }
+
+    /// The keys, by row, read from the segment.
+    pub fn keys(&self) -> Result<Vec<String>> {
+        let path = &self.path;
+        self.keys
+            .read_all(Element::U8)?
             .into_iter()
             .enumerate()
             .map(|(row, bytes)| {
                 String::from_utf8(bytes)
                     .map_err(|_| Error::corrupted(path, format!("key of row {row} is not UTF-8")))
             })
-            .collect::<Result<Vec<_>>>()?;
-        Ok(Segment {
-            path: path.to_path_buf(),
-            keys,
-            shapes: shapes.iter().map(|b| i64s(b)).collect(),
-            checksums: index.iter().map(|r| r.checksum).collect(),
-            columns,
-            _file: file,
-        })
+            .collect()
     }
 
-    /// The keys, by row.
-    pub fn keys(&self) -> &[String] {
-        &self.keys
-    }
-
-    /// The sample of row `row`, checked against its checksum. Damage is `Error::Corrupted`
-    /// naming the segment file and the row's key.
-    pub fn read(&self, schema: &Schema, row: usize) -> Result<Sample> {
-        let key = &self.keys[row];
-        self.read_row(schema, row).map_err(|e| e.for_key(key))
+    /// The sample of row `row`, whose key is `key` (as [`Segment::keys`] read it), checked
+    /// against its checksum, which covers the key. Damage is `Error::Corrupted` naming the
+    /// segment file and the key.
+    pub fn read(&self, schema: &Schema, row: usize, key: &str) -> Result<Sample> {
+        self.read_row(schema, row, key).map_err(|e| e.for_key(key))
     }
 
     /// [`Segment::read`], its errors not yet naming the key.
-    fn read_row(&self, schema: &Schema, row: usize) -> Result<Sample> {
-        let key = &self.keys[row];
+    fn read_row(&self, schema: &Schema, row: usize, key: &str) -> Result<Sample> {
         let corrupted = |detail: String| Error::corrupted(&self.path, detail);
         let fields: Vec<Vec<u8>> = self
             .columns
@@ -269,14 +352,15 @@ impl Segment {
                 column.read(row as u64, *element, &format!("field {:?}", spec.name))
             })
             .collect::<Result<_>>()?;
-        let shapes = &self.shapes[row];
+        let shape_bytes = self.shapes.read(row as u64, Element::I64, "shape row")?;
         let stored = self.checksums[row];
-        let computed = checksum(key.as_bytes(), &le_bytes_i64(shapes), &fields);
+        let computed = checksum(key.as_bytes(), &shape_bytes, &fields);
         if computed != stored {
             return Err(corrupted(format!(
                 "checksum {computed:016x} of the stored bytes != recorded {stored:016x}"
             )));
         }
+        let shapes = i64s(&shape_bytes);
         let mut dims = shapes.iter().copied();
         let mut sample = Sample::new();
         for (spec, bytes) in schema.fields.iter().zip(fields) {
@@ -304,10 +388,5 @@ impl Segment {
             sample.insert(spec.name.as_str(), value);
         }
         Ok(sample)
-    }
-
-    /// Rows in the segment.
-    pub fn rows(&self) -> usize {
-        self.keys.len()
     }
 }

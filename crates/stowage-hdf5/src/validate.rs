@@ -4,10 +4,15 @@
 use std::path::Path;
 
 use stowage_core::file_safety::AppendLog;
-use stowage_core::{Result, Schema, ValidationLevel, ValidationReport};
+use stowage_core::{Error, Result, Schema, ValidationLevel, ValidationReport};
 
 use crate::commit_log;
 use crate::segment::Segment;
+
+/// Whether `error` says a file is not there.
+fn is_missing(error: &Error) -> bool {
+    matches!(error, Error::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound)
+}
 
 /// Checks the cache in `dir`: the commit log, the completion marker, every committed segment
 /// (present, of the recorded size and xxh3, readable by libhdf5 with every row count as
@@ -48,8 +53,15 @@ pub(crate) fn validate(dir: &Path, level: ValidationLevel) -> Result<ValidationR
     for entry in &committed.segments {
         let path = super::backend::segment_path(dir, entry.id);
         report.files_checked += 1;
-        let segment = match Segment::open(&path, schema, entry) {
-            Ok(segment) => segment,
+        // Always hashed here, whatever a handle verified before: validate re-reads from disk.
+        let opened = Segment::open(&path, schema, entry, None)
+            .and_then(|(segment, _)| Ok((segment.keys()?, segment)));
+        let (keys, segment) = match opened {
+            Ok(opened) => opened,
+            // The operating system refused (no descriptor or memory left, no permission, a lock):
+            // nothing is known about the segment, so the check fails instead of reporting it
+            // damaged. A committed segment that is missing is damage.
+            Err(e @ Error::Io { .. }) if !is_missing(&e) => return Err(e),
             Err(e) => {
                 // Its keys are inside it: what can be said is how many samples it held.
                 let lost = format!("{e} (the segment's {} samples are unreadable)", entry.rows);
@@ -58,10 +70,11 @@ pub(crate) fn validate(dir: &Path, level: ValidationLevel) -> Result<ValidationR
             }
         };
         if level == ValidationLevel::Full {
-            for row in 0..segment.rows() {
+            // As many keys as rows: `Segment::open` checked every dataset's row count.
+            for (row, key) in keys.iter().enumerate() {
                 report.samples_checked += 1;
-                if let Err(e) = segment.read(schema, row) {
-                    report.problem(Some(&path), Some(&segment.keys()[row]), e.to_string());
+                if let Err(e) = segment.read(schema, row, key) {
+                    report.problem(Some(&path), Some(key), e.to_string());
                 }
             }
         }

@@ -134,12 +134,14 @@ struct Source {
 impl Source {
     /// Opens the target; `Error::Locked` when another process has it open for writing.
     fn open(path: &Path) -> Result<Source> {
-        match hdf5::File::open(path) {
+        match crate::open_file::open_checked(path, "the dataset file") {
             Ok(file) => Ok(Source { file }),
-            Err(e) if e.to_string().contains("lock") => {
+            // libhdf5's lock refused (`open_file`): a writer of the file is what this writer
+            // waits for.
+            Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::WouldBlock => {
                 Err(Error::Locked { cache: path.to_path_buf(), lock_file: path.to_path_buf() })
             }
-            Err(e) => Err(read_error(path, "opening", e)),
+            Err(e) => Err(e),
         }
     }
 }
@@ -591,14 +593,14 @@ impl TorchCacheWriter {
         let mut checksum_tables: Vec<(&str, Vec<ChecksumRow>)> = Vec::new();
         if let Some(section) = &mut self.features {
             section.values.finish()?;
-            write_index(&path, &section.group, &section.index, false)?;
+            write_index(&path, &section.group, &section.index, false, layout::INDEX_CHUNK_ROWS)?;
             checksum_tables.push((layout::FEATURES, row_checksums::rows_of(&section.coverage)));
         }
         if let Some(section) = &mut self.derivatives {
             for column in &mut section.columns {
                 column.finish()?;
             }
-            write_index(&path, &section.group, &section.index, false)?;
+            write_index(&path, &section.group, &section.index, false, layout::INDEX_CHUNK_ROWS)?;
             checksum_tables.push((layout::DERIVATIVES, row_checksums::rows_of(&section.coverage)));
             let id = section.group.id();
             let DerivativeLayout { n_radial_features, n_angular_features, multi } = self.layout;

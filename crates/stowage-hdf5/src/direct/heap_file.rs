@@ -12,7 +12,7 @@ use stowage_core::Result;
 use stowage_core::bytes::Bytes;
 
 use super::global_heap::{Layout, Piece};
-use super::reopen;
+use super::{ReopenError, reopen};
 use crate::error::write_error;
 use crate::ffi::{Failure, storage};
 
@@ -31,8 +31,10 @@ impl HeapFile {
     /// Opens the file libhdf5 is building at `path` (`file`) for writing, or `None` when its
     /// rows are left to libhdf5 (see [`reopen`]).
     pub fn open(path: &Path, file: &hdf5::File) -> Result<Option<Arc<HeapFile>>> {
-        let reopened = reopen(path, file, File::options().write(true))
-            .map_err(|e| write_error(path, "opening the file for its heap", e))?;
+        let reopened = reopen(path, file, File::options().write(true)).map_err(|e| match e {
+            ReopenError::Os(e) => stowage_core::Error::io(path, e),
+            ReopenError::Storage(e) => write_error(path, "opening the file for its heap", e),
+        })?;
         Ok(reopened.map(|(file, base)| Arc::new(HeapFile { file: Mutex::new(file), base })))
     }
 

@@ -6,12 +6,11 @@ use std::path::Path;
 use std::sync::Arc;
 
 use memmap2::Mmap;
-use stowage_core::Result;
+use stowage_core::{Error, Result};
 
 use super::global_heap::GlobalHeap;
-use super::reopen;
+use super::{ReopenError, reopen};
 use crate::error::read_error;
-use crate::ffi::Failure;
 
 /// One mapped HDF5 file.
 #[derive(Debug)]
@@ -26,8 +25,10 @@ impl MappedFile {
     /// Maps the file behind libhdf5's `file` (opened from `path`), or `None` when its rows are
     /// left to libhdf5 (see [`reopen`]).
     pub fn open(path: &Path, file: &hdf5::File) -> Result<Option<Arc<MappedFile>>> {
-        let reopened = reopen(path, file, File::options().read(true))
-            .map_err(|e| read_error(path, "opening the file for its map", e))?;
+        let reopened = reopen(path, file, File::options().read(true)).map_err(|e| match e {
+            ReopenError::Os(e) => Error::io(path, e),
+            ReopenError::Storage(e) => read_error(path, "opening the file for its map", e),
+        })?;
         let Some((opened, base)) = reopened else { return Ok(None) };
         // SAFETY: mapping is unsafe because another process could truncate or rewrite the file
         // while it is mapped (SIGBUS on truncation, changed bytes otherwise). aenet and stowage
@@ -35,8 +36,9 @@ impl MappedFile {
         // old file intact; a file rewritten in place under a reader is already unreadable for
         // libhdf5 (its metadata cache would be stale), and callers are documented not to do it.
         // The map is read-only and every byte read from it is bounds-checked as untrusted.
-        let map = unsafe { Mmap::map(&opened) }
-            .map_err(|e| read_error(path, "mapping the file", Failure(e.to_string())))?;
+        // A failed map is the process's limits (ENOMEM: address space or `vm.max_map_count`),
+        // never the file's bytes.
+        let map = unsafe { Mmap::map(&opened) }.map_err(|e| Error::io(path, e))?;
         Ok(Some(Arc::new(MappedFile { map, base, heap: GlobalHeap::default() })))
     }
 

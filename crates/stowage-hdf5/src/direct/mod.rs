@@ -55,6 +55,14 @@ pub(crate) use filters::MAX_INFLATE_RATIO;
 pub(crate) use heap_file::HeapFile;
 pub(crate) use mapped_file::MappedFile;
 
+/// Why [`reopen`] failed.
+enum ReopenError {
+    /// The operating system refused (no descriptor left, say): not the file's fault.
+    Os(std::io::Error),
+    /// libhdf5 could not say where the file keeps its bytes.
+    Storage(Failure),
+}
+
 /// The file libhdf5 has open as `file`, opened again from `path` with `options`, and the byte
 /// offset of its address 0; `None` when its rows are left to libhdf5: another driver than POSIX,
 /// addresses or lengths that are not 8 bytes (what this module handles), or a path that no longer
@@ -63,13 +71,14 @@ fn reopen(
     path: &Path,
     file: &hdf5::File,
     options: &OpenOptions,
-) -> Result<Option<(File, u64)>, Failure> {
-    let Some(storage) = storage::file_storage(file.id())? else { return Ok(None) };
+) -> Result<Option<(File, u64)>, ReopenError> {
+    let storage = storage::file_storage(file.id()).map_err(ReopenError::Storage)?;
+    let Some(storage) = storage else { return Ok(None) };
     if (storage.address_size, storage.length_size) != (8, 8) {
         return Ok(None);
     }
     let opened = options.open(path).and_then(|f| Ok((f.metadata()?, f)));
-    let (metadata, opened) = opened.map_err(|e| Failure(format!("opening: {e}")))?;
+    let (metadata, opened) = opened.map_err(ReopenError::Os)?;
     if (metadata.dev(), metadata.ino()) != storage.identity {
         return Ok(None);
     }

@@ -39,6 +39,24 @@ const SIGKILL: i32 = 9;
 /// some damaged global heaps.
 const TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Why a read tried in a child process did not finish there.
+#[derive(Debug)]
+pub(crate) enum ChildFailure {
+    /// The child could not be started or waited for: the operating system refused (no
+    /// descriptor, process or memory left). Says nothing about the file.
+    Start(std::io::Error, Failure),
+    /// libhdf5 crashed, hung or failed reading the file in the child: its bytes.
+    Read(Failure),
+}
+
+impl From<ChildFailure> for Failure {
+    fn from(failure: ChildFailure) -> Failure {
+        match failure {
+            ChildFailure::Start(_, failure) | ChildFailure::Read(failure) => failure,
+        }
+    }
+}
+
 /// Runs `read` (libhdf5 calls only; called under [`super::locked`]) in a child process first:
 /// `Ok` when the child finished (whatever `read` found), an error naming `what` when libhdf5
 /// crashed or hung in it. The child keeps only descriptor `keep` (the file `read` reads) and the
@@ -51,12 +69,14 @@ pub(crate) fn survives_in_child(
     what: &str,
     keep: Option<i32>,
     read: impl FnOnce(),
-) -> Result<(), Failure> {
+) -> Result<(), ChildFailure> {
     let start_failed = |step: &str| {
-        Failure(format!(
-            "{what}: could not start the process that tries libhdf5's read first ({step}: {})",
-            std::io::Error::last_os_error()
-        ))
+        let error = std::io::Error::last_os_error();
+        let failure = Failure(format!(
+            "{what}: could not start the process that tries libhdf5's read first ({step}: \
+             {error})"
+        ));
+        ChildFailure::Start(error, failure)
     };
     // The child writes one byte here once it has closed the other descriptors.
     let mut closed = [-1i32; 2];
@@ -126,7 +146,8 @@ pub(crate) fn survives_in_child(
             if error.kind() == std::io::ErrorKind::Interrupted {
                 continue;
             }
-            return Err(Failure(format!("{what}: waiting for the read's process: {error}")));
+            let failure = Failure(format!("{what}: waiting for the read's process: {error}"));
+            return Err(ChildFailure::Start(error, failure));
         }
         if started.elapsed() > TIMEOUT {
             // SAFETY: `pid` is our own child, not yet reaped.
@@ -134,28 +155,28 @@ pub(crate) fn survives_in_child(
                 kill(pid, SIGKILL);
                 waitpid(pid, &raw mut status, 0);
             }
-            return Err(Failure(format!(
+            return Err(ChildFailure::Read(Failure(format!(
                 "{what}: libhdf5 was still reading after {} s (it loops on some damaged global \
                  heaps)",
                 TIMEOUT.as_secs()
-            )));
+            ))));
         }
         std::thread::sleep(Duration::from_micros(200));
     }
     let signal = status & 0x7F;
     if signal != 0 && signal != 0x7F {
-        return Err(Failure(format!(
+        return Err(ChildFailure::Read(Failure(format!(
             "{what}: libhdf5 crashed on the file's bytes (signal {signal}, in a child process)"
-        )));
+        ))));
     }
     // The child leaves with 0 when `read` returned; anything else is a crash a sanitizer or a
     // panic turned into an exit status.
     let code = (status >> 8) & 0xFF;
     if code != 0 {
-        return Err(Failure(format!(
+        return Err(ChildFailure::Read(Failure(format!(
             "{what}: the child process reading it failed (exit status {code}): the file's bytes \
              crash the reader"
-        )));
+        ))));
     }
     Ok(())
 }
@@ -172,7 +193,10 @@ mod tests {
             // SAFETY: the child signals itself: it dies at once, without a core dump.
             unsafe { kill(getpid(), SIGKILL) };
         });
-        let error = crash.unwrap_err().to_string();
+        let error = match crash.unwrap_err() {
+            ChildFailure::Read(failure) => failure.to_string(),
+            other => panic!("a crash is the read's failure, not the start's: {other:?}"),
+        };
         assert!(error.contains("a killed read") && error.contains("signal 9"), "{error}");
     }
 }

@@ -6,7 +6,7 @@
 //! through here, once per file, dataset, chunk or batch; no row goes through libhdf5.
 
 use std::fs::File;
-use std::os::fd::{BorrowedFd, RawFd};
+use std::os::fd::{BorrowedFd, FromRawFd, RawFd};
 use std::os::unix::fs::MetadataExt;
 use std::ptr;
 
@@ -63,13 +63,7 @@ pub fn file_storage(file: hid_t) -> Outcome<Option<FileStorage>> {
         if handle.is_null() {
             return Ok(None);
         }
-        let duplicate = duplicate_handle(handle)?;
-        // Closed at once: kept open (or mapped) it would keep libhdf5's open file description,
-        // and with it libhdf5's file lock, alive after close.
-        let metadata = duplicate
-            .metadata()
-            .map_err(|e| Failure(format!("inspecting libhdf5's file descriptor: {e}")))?;
-        drop(duplicate);
+        let metadata = handle_metadata(handle)?;
         // SAFETY: `file` is a valid file id.
         let create = Id::new(unsafe { H5Fget_create_plist(file) }, "H5Fget_create_plist")?;
         let (mut base, mut address_size, mut length_size) = (0 as hsize_t, 0usize, 0usize);
@@ -84,6 +78,19 @@ pub fn file_storage(file: hid_t) -> Outcome<Option<FileStorage>> {
         let identity = (metadata.dev(), metadata.ino());
         Ok(Some(FileStorage { identity, base, address_size, length_size }))
     })
+}
+
+/// The metadata of the file behind the sec2 driver's `handle`, from libhdf5's own descriptor:
+/// borrowed, not duplicated, so that it needs no descriptor (a process out of descriptors gets
+/// its `EMFILE` where it opens files, never here) and leaves nothing open.
+fn handle_metadata(handle: *mut std::ffi::c_void) -> Outcome<std::fs::Metadata> {
+    // SAFETY: for the sec2 driver the handle points at the `int` descriptor of the open file,
+    // which stays open while the file id is (the caller holds it).
+    let fd: RawFd = unsafe { *handle.cast::<RawFd>() };
+    // SAFETY: `fd` is open for the duration of this borrow, and the `File` is never dropped
+    // (`ManuallyDrop`), so libhdf5's descriptor is not closed.
+    let borrowed = std::mem::ManuallyDrop::new(unsafe { File::from_raw_fd(fd) });
+    borrowed.metadata().map_err(|e| Failure(format!("inspecting libhdf5's file descriptor: {e}")))
 }
 
 /// A descriptor of its own on the file behind the sec2 driver's `handle` (a pointer to the `int`

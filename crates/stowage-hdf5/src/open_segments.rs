@@ -1,0 +1,267 @@
+//! The bounded, least-recently-used set of a generic cache's open segments.
+//!
+//! An open segment holds a libhdf5 file (one descriptor) and a read-only map: kept open for every
+//! segment, a cache of more segments than the descriptor limit (1,024 by default) could be
+//! neither written nor opened. So at most [`crate::Hdf5Options::max_open_segments`] are open; a
+//! `get` from another one opens it, closing the least recently used, and a segment evicted and
+//! used again is opened again.
+//!
+//! Integrity on first use: a segment's whole-file xxh3 is checked against the commit log when it
+//! is first opened (`Segment::open`), and what it was checked under is remembered as a
+//! [`FileStamp`]: reopened after eviction, a file with the same stamp is not hashed again, one
+//! whose stamp changed is. Readers share a segment through an `Arc`, so one evicted while a
+//! `get` reads it closes when that read ends.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+use stowage_core::{Result, Schema};
+
+use crate::backend::segment_path;
+use crate::commit_log::SegmentEntry;
+use crate::segment::{FileStamp, Segment};
+
+/// The open segments of one handle, and the stamps their checksums were verified under.
+pub(crate) struct OpenSegments {
+    dir: PathBuf,
+    bound: usize,
+    state: Mutex<State>,
+    /// Signalled when an open ends: a `get` waiting for a free place tries again.
+    opened: Condvar,
+}
+
+#[derive(Default)]
+struct State {
+    /// Incremented at every use: the least recently used segment has the smallest `used`.
+    clock: u64,
+    /// Open segments by their number (position in the commit log), with their last use.
+    open: HashMap<usize, (Arc<Segment>, u64)>,
+    /// Segments being opened now, outside the lock: each holds a place within the bound.
+    opening: usize,
+    /// By segment number: the stamp under which its checksum last matched, if it did.
+    verified: Vec<Option<FileStamp>>,
+}
+
+/// A place within the bound held while a segment is opened outside the lock. `get` gives it back
+/// itself, in the critical section that adds the segment; dropped before that (a panic in the
+/// open), it gives it back here. Either way the waiters are woken.
+struct Opening<'a> {
+    segments: &'a OpenSegments,
+    given_back: bool,
+}
+
+impl Drop for Opening<'_> {
+    fn drop(&mut self) {
+        if !self.given_back {
+            self.segments.state().opening -= 1;
+        }
+        self.segments.opened.notify_all();
+    }
+}
+
+impl OpenSegments {
+    /// No segment open yet, at most `bound` (at least 1) open at any time, of the cache in `dir`.
+    pub fn new(dir: &Path, bound: usize) -> OpenSegments {
+        OpenSegments {
+            dir: dir.to_path_buf(),
+            bound: bound.max(1),
+            state: Mutex::default(),
+            opened: Condvar::new(),
+        }
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        // A panic while the lock was held leaves nothing half-updated that matters: at worst a
+        // segment is opened (and hashed) again.
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Adds the next committed segment (number = segments added so far), its checksum verified
+    /// under `stamp` when known (the writer hashed the file it just published).
+    pub fn push(&self, stamp: Option<FileStamp>) {
+        self.state().verified.push(stamp);
+    }
+
+    /// Segment `number`, committed as `entry`: the open one, or opened now (checked as
+    /// [`Segment::open`] does, its checksum only when its stamp changed), closing the least
+    /// recently used when the bound is reached.
+    ///
+    /// The open itself (a hash, libhdf5's open) runs outside the lock, so `get`s of open
+    /// segments from other threads go on meanwhile; it holds a place within the bound, and a
+    /// `get` that finds every place taken by opens waits for one to end.
+    pub fn get(
+        &self,
+        number: usize,
+        entry: &SegmentEntry,
+        schema: &Schema,
+    ) -> Result<Arc<Segment>> {
+        let mut state = self.state();
+        let verified = loop {
+            state.clock += 1;
+            let now = state.clock;
+            if let Some((segment, used)) = state.open.get_mut(&number) {
+                *used = now;
+                return Ok(Arc::clone(segment));
+            }
+            // Closed first: never more than `bound` open, even for an instant (the bound may be
+            // the last descriptors the process has).
+            while state.open.len() + state.opening >= self.bound {
+                let oldest = state.open.iter().min_by_key(|(_, (_, used))| *used).map(|(&n, _)| n);
+                let Some(oldest) = oldest else { break };
+                state.open.remove(&oldest);
+            }
+            if state.open.len() + state.opening < self.bound {
+                state.opening += 1;
+                break state.verified.get(number).copied().flatten();
+            }
+            // Every place is taken by opens under way (another thread's may be this segment).
+            state = self.opened.wait(state).unwrap_or_else(|poisoned| poisoned.into_inner());
+        };
+        drop(state);
+        let mut place = Opening { segments: self, given_back: false };
+        let path = segment_path(&self.dir, entry.id);
+        let opened = Segment::open(&path, schema, entry, verified);
+        let mut state = self.state();
+        // The place becomes the open segment's, in this same critical section (or is free).
+        state.opening -= 1;
+        place.given_back = true;
+        let (segment, stamp) = opened?;
+        if let Some(slot) = state.verified.get_mut(number) {
+            *slot = Some(stamp);
+        }
+        state.clock += 1;
+        let now = state.clock;
+        // Another thread may have opened the same segment meanwhile: one copy is kept.
+        let segment = match state.open.get_mut(&number) {
+            Some((kept, used)) => {
+                *used = now;
+                Arc::clone(kept)
+            }
+            None => {
+                let segment = Arc::new(segment);
+                state.open.insert(number, (Arc::clone(&segment), now));
+                segment
+            }
+        };
+        drop(state);
+        drop(place); // wakes the waiters
+        Ok(segment)
+    }
+
+    /// Segments open now.
+    #[cfg(test)]
+    pub fn open_count(&self) -> usize {
+        self.state().open.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Hdf5Backend;
+    use crate::commit_log;
+    use stowage_core::file_safety::AppendLog;
+    use stowage_core::{Backend, DType, Error, Sample, ShapeRule, Tensor};
+
+    /// A cache of `n` segments of one sample each; its schema and committed segments.
+    fn cache(dir: &Path, n: u8) -> (Schema, Vec<SegmentEntry>) {
+        let schema = Schema::new().tensor("x", DType::U8, ShapeRule::Fixed(vec![1]));
+        let mut cache = Hdf5Backend::create(dir, &schema).unwrap();
+        for i in 0..n {
+            let sample = Sample::new().with("x", Tensor::from_slice(&[1], &[i]).unwrap());
+            cache.put(&format!("k{i}"), &sample).unwrap();
+            cache.flush().unwrap();
+        }
+        drop(cache);
+        let log = dir.join("stowage.log");
+        let recovered = AppendLog::read_all(&log).unwrap();
+        (schema, commit_log::interpret(&log, &recovered).unwrap().segments)
+    }
+
+    fn opened(segments: &OpenSegments, number: usize, entry: &SegmentEntry, schema: &Schema) {
+        let segment = segments.get(number, entry, schema).unwrap();
+        assert_eq!(segment.keys().unwrap(), [format!("k{number}")]);
+    }
+
+    #[test]
+    fn at_most_the_bound_is_open_and_the_least_recently_used_closes_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let (schema, entries) = cache(dir.path(), 4);
+        let segments = OpenSegments::new(dir.path(), 2);
+        for _ in &entries {
+            segments.push(None);
+        }
+        opened(&segments, 0, &entries[0], &schema);
+        opened(&segments, 1, &entries[1], &schema);
+        opened(&segments, 0, &entries[0], &schema); // 1 is now the least recently used
+        opened(&segments, 2, &entries[2], &schema);
+        assert_eq!(segments.open_count(), 2);
+        let open: Vec<usize> = segments.state().open.keys().copied().collect();
+        assert!(open.contains(&0) && open.contains(&2), "{open:?}");
+        // Closed and used again: opened again.
+        opened(&segments, 1, &entries[1], &schema);
+        opened(&segments, 3, &entries[3], &schema);
+        assert_eq!(segments.open_count(), 2);
+    }
+
+    #[test]
+    fn threads_share_the_bounded_set() {
+        let dir = tempfile::tempdir().unwrap();
+        let (schema, entries) = cache(dir.path(), 6);
+        let segments = OpenSegments::new(dir.path(), 2);
+        for _ in &entries {
+            segments.push(None);
+        }
+        std::thread::scope(|scope| {
+            for thread in 0..4usize {
+                let (segments, schema, entries) = (&segments, &schema, &entries);
+                scope.spawn(move || {
+                    for i in 0..60usize {
+                        let number = (i * 7 + thread * 3) % entries.len();
+                        opened(segments, number, &entries[number], schema);
+                        assert!(segments.open_count() <= 2);
+                    }
+                });
+            }
+        });
+        let state = segments.state();
+        assert_eq!(state.opening, 0);
+        assert!(state.open.len() <= 2);
+        assert!(state.verified.iter().all(Option::is_some), "every segment was verified");
+    }
+
+    #[test]
+    fn a_verified_segment_is_hashed_again_only_when_its_file_changed() {
+        let dir = tempfile::tempdir().unwrap();
+        let (schema, entries) = cache(dir.path(), 2);
+        let segments = OpenSegments::new(dir.path(), 1);
+        segments.push(None);
+        segments.push(None);
+        opened(&segments, 0, &entries[0], &schema);
+        opened(&segments, 1, &entries[1], &schema); // closes segment 0
+        // A commit log entry that no longer matches the file: not noticed while the file keeps
+        // the stamp it was verified under (no second hash)...
+        let wrong = SegmentEntry { xxh3: entries[0].xxh3 ^ 1, ..entries[0] };
+        opened(&segments, 0, &wrong, &schema);
+        // ...and noticed by a handle that has not verified it.
+        let fresh = OpenSegments::new(dir.path(), 1);
+        fresh.push(None);
+        match fresh.get(0, &wrong, &schema).map(drop).unwrap_err() {
+            Error::Corrupted { detail, .. } => assert!(detail.contains("xxh3"), "{detail}"),
+            other => panic!("expected a checksum mismatch, got {other:?}"),
+        }
+        // The file rewritten in place, same size: its stamp changed, so it is hashed again.
+        opened(&segments, 1, &entries[1], &schema); // closes segment 0
+        let path = segment_path(dir.path(), entries[0].id);
+        let mut bytes = std::fs::read(&path).unwrap();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 0x01;
+        std::thread::sleep(std::time::Duration::from_millis(20)); // a later mtime tick
+        std::fs::write(&path, &bytes).unwrap();
+        match segments.get(0, &entries[0], &schema).map(drop).unwrap_err() {
+            Error::Corrupted { detail, .. } => assert!(detail.contains("xxh3"), "{detail}"),
+            other => panic!("expected a checksum mismatch, got {other:?}"),
+        }
+    }
+}
