@@ -78,8 +78,18 @@ Commands:
                   then write the table, the machine and the command to the suite's section of
                   docs/benchmarks.md. A suite that fails is reported and the others still run;
                   the command then exits non-zero.
-    --suite NAME  run only this step (overview, numpy10, memmap, arrow or hdf5); may be
-                  given more than once
+                  Opt-in, never in the default run: --suite scale runs
+                    scale    cargo run --release -p stowage-cli --bin stowage -- bench --scale
+                               [--sizes LIST] [--backends LIST] --format markdown
+                               --dir <target>/bench-data/scale
+                  (every backend at 100k, 1m and 10m keys of a 16-byte row, memmap and arrow
+                  also at 100m: open time and memory, write rate, warm and cold random gets
+                  beside the physical references, issue 17's targets as PASS or FAIL; it
+                  refuses to start when the disk cannot hold its largest cache plus 15 GB)
+    --suite NAME  run only this step (overview, numpy10, memmap, arrow, hdf5 or scale); may
+                  be given more than once
+    --sizes LIST  with --suite scale: the key counts, e.g. 100k,1m (default 100k,1m,10m,100m)
+    --backends LIST  with --suite scale: the backends, e.g. memmap,arrow (default: all four)
     --report-only do not run the benchmarks; report the last criterion results
                   (the Python peers still run when the bench data exists; the overview,
                   which keeps no results, is skipped)

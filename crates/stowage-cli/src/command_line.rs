@@ -161,8 +161,20 @@ reference. Reads walk one shuffled epoch over the samples (at most 200,000), the
 every backend, reference and peer. A backend that cannot hold a workload's schema is listed
 with the reason, not measured. --peers runs each original tool's read path in Python on the
 same files (hangar's slice + xxh64, DNANet's np.memmap rows, torchcachex's pyarrow get_batch,
-h5py variable-length rows). Progress goes to stderr, the report to stdout. Exits 1 when a
-backend failed to write, verify or read its workload.";
+h5py slices of whole segments). Progress goes to stderr, the report to stdout. Exits 1 when a
+backend failed to write, verify or read its workload.
+
+--scale measures how each backend grows instead (stowage bench --scale --sizes 100k,1m): at
+each size, a cache of that many float32[4] keys per backend, written with a durable flush
+every 2,048 rows, resumed, finalized and opened: open time and the memory it adds (read-only
+and resumed), first get, write rate, random gets warm and cold (page cache dropped) one at a
+time and in batches of 1,024, bytes per key, beside the raw copy out of a warm map of the same
+rows and cold 4 KiB preads of the cache's files at queue depth 1 and 32, then issue 17's
+targets as PASS or FAIL. It first writes a 20,000-key probe cache per backend and refuses to
+start when the largest cache (x1.5) and --keep-free GB do not fit on the disk. The full run
+(100k,1m,10m for every backend, 100m for memmap and arrow) needs about 19 GB beside
+--keep-free (arrow at 100m: about 125 bytes per key, x1.5). Exits 1 when a backend failed at
+some size.";
 
 const EXPLAIN_HELP: &str = "\
 Examples:
@@ -326,6 +338,28 @@ pub struct BenchArgs {
     /// Keep the caches after measuring them
     #[arg(long)]
     pub keep: bool,
+
+    /// The scale mode: every backend at each of --sizes keys of a 16-byte row (float32[4]):
+    /// open time and memory, first get, write rate, random gets warm and cold beside the
+    /// physical references, bytes per key, and issue 17's targets as PASS or FAIL
+    #[arg(long, conflicts_with_all = ["rows", "shape", "dtype", "workload", "peers"])]
+    pub scale: bool,
+
+    /// With --scale: the key counts, separated by commas (default: 100k,1m,10m,100m; above
+    /// 10m only memmap and arrow run)
+    #[arg(long, value_name = "LIST", value_delimiter = ',', requires = "scale",
+          value_parser = bench::scale::parse_size)]
+    pub sizes: Vec<usize>,
+
+    /// With --scale: GB the disk must still have free after the largest cache; the run refuses
+    /// to start otherwise
+    #[arg(long, value_name = "GB", default_value_t = 15, requires = "scale")]
+    pub keep_free: u64,
+
+    /// With --scale: before each cold measurement also drop the whole machine's page cache
+    /// (`echo 3 > /proc/sys/vm/drop_caches`, root only), not only the cache's own files'
+    #[arg(long, requires = "scale")]
+    pub drop_caches: bool,
 }
 
 /// A workload of `stowage bench`.

@@ -159,6 +159,14 @@ fn run_bench(
     progress_out: &mut dyn Write,
 ) -> Result<Status, CliError> {
     use bench::workload::Workload;
+    if args.scale {
+        let (text, all_ran) = bench::scale::run_command(&args, &mut |line: &str| {
+            let _ = writeln!(progress_out, "stowage bench: {line}");
+        })
+        .map_err(CliError::new)?;
+        say!(out, "{}", text.trim_end());
+        return Ok(if all_ran { Status::Success } else { Status::ProblemsFound });
+    }
     let rows = |default: usize| args.rows.map_or(default, |n| n as usize);
     let names = if args.workload.is_empty() { vec![WorkloadName::Flat] } else { args.workload };
     let workloads = names

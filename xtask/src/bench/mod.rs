@@ -3,7 +3,8 @@
 //! and target ratios that its own section of `docs/benchmarks.md` records.
 //!
 //! The modules, one concept each: [`overview`] the first step (`stowage bench` over every
-//! backend), [`suite`] what the suites are (data only), [`criterion`] reading criterion's
+//! backend), [`scale`] the opt-in last step (`stowage bench --scale`, every backend from 100
+//! thousand to 100 million keys), [`suite`] what the suites are (data only), [`criterion`] reading criterion's
 //! results, [`levels`] the bench's other measurements, [`peer`] running a Python peer, [`rate`]
 //! the measured rates all become, [`table`] the table and its verdicts, [`doc`] a suite's section
 //! and its place in `docs/benchmarks.md`. This file is the run loop.
@@ -14,6 +15,7 @@ mod levels;
 mod overview;
 mod peer;
 mod rate;
+mod scale;
 mod suite;
 mod table;
 
@@ -34,54 +36,87 @@ pub struct Options {
     suites: Vec<&'static Suite>,
     /// Report the last criterion results instead of running the benches.
     report_only: bool,
+    /// Run the opt-in scale suite last (only when `--suite scale` names it).
+    scale: bool,
+    /// The scale suite's `--sizes`, as given.
+    sizes: Option<String>,
+    /// The scale suite's `--backends`, as given.
+    backends: Option<String>,
 }
 
 impl Options {
-    /// Parses `[--suite NAME]... [--report-only]` in any order; no `--suite` means the overview
-    /// and every suite (`--suite overview` names the overview).
+    /// Parses `[--suite NAME]... [--report-only] [--sizes LIST]` in any order; no `--suite`
+    /// means the overview and every suite of [`SUITES`] (`--suite overview` names the overview;
+    /// the scale suite runs only when `--suite scale` names it, `--sizes` only with it).
     pub fn parse(args: &[String]) -> Result<Options, String> {
         let mut report_only = false;
         let mut chosen: Vec<&str> = Vec::new();
+        let mut sizes = None;
+        let mut backends = None;
         let mut args = args.iter();
         while let Some(arg) = args.next() {
             match arg.as_str() {
                 "--report-only" => report_only = true,
+                "--sizes" => {
+                    let list = args.next().ok_or("`--sizes` needs a list, e.g. 100k,1m")?;
+                    sizes = Some(list.clone());
+                }
+                "--backends" => {
+                    let list = args.next().ok_or("`--backends` needs a list, e.g. memmap,arrow")?;
+                    backends = Some(list.clone());
+                }
                 "--suite" => {
                     let name = args.next().ok_or_else(|| {
                         format!("`--suite` needs a suite name: {}", suite::names())
                     })?;
-                    if name == overview::NAME {
-                        chosen.push(overview::NAME);
+                    if name == overview::NAME || name == scale::NAME {
+                        chosen.push(if name == scale::NAME { scale::NAME } else { overview::NAME });
                     } else {
                         chosen.push(suite::find(name)?.name);
                     }
                 }
                 other => {
                     return Err(format!(
-                        "unexpected argument `{other}`; the flags here are `--suite NAME` and \
-                         `--report-only` (see `cargo xtask --help`)"
+                        "unexpected argument `{other}`; the flags here are `--suite NAME`, \
+                         `--report-only` and `--sizes LIST` (see `cargo xtask --help`)"
                     ));
                 }
             }
+        }
+        let scale = chosen.contains(&scale::NAME);
+        if (sizes.is_some() || backends.is_some()) && !scale {
+            return Err(
+                "`--sizes` and `--backends` are for the scale suite: add `--suite scale`".into()
+            );
         }
         let suites = SUITES
             .iter()
             .filter(|suite| chosen.is_empty() || chosen.contains(&suite.name))
             .collect();
         let overview = chosen.is_empty() || chosen.contains(&overview::NAME);
-        Ok(Options { overview, suites, report_only })
+        Ok(Options { overview, suites, report_only, scale, sizes, backends })
     }
 
     /// The command as the docs record it: `cargo xtask bench`, with `--suite` for each suite when
-    /// not all run, and `--report-only`.
+    /// not all run (and for the scale suite, with its `--sizes`), and `--report-only`.
     fn command_line(&self) -> String {
         let mut line = "cargo xtask bench".to_owned();
-        if !self.overview || self.suites.len() != SUITES.len() {
+        if !self.overview || self.suites.len() != SUITES.len() || self.scale {
             let overview = self.overview.then_some(overview::NAME);
-            for name in overview.into_iter().chain(self.suites.iter().map(|s| s.name)) {
+            let scale = self.scale.then_some(scale::NAME);
+            for name in overview.into_iter().chain(self.suites.iter().map(|s| s.name)).chain(scale)
+            {
                 line.push_str(" --suite ");
                 line.push_str(name);
             }
+        }
+        if let Some(sizes) = &self.sizes {
+            line.push_str(" --sizes ");
+            line.push_str(sizes);
+        }
+        if let Some(backends) = &self.backends {
+            line.push_str(" --backends ");
+            line.push_str(backends);
         }
         if self.report_only {
             line.push_str(" --report-only");
@@ -131,7 +166,7 @@ pub fn run(options: Options) -> Result<(), String> {
 /// [`run`] with the paths given, so tests can point it at temporary directories.
 fn run_suites(options: &Options, paths: &Paths) -> Result<(), String> {
     let mut failed: Vec<&str> = Vec::new();
-    let steps = options.suites.len() + usize::from(options.overview);
+    let steps = options.suites.len() + usize::from(options.overview) + usize::from(options.scale);
     if options.overview {
         println!("xtask: ==> {} (1 of {steps})", overview::NAME);
         let data = paths.bench_data_root.join(overview::NAME);
@@ -146,6 +181,25 @@ fn run_suites(options: &Options, paths: &Paths) -> Result<(), String> {
         if let Err(message) = run_suite(suite, options, paths) {
             eprintln!("xtask: error: suite {}: {message}", suite.name);
             failed.push(suite.name);
+        }
+    }
+    if options.scale {
+        println!("xtask: ==> suite {} ({steps} of {steps})", scale::NAME);
+        let data = paths.bench_data_root.join(scale::NAME);
+        let chosen = scale::Chosen {
+            sizes: options.sizes.as_deref(),
+            backends: options.backends.as_deref(),
+        };
+        if let Err(message) = scale::run(
+            &paths.root,
+            &data,
+            &paths.docs,
+            &chosen,
+            &options.command_line(),
+            options.report_only,
+        ) {
+            eprintln!("xtask: error: suite {}: {message}", scale::NAME);
+            failed.push(scale::NAME);
         }
     }
     if failed.is_empty() {
@@ -298,6 +352,23 @@ mod tests {
         assert_eq!(overview.command_line(), "cargo xtask bench --suite overview");
     }
 
+    /// The scale suite is opt-in: never in the default run, only when named, last, with its
+    /// sizes.
+    #[test]
+    fn the_scale_suite_runs_only_when_named() {
+        let all = parse(&[]).unwrap();
+        assert!(!all.scale && all.sizes.is_none());
+        let scale = parse(&["--suite", "scale", "--sizes", "100k,1m"]).unwrap();
+        assert!(scale.scale && !scale.overview && scale.suites.is_empty());
+        assert_eq!(scale.sizes.as_deref(), Some("100k,1m"));
+        assert_eq!(scale.command_line(), "cargo xtask bench --suite scale --sizes 100k,1m");
+        let some = parse(&["--backends", "arrow", "--suite", "scale"]).unwrap();
+        assert_eq!(some.command_line(), "cargo xtask bench --suite scale --backends arrow");
+        let with_memmap = parse(&["--suite", "scale", "--suite", "memmap"]).unwrap();
+        assert_eq!(names(&with_memmap), ["memmap"]);
+        assert_eq!(with_memmap.command_line(), "cargo xtask bench --suite memmap --suite scale");
+    }
+
     /// Unknown suites, a `--suite` without a name and stray arguments are errors that say what
     /// would be right.
     #[test]
@@ -310,7 +381,12 @@ mod tests {
             parse(&["--suite"]).unwrap_err(),
             "`--suite` needs a suite name: numpy10, memmap, arrow, hdf5"
         );
-        assert!(parse(&["--quick"]).unwrap_err().contains("`--suite NAME` and `--report-only`"));
+        assert!(parse(&["--quick"]).unwrap_err().contains("`--suite NAME`, `--report-only`"));
+        assert_eq!(
+            parse(&["--sizes", "100k"]).unwrap_err(),
+            "`--sizes` and `--backends` are for the scale suite: add `--suite scale`"
+        );
+        assert!(parse(&["--suite", "scale", "--sizes"]).unwrap_err().contains("needs a list"));
     }
 
     /// Temporary criterion, bench-data and docs paths under `dir`; scripts from this workspace.
@@ -388,6 +464,9 @@ mod tests {
             overview: false,
             suites: vec![&BROKEN_NPY, &BROKEN_MEMMAP],
             report_only: false,
+            scale: false,
+            sizes: None,
+            backends: None,
         };
         let error = run_suites(&options, &paths).unwrap_err();
         assert_eq!(error, "2 of 2 steps failed: broken_npy, broken_memmap (see above)");

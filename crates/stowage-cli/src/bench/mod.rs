@@ -5,13 +5,15 @@
 //! One concept per module: [`workload`] the generated samples, [`subject`] the backends behind
 //! one type, [`measure`] one backend through one workload, [`mod@reference`] the physical
 //! references, [`peers`] the original tools' read paths in Python, [`rss`] peak memory,
-//! [`report`] the result and its renderings. This file is the run loop.
+//! [`report`] the result and its renderings; [`scale`] the `--scale` mode (every backend at 100
+//! thousand to 100 million keys). This file is the run loop.
 
 pub mod measure;
 pub mod peers;
 pub mod reference;
 pub mod report;
 pub mod rss;
+pub mod scale;
 pub mod subject;
 pub mod workload;
 

@@ -6,7 +6,7 @@ Reads a JSON plan on stdin:
         {"backend": "npy", "dir": ..., "records": [[record, field], ...]},  # hangar NUMPY_10
         {"backend": "memmap", "dir": ..., "rows": [...]},                   # DNANet memmap rows
         {"backend": "arrow", "dir": ..., "keys": [...]},                    # torchcachex segments
-        {"backend": "hdf5", "dir": ..., "keys": [...]}]}                    # h5py VLEN rows
+        {"backend": "hdf5", "dir": ..., "keys": [...]}]}                    # h5py slices
 
 (records, rows and keys in the read order stowage used) and prints one JSON line:
 
@@ -116,7 +116,12 @@ def arrow_peer(cache):
 
 
 def hdf5_peer(cache):
-    """h5py VLEN reads of stowage's generic HDF5 segments: shape row, then every field's row."""
+    """The fastest read of stowage's generic HDF5 layout a Python user would write with h5py:
+    per batch of 1,000 keys, for each segment file it touches, one slice of the `shapes` row
+    dataset and of every field's variable-length dataset covering the rows it needs (first to
+    last), then the rows picked out of the slices and reshaped. (Reading one row per h5py call,
+    as an earlier version of this peer did, is about 100x slower: each call pays libhdf5's
+    selection and variable-length conversion set-up.)"""
     import h5py
     import numpy as np
 
@@ -126,26 +131,39 @@ def hdf5_peer(cache):
         f = h5py.File(os.path.join(segments_dir, name), "r")
         files.append(f)
         for row, key in enumerate(f["torch_cache/samples/keys"][:]):
-            index[bytes(key).decode()] = (f, row)
+            index[bytes(key).decode()] = (len(files) - 1, row)
+    keys = cache["keys"]
+    batches = [keys[i:i + BATCH] for i in range(0, len(keys), BATCH)]
 
-    def read(key):
-        f, row = index[key]
-        shapes = f["torch_cache/samples/shapes"][row]
-        fields = f["torch_cache/samples/fields"]
-        at = 0
-        for i in range(len(fields)):
-            rank = int(shapes[at])
-            at += 1
-            if rank < 0:
-                continue
-            dims = tuple(int(d) for d in shapes[at:at + rank])
-            at += rank
-            np.asarray(fields[str(i)][row]).reshape(dims)
+    def read(batch):
+        wanted = {}
+        for key in batch:
+            segment, row = index[key]
+            wanted.setdefault(segment, []).append(row)
+        for segment, rows in wanted.items():
+            samples = files[segment]["torch_cache/samples"]
+            first, last = min(rows), max(rows) + 1
+            shapes = samples["shapes"][first:last]
+            fields = samples["fields"]
+            columns = [samples["fields"][str(i)][first:last] for i in range(len(fields))]
+            for row in rows:
+                shape, at = shapes[row - first], 0
+                for column in columns:
+                    rank = int(shape[at])
+                    at += 1
+                    if rank < 0:
+                        continue
+                    dims = tuple(int(d) for d in shape[at:at + rank])
+                    at += rank
+                    np.asarray(column[row - first]).reshape(dims)
 
-    result = timed(cache["keys"], read)
+    done, seconds = timed(batches, read)
     for f in files:
         f.close()
-    return "h5py VLEN rows of the segment (shape row, then each field)", result
+    done_rows = sum(len(b) for b in batches[:done])
+    return ("h5py slices of each segment's rows a batch of 1,000 keys needs, then the rows "
+            "picked (the fastest h5py read of this layout; stowage's own, not aenet's)",
+            (done_rows, seconds))
 
 
 PEERS = {"npy": npy_peer, "memmap": memmap_peer, "arrow": arrow_peer, "hdf5": hdf5_peer}
@@ -159,5 +177,5 @@ for cache in PLAN["caches"]:
         rates.append({"name": name, "missing": f"Python package missing: {error.name}"})
         continue
     rates.append({"name": name, "what": what, "rows_per_s": done / max(seconds, 1e-9),
-                  "rows": done, "seconds": seconds, "batched": name == "arrow"})
+                  "rows": done, "seconds": seconds, "batched": name in ("arrow", "hdf5")})
 print(json.dumps({"rates": rates, "python": platform.python_version()}))

@@ -110,6 +110,20 @@ impl Subject {
         }))
     }
 
+    /// Opens the cache in `dir` for appending with the backend's default options: resumes an
+    /// unfinished cache (or appends to a finished one where the backend can).
+    pub fn resume(kind: Kind, dir: &Path) -> Result<Subject> {
+        let mode = OpenMode::Append;
+        Ok(match kind {
+            Kind::Npy => Subject::Npy(NpyBackend::open(dir, mode, NpyOptions::default())?),
+            Kind::Memmap => {
+                Subject::Memmap(MemmapBackend::open(dir, mode, MemmapOptions::default())?)
+            }
+            Kind::Arrow => Subject::Arrow(ArrowBackend::open(dir, mode, ArrowOptions::default())?),
+            Kind::Hdf5 => Subject::Hdf5(Hdf5Backend::open(dir, mode)?),
+        })
+    }
+
     /// The cache as a [`Backend`].
     pub fn backend(&mut self) -> &mut dyn Backend {
         match self {

@@ -1,0 +1,285 @@
+//! One backend at one size: write the keys streaming (put + a durable flush every
+//! [`FLUSH_EVERY`](crate::bench::FLUSH_EVERY) rows), resume the unfinished cache and finalize it,
+//! open it read-only, then read it warm and cold beside the cold `pread` references on its own
+//! files.
+
+use std::hint::black_box;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use serde::Serialize;
+use stowage_core::Sample;
+
+use super::order::Sampler;
+use super::physical::{self, CacheDrop, QUEUE_DEPTH};
+use crate::bench::FLUSH_EVERY;
+use crate::bench::measure::directory_bytes;
+use crate::bench::rss;
+use crate::bench::subject::{Kind, Subject};
+use crate::bench::workload::Workload;
+
+/// Keys per batched get.
+pub const BATCH: usize = 1024;
+/// Most warm random reads per measurement.
+pub const WARM_READS: usize = 200_000;
+/// Cold single gets, and cold 4 KiB `pread`s at queue depth 1.
+pub const COLD_READS: usize = 2_000;
+/// Cold batches of [`BATCH`] keys.
+pub const COLD_BATCHES: usize = 4;
+/// Cold 4 KiB `pread`s at queue depth 32.
+pub const COLD_QD32_READS: usize = 32 * 256;
+/// Read-only opens timed (the median is reported).
+const OPENS: usize = 3;
+
+/// What was measured for one backend at one size.
+#[derive(Debug, Clone, Serialize)]
+pub struct ScaleMeasured {
+    /// Rows per second of `put` + a durable flush every 2,048 rows (the timer runs only over
+    /// the puts and flushes; the samples of each flush are generated before it).
+    pub write_rows_per_s: f64,
+    /// Peak resident memory the writer added while writing, MiB (page cache of its maps
+    /// included); `None` where the system does not say.
+    pub write_peak_rss_mib: Option<f64>,
+    /// Opening the unfinished cache for appending (resume), milliseconds.
+    pub resume_open_ms: f64,
+    /// Resident memory that open added, MiB.
+    pub resume_open_rss_mib: Option<f64>,
+    /// The first `get` after that open, milliseconds.
+    pub resume_first_get_ms: f64,
+    /// `finalize` through the resumed handle, milliseconds.
+    pub finalize_ms: f64,
+    /// Median of [`OPENS`] read-only opens of the finished cache (page cache warm), ms.
+    pub open_ms: f64,
+    /// The most resident memory one of those opens added, MiB.
+    pub open_rss_mib: Option<f64>,
+    /// Median first `get` after each of those opens, milliseconds.
+    pub first_get_ms: f64,
+    /// A read-only open with the page cache dropped, milliseconds, and its first get.
+    pub cold_open_ms: f64,
+    /// The first get after the cold open, milliseconds.
+    pub cold_first_get_ms: f64,
+    /// Random single gets per second, warm (every read done once untimed first).
+    pub warm_get_rows_per_s: f64,
+    /// Rows per second of warm `get_batch` of [`BATCH`] random keys.
+    pub warm_batch_rows_per_s: f64,
+    /// Random single gets per second with the page cache dropped before (its open not timed).
+    pub cold_get_rows_per_s: f64,
+    /// Rows per second of `get_batch` of [`BATCH`] random keys with the page cache dropped.
+    pub cold_batch_rows_per_s: f64,
+    /// Cold random 4 KiB `pread`s per second of the cache's files, one thread.
+    pub qd1_reads_per_s: f64,
+    /// The same from [`QUEUE_DEPTH`] threads.
+    pub qd32_reads_per_s: f64,
+    /// Every file of the finished cache, bytes.
+    pub bytes_on_disk: u64,
+    /// Files of the finished cache.
+    pub files: usize,
+}
+
+/// Measures `kind` on `workload` (its `rows` keys) in `dir`, which is removed first; `warm`
+/// is the warm read order (the same for every backend and the raw-copy reference), `seed` seeds
+/// the cold orders; `machine_wide` also drops the machine's page cache before each cold
+/// measurement ([`physical::drop_page_cache`]). Returns how the page cache was dropped with the
+/// figures.
+///
+/// Errors: as text naming the backend, the size, the phase and (for a wrong sample) the key.
+pub fn measure(
+    kind: Kind,
+    workload: &Workload,
+    dir: &Path,
+    warm: &Sampler,
+    seed: u64,
+    machine_wide: bool,
+) -> Result<(ScaleMeasured, CacheDrop), String> {
+    let rows = workload.rows;
+    let fail = |phase: &str, e: &dyn std::fmt::Display| {
+        format!("{} at {rows} keys: {phase}: {e}", kind.name())
+    };
+    let _ = std::fs::remove_dir_all(dir);
+
+    // Write, streaming: each flush's samples are generated, then put and flushed under the timer.
+    rss::reset_peak();
+    let baseline = rss::current_mib();
+    let mut cache =
+        Subject::create(kind, dir, &workload.schema()).map_err(|e| fail("create", &e))?;
+    let mut seconds = 0.0;
+    let mut start = 0;
+    while start < rows {
+        let end = (start + FLUSH_EVERY).min(rows);
+        let chunk: Vec<(String, Sample)> =
+            (start..end).map(|i| (workload.key(i), workload.sample(i))).collect();
+        let started = Instant::now();
+        let writer = cache.backend();
+        for (key, sample) in &chunk {
+            writer.put(key, sample).map_err(|e| fail("put", &e))?;
+        }
+        writer.flush().map_err(|e| fail("flush", &e))?;
+        seconds += started.elapsed().as_secs_f64();
+        start = end;
+    }
+    let write_peak_rss_mib = added(rss::peak_mib(), baseline);
+    drop(cache);
+
+    // Resume the unfinished cache, read one key, finalize.
+    let probe = workload.key(rows / 2);
+    let before = rss::current_mib();
+    let started = Instant::now();
+    let mut resumed = Subject::resume(kind, dir).map_err(|e| fail("resume open", &e))?;
+    let resume_open_ms = ms(started);
+    let resume_open_rss_mib = added(rss::current_mib(), before);
+    let started = Instant::now();
+    let got = resumed.reader().get(&probe).map_err(|e| fail("first get after resume", &e))?;
+    let resume_first_get_ms = ms(started);
+    if got.is_none() {
+        return Err(fail("first get after resume", &format!("key {probe:?} is missing")));
+    }
+    let started = Instant::now();
+    resumed.backend().finalize().map_err(|e| fail("finalize", &e))?;
+    let finalize_ms = ms(started);
+    drop(resumed);
+    let files = physical::files_of(dir);
+    let bytes_on_disk = directory_bytes(dir);
+
+    // Read-only opens, page cache warm.
+    let mut opens = Vec::new();
+    let mut first_gets = Vec::new();
+    let mut open_rss_mib: Option<f64> = None;
+    for attempt in 0..OPENS {
+        let probe = workload.key((rows / 3 + attempt * 7919) % rows);
+        let before = rss::current_mib();
+        let started = Instant::now();
+        let cache = open(kind, dir).map_err(|e| fail("open", &e))?;
+        opens.push(ms(started));
+        if let Some(mib) = added(rss::current_mib(), before) {
+            open_rss_mib = Some(open_rss_mib.map_or(mib, |m: f64| m.max(mib)));
+        }
+        let started = Instant::now();
+        let got = cache.reader().get(&probe).map_err(|e| fail("first get", &e))?;
+        first_gets.push(ms(started));
+        if got.is_none() {
+            return Err(fail("first get", &format!("key {probe:?} is missing")));
+        }
+    }
+
+    // Warm reads: the order once untimed, each sample checked, then timed.
+    let cache = open(kind, dir).map_err(|e| fail("open", &e))?;
+    for i in warm.clone() {
+        let key = workload.key(i);
+        let got = cache.reader().get(&key).map_err(|e| fail("get", &e))?;
+        if got.as_ref() != Some(&workload.sample(i)) {
+            return Err(fail(
+                "get",
+                &format!("key {key:?} reads back different from what was put"),
+            ));
+        }
+    }
+    let warm_get_rows_per_s =
+        single_gets(&cache, workload, warm.clone()).map_err(|e| fail("get", &e))?;
+    let warm_batch_rows_per_s =
+        batched_gets(&cache, workload, warm.clone()).map_err(|e| fail("get_batch", &e))?;
+    drop(cache);
+
+    // Cold: the page cache dropped before each measurement.
+    let paths: Vec<PathBuf> = files.iter().map(|(path, _)| path.clone()).collect();
+    let dropped = physical::drop_page_cache(&paths, machine_wide)
+        .map_err(|e| fail("drop the page cache", &e))?;
+    let started = Instant::now();
+    let cache = open(kind, dir).map_err(|e| fail("cold open", &e))?;
+    let cold_open_ms = ms(started);
+    let started = Instant::now();
+    cache.reader().get(&workload.key(rows / 5)).map_err(|e| fail("cold first get", &e))?;
+    let cold_first_get_ms = ms(started);
+    drop(cache);
+
+    physical::drop_page_cache(&paths, machine_wide).map_err(|e| fail("drop the page cache", &e))?;
+    let cache = open(kind, dir).map_err(|e| fail("cold open", &e))?;
+    let cold_get_rows_per_s =
+        single_gets(&cache, workload, Sampler::new(seed, rows).take_n(COLD_READS))
+            .map_err(|e| fail("cold get", &e))?;
+    drop(cache);
+    physical::drop_page_cache(&paths, machine_wide).map_err(|e| fail("drop the page cache", &e))?;
+    let cache = open(kind, dir).map_err(|e| fail("cold open", &e))?;
+    let cold_batch_rows_per_s =
+        batched_gets(&cache, workload, Sampler::new(seed + 1, rows).take_n(COLD_BATCHES * BATCH))
+            .map_err(|e| fail("cold get_batch", &e))?;
+    drop(cache);
+
+    let qd1_reads_per_s = physical::cold_preads(&files, COLD_READS, 1, seed + 2, machine_wide)
+        .map_err(|e| fail("queue-depth-1 reference", &e))?;
+    let qd32_reads_per_s =
+        physical::cold_preads(&files, COLD_QD32_READS, QUEUE_DEPTH, seed + 3, machine_wide)
+            .map_err(|e| fail("queue-depth-32 reference", &e))?;
+
+    opens.sort_by(f64::total_cmp);
+    first_gets.sort_by(f64::total_cmp);
+    let measured = ScaleMeasured {
+        write_rows_per_s: rows as f64 / seconds.max(1e-9),
+        write_peak_rss_mib,
+        resume_open_ms,
+        resume_open_rss_mib,
+        resume_first_get_ms,
+        finalize_ms,
+        open_ms: opens[OPENS / 2],
+        open_rss_mib,
+        first_get_ms: first_gets[OPENS / 2],
+        cold_open_ms,
+        cold_first_get_ms,
+        warm_get_rows_per_s,
+        warm_batch_rows_per_s,
+        cold_get_rows_per_s,
+        cold_batch_rows_per_s,
+        qd1_reads_per_s,
+        qd32_reads_per_s,
+        bytes_on_disk,
+        files: files.len(),
+    };
+    Ok((measured, dropped))
+}
+
+/// Opens the finished cache read-only with the backend's default (checked) options.
+fn open(kind: Kind, dir: &Path) -> stowage_core::Result<Subject> {
+    Ok(Subject::open(kind, dir, true)?.expect("a checked handle always exists"))
+}
+
+/// Milliseconds since `started`.
+fn ms(started: Instant) -> f64 {
+    started.elapsed().as_secs_f64() * 1e3
+}
+
+/// `now - before`, never below 0, when both are known.
+fn added(now: Option<f64>, before: Option<f64>) -> Option<f64> {
+    now.zip(before).map(|(now, before)| (now - before).max(0.0))
+}
+
+/// One `get` per index of `order` (each key made just before its get, under the timer: a
+/// `format!` of a few dozen nanoseconds). Rows per second.
+fn single_gets(cache: &Subject, workload: &Workload, order: Sampler) -> stowage_core::Result<f64> {
+    let reads = order.len();
+    let started = Instant::now();
+    for i in order {
+        black_box(cache.reader().get(&workload.key(i))?);
+    }
+    Ok(reads as f64 / started.elapsed().as_secs_f64().max(1e-9))
+}
+
+/// `get_batch` of [`BATCH`] keys at a time over `order` (the keys of a batch made before it is
+/// timed). Rows per second.
+fn batched_gets(
+    cache: &Subject,
+    workload: &Workload,
+    mut order: Sampler,
+) -> stowage_core::Result<f64> {
+    let reads = order.len();
+    let mut seconds = 0.0;
+    loop {
+        let keys: Vec<String> = order.by_ref().take(BATCH).map(|i| workload.key(i)).collect();
+        if keys.is_empty() {
+            break;
+        }
+        let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+        let started = Instant::now();
+        black_box(cache.get_batch(&keys)?);
+        seconds += started.elapsed().as_secs_f64();
+    }
+    Ok(reads as f64 / seconds.max(1e-9))
+}
