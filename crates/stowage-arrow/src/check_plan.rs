@@ -254,19 +254,12 @@ fn check_no_lost_log(path: &Path, report: &mut ValidationReport) -> Result<()> {
             }),
         );
     }
-    if let Some(first) = stowage_files.first() {
-        let n = stowage_files.len();
-        report.problem(
-            Some(&layout.commit_log()),
-            None,
-            format!(
-                "missing, but {n} {} of stowage's are here ({} among them): stowage wrote this \
-                 cache and its commit log is lost, so which rows it committed is unknown",
-                if n == 1 { "file" } else { "files" },
-                first.display()
-            ),
-        );
-    }
+    stowage_core::check_plan::report_lost_marker(
+        report,
+        &layout.commit_log(),
+        &stowage_files,
+        "commit log is lost, so which rows it committed is unknown",
+    );
     Ok(())
 }
 

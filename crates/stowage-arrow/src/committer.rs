@@ -73,8 +73,8 @@ struct State {
     next_id: Arc<AtomicU64>,
     /// Once an item failed, later items are not attempted: what reached the disk is unknown.
     failed: Option<String>,
-    /// Files of segments written without fsync since the last synced record; synced before the
-    /// next one, which makes every record before it durable.
+    /// Segments written without fsync since the last synced record; they and their sidecars
+    /// are synced before the next one, which makes every record before it durable.
     unsynced: Vec<PathBuf>,
 }
 
@@ -116,9 +116,6 @@ impl State {
                         self.log.sync()?;
                     } else {
                         self.log.flush()?;
-                        let sidecars =
-                            [key_sidecar::sidecar_path(&path), row_sums::sums_path(&path)];
-                        self.unsynced.extend(sidecars);
                         self.unsynced.push(path);
                     }
                     entries.push(entry);
@@ -137,8 +134,14 @@ impl State {
             return Ok(());
         }
         let layout = &self.format.layout;
-        let files: Vec<(&Path, File)> = self
+        let paths: Vec<PathBuf> = self
             .unsynced
+            .iter()
+            .flat_map(|segment| {
+                [key_sidecar::sidecar_path(segment), row_sums::sums_path(segment), segment.clone()]
+            })
+            .collect();
+        let files: Vec<(&Path, File)> = paths
             .iter()
             .map(|path| Ok((path.as_path(), File::open(path).at(path)?)))
             .collect::<Result<_>>()?;

@@ -219,6 +219,43 @@ pub fn damage_report(e: Error) -> Result<ValidationReport> {
     }
 }
 
+/// Reports `missing`, the file that tells a stowage cache from its original tool's, as lost when
+/// any of `stowage_files` (stowage's own files, found beside it) is there: stowage wrote this
+/// cache, so reading it as the original tool's would hide damage. `lost` ends the sentence
+/// ("commit log is lost, ...").
+///
+/// ```
+/// use std::path::{Path, PathBuf};
+/// use stowage_core::check_plan::report_lost_marker;
+/// let mut report = stowage_core::ValidationReport::default();
+/// let log = Path::new("/c/log");
+/// report_lost_marker(&mut report, log, &[PathBuf::from("/c/run.bin")], "log is lost");
+/// assert_eq!(report.problems.len(), 1);
+/// assert!(report.problems[0].detail.starts_with("missing, but 1 file of stowage's are here"));
+/// report_lost_marker(&mut report, log, &[], "log is lost");
+/// assert_eq!(report.problems.len(), 1, "no file of stowage's: nothing to report");
+/// ```
+pub fn report_lost_marker(
+    report: &mut ValidationReport,
+    missing: &Path,
+    stowage_files: &[PathBuf],
+    lost: &str,
+) {
+    if let Some(first) = stowage_files.first() {
+        let n = stowage_files.len();
+        report.problem(
+            Some(missing),
+            None,
+            format!(
+                "missing, but {n} {} of stowage's are here ({} among them): stowage wrote this \
+                 cache and its {lost}",
+                if n == 1 { "file" } else { "files" },
+                first.display()
+            ),
+        );
+    }
+}
+
 /// Every JSON field of `sample` parses; `path` is the file the sample came from, when known.
 pub fn check_json(report: &mut ValidationReport, path: Option<&Path>, key: &str, sample: &Sample) {
     for (name, value) in sample.fields() {

@@ -5,23 +5,12 @@
 mod common;
 
 use common::{
-    atoms, compat, derivatives, features, root_attribute, structures, write_plain_dataset,
+    atoms, compat, derivatives, features, root_attribute, structures, write_cache,
+    write_plain_dataset,
 };
 use stowage_core::{DType, Error};
 use stowage_hdf5::test_support::ffi::{self, AttributeValue};
 use stowage_hdf5::{CacheSections, StorageDtype, TorchCache, TorchCacheWriter};
-
-fn write_cache(path: &std::path::Path, storage: StorageDtype) {
-    let mut writer =
-        TorchCacheWriter::create(path, &compat(), storage, CacheSections::default()).unwrap();
-    for i in 0..3 {
-        writer.add_features(i, &features(i)).unwrap();
-    }
-    for i in [0, 2] {
-        writer.add_derivatives(i, &derivatives(i)).unwrap();
-    }
-    writer.finish().unwrap();
-}
 
 #[test]
 fn cache_written_into_a_dataset_reads_back_and_leaves_the_dataset_untouched() {

@@ -8,33 +8,16 @@ mod common;
 use std::io::{Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 
-use common::{compat, derivatives, features, write_plain_dataset};
+use common::{derivatives, features, write_aenet_file, write_plain_dataset};
 use stowage_core::file_safety::AppendLog;
 use stowage_core::{
     Backend, BackendFactory, DType, Error, OpenMode, Reader, Sample, Schema, ShapeRule, Tensor,
     ValidationLevel, Value,
 };
 use stowage_hdf5::{
-    AENET_FEATURES, AENET_HDF5, AenetReader, CacheSections, Hdf5Backend, Hdf5Factory, STOWAGE_HDF5,
-    StorageDtype, TorchCacheWriter, aenet_derivative_fields,
+    AENET_FEATURES, AENET_HDF5, AenetReader, Hdf5Backend, Hdf5Factory, STOWAGE_HDF5,
+    aenet_derivative_fields,
 };
-
-/// An aenet dataset file with features for entries 0, 1, 2 and derivatives for 0 and 2.
-fn write_aenet_file(dir: &Path) -> PathBuf {
-    let path = dir.join("dataset.h5");
-    write_plain_dataset(&path);
-    let mut writer =
-        TorchCacheWriter::create(&path, &compat(), StorageDtype::Float64, CacheSections::default())
-            .unwrap();
-    for i in 0..3 {
-        writer.add_features(i, &features(i)).unwrap();
-    }
-    for i in [0, 2] {
-        writer.add_derivatives(i, &derivatives(i)).unwrap();
-    }
-    writer.finish().unwrap();
-    path
-}
 
 /// A value whose bytes occur nowhere else in a segment, so a test can find and damage them.
 const MARK: f64 = 1_234.567_890_123;

@@ -4,9 +4,8 @@
 
 mod common;
 
-use common::{compat, derivatives, features, write_plain_dataset};
+use common::{compat, derivatives, features, write_aenet_file};
 use stowage_core::Tensor;
-use stowage_hdf5::{CacheSections, StorageDtype, TorchCacheWriter};
 
 const READER: &str = r#"
 import json, sys
@@ -93,18 +92,7 @@ fn pytables_loads_a_cache_stowage_wrote_the_way_aenet_does() {
         return;
     };
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("dataset.h5");
-    write_plain_dataset(&path);
-    let mut writer =
-        TorchCacheWriter::create(&path, &compat(), StorageDtype::Float64, CacheSections::default())
-            .unwrap();
-    for i in 0..3 {
-        writer.add_features(i, &features(i)).unwrap();
-    }
-    for i in [0, 2] {
-        writer.add_derivatives(i, &derivatives(i)).unwrap();
-    }
-    writer.finish().unwrap();
+    let path = write_aenet_file(dir.path());
 
     let feature_rows: Vec<_> = (0..3)
         .map(

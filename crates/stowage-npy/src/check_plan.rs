@@ -133,19 +133,12 @@ fn check_no_lost_metadata(path: &Path, report: &mut ValidationReport) {
             .into_iter()
             .filter(|p| p.exists())
             .collect();
-    if let Some(first) = stowage_files.first() {
-        let n = stowage_files.len();
-        report.problem(
-            Some(&layout.metadata()),
-            None,
-            format!(
-                "missing, but {n} {} of stowage's are here ({} among them): stowage wrote this \
-                 cache and its metadata (the schema) is lost",
-                if n == 1 { "file" } else { "files" },
-                first.display()
-            ),
-        );
-    }
+    stowage_core::check_plan::report_lost_marker(
+        report,
+        &layout.metadata(),
+        &stowage_files,
+        "metadata (the schema) is lost",
+    );
 }
 
 #[cfg(test)]

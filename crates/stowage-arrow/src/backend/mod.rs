@@ -194,12 +194,13 @@ impl ArrowBackend {
     pub fn open(dir: impl AsRef<Path>, mode: OpenMode, options: ArrowOptions) -> Result<Self> {
         options.check()?;
         let layout = Layout::new(dir.as_ref());
-        let committed = lost_segments::read(&layout)?;
+        let mut committed = commit_log::read(&layout.commit_log())?;
         let rank = options.current_rank()?;
         match mode {
             OpenMode::Append if rank == options.writer_rank => {}
             OpenMode::Append => return Self::other_rank(layout, committed.header, options, rank),
             OpenMode::ReadOnly => {
+                lost_segments::set_aside(&layout, &mut committed)?;
                 let survey = survey_for(&layout, &committed)?;
                 return Self::assemble(layout, committed, &survey, options, Role::Reader);
             }

@@ -4,12 +4,15 @@
 
 #![allow(dead_code)] // Each test file uses part of it.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use hdf5::types::VarLenArray;
 use stowage_core::Tensor;
 use stowage_hdf5::test_support::ffi;
-use stowage_hdf5::{AngularDerivatives, DescriptorCompat, LocalDerivatives, RadialDerivatives};
+use stowage_hdf5::{
+    AngularDerivatives, CacheSections, DescriptorCompat, LocalDerivatives, RadialDerivatives,
+    StorageDtype, TorchCacheWriter,
+};
 
 pub mod peer;
 
@@ -118,4 +121,27 @@ pub fn writable_copy(from: &Path, to: &Path) {
 pub fn one_at_a_time() -> std::sync::MutexGuard<'static, ()> {
     static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
     LOCK.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// Writes the cache of the reference descriptor into the dataset file at `path`: features for
+/// entries 0, 1, 2 and derivatives for 0 and 2, stored as `storage`.
+pub fn write_cache(path: &Path, storage: StorageDtype) {
+    let mut writer =
+        TorchCacheWriter::create(path, &compat(), storage, CacheSections::default()).unwrap();
+    for i in 0..3 {
+        writer.add_features(i, &features(i)).unwrap();
+    }
+    for i in [0, 2] {
+        writer.add_derivatives(i, &derivatives(i)).unwrap();
+    }
+    writer.finish().unwrap();
+}
+
+/// `dir/dataset.h5`: a plain dataset ([`write_plain_dataset`]) with the float64 cache of
+/// [`write_cache`].
+pub fn write_aenet_file(dir: &Path) -> PathBuf {
+    let path = dir.join("dataset.h5");
+    write_plain_dataset(&path);
+    write_cache(&path, StorageDtype::Float64);
+    path
 }
