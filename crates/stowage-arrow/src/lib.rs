@@ -40,6 +40,7 @@ mod key_sidecar;
 mod layout;
 mod lost_segments;
 mod merged_index;
+mod open_segments;
 mod options;
 mod ownership;
 mod pending;

@@ -27,7 +27,6 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
 
 use stowage_core::Result;
 use stowage_core::file_safety::atomic_write;
@@ -37,25 +36,26 @@ use crate::commit_log::RunEntry;
 use crate::error::ArrowCacheError;
 use crate::framed::{self, Framed, HEADER};
 use crate::layout::Layout;
+use crate::open_segments::{OpenSegments, Opened, default_max_open_segments};
 use crate::segment::Segment;
 
 const MAGIC: &[u8; 8] = b"STWIDX02";
 const SLOT: usize = 16;
 const SEED: u64 = 0x5354_5749_4458_3031;
 
-/// The keys of a cache's segments, each segment opened at most once and only when needed: a
-/// merge reads the keys of the segments it adds, and one key of an older segment only when two
-/// slots' hashes match.
+/// The keys of a cache's segments, each segment opened only when needed: a merge reads the keys
+/// of the segments it adds, and one key of an older segment only when two slots' hashes match.
+/// At most the default of [`crate::ArrowOptions::max_open_segments`] stay open at once.
 #[derive(Debug)]
 pub struct SegmentKeys {
     listed: Vec<(u64, PathBuf)>,
-    opened: Vec<OnceLock<Segment>>,
+    opened: OpenSegments<Segment>,
 }
 
 impl SegmentKeys {
     /// Over `listed`: (segment id, path), ascending ids.
     pub fn new(listed: Vec<(u64, PathBuf)>) -> SegmentKeys {
-        let opened = listed.iter().map(|_| OnceLock::new()).collect();
+        let opened = OpenSegments::new(listed.len(), default_max_open_segments());
         SegmentKeys { listed, opened }
     }
 
@@ -64,28 +64,27 @@ impl SegmentKeys {
         SegmentKeys::new(ids.iter().map(|&id| (id, layout.segment(id))).collect())
     }
 
-    fn segment(&self, id: u64) -> Result<&Segment> {
+    /// Segment `id`, open (its keys are read with [`Segment::keys`]).
+    ///
+    /// Errors: the segment is not listed or cannot be read.
+    pub fn segment(&self, id: u64) -> Result<Opened<'_, Segment>> {
         let position = self
             .listed
             .binary_search_by_key(&id, |(i, _)| *i)
             .map_err(|_| ArrowCacheError::SegmentNotCommitted { id })?;
-        if let Some(segment) = self.opened[position].get() {
-            return Ok(segment);
-        }
-        let segment = Segment::open(id, &self.listed[position].1)?;
-        Ok(self.opened[position].get_or_init(|| segment))
+        self.opened.get_or_open(position, || Segment::open(id, &self.listed[position].1))
     }
 
-    /// Every row's key of segment `id`.
-    ///
-    /// Errors: the segment is not listed, cannot be read or has no `key` column.
-    pub fn keys(&self, id: u64) -> Result<Vec<&str>> {
-        self.segment(id)?.keys()
+    /// Whether row `row` of segment `id` holds `key`; false when it cannot be read.
+    pub fn key_is(&self, id: u64, row: usize, key: &str) -> bool {
+        self.segment(id).is_ok_and(|segment| segment.key(row) == Some(key))
     }
 
-    /// The key of row `row` of segment `id`; `None` when it cannot be read.
-    pub fn key(&self, id: u64, row: usize) -> Option<&str> {
-        self.segment(id).ok()?.key(row)
+    /// Whether rows `a` and `b`, each (segment id, row), hold the same key; false when either
+    /// cannot be read.
+    fn same_key(&self, a: (u64, usize), b: (u64, usize)) -> bool {
+        let Ok(first) = self.segment(a.0) else { return false };
+        first.key(a.1).is_some_and(|key| self.key_is(b.0, b.1, key))
     }
 }
 
@@ -115,21 +114,22 @@ pub fn merge_run(
     let (Some(first), Some(through)) = (first, through) else {
         return Err(ArrowCacheError::EmptyMerge.into());
     };
+    // The fresh segments stay open while their keys are gathered (a merge takes at most
+    // `merge_after` of them, or a rebuild's few).
+    let fresh_segments: Vec<(u64, Opened<'_, Segment>)> =
+        fresh.iter().map(|&id| Ok((id, segments.segment(id)?))).collect::<Result<_>>()?;
     let mut fresh_keys = Vec::new();
-    for &id in fresh {
-        fresh_keys.push((id, segments.keys(id)?));
+    for (id, segment) in &fresh_segments {
+        fresh_keys.push((*id, segment.keys()?));
     }
     let entries = fresh_keys
         .iter()
         .flat_map(|(id, keys)| keys.iter().enumerate().map(move |(row, key)| (*key, *id, row)));
-    let same_key = |a: (u32, u32), b: (u32, u32)| {
-        let key = |(s, r): (u32, u32)| segments.key(u64::from(s), r as usize);
-        key(a).is_some_and(|k| key(b) == Some(k))
+    let same_key = |(s, r): (u32, u32), (t, q): (u32, u32)| {
+        segments.same_key((u64::from(s), r as usize), (u64::from(t), q as usize))
     };
     let in_older = |key: &str| {
-        older
-            .iter()
-            .any(|run| run.find(key, |id, row| segments.key(id, row) == Some(key)).is_some())
+        older.iter().any(|run| run.find(key, |id, row| segments.key_is(id, row, key)).is_some())
     };
     if through > u64::from(u32::MAX) {
         let segments = Some(layout.segments_dir());

@@ -33,6 +33,11 @@ pub struct ArrowOptions {
     pub merge_after: usize,
     /// Check every row against its checksum on `get` (on by default).
     pub verify_checksums: bool,
+    /// Segments a reader keeps mapped once the cache has more: the least recently used is
+    /// closed when another one opens. Fewer segments than this stay open from their first read
+    /// to the end, read with no lock. By default an eighth of the kernel's limit on memory maps
+    /// (`vm.max_map_count`, 8,191 segments for the usual 65,530), at least 64.
+    pub max_open_segments: usize,
     /// Bytes of recently read samples kept decoded in memory, least recently used evicted
     /// (torchcachex's LRU, bounded by bytes); 0, the default, turns it off.
     pub sample_cache_bytes: usize,
@@ -85,6 +90,7 @@ impl Default for ArrowOptions {
             background_flush: false,
             merge_after: 32,
             verify_checksums: true,
+            max_open_segments: crate::open_segments::default_max_open_segments(),
             sample_cache_bytes: 0,
             writer_rank: 0,
             rank: None,
@@ -125,6 +131,9 @@ impl ArrowOptions {
         }
         if self.max_segment_bytes == 0 {
             return Err(Error::invalid("ArrowOptions::max_segment_bytes must be at least 1"));
+        }
+        if self.max_open_segments == 0 {
+            return Err(Error::invalid("ArrowOptions::max_open_segments must be at least 1"));
         }
         if self.merge_after == 0 {
             return Err(Error::invalid("ArrowOptions::merge_after must be at least 1"));

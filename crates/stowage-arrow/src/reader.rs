@@ -20,7 +20,9 @@
 //! nothing else: lookups skip it and `validate` reports it.
 //!
 //! Opening maps the runs and reads the keys of the segments they do not cover (to count
-//! distinct keys); covered segments are opened on their first read.
+//! distinct keys); covered segments are opened on their first read, and at most
+//! [`crate::ArrowOptions::max_open_segments`] stay open once there are more
+//! ([`crate::open_segments`]).
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
@@ -35,18 +37,18 @@ use crate::error::ArrowCacheError;
 use crate::key_sidecar::{self, KeySidecar};
 use crate::layout::Layout;
 use crate::merged_index::{MergedIndex, discover_runs};
+use crate::open_segments::{OpenSegments, Opened, default_max_open_segments};
 use crate::ownership::SegmentOrigin;
 use crate::row_sums::{self, RowSums};
 use crate::schema_json::{OutputStructure, SchemaJson};
 use crate::segment::Segment;
 
-/// One segment file, opened on first use.
+/// One segment file (opened on first use, in [`CacheReader::open`]).
 #[derive(Debug)]
 struct SegmentSlot {
     id: u64,
     path: PathBuf,
     origin: SegmentOrigin,
-    open: OnceLock<OpenSegment>,
 }
 
 /// An opened segment: its batches, the sample fields its columns hold, and its row checksums
@@ -70,6 +72,8 @@ pub struct CacheReader {
     schema: Option<Schema>,
     /// Every segment, in id order.
     segments: Vec<SegmentSlot>,
+    /// The open segments, by position in `segments`.
+    open: OpenSegments<OpenSegment>,
     /// Key index runs in use, oldest first, over consecutive segment ranges from the first.
     runs: Vec<MergedIndex>,
     /// Sidecars of the segments no run covers: (position in `segments`,
@@ -154,13 +158,14 @@ impl CacheReader {
     ) -> Result<CacheReader> {
         let segments: Vec<SegmentSlot> = segments
             .into_iter()
-            .map(|(id, path, origin)| SegmentSlot { id, path, origin, open: OnceLock::new() })
+            .map(|(id, path, origin)| SegmentSlot { id, path, origin })
             .collect();
         let mut reader = CacheReader {
             layout,
             structure,
             encoding,
             schema: None,
+            open: OpenSegments::new(segments.len(), default_max_open_segments()),
             segments,
             runs: Vec::new(),
             recent: Vec::new(),
@@ -215,6 +220,7 @@ impl CacheReader {
     fn index_segment(&mut self, position: usize) -> Result<()> {
         let foreign = self.segments[position].origin.is_foreign();
         let segment = self.segment(position)?;
+        let segment = &segment.segment;
         let keys = segment.keys()?;
         let sidecar_path = key_sidecar::sidecar_path(segment.path());
         let sidecar = (!foreign)
@@ -237,10 +243,12 @@ impl CacheReader {
         }
         let path = self.layout.segment(id);
         let origin = SegmentOrigin::Stowage;
-        self.segments.push(SegmentSlot { id, path, origin, open: OnceLock::new() });
+        self.segments.push(SegmentSlot { id, path, origin });
+        self.open.push();
         let position = self.segments.len() - 1;
         self.index_segment(position).inspect_err(|_| {
             self.segments.pop();
+            self.open.pop();
         })
     }
 
@@ -300,6 +308,21 @@ impl CacheReader {
         self
     }
 
+    /// Keeps at most `bound` segments open once the cache has more
+    /// ([`crate::ArrowOptions::max_open_segments`]). A bound other than the current one closes
+    /// the segments opened so far.
+    pub fn with_max_open_segments(mut self, bound: usize) -> CacheReader {
+        if bound != self.open.bound() {
+            self.open = OpenSegments::new(self.segments.len(), bound);
+        }
+        self
+    }
+
+    /// Segments open now (mapped, with their row checksums).
+    pub fn open_segment_count(&self) -> usize {
+        self.open.open_count()
+    }
+
     /// Treats a segment without a row checksum file as damaged (for caches stowage wrote, where
     /// every segment has one) instead of as a torchcachex segment read unchecked.
     pub fn requiring_checksums(mut self) -> CacheReader {
@@ -343,7 +366,7 @@ impl CacheReader {
         match (self.structure, self.segments.is_empty()) {
             (Some(structure), _) => Ok(structure),
             (None, true) => Ok(OutputStructure::Tensor),
-            (None, false) => Ok(infer_structure(self.segment(0)?)),
+            (None, false) => Ok(infer_structure(&self.segment(0)?.segment)),
         }
     }
 
@@ -351,16 +374,17 @@ impl CacheReader {
     /// segments no run holds (counted on the first call, then remembered).
     pub fn len(&self) -> usize {
         *self.len.get_or_init(|| {
-            let mut new_keys: HashSet<&str> = HashSet::new();
+            let mut new_keys: HashSet<String> = HashSet::new();
             for (position, _) in &self.recent {
-                // Opened when indexed, so its keys read.
-                let keys = self.segment(*position).and_then(Segment::keys).unwrap_or_default();
-                new_keys.extend(keys);
+                // Read when indexed, so its keys read.
+                let Ok(segment) = self.segment(*position) else { continue };
+                let keys = segment.segment.keys().unwrap_or_default();
+                new_keys.extend(keys.into_iter().map(str::to_owned));
             }
-            let in_runs = |key: &&str| {
-                self.runs.iter().any(|run| {
-                    run.find(key, |id, row| self.key_at(id, row) == Some(*key)).is_some()
-                })
+            let in_runs = |key: &&String| {
+                self.runs
+                    .iter()
+                    .any(|run| run.find(key, |id, row| self.key_is(id, row, key)).is_some())
             };
             let new = new_keys.iter().filter(|k| !in_runs(k)).count();
             self.runs.iter().map(|run| run.new_keys() as usize).sum::<usize>() + new
@@ -376,15 +400,20 @@ impl CacheReader {
     /// put). Another writer's segment that does not read is skipped (as by lookups).
     pub fn keys(&self) -> Result<Vec<String>> {
         let mut keys = Vec::new();
-        let mut seen: HashSet<&str> = HashSet::new();
+        let mut seen: HashSet<String> = HashSet::new();
         for position in 0..self.segments.len() {
-            let segment_keys = self.segment(position).and_then(Segment::keys);
-            let segment_keys = match segment_keys {
-                Err(_) if self.segments[position].origin.is_foreign() => continue,
+            let foreign = self.segments[position].origin.is_foreign();
+            let open = match self.segment(position) {
+                Err(_) if foreign => continue,
+                other => other?,
+            };
+            let segment_keys = match open.segment.keys() {
+                Err(_) if foreign => continue,
                 other => other?,
             };
             for key in segment_keys {
-                if seen.insert(key) {
+                if !seen.contains(key) {
+                    seen.insert(key.to_owned());
                     keys.push(key.to_owned());
                 }
             }
@@ -398,7 +427,7 @@ impl CacheReader {
         let mut best = None;
         for (position, sidecar) in &self.recent {
             let id = self.segments[*position].id;
-            if let Some(row) = sidecar.find(key, |row| self.key_at(id, row) == Some(key)) {
+            if let Some(row) = sidecar.find(key, |row| self.key_is(id, row, key)) {
                 best = Some((id, row));
                 break;
             }
@@ -410,7 +439,7 @@ impl CacheReader {
             if best.is_some_and(|(id, _)| id > run.through()) {
                 break;
             }
-            if let Some(found) = run.find(key, |id, row| self.key_at(id, row) == Some(key)) {
+            if let Some(found) = run.find(key, |id, row| self.key_is(id, row, key)) {
                 if best.is_none_or(|(id, _)| found.0 > id) {
                     best = Some(found);
                 }
@@ -476,14 +505,14 @@ impl CacheReader {
         else {
             return;
         };
-        let Some(Ok(segment)) = self.position(id).map(|p| self.segment(p)) else { return };
-        segment.prefetch_key(row, stage == LookupStage::KeyBytes);
+        let Some(open) = self.position(id).and_then(|p| self.open.get_if_open(p)) else { return };
+        open.segment.prefetch_key(row, stage == LookupStage::KeyBytes);
     }
 
     /// Prefetches the offsets (or, with `values`, the values and checksum) of row `row` of
     /// segment `id` (see [`CacheReader::get_batch`]).
     fn prefetch_read(&self, id: u64, row: usize, values: bool) {
-        let Some(Ok(open)) = self.position(id).map(|p| self.opened(p)) else { return };
+        let Some(open) = self.position(id).and_then(|p| self.open.get_if_open(p)) else { return };
         let Some((batch, at)) = open.segment.locate(row) else { return };
         if values {
             crate::decode::prefetch_values(batch, at, &open.groups);
@@ -500,8 +529,8 @@ impl CacheReader {
     pub(crate) fn read_row(&self, key: &str, id: u64, row: usize) -> Result<Sample> {
         let position = self.position(id).expect("located in a listed segment");
         let origin = self.segments[position].origin;
-        let OpenSegment { segment, groups, sums } =
-            self.opened(position).map_err(|e| e.for_key(key))?;
+        let open = self.segment(position).map_err(|e| e.for_key(key))?;
+        let OpenSegment { segment, groups, sums } = &*open;
         let (batch, at) = segment.locate(row).expect("located rows exist");
         let sample = decode_row(batch, at, groups).map_err(|e| match e {
             DecodeError::Damaged(why) => {
@@ -546,26 +575,25 @@ impl CacheReader {
         Ok(sample)
     }
 
-    /// The key of row `row` of segment `id`; `None` when the segment is missing, unreadable or
-    /// shorter (a lookup then treats the candidate as not confirmed).
-    fn key_at(&self, id: u64, row: usize) -> Option<&str> {
-        self.segment(self.position(id)?).ok()?.key(row)
+    /// Whether row `row` of segment `id` holds `key`; false when the segment is missing,
+    /// unreadable or shorter (a lookup then treats the candidate as not confirmed).
+    fn key_is(&self, id: u64, row: usize, key: &str) -> bool {
+        let Some(position) = self.position(id) else { return false };
+        self.segment(position).is_ok_and(|open| open.segment.key(row) == Some(key))
     }
 
     fn position(&self, id: u64) -> Option<usize> {
         self.segments.binary_search_by_key(&id, |s| s.id).ok()
     }
 
-    fn segment(&self, position: usize) -> Result<&Segment> {
-        self.opened(position).map(|open| &open.segment)
+    /// Segment `position`, its column groups and row checksums: open, or opened now.
+    fn segment(&self, position: usize) -> Result<Opened<'_, OpenSegment>> {
+        self.open.get_or_open(position, || self.open_segment(position))
     }
 
-    /// Segment `position`, its column groups and row checksums, opened on first use.
-    fn opened(&self, position: usize) -> Result<&OpenSegment> {
+    /// Opens segment `position` with its column groups and row checksums.
+    fn open_segment(&self, position: usize) -> Result<OpenSegment> {
         let slot = &self.segments[position];
-        if let Some(open) = slot.open.get() {
-            return Ok(open);
-        }
         let segment = Segment::open(slot.id, &slot.path)?;
         let groups =
             self.groups_of(&segment).map_err(|why| Error::corrupted(segment.path(), why))?;
@@ -586,8 +614,7 @@ impl CacheReader {
             }
             Some(Err(e)) => Err((sums_path, e.to_string())),
         };
-        let _ = slot.open.set(OpenSegment { segment, groups, sums });
-        Ok(slot.open.get().expect("set just now or by another thread"))
+        Ok(OpenSegment { segment, groups, sums })
     }
 }
 

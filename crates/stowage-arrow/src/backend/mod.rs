@@ -625,6 +625,7 @@ fn cache_reader(
     )?;
     Ok(reader
         .with_checksums(options.verify_checksums)
+        .with_max_open_segments(options.max_open_segments)
         .requiring_checksums()
         .with_schema(schema.clone()))
 }
