@@ -18,7 +18,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use stowage_core::check_plan::{CheckPlan, CheckUnit, Selection, Unplanned};
-use stowage_core::{BackendFactory, Registry, ValidationReport};
+use stowage_core::{BackendFactory, Error, Registry, ValidationReport};
 
 use crate::error::{CliError, Status, escape_control};
 use crate::locate::{Located, locate};
@@ -59,7 +59,15 @@ pub fn run(
     let plan = match factory.open_reader(path) {
         Ok(opened) => {
             reader = opened;
-            reader.check_plan(&selection)?
+            match reader.check_plan(&selection) {
+                Ok(plan) => plan,
+                // A cache that opens but cannot list its keys (a damaged segment holds some; a
+                // backend reads its segments on first use) is checked as one that does not open.
+                Err(e @ Error::Corrupted { .. }) => {
+                    factory.check_plan_unopened(path, e, &selection).map_err(unplanned)?
+                }
+                Err(e) => return Err(e.into()),
+            }
         }
         Err(e) => factory.check_plan_unopened(path, e, &selection).map_err(unplanned)?,
     };

@@ -358,9 +358,10 @@ fn a_stowage_hdf5_cache_goes_through_every_command() {
     let segment = path.join("segments/segment_000001.h5");
     let len = std::fs::metadata(&segment).unwrap().len();
     stowage_conformance::corrupt::flip_byte(&segment, len / 2).unwrap();
-    // The HDF5 backend checks each segment's xxh3 when it opens the cache, before libhdf5
-    // parses it: a damaged segment makes the cache unopenable. verify then checks from disk: the
-    // damaged segment with its sample count, every row of the intact ones, and the repair.
+    // The HDF5 backend checks each segment's xxh3 on its first use, before libhdf5 parses it:
+    // the cache opens (through its key index run) but cannot list the damaged segment's keys.
+    // verify then checks from disk: the damaged segment with its sample count, every row of the
+    // intact ones, and the repair.
     let run = stowage(args(&[&"verify", &path]));
     assert_eq!(run.code, 1, "{run:?}");
     let lines: Vec<&str> = run.stdout.lines().collect();
@@ -369,9 +370,9 @@ fn a_stowage_hdf5_cache_goes_through_every_command() {
         assert!(lines[0].contains(needle), "problem line lacks {needle:?}: {run:?}");
     }
     assert_eq!(lines[1], format!("damaged files (1): {}", segment.display()), "{run:?}");
-    assert!(lines[2].starts_with("to repair: a damaged segment keeps the whole cache"), "{run:?}");
-    assert_eq!(lines[3], "20 samples, 4 files checked: 1 problem", "{run:?}");
-    // Sampling needs the keys, which the unopenable cache cannot list: an error saying so.
+    assert!(lines[2].starts_with("to repair: a damaged segment's keys cannot be read"), "{run:?}");
+    assert_eq!(lines[3], "20 samples, 5 files checked: 1 problem", "{run:?}");
+    // Sampling needs the keys, which the cache cannot list: an error saying so.
     let run = stowage(args(&[&"verify", &path, &"--sample", &"0.5"]));
     assert_error_line(&run, &["segment_000001.h5", "without --sample"]);
 }

@@ -11,6 +11,7 @@ pub mod error;
 pub mod factory;
 pub mod file_safety;
 pub mod foreign;
+pub mod key_runs;
 pub mod key_table;
 pub mod npy_header;
 pub mod prefetch;

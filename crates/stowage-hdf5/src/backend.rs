@@ -5,6 +5,7 @@
 //! <dir>/stowage.log                  commit log: header with the schema, segments, finalize
 //! <dir>/stowage.complete             record count at the last finalize
 //! <dir>/segments/segment_<id>.h5     one HDF5 file per flush
+//! <dir>/index/run_<first>_<through>.bin  key index runs over segment positions first..=through
 //! <dir>/.stowage.lock                the writer lock
 //! ```
 //!
@@ -12,11 +13,12 @@
 //! directory fsync), then appends and fsyncs its log record: the commit point. A flush costs its
 //! own rows only. A later segment's row for a key replaces an earlier one (overwrite).
 //!
-//! The key index (key -> segment and row) is in memory, read from every segment at open. Segment
-//! files are opened through [`OpenSegments`]: at most [`Hdf5Options::max_open_segments`] at
-//! once, each hashed against the commit log on its first use by the handle.
+//! The key index (key -> segment and row) is on disk: key index runs over most segments, plus the
+//! keys of the few newest segments read at open ([`crate::key_index`]). Segment files are opened
+//! through [`OpenSegments`]: at most [`Hdf5Options::max_open_segments`] at once, each hashed
+//! against the commit log on its first use by the handle.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use stowage_core::file_safety::{
@@ -31,6 +33,7 @@ use crate::Hdf5Options;
 use crate::commit_log::{self, Committed, FinalizedMarker, Record, SegmentEntry};
 use crate::error::BACKEND;
 use crate::formats::STOWAGE_HDF5;
+use crate::key_index::{KeyIndex, Location};
 use crate::open_segments::OpenSegments;
 use crate::publish::TempBeside;
 use crate::segment;
@@ -75,14 +78,6 @@ fn is_segment_name(name: &str) -> bool {
     digits.is_some_and(|d| !d.is_empty() && d.bytes().all(|b| b.is_ascii_digit()))
 }
 
-/// Where a committed key's sample lives.
-#[derive(Debug, Clone, Copy)]
-struct Location {
-    /// The segment's position in the commit log.
-    segment: usize,
-    row: usize,
-}
-
 /// What a writing handle holds: the commit log it appends to, under the writer lock.
 struct LogWriter {
     log: AppendLog,
@@ -111,11 +106,12 @@ pub struct Hdf5Backend {
     committed: Committed,
     /// The segments open now: a bounded, least-recently-used set ([`Hdf5Options`]).
     segments: OpenSegments,
-    index: HashMap<String, Location>,
-    /// Every key in order of first put.
-    order: Vec<String>,
+    /// Where each committed key's latest sample is.
+    index: KeyIndex,
     pending: Vec<(String, Sample)>,
     pending_index: HashMap<String, usize>,
+    /// Pending keys no committed segment holds.
+    pending_new: usize,
     /// The log and lock of a writing handle; `None` when read-only.
     log_writer: Option<LogWriter>,
     /// Read-only, poisoned, or refusing puts after its own finalize.
@@ -162,10 +158,10 @@ impl Hdf5Backend {
             capabilities,
             committed: Committed::new(header),
             segments: OpenSegments::new(dir, options.max_open_segments),
-            index: HashMap::new(),
-            order: Vec::new(),
+            index: KeyIndex::new(),
             pending: Vec::new(),
             pending_index: HashMap::new(),
+            pending_new: 0,
             log_writer: Some(LogWriter { log, _lock: lock }),
             state: WriteState::writable(BACKEND, dir, false),
         })
@@ -174,9 +170,10 @@ impl Hdf5Backend {
     /// Opens the cache in `dir`. In append mode, under the writer lock, it first removes the
     /// temporary files a killed writer left (of segments and of `stowage.complete`).
     ///
-    /// Every segment's keys are read here (the in-memory key index), each segment opened in
-    /// turn through the bounded set of open segments, so its whole-file checksum is checked
-    /// here too (its first use); at most [`Hdf5Options::max_open_segments`] stay open.
+    /// The key index runs the log vouches for are mapped, and the keys of the segments they do
+    /// not cover (at most a few dozen) are read, each such segment opened through the bounded set
+    /// of open segments, so its whole-file checksum is checked here too (its first use). Every
+    /// other segment is checked on its first use.
     ///
     /// Errors: `Error::NotFound` when `dir` holds no cache; `Error::Locked` in append mode when a
     /// writer holds it; `Error::Corrupted` for a damaged log, a resized or damaged segment, or a
@@ -236,24 +233,33 @@ impl Hdf5Backend {
             capabilities: capabilities(),
             committed: committed.clone(),
             segments: OpenSegments::new(dir, options.max_open_segments),
-            index: HashMap::new(),
-            order: Vec::new(),
+            index: KeyIndex::open(dir, &committed.own),
             pending: Vec::new(),
             pending_index: HashMap::new(),
+            pending_new: 0,
             log_writer,
             state,
         };
-        for (number, entry) in committed.segments.iter().enumerate() {
+        for _ in &committed.segments {
             backend.segments.push(None);
+        }
+        for (number, entry) in
+            committed.segments.iter().enumerate().skip(backend.index.tail_first())
+        {
             let keys = backend.segments.get(number, entry, &backend.schema)?.keys()?;
-            backend.add_segment(number, keys.into_iter(), true);
+            // Taken out while it grows: confirming a run's candidate reads segments, not it.
+            let mut index = std::mem::take(&mut backend.index);
+            let added = index.add_segment(number, keys, &|location| backend.key_at(location));
+            backend.index = index;
+            added?;
         }
         Ok(backend)
     }
 
-    /// Checks the cache in `dir` as [`Reader::validate`] does, without opening it: `open` refuses
-    /// a cache with a damaged segment, this lists every damaged segment (with how many samples it
-    /// held) and checks the intact ones, each problem naming its file and, where known, its key.
+    /// Checks the cache in `dir` as [`Reader::validate`] does, without opening it: a `get` from a
+    /// damaged segment (or `open`, when the segment's keys are read there) is an error, this lists
+    /// every damaged segment (with how many samples it held) and checks the intact ones, each
+    /// problem naming its file and, where known, its key.
     ///
     /// Errors: those of reading the directory, and `Error::Io` when the operating system
     /// refuses a segment (no descriptor or memory left, no permission, libhdf5's file lock held
@@ -261,7 +267,7 @@ impl Hdf5Backend {
     /// committed segment that is missing, damaged or resized, are problems.
     ///
     /// ```
-    /// use stowage_core::{Backend, DType, OpenMode, Sample, Schema, ShapeRule, Tensor};
+    /// use stowage_core::{Backend, DType, OpenMode, Reader, Sample, Schema, ShapeRule, Tensor};
     /// use stowage_core::ValidationLevel;
     /// use stowage_hdf5::Hdf5Backend;
     ///
@@ -277,7 +283,8 @@ impl Hdf5Backend {
     /// bytes[middle] ^= 0x40;
     /// std::fs::write(&segment, bytes)?;
     ///
-    /// assert!(Hdf5Backend::open(dir.path(), OpenMode::ReadOnly).is_err());
+    /// let reader = Hdf5Backend::open(dir.path(), OpenMode::ReadOnly)?;
+    /// assert!(reader.get("a").is_err());
     /// let report = Hdf5Backend::validate_dir(dir.path(), ValidationLevel::Full)?;
     /// assert_eq!(report.problems.len(), 1);
     /// assert!(report.problems[0].detail.contains("1 samples are unreadable"));
@@ -287,21 +294,43 @@ impl Hdf5Backend {
         crate::validate::validate(dir.as_ref(), level)
     }
 
-    /// Makes the keys of segment `number` (by row) resolve to it; `new_keys_in_order` when its
-    /// keys are not yet in `order` (a segment read at open; a flushed one's keys were ordered at
-    /// put).
-    fn add_segment(
-        &mut self,
-        number: usize,
-        keys: impl Iterator<Item = String>,
-        new_keys_in_order: bool,
-    ) {
-        for (row, key) in keys.enumerate() {
-            let known = self.index.insert(key.clone(), Location { segment: number, row }).is_some();
-            if new_keys_in_order && !known {
-                self.order.push(key);
-            }
+    /// The key stored at `location`; `None` when no committed segment has that row (a damaged
+    /// key index slot's).
+    ///
+    /// Errors: as [`OpenSegments::get`], for a segment that does not open or read.
+    fn key_at(&self, location: Location) -> Result<Option<String>> {
+        let Some(entry) = self.committed.segments.get(location.segment) else { return Ok(None) };
+        if location.row as u64 >= entry.rows {
+            return Ok(None);
         }
+        let segment = self.segments.get(location.segment, entry, &self.schema)?;
+        segment.key(location.row).map(Some)
+    }
+
+    /// The location of `key`'s latest committed sample.
+    ///
+    /// Errors: a segment that does not read while a candidate is confirmed, naming `key`.
+    fn locate(&self, key: &str) -> Result<Option<Location>> {
+        let found = self.index.find(key, &|location| self.key_at(location));
+        found.map_err(|e| e.for_key(key))
+    }
+
+    /// Writes a key index run over the tail (and the runs [`KeyIndex::write_merge`] folds in, or
+    /// all of them when `all`), records it in the log, and uses it.
+    fn merge_index(&mut self, all: bool) -> Result<()> {
+        let Some(last) = self.committed.segments.last() else { return Ok(()) };
+        let (through, stamp) = (self.committed.segments.len() - 1, last.xxh3);
+        let entry = {
+            let key_of = |location: Location| self.key_at(location);
+            self.index.write_merge(&self.dir, all, through, stamp, &key_of)?
+        };
+        let log = self.log();
+        log.append(&Record::Own(commit_log::Hdf5Record::Run(entry)).to_bytes())?;
+        log.sync()?;
+        self.committed.records += 1;
+        self.committed.own.retain(|run| run.first < entry.first || run.through > entry.through);
+        self.committed.own.push(entry);
+        self.index.install(&self.dir, entry)
     }
 
     /// The commit log of a writing handle: call after [`WriteState::check_write`], which refuses
@@ -335,10 +364,18 @@ impl Hdf5Backend {
         // published file. Its first `get` opens it, through the bounded set.
         let number = self.committed.segments.len() - 1;
         self.segments.push(Some(stamp));
-        let keys = std::mem::take(&mut self.pending).into_iter().map(|(key, _)| key);
-        self.add_segment(number, keys, false);
+        let keys: Vec<String> =
+            std::mem::take(&mut self.pending).into_iter().map(|(key, _)| key).collect();
+        let mut index = std::mem::take(&mut self.index);
+        let added = index.add_segment(number, keys, &|location| self.key_at(location));
+        self.index = index;
+        added?;
         self.pending.clear();
         self.pending_index.clear();
+        self.pending_new = 0;
+        if self.index.wants_merge(false) {
+            self.merge_index(false)?;
+        }
         Ok(())
     }
 }
@@ -368,10 +405,11 @@ impl Reader for Hdf5Backend {
         if let Some(&at) = self.pending_index.get(key) {
             return Ok(Some(self.pending[at].1.clone()));
         }
-        match self.index.get(key) {
+        match self.locate(key)? {
             Some(location) => {
                 let entry = &self.committed.segments[location.segment];
-                let segment = self.segments.get(location.segment, entry, &self.schema)?;
+                let segment = self.segments.get(location.segment, entry, &self.schema);
+                let segment = segment.map_err(|e| e.for_key(key))?;
                 segment.read(&self.schema, location.row, key).map(Some)
             }
             None => Ok(None),
@@ -379,15 +417,29 @@ impl Reader for Hdf5Backend {
     }
 
     fn contains(&self, key: &str) -> Result<bool> {
-        Ok(self.pending_index.contains_key(key) || self.index.contains_key(key))
+        Ok(self.pending_index.contains_key(key) || self.locate(key)?.is_some())
     }
 
     fn len(&self) -> usize {
-        self.order.len()
+        self.index.len() + self.pending_new
     }
 
+    /// Reads every segment's keys in commit order (each segment opened in turn through the
+    /// bounded set), then the pending keys no segment holds.
     fn keys(&self) -> Result<Vec<String>> {
-        Ok(self.order.clone())
+        let mut keys = Vec::with_capacity(self.len());
+        let mut seen: HashSet<String> = HashSet::with_capacity(self.len());
+        for (number, entry) in self.committed.segments.iter().enumerate() {
+            for key in self.segments.get(number, entry, &self.schema)?.keys()? {
+                if !seen.contains(&key) {
+                    seen.insert(key.clone());
+                    keys.push(key);
+                }
+            }
+        }
+        let pending = self.pending.iter().map(|(key, _)| key);
+        keys.extend(pending.filter(|key| !seen.contains(*key)).cloned());
+        Ok(keys)
     }
 
     fn is_finalized(&self) -> bool {
@@ -421,8 +473,8 @@ impl Backend for Hdf5Backend {
         match self.pending_index.get(key) {
             Some(&at) => self.pending[at].1 = sample.clone(),
             None => {
-                if !self.index.contains_key(key) {
-                    self.order.push(key.to_owned());
+                if self.locate(key)?.is_none() {
+                    self.pending_new += 1;
                 }
                 self.pending_index.insert(key.to_owned(), self.pending.len());
                 self.pending.push((key.to_owned(), sample.clone()));
@@ -444,6 +496,9 @@ impl Backend for Hdf5Backend {
         self.state.check_write("finalize")?;
         self.flush()?;
         let result = (|| {
+            if self.index.wants_merge(true) {
+                self.merge_index(true)?;
+            }
             let log = self.log();
             log.append(&Record::Finalized.to_bytes())?;
             log.sync()?;

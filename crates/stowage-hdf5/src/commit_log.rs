@@ -1,9 +1,12 @@
 //! `stowage.log`: what a generic cache has committed, as the core's segment commit log
-//! ([`stowage_core::segment_log`]). HDF5 adds nothing to it but a checksum in its segment entry.
+//! ([`stowage_core::segment_log`]). HDF5 adds a checksum to its segment entry and one record
+//! kind: a key index run ([`crate::key_index`]) was written.
 //!
 //! ```text
 //! record 0   {"cache": {"format": "stowage-hdf5", "version": 1, "schema": {...}}}
 //! then       {"segment": {"id": 0, "rows": 2048, "bytes": 4251832, "xxh3": ...}}   per segment
+//!            {"run": {"first": 0, "through": 31, "keys": 65536, "new_keys": 65536,
+//!                     "header_xxh3": ...}}             a key index run over segments 0..=31
 //!            {"finalized": null}                                      after finalize
 //! ```
 //!
@@ -15,7 +18,7 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 use stowage_core::file_safety::Recovered;
-use stowage_core::segment_log::{self, CommittedSegment, NoExtension, NoRecords, SegmentLog};
+use stowage_core::segment_log::{self, CommittedSegment, NoExtension, SegmentLog};
 use stowage_core::{Result, Schema};
 
 pub use stowage_core::segment_log::FinalizedMarker;
@@ -53,6 +56,30 @@ impl CommittedSegment for SegmentEntry {
     }
 }
 
+/// The record kinds HDF5 adds to the segment log.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Hdf5Record {
+    /// A key index run was written; it replaces the runs inside its range.
+    Run(RunEntry),
+}
+
+/// A key index run over the segments at positions `first..=through` of the log
+/// ([`crate::key_index`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunEntry {
+    /// The position (in commit order, from 0) of the first segment it covers.
+    pub first: u64,
+    /// The position of the last segment it covers.
+    pub through: u64,
+    /// Distinct keys in it.
+    pub keys: u64,
+    /// Its keys that no older run holds.
+    pub new_keys: u64,
+    /// The run file's header checksum: a different file under the run's name is not used.
+    pub header_xxh3: u64,
+}
+
 /// The HDF5 segment log's format: its name, version and segment entry.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Hdf5Log {}
@@ -63,11 +90,29 @@ impl SegmentLog for Hdf5Log {
     const CACHE_NAME: &'static str = "stowage HDF5 cache";
     type HeaderExtension = NoExtension;
     type Segment = SegmentEntry;
-    type Record = NoRecords;
-    type State = ();
+    type Record = Hdf5Record;
+    /// The key index runs the log vouches for, oldest first.
+    type State = Vec<RunEntry>;
 
-    fn replay(_: &mut Committed, record: NoRecords) -> std::result::Result<(), String> {
-        match record {}
+    fn replay(committed: &mut Committed, record: Hdf5Record) -> std::result::Result<(), String> {
+        let Hdf5Record::Run(entry) = record;
+        let runs = &mut committed.own;
+        runs.retain(|run| run.first < entry.first || run.through > entry.through);
+        let follows = match runs.last() {
+            Some(run) => run.through + 1 == entry.first,
+            None => entry.first == 0,
+        };
+        let covered = usize::try_from(entry.through).is_ok_and(|t| t < committed.segments.len());
+        if entry.first > entry.through || !follows || !covered {
+            return Err(format!(
+                "key index run over segments {} to {} does not follow the runs before it                  ({runs:?}) within the {} committed segments",
+                entry.first,
+                entry.through,
+                committed.segments.len()
+            ));
+        }
+        runs.push(entry);
+        Ok(())
     }
 }
 

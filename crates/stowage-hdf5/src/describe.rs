@@ -25,10 +25,24 @@ pub(crate) fn describe_stowage(cache: &Hdf5Backend) -> Result<Description> {
     description.finalized = Some(cache.is_finalized());
     let rows: u64 = committed.segments.iter().map(|s| s.rows).sum();
     description.detail("segments", committed.segments.len().to_string());
+    let covered = committed.own.last().map_or(0, |run| run.through + 1);
+    description.detail(
+        "key index",
+        format!(
+            "{} over {covered} segments, {} segments read at open",
+            match committed.own.len() {
+                1 => "1 run".to_owned(),
+                n => format!("{n} runs"),
+            },
+            committed.segments.len() as u64 - covered.min(committed.segments.len() as u64)
+        ),
+    );
     description.rows = Some(rows);
     description.files = FileRoles::by(|name| {
         if name.ends_with(".h5") {
             "segment".into()
+        } else if name.starts_with("index/run_") && name.ends_with(".bin") {
+            "key index run".into()
         } else {
             match name {
                 "stowage.log" => "commit log".into(),

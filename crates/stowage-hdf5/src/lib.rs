@@ -36,6 +36,7 @@ pub use writer::{CacheSections, TorchCacheWriter};
 
 mod backend;
 mod commit_log;
+mod key_index;
 mod open_file;
 mod open_segments;
 mod options;

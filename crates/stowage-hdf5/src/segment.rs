@@ -334,6 +334,16 @@ impl Segment {
             .collect()
     }
 
+    /// The key of row `row`, read from the segment.
+    ///
+    /// Errors: `Error::Corrupted` naming the segment when the row is missing or the key is not
+    /// UTF-8.
+    pub fn key(&self, row: usize) -> Result<String> {
+        let bytes = self.keys.read(row as u64, Element::U8, "key row")?;
+        String::from_utf8(bytes)
+            .map_err(|_| Error::corrupted(&self.path, format!("key of row {row} is not UTF-8")))
+    }
+
     /// The sample of row `row`, whose key is `key` (as [`Segment::keys`] read it), checked
     /// against its checksum, which covers the key. Damage is `Error::Corrupted` naming the
     /// segment file and the key.

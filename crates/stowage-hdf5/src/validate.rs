@@ -1,12 +1,15 @@
 //! `validate` of a generic cache: re-reads everything from disk (never from a handle's memory)
 //! and lists every problem with its file and key.
 
+use std::collections::HashMap;
 use std::path::Path;
 
 use stowage_core::file_safety::AppendLog;
+use stowage_core::key_runs::key_hash;
 use stowage_core::{Error, Result, Schema, ValidationLevel, ValidationReport};
 
-use crate::commit_log;
+use crate::commit_log::{self, RunEntry};
+use crate::key_index::{Location, open_run, run_path};
 use crate::segment::Segment;
 
 /// Whether `error` says a file is not there.
@@ -50,7 +53,10 @@ pub(crate) fn validate(dir: &Path, level: ValidationLevel) -> Result<ValidationR
             ),
         );
     }
+    // The keys of every segment that reads, by position, for the key index runs' check.
+    let mut segment_keys: Vec<Option<Vec<String>>> = Vec::with_capacity(committed.segments.len());
     for entry in &committed.segments {
+        segment_keys.push(None);
         let path = super::backend::segment_path(dir, entry.id);
         report.files_checked += 1;
         // Always hashed here, whatever a handle verified before: validate re-reads from disk.
@@ -78,6 +84,75 @@ pub(crate) fn validate(dir: &Path, level: ValidationLevel) -> Result<ValidationR
                 }
             }
         }
+        *segment_keys.last_mut().expect("pushed above") = Some(keys);
     }
+    check_runs(dir, &committed.own, &segment_keys, &mut report);
     Ok(report)
+}
+
+/// Checks the key index runs `entries` the log vouches for: each opens as recorded, its slots
+/// match their checksum, and every key of the segments it covers (`segment_keys`, by position;
+/// `None` for a segment that does not read, already reported) is found at its latest row there.
+/// A damaged run is never used by a reader (nor any newer one), so its segments' keys are still
+/// found; it is reported so that it can be rebuilt.
+fn check_runs(
+    dir: &Path,
+    entries: &[RunEntry],
+    segment_keys: &[Option<Vec<String>>],
+    report: &mut ValidationReport,
+) {
+    for entry in entries {
+        let path = run_path(dir, entry.first, entry.through);
+        report.files_checked += 1;
+        let run = match open_run(dir, entry) {
+            Ok(run) => run,
+            Err(e) => {
+                let why = "readers do not use it, and read its segments' keys at open instead";
+                report.problem(Some(&path), None, format!("{e} ({why})"));
+                continue;
+            }
+        };
+        if let Err(e) = run.verify() {
+            let why =
+                "readers use it: a damaged slot can hide a key, never return another's sample";
+            report.problem(Some(&path), None, format!("{e} ({why}); rebuild it"));
+            continue;
+        }
+        let covered = entry.first as usize..=entry.through as usize;
+        let mut latest: HashMap<&str, Location> = HashMap::new();
+        for segment in covered.clone() {
+            let Some(Some(keys)) = segment_keys.get(segment) else { continue };
+            for (row, key) in keys.iter().enumerate() {
+                latest.insert(key, Location { segment, row });
+            }
+        }
+        let key_at = |payload: u64| {
+            let location = Location::of_payload(payload);
+            let keys = segment_keys.get(location.segment)?.as_ref()?;
+            covered.contains(&location.segment).then(|| keys.get(location.row)).flatten()
+        };
+        let mut wrong = 0usize;
+        let mut example = None;
+        for (key, location) in &latest {
+            let found =
+                run.find(key_hash(key.as_bytes()), |p| key_at(p).map(String::as_str) == Some(*key));
+            if found.map(Location::of_payload) != Some(*location) {
+                wrong += 1;
+                example.get_or_insert(*key);
+            }
+        }
+        // A segment that does not read is reported already, and its keys are unknown here.
+        let all_read = covered.clone().all(|s| matches!(segment_keys.get(s), Some(Some(_))));
+        if wrong > 0 || (all_read && run.keys() != latest.len() as u64) {
+            report.problem(
+                Some(&path),
+                example,
+                format!(
+                    "the key index run holds {} keys, its segments {} ({wrong} not found at their                      latest row; the key index run is still used, and hides them)",
+                    run.keys(),
+                    latest.len()
+                ),
+            );
+        }
+    }
 }

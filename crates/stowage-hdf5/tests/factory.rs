@@ -197,7 +197,7 @@ fn open_reader_reads_an_own_cache_read_only() {
 }
 
 #[test]
-fn validate_path_lists_a_damaged_segment_of_a_cache_that_does_not_open() {
+fn a_damaged_segment_is_found_on_first_use_and_listed_by_validate_path() {
     let dir = tempfile::tempdir().unwrap();
     let path = write_own_cache(dir.path());
     let clean = Hdf5Factory.validate_path(&path, ValidationLevel::Full).unwrap();
@@ -207,7 +207,17 @@ fn validate_path_lists_a_damaged_segment_of_a_cache_that_does_not_open() {
     let segment = segment(&path);
     let middle = std::fs::metadata(&segment).unwrap().len() as usize / 2;
     flip_byte(&segment, middle);
-    assert!(Hdf5Factory.open_reader(&path).is_err(), "a damaged segment keeps the cache shut");
+    // Open reads the key index run, not the segment: its first use finds the damage, before
+    // libhdf5 parses a byte of it, naming the segment and the key read.
+    let reader = Hdf5Factory.open_reader(&path).unwrap();
+    match reader.get("a") {
+        Err(Error::Corrupted { path, key, detail }) => {
+            assert_eq!(path, segment);
+            assert_eq!(key.as_deref(), Some("a"));
+            assert!(detail.contains("xxh3"), "{detail}");
+        }
+        other => panic!("expected the damaged segment, got {other:?}"),
+    }
     for level in [ValidationLevel::Structure, ValidationLevel::Full] {
         let report = Hdf5Factory.validate_path(&path, level).unwrap();
         assert_eq!(report.problems.len(), 1, "{level:?}: {report:?}");
@@ -247,7 +257,8 @@ fn corrupted_bytes_name_their_key() {
     let dir = tempfile::tempdir().unwrap();
     let path = write_own_cache(dir.path());
     let reader = Hdf5Backend::open(&path, OpenMode::ReadOnly).unwrap();
-    // Damaged after the open checked the segment's checksum: only the row's checksum sees it.
+    // Damaged after a first get checked the segment's checksum: only the row's checksum sees it.
+    assert_eq!(reader.get("b").unwrap(), Some(sample(2.0)));
     let segment = segment(&path);
     let bytes = std::fs::read(&segment).unwrap();
     let mark = MARK.to_le_bytes();

@@ -48,6 +48,13 @@ fn in_child(name: &str) -> bool {
     false
 }
 
+/// The error of the first read of `key` from the cache in `dir`, which opens (its key index run
+/// is read at open, the segments on their first use).
+fn first_read_error(dir: &Path, key: &str) -> Error {
+    let cache = Hdf5Backend::open(dir, OpenMode::ReadOnly).unwrap();
+    cache.get(key).map(drop).unwrap_err()
+}
+
 fn schema() -> Schema {
     Schema::new().tensor("x", DType::U8, ShapeRule::Fixed(vec![2]))
 }
@@ -159,8 +166,7 @@ fn a_missing_segment_is_an_io_error_naming_it_and_a_validate_problem() {
     generic_cache(dir.path(), 2);
     let gone = segment(dir.path(), 1);
     std::fs::remove_file(&gone).unwrap();
-    let error = Hdf5Backend::open(dir.path(), OpenMode::ReadOnly).map(drop).unwrap_err();
-    assert_io(&error, &gone, libc::ENOENT);
+    assert_io(&first_read_error(dir.path(), "k1"), &gone, libc::ENOENT);
     let report = Hdf5Backend::validate_dir(dir.path(), ValidationLevel::Full).unwrap();
     assert_eq!(report.problems.len(), 1, "{report:?}");
     assert_eq!(report.problems[0].path.as_deref(), Some(gone.as_path()));
@@ -198,8 +204,7 @@ fn a_file_locked_by_a_writer_is_an_io_error_never_corruption() {
     generic_cache(&cache_dir, 2);
     let locked = segment(&cache_dir, 1);
     let lock = hold_write_lock(&locked);
-    let error = Hdf5Backend::open(&cache_dir, OpenMode::ReadOnly).map(drop).unwrap_err();
-    assert_locked(&error, &locked);
+    assert_locked(&first_read_error(&cache_dir, "k1"), &locked);
     let error = Hdf5Backend::validate_dir(&cache_dir, ValidationLevel::Full).unwrap_err();
     assert_locked(&error, &locked);
     drop(lock);
@@ -250,8 +255,7 @@ fn a_file_the_user_may_not_read_is_an_io_error_never_corruption() {
     // SAFETY: setuid has no memory preconditions; the process stays `nobody` until it exits.
     assert_eq!(unsafe { libc::setuid(65534) }, 0);
 
-    let error = Hdf5Backend::open(&cache_dir, OpenMode::ReadOnly).map(drop).unwrap_err();
-    assert_io(&error, &refused, libc::EACCES);
+    assert_io(&first_read_error(&cache_dir, "k0"), &refused, libc::EACCES);
     assert_io(&TorchCache::open(&dataset).map(drop).unwrap_err(), &dataset, libc::EACCES);
     // Checking them is refused too, not a report of damage.
     let error = Hdf5Factory.validate_path(&cache_dir, ValidationLevel::Full).unwrap_err();

@@ -73,7 +73,7 @@ fn build_cache(dir: &Path, workload: &Workload) {
     cache.finalize().expect("finalize");
     let file = std::fs::File::create(dir.join("records.txt")).expect("records.txt");
     let mut out = std::io::BufWriter::new(file);
-    for (_, records) in cache.records() {
+    for (_, records) in cache.records().expect("records") {
         writeln!(out, "{}", records[0]).expect("write records.txt");
     }
     out.flush().expect("flush records.txt");
@@ -92,7 +92,7 @@ impl RawRows {
         let mut maps = Vec::new();
         let mut by_uid = HashMap::new();
         let mut rows = Vec::new();
-        for (_, records) in reader.records() {
+        for (_, records) in reader.records().expect("records") {
             let r = &records[0];
             let m = *by_uid.entry(r.uid.clone()).or_insert_with(|| {
                 let path = reader.layout().data_file(&r.uid);
@@ -137,8 +137,12 @@ fn read_benches(
     let options = NpyOptions { verify_checksums: false, ..NpyOptions::default() };
     let unverified = NpyBackend::open_read_only(dir, options).expect("open");
     let keys = verified.keys().expect("keys");
-    let records: Vec<_> =
-        verified.records().map(|(_, r)| r.into_iter().next().expect("one field")).collect();
+    let records: Vec<_> = verified
+        .records()
+        .expect("records")
+        .into_iter()
+        .map(|(_, r)| r.into_iter().next().expect("one field"))
+        .collect();
     let raw = RawRows::new(&verified, workload.row_bytes());
     black_box(raw.warm());
     for k in &keys {

@@ -3,10 +3,13 @@
 use crate::collection::CollectionFile;
 use crate::column_writer::ColumnWriter;
 use crate::error::{NpyError, in_field};
-use crate::index::{FieldShape, KeyIndex, Slot, encode_entry_into, encode_finalize};
+use crate::index::{
+    FieldShape, KeyIndex, Slot, decode_entry, decode_finalize, encode_entry_into, encode_finalize,
+};
 use crate::layout::{CacheMetadata, CommitMarker, Layout};
 use crate::ownership::OwnedFiles;
 use crate::record::{Numpy10Record, RecordRef};
+use crate::runs::{self, Runs};
 use crate::{NpyOptions, validate};
 use std::collections::HashMap;
 use std::path::Path;
@@ -55,6 +58,18 @@ struct Writer {
     pending: Vec<u8>,
     /// End offset in `pending` of each entry.
     pending_ends: Vec<usize>,
+    /// The key hash ([`stowage_core::key_runs::key_hash`]) of each pending entry.
+    pending_hashes: Vec<u64>,
+    /// For each pending entry whose key the tail did not hold: whether a run held it.
+    pending_in_runs: Vec<Option<bool>>,
+    /// (key hash, log offset + 1) of every log record after the runs' end: what the next run
+    /// holds.
+    tail_entries: Vec<(u64, u64)>,
+    /// For each tail entry, whether a run held its key when it was put (`None`: not known, a
+    /// replayed entry or a key the tail held): spares the next run's build a probe per key.
+    tail_in_runs: Vec<Option<bool>>,
+    /// Byte offset of the log's last record, if it has one.
+    last_offset: Option<u64>,
     /// Declared last, so dropped last: released only after the column writers' background
     /// writes have stopped, so that the next writer never runs beside them.
     _lock: WriterLock,
@@ -67,7 +82,19 @@ impl Writer {
         owned: OwnedFiles,
         columns: Vec<ColumnWriter>,
     ) -> Writer {
-        Writer { _lock: lock, log, owned, columns, pending: Vec::new(), pending_ends: Vec::new() }
+        Writer {
+            _lock: lock,
+            log,
+            owned,
+            columns,
+            pending: Vec::new(),
+            pending_ends: Vec::new(),
+            pending_hashes: Vec::new(),
+            pending_in_runs: Vec::new(),
+            tail_entries: Vec::new(),
+            tail_in_runs: Vec::new(),
+            last_offset: None,
+        }
     }
 }
 
@@ -96,7 +123,24 @@ pub struct NpyBackend {
     meta: CacheMetadata,
     options: NpyOptions,
     capabilities: Capabilities,
+    /// The key index's in-memory tail: the records after the runs' end (every record when no
+    /// runs are used). Its collection file ids are kept for the handle's life.
     index: KeyIndex,
+    /// The on-disk key index runs; `None` for a reader of a cache without a usable index (the
+    /// tail then holds every key). A writer always has them.
+    runs: Option<Runs>,
+    /// Keys put through this handle that neither the tail nor a run held.
+    tail_new: u64,
+    /// The tail's first `replayed_keys` keys (by ordinal) were replayed from the log at open;
+    /// how many of them no run holds is counted on first need (`len`), so that an open does not
+    /// probe the runs (and fault in their pages) for every tail record.
+    replayed_keys: usize,
+    /// See `replayed_keys`.
+    replayed_new: OnceLock<u64>,
+    /// Why `index/current` was not used, when it exists but does not match (for `validate`).
+    index_note: Option<String>,
+    /// Tail entries after which a flush writes a run.
+    index_tail_entries: usize,
     /// Read-only or writable, finalized, poisoned by a failed write: the checks every write
     /// starts with.
     state: WriteState,
@@ -151,6 +195,8 @@ impl NpyBackend {
         }
         let (mut log, _) = AppendLog::open(layout.records_log(), true)?;
         log.sync()?;
+        runs::forget(&layout)?;
+        runs::remove_unnamed(&layout, None)?;
         let owned = OwnedFiles::open(&layout, &[])?;
         let meta = CacheMetadata::new(schema.clone(), options.collection_size);
         let text = serde_json::to_vec_pretty(&meta).expect("metadata serializes");
@@ -165,6 +211,12 @@ impl NpyBackend {
             field_dtypes: field_dtypes(&meta),
             field_names: meta.schema.fields.iter().map(|f| f.name.as_str().into()).collect(),
             index: KeyIndex::new(field_shapes(&meta)),
+            runs: Some(Runs::empty(&layout)?),
+            tail_new: 0,
+            replayed_keys: 0,
+            replayed_new: OnceLock::new(),
+            index_note: None,
+            index_tail_entries: runs::TAIL_BOUND,
             layout,
             meta,
             options,
@@ -179,8 +231,13 @@ impl NpyBackend {
     /// Opens an existing cache read-only: no lock is taken and a writer is never blocked. An
     /// unfinished cache shows the samples of every completed flush.
     ///
+    /// Costs the same at every size: the key index runs `index/current` names are mapped and
+    /// only the log records after them are replayed (see the crate's README). Without a usable
+    /// index the whole log is replayed, and `validate` says why.
+    ///
     /// Errors: `NotFound` when `dir` holds no cache; `Corrupted` when the record log is damaged
-    /// before its end, or a finalized cache's log does not hold what `_COMPLETE` says.
+    /// in the part replayed (before its end), or a finalized cache's log does not hold what
+    /// `_COMPLETE` says.
     pub fn open_read_only(dir: impl AsRef<Path>, options: NpyOptions) -> Result<NpyBackend> {
         let layout = Layout::new(dir.as_ref());
         let meta = CacheMetadata::read(&layout.metadata())?;
@@ -188,13 +245,28 @@ impl NpyBackend {
         // writes _COMPLETE, so a marker read first never describes more than the log read after
         // it, while a log read first may be older than a marker read after it.
         let marker = CommitMarker::read(&layout.complete_marker())?;
-        let recovered = AppendLog::read_all(layout.records_log())?;
-        Self::assemble(layout, meta, options, (recovered.records, marker), recovered.damage, None)
+        let (runs, index_note) = match Runs::open(&layout) {
+            Ok(runs) => (runs, None),
+            Err(why) => (None, Some(why)),
+        };
+        let start = runs.as_ref().map_or(0, |r| r.current().log_end);
+        let recovered = AppendLog::read_from(layout.records_log(), start)?;
+        let loaded = Loaded {
+            records: recovered.records,
+            marker,
+            damage: recovered.damage,
+            runs,
+            index_note,
+        };
+        Self::assemble(layout, meta, options, loaded, None)
     }
 
     /// Opens an existing cache for writing: takes the writer lock, cuts off a torn log tail left
     /// by a crash and resumes an unfinished cache. On a finalized cache `put` returns
     /// `Error::Finalized`.
+    ///
+    /// Costs the same at every size, as [`NpyBackend::open_read_only`]; when the index was not
+    /// usable, the whole log is replayed and the index written again.
     pub fn open_append(dir: impl AsRef<Path>, options: NpyOptions) -> Result<NpyBackend> {
         let layout = Layout::new(dir.as_ref());
         let meta = CacheMetadata::read(&layout.metadata())?;
@@ -202,53 +274,112 @@ impl NpyBackend {
         remove_killed_writers_temps(&layout)?;
         // Empty marker directories may be missing (a copy that dropped empty folders, e.g. git).
         make_layout_dirs(&layout)?;
+        let (runs, index_note) = match Runs::open(&layout) {
+            Ok(runs) => (runs, None),
+            Err(why) => (None, Some(why)),
+        };
+        let (start, records_before) =
+            runs.as_ref().map_or((0, 0), |r| (r.current().log_end, r.current().log_records));
         // Inspect before AppendLog::open truncates: mid-log damage must not be silently cut away.
-        let scanned = AppendLog::read_all(layout.records_log())?;
+        let scanned = AppendLog::read_from(layout.records_log(), start)?;
         if let Some(damage) = scanned.damage.as_ref().filter(|d| d.is_mid_log()) {
             return Err(Error::corrupted(layout.records_log(), damage.to_string()));
         }
-        let (log, recovered) = AppendLog::open(layout.records_log(), false)?;
+        let (log, recovered) = AppendLog::open_after(layout.records_log(), start, records_before)?;
+        runs::remove_unnamed(&layout, runs.as_ref().map(Runs::current))?;
+        let runs = match runs {
+            Some(runs) => runs,
+            None => Runs::empty(&layout)?,
+        };
         let marker = CommitMarker::read(&layout.complete_marker())?;
-        let records = (recovered.records, marker);
-        Self::assemble(layout, meta, options, records, None, Some((lock, log)))
+        let loaded = Loaded {
+            records: recovered.records,
+            marker,
+            damage: None,
+            runs: Some(runs),
+            index_note,
+        };
+        let mut backend = Self::assemble(layout, meta, options, loaded, Some((lock, log)))?;
+        // The whole log was replayed (no usable index): write it now, so the next open is fast
+        // and a damaged or missing index is repaired.
+        let replayed_all = backend
+            .runs
+            .as_ref()
+            .is_some_and(|r| r.current().log_end == AppendLog::MAGIC.len() as u64);
+        let entries = backend.writer.as_ref().map_or(0, |w| w.tail_entries.len());
+        if replayed_all && (backend.index_note.is_some() || entries >= backend.index_tail_entries) {
+            let wrote = backend.writer.as_ref().is_some_and(|w| w.last_offset.is_some());
+            if wrote {
+                backend.write_run(backend.is_finalized())?;
+            } else {
+                // An empty log: nothing to index, only the unusable index to drop.
+                runs::forget(&backend.layout)?;
+            }
+            backend.index_note = None;
+        }
+        Ok(backend)
     }
 
-    /// Builds a handle from the recovered log; `writing` (the lock and the open log) makes it a
-    /// writer.
+    /// Builds a handle from the records after the runs (every record without runs); `writing`
+    /// (the lock and the open log) makes it a writer.
     fn assemble(
         layout: Layout,
         meta: CacheMetadata,
         options: NpyOptions,
-        (records, marker): (Vec<Vec<u8>>, Option<CommitMarker>),
-        damage: Option<stowage_core::file_safety::Damage>,
+        loaded: Loaded,
         writing: Option<(WriterLock, AppendLog)>,
     ) -> Result<NpyBackend> {
+        let Loaded { records, marker, damage, runs, index_note } = loaded;
         if let Some(damage) = damage.filter(|d| d.is_mid_log()) {
             return Err(Error::corrupted(layout.records_log(), damage.to_string()));
         }
-        let index = KeyIndex::from_log(&records, field_shapes(&meta), &layout.records_log())?;
+        let mut index = KeyIndex::new(field_shapes(&meta));
+        let (start, records_before) = match &runs {
+            Some(runs) => {
+                for uid in &runs.current().uids {
+                    index.intern_uid(uid)?;
+                }
+                (runs.current().log_end, runs.current().log_records)
+            }
+            None => (AppendLog::MAGIC.len() as u64, 0),
+        };
+        let replayed = replay(
+            &mut index,
+            runs.as_ref(),
+            &records,
+            (start, records_before),
+            &layout.records_log(),
+        )?;
+        let finalized = replayed.finalized;
+        let log_records = records_before + records.len() as u64;
         // _COMPLETE must describe exactly the log it was written after (it is written last).
         if let Some(commit) = marker
-            && (!index.is_finalized() || commit.log_records != records.len() as u64)
+            && (!finalized || commit.log_records != log_records)
         {
             return Err(NpyError::CommitMismatch {
                 path: layout.records_log(),
                 marked: commit.log_records,
-                found: records.len() as u64,
-                finalize_record: index.is_finalized(),
+                found: log_records,
+                finalize_record: finalized,
             }
             .into());
         }
         let index_files = index.file_uids().len();
         let state = if writing.is_some() {
-            WriteState::writable(BACKEND_NAME, layout.root(), index.is_finalized())
+            WriteState::writable(BACKEND_NAME, layout.root(), finalized)
         } else {
-            WriteState::read_only(BACKEND_NAME, layout.root(), index.is_finalized())
+            WriteState::read_only(BACKEND_NAME, layout.root(), finalized)
         };
         let writer = match writing {
             Some((lock, log)) => {
                 let owned = OwnedFiles::open(&layout, index.file_uids())?;
-                Some(Writer::new(lock, log, owned, column_writers(&meta)?))
+                let mut writer = Writer::new(lock, log, owned, column_writers(&meta)?);
+                writer.tail_in_runs = vec![None; replayed.entries.len()];
+                writer.tail_entries = replayed.entries;
+                writer.last_offset = replayed
+                    .last_offset
+                    .or(runs.as_ref().and_then(|r| r.current().last_record).map(|l| l.offset));
+                Some(writer)
             }
             None => None,
         };
@@ -261,6 +392,12 @@ impl NpyBackend {
             capabilities: capabilities(),
             state,
             index,
+            runs,
+            tail_new: 0,
+            replayed_keys: replayed.keys,
+            replayed_new: OnceLock::new(),
+            index_note,
+            index_tail_entries: runs::TAIL_BOUND,
             writer,
             files: (0..index_files).map(|_| OnceLock::new()).collect(),
             foreign_files: Mutex::default(),
@@ -278,7 +415,36 @@ impl NpyBackend {
     /// The record string of `field` for `key`, exactly as hangar's record database would store it.
     pub fn record(&self, key: &str, field: &str) -> Option<Numpy10Record> {
         let position = self.meta.schema.fields.iter().position(|f| f.name == field)?;
-        self.index.get(key).map(|slots| self.index.record(position, &slots[position]))
+        if let Some(slots) = self.index.get(key) {
+            return Some(self.index.record(position, &slots[position]));
+        }
+        let (_, payload) = self.runs.as_ref()?.find(key)?;
+        let (_, mut records) = decode_entry(payload, self.meta.schema.fields.len()).ok()?;
+        Some(records.swap_remove(position))
+    }
+
+    /// Sets how many log entries this writer keeps in the key index's in-memory tail before a
+    /// flush writes them into an on-disk run in `index/` (65,536 by default, a few tens of MB;
+    /// at least 1). Finalize always writes one run of every key. A smaller bound writes runs
+    /// more often, a larger one keeps more in RAM.
+    ///
+    /// ```
+    /// # use stowage_core::{Backend, DType, Reader, Sample, Schema, ShapeRule, Tensor};
+    /// # use stowage_npy::{NpyBackend, NpyOptions};
+    /// # let dir = tempfile::tempdir()?;
+    /// # let schema = Schema::new().tensor("x", DType::U8, ShapeRule::Fixed(vec![1]));
+    /// let mut cache = NpyBackend::create(dir.path(), &schema, NpyOptions::default())?;
+    /// cache.set_index_tail_entries(2);
+    /// for key in ["a", "b", "c"] {
+    ///     cache.put(key, &Sample::new().with("x", Tensor::from_slice(&[1], &[7u8])?))?;
+    /// }
+    /// cache.flush()?; // 3 entries >= 2: written to index/
+    /// assert!(dir.path().join("index").join("current").exists());
+    /// assert_eq!(cache.len(), 3);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn set_index_tail_entries(&mut self, entries: usize) {
+        self.index_tail_entries = entries.max(1);
     }
 
     /// The cache's directory layout.
@@ -292,10 +458,102 @@ impl NpyBackend {
     }
 
     /// Every `(key, records)`, in first-put order, one record per field.
-    pub fn records(&self) -> impl Iterator<Item = (&str, Vec<Numpy10Record>)> {
-        self.index.iter().map(|(key, slots)| {
-            (key, slots.iter().enumerate().map(|(f, slot)| self.index.record(f, slot)).collect())
-        })
+    ///
+    /// Reads the whole record log (the key index on disk holds no key order): O(keys) time and
+    /// memory.
+    ///
+    /// ```
+    /// # use stowage_core::{Backend, DType, Sample, Schema, ShapeRule, Tensor};
+    /// # use stowage_npy::{NpyBackend, NpyOptions};
+    /// # let dir = tempfile::tempdir()?;
+    /// # let schema = Schema::new().tensor("x", DType::U8, ShapeRule::Fixed(vec![1]));
+    /// let mut cache = NpyBackend::create(dir.path(), &schema, NpyOptions::default())?;
+    /// cache.put("a", &Sample::new().with("x", Tensor::from_slice(&[1], &[7u8])?))?;
+    /// let records = cache.records()?;
+    /// assert_eq!(records[0].0, "a");
+    /// assert!(records[0].1[0].to_string().starts_with("10:"));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// Errors: [`Error::Corrupted`] when the log does not read back; [`Error::Io`].
+    pub fn records(&self) -> Result<Vec<(String, Vec<Numpy10Record>)>> {
+        let full = self.full_index()?;
+        let index = full.as_ref().unwrap_or(&self.index);
+        Ok(index
+            .iter()
+            .map(|(key, slots)| {
+                let records =
+                    slots.iter().enumerate().map(|(f, slot)| index.record(f, slot)).collect();
+                (key.to_owned(), records)
+            })
+            .collect())
+    }
+
+    /// Every key's records from the log plus the tail's unflushed puts, in first-put order;
+    /// `None` when the tail already holds every key (no runs).
+    pub(crate) fn full_index(&self) -> Result<Option<KeyIndex>> {
+        if self.runs.as_ref().is_none_or(|r| r.runs().is_empty()) {
+            return Ok(None);
+        }
+        let log = self.read_indexed_log()?;
+        let entries: Vec<Vec<u8>> =
+            log.records.into_iter().filter(|r| r.first() != Some(&b'{')).collect();
+        let mut full =
+            KeyIndex::from_log(&entries, field_shapes(&self.meta), &self.layout.records_log())?;
+        for (key, slots) in self.index.iter() {
+            let records: Vec<Numpy10Record> =
+                slots.iter().enumerate().map(|(f, slot)| self.index.record(f, slot)).collect();
+            let refs: Vec<RecordRef<'_>> = records.iter().map(Numpy10Record::as_ref).collect();
+            full.insert(key, &refs)?;
+        }
+        Ok(Some(full))
+    }
+
+    /// Every good record of the log, for a pass over every key (the runs hold no key order).
+    ///
+    /// Errors: [`Error::Corrupted`] when the log is damaged where the runs cover it (the open did
+    /// not read it) or in its middle: a pass would miss keys the runs answer for.
+    fn read_indexed_log(&self) -> Result<stowage_core::file_safety::Recovered> {
+        let log = AppendLog::read_all(self.layout.records_log())?;
+        let covered = self.runs.as_ref().map_or(0, |r| r.current().log_end);
+        if let Some(damage) = &log.damage
+            && (damage.offset < covered || damage.is_mid_log())
+        {
+            return Err(Error::corrupted(self.layout.records_log(), damage.to_string()));
+        }
+        Ok(log)
+    }
+
+    /// The log offset of the record the index answers `key` with: `Some(None)` for a key of the
+    /// tail, `None` for an unknown key.
+    pub(crate) fn located(&self, key: &str) -> Option<Option<u64>> {
+        if self.index.find(key).is_some() {
+            return Some(None);
+        }
+        self.runs.as_ref()?.find(key).map(|(offset, _)| Some(offset))
+    }
+
+    /// How the key index is held, for `describe`: runs, tail, and why `index/current` was not
+    /// used.
+    pub(crate) fn key_index_summary(&self) -> String {
+        let tail = self.index.len();
+        match (&self.runs, &self.index_note) {
+            (_, Some(why)) => {
+                format!("rebuilt from records.log at open ({tail} keys in memory): {why}")
+            }
+            (Some(runs), None) if !runs.runs().is_empty() => format!(
+                "{} on-disk run(s) over records.log up to byte {}, {tail} keys in the in-memory \
+                 tail",
+                runs.runs().len(),
+                runs.current().log_end
+            ),
+            _ => format!("in memory ({tail} keys replayed from records.log at open)"),
+        }
+    }
+
+    /// The runs in use and why `index/current` was not used, for `validate`.
+    pub(crate) fn key_runs(&self) -> (Option<&Runs>, Option<&str>) {
+        (self.runs.as_ref(), self.index_note.as_deref())
     }
 
     /// Reads the sample of `field` that `record` addresses, the way hangar reads a record handed over
@@ -335,6 +593,16 @@ impl NpyBackend {
                     ),
                 }
             })?;
+        self.read_record_in(position, record, verify)
+    }
+
+    /// [`NpyBackend::read_record`] of the field at `position`.
+    pub(crate) fn read_record_in(
+        &self,
+        position: usize,
+        record: &Numpy10Record,
+        verify: bool,
+    ) -> Result<Tensor> {
         if let FieldShape::Fixed(dims) = &self.index.field_shapes()[position]
             && *dims != record.shape
         {
@@ -559,7 +827,7 @@ impl Reader for NpyBackend {
 
     fn get(&self, key: &str) -> Result<Option<Sample>> {
         let verify = self.options.verify_checksums;
-        let Some(found) = self.index.find(key) else { return Ok(None) };
+        let Some(found) = self.index.find(key) else { return self.get_from_runs(key) };
         let mut sample = Sample::new();
         for (i, field) in self.meta.schema.fields.iter().enumerate() {
             let slot = self.index.slot(&found, i);
@@ -572,15 +840,42 @@ impl Reader for NpyBackend {
     }
 
     fn contains(&self, key: &str) -> Result<bool> {
-        Ok(self.index.get(key).is_some())
+        Ok(self.located(key).is_some())
     }
 
     fn len(&self) -> usize {
-        self.index.len()
+        let replayed_new = *self.replayed_new.get_or_init(|| {
+            let replayed = self.index.keys().take(self.replayed_keys);
+            match &self.runs {
+                Some(runs) => replayed.filter(|key| runs.find(key).is_none()).count() as u64,
+                None => self.replayed_keys as u64,
+            }
+        });
+        (self.runs.as_ref().map_or(0, Runs::keys) + replayed_new + self.tail_new) as usize
     }
 
+    /// With runs, one pass over the log (the runs hold no key order): the keys and about 12
+    /// bytes per key of dedup table, never the records.
     fn keys(&self) -> Result<Vec<String>> {
-        Ok(self.index.keys().map(str::to_owned).collect())
+        if self.runs.as_ref().is_none_or(|r| r.runs().is_empty()) {
+            return Ok(self.index.keys().map(str::to_owned).collect());
+        }
+        let log = self.read_indexed_log()?;
+        let mut keys = FirstPut::default();
+        for (i, payload) in log.records.iter().enumerate() {
+            if payload.first() == Some(&b'{') {
+                continue;
+            }
+            let key = runs::entry_key(payload).ok_or_else(|| {
+                Error::corrupted(self.layout.records_log(), format!("record {i}: no key"))
+            })?;
+            keys.add(&key);
+        }
+        // Puts not flushed yet.
+        for key in self.index.keys() {
+            keys.add(key);
+        }
+        Ok(keys.keys)
     }
 
     fn is_finalized(&self) -> bool {
@@ -609,7 +904,7 @@ impl Reader for NpyBackend {
 impl Backend for NpyBackend {
     fn put(&mut self, key: &str, sample: &Sample) -> Result<()> {
         self.state.check_put(key, sample, &self.meta.schema, &self.capabilities)?;
-        let NpyBackend { layout, meta, state, writer, index, files, .. } = self;
+        let NpyBackend { layout, meta, state, writer, index, files, runs, tail_new, .. } = self;
         let writer = writer.as_mut().expect("a writable handle has a writer");
         let mut written = Vec::with_capacity(meta.schema.fields.len());
         for (column, field) in writer.columns.iter_mut().zip(&meta.schema.fields) {
@@ -631,9 +926,18 @@ impl Backend for NpyBackend {
                 shape,
             })
             .collect();
+        // The duplicate check goes through the index: the tail, then the runs.
+        let in_runs = match index.find(key) {
+            Some(_) => None,
+            None => Some(runs.as_ref().is_some_and(|r| r.find(key).is_some())),
+        };
+        let is_new = in_runs == Some(false);
         index.insert(key, &records)?;
+        *tail_new += u64::from(is_new);
         encode_entry_into(&mut writer.pending, key, &records);
         writer.pending_ends.push(writer.pending.len());
+        writer.pending_hashes.push(stowage_core::key_runs::key_hash(key.as_bytes()));
+        writer.pending_in_runs.push(in_runs);
         files.resize_with(index.file_uids().len(), OnceLock::new);
         Ok(())
     }
@@ -647,16 +951,29 @@ impl Backend for NpyBackend {
                 column.sync(layout)?;
             }
             let mut start = 0;
-            for &end in &writer.pending_ends {
+            let pending = writer.pending_hashes.iter().zip(&writer.pending_in_runs);
+            for (&end, (&hash, &in_runs)) in writer.pending_ends.iter().zip(pending) {
+                let offset = writer.log.byte_len();
                 writer.log.append(&writer.pending[start..end])?;
+                writer.tail_entries.push((hash, offset + 1));
+                writer.tail_in_runs.push(in_runs);
+                writer.last_offset = Some(offset);
                 start = end;
             }
             writer.pending.clear();
             writer.pending_ends.clear();
+            writer.pending_hashes.clear();
+            writer.pending_in_runs.clear();
             writer.log.sync()
         };
         let result = sync();
-        state.poison_on_error(result)
+        state.poison_on_error(result)?;
+        let full = self.writer.as_ref().map_or(0, |w| w.tail_entries.len());
+        if full >= self.index_tail_entries {
+            let result = self.write_run(false);
+            self.state.poison_on_error(result)?;
+        }
+        Ok(())
     }
 
     fn finalize(&mut self) -> Result<()> {
@@ -675,11 +992,60 @@ impl Backend for NpyBackend {
 impl NpyBackend {
     /// The commit: the finalize record in the log (the commit point), then the markers.
     fn commit(&mut self) -> Result<()> {
-        let keys = self.index.len() as u64;
+        let keys = self.len() as u64;
         let writer = self.writer.as_mut().expect("finalize goes through a writer");
+        let offset = writer.log.byte_len();
         writer.log.append(&encode_finalize(keys))?;
         writer.log.sync()?;
+        writer.last_offset = Some(offset);
+        // One run over the whole log, the finalize record included: a reader replays nothing.
+        self.write_run(true)?;
         self.write_markers()
+    }
+
+    /// Turns the tail into a run (merged with every run when `all`, else as
+    /// [`stowage_core::key_runs::plan_merge`] picks) and names it in `index/current`. Called with
+    /// no pending entries: every tail record is durable in the log.
+    fn write_run(&mut self, all: bool) -> Result<()> {
+        let writer = self.writer.as_mut().expect("runs are written by a writer");
+        let runs = self.runs.as_mut().expect("a writer has runs");
+        let Some(last) = writer.last_offset else { return Ok(()) };
+        let covered = (writer.log.byte_len(), writer.log.len(), last);
+        let fresh = (&writer.tail_entries[..], &writer.tail_in_runs[..]);
+        runs.write(&self.layout, fresh, covered, self.index.file_uids(), all)?;
+        writer.tail_entries.clear();
+        writer.tail_in_runs.clear();
+        self.index.clear_keys();
+        self.tail_new = 0;
+        self.replayed_keys = 0;
+        self.replayed_new = OnceLock::new();
+        Ok(())
+    }
+
+    /// The sample of `key` from the runs (after the tail missed).
+    fn get_from_runs(&self, key: &str) -> Result<Option<Sample>> {
+        let Some(runs) = &self.runs else { return Ok(None) };
+        let Some((offset, payload)) = runs.find(key) else { return Ok(None) };
+        let fields = self.meta.schema.fields.len();
+        let fast = runs::entry_records(payload, fields);
+        let (_, records) = fast
+            .map(|r| (String::new(), r))
+            .map_or_else(|| decode_entry(payload, fields), Ok)
+            .map_err(|e| {
+                Error::corrupted(
+                    self.layout.records_log(),
+                    format!("record at byte offset {offset}: {e}"),
+                )
+            })?;
+        let verify = self.options.verify_checksums;
+        let mut sample = Sample::new();
+        for (i, (field, record)) in self.meta.schema.fields.iter().zip(&records).enumerate() {
+            let tensor = self
+                .read_record_in(i, record, verify)
+                .map_err(|e| in_field(e, &field.name).for_key(key))?;
+            sample.insert(self.field_names[i].clone(), Value::Tensor(tensor));
+        }
+        Ok(Some(sample))
     }
 
     /// hangar's commit of stowage's own files, then `_COMPLETE`, written atomically and last:
@@ -714,7 +1080,7 @@ impl NpyBackend {
         fsync_dir(layout.stage_dir())?;
         let marker = CommitMarker {
             log_records: writer.log.len(),
-            keys: self.index.len() as u64,
+            keys: self.len() as u64,
             owned_files_records: Some(writer.owned.records()),
         };
         atomic_write(layout.complete_marker(), &serde_json::to_vec(&marker).expect("serializes"))
@@ -751,4 +1117,111 @@ fn make_layout_dirs(layout: &Layout) -> Result<()> {
         fsync_dir(dir.parent().expect("layout directories have a parent"))?;
     }
     Ok(())
+}
+
+/// What an open read from the log and the index.
+struct Loaded {
+    /// The records after the runs' end (every record without runs).
+    records: Vec<Vec<u8>>,
+    marker: Option<CommitMarker>,
+    /// Damage of the log after the runs' end.
+    damage: Option<stowage_core::file_safety::Damage>,
+    runs: Option<Runs>,
+    index_note: Option<String>,
+}
+
+/// What [`replay`] found.
+struct Replayed {
+    finalized: bool,
+    /// Keys of the tail no run holds.
+    /// Distinct keys replayed.
+    keys: usize,
+    /// (key hash, log offset + 1) of each entry.
+    entries: Vec<(u64, u64)>,
+    /// Byte offset of the last record replayed.
+    last_offset: Option<u64>,
+}
+
+/// Replays `records`, the log's records from byte offset `start` on (`before` records precede
+/// them), into the tail `index`: each entry sets its key, a later one superseding an earlier one;
+/// the finalize record must be last and count every key.
+fn replay(
+    index: &mut KeyIndex,
+    runs: Option<&Runs>,
+    records: &[Vec<u8>],
+    (start, before): (u64, u64),
+    log_path: &Path,
+) -> Result<Replayed> {
+    let run_keys = runs.map_or(0, Runs::keys);
+    let mut replayed = Replayed {
+        finalized: runs.is_some_and(Runs::finalized),
+        keys: 0,
+        entries: Vec::with_capacity(records.len()),
+        last_offset: None,
+    };
+    let mut offset = start;
+    for (i, payload) in records.iter().enumerate() {
+        let corrupted = |detail: String| {
+            Error::corrupted(log_path, format!("record {}: {detail}", before + i as u64))
+        };
+        if replayed.finalized {
+            return Err(corrupted("an entry follows the finalize record".into()));
+        }
+        if payload.first() == Some(&b'{') {
+            let keys = decode_finalize(payload).map_err(corrupted)?;
+            // Rare (a crash between the finalize record and the index naming it): probe.
+            let tail_new = match runs {
+                Some(runs) => index.keys().filter(|key| runs.find(key).is_none()).count(),
+                None => index.len(),
+            } as u64;
+            if keys != run_keys + tail_new {
+                return Err(corrupted(format!(
+                    "the finalize record counts {keys} keys, the log holds {}",
+                    run_keys + tail_new
+                )));
+            }
+            replayed.finalized = true;
+        } else {
+            let (key, entry) =
+                decode_entry(payload, index.field_shapes().len()).map_err(corrupted)?;
+            let refs: Vec<RecordRef<'_>> = entry.iter().map(Numpy10Record::as_ref).collect();
+            index.insert(&key, &refs).map_err(|e| corrupted(e.to_string()))?;
+            replayed.entries.push((stowage_core::key_runs::key_hash(key.as_bytes()), offset + 1));
+        }
+        replayed.last_offset = Some(offset);
+        offset += (AppendLog::RECORD_HEADER_LEN + payload.len()) as u64;
+    }
+    replayed.keys = index.len();
+    Ok(replayed)
+}
+
+/// Keys in first-put order, each once: a table of (key hash, first position), confirmed against
+/// the kept key on a hash match.
+#[derive(Default)]
+struct FirstPut {
+    keys: Vec<String>,
+    first: foldhash::HashMap<u64, u32>,
+    /// Positions of keys whose hash an earlier, different key has (rare).
+    more: foldhash::HashMap<u64, Vec<u32>>,
+}
+
+impl FirstPut {
+    fn add(&mut self, key: &str) {
+        let hash = stowage_core::key_runs::key_hash(key.as_bytes());
+        let at = self.keys.len() as u32;
+        match self.first.get(&hash) {
+            None => {
+                self.first.insert(hash, at);
+            }
+            Some(&i) if self.keys[i as usize] == key => return,
+            Some(_) => {
+                let more = self.more.entry(hash).or_default();
+                if more.iter().any(|&i| self.keys[i as usize] == key) {
+                    return;
+                }
+                more.push(at);
+            }
+        }
+        self.keys.push(key.to_owned());
+    }
 }

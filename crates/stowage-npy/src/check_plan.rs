@@ -197,8 +197,12 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let uids: Vec<String> = {
             let cache = cache(dir.path(), 6);
-            let mut uids: Vec<String> =
-                cache.records().map(|(_, records)| records[0].uid.clone()).collect();
+            let mut uids: Vec<String> = cache
+                .records()
+                .unwrap()
+                .into_iter()
+                .map(|(_, records)| records[0].uid.clone())
+                .collect();
             uids.sort();
             uids.dedup();
             uids

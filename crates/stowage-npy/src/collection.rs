@@ -293,7 +293,7 @@ fn gather_corner(
 ///
 /// `repo_dir` is the directory that holds `data/10/` (hangar's `.hangar` directory; the reference
 /// set's `repo/`). The record is parsed, `data/10/<uid>.npy` is mapped and the slot read as
-/// [`CollectionFile::read_record`] does, verifying the checksum when `verify` is set.
+/// a collection file's own record read does, verifying the checksum when `verify` is set.
 ///
 /// hangar marks a data file visible with an empty file of the same name in `store_data/10/`
 /// (committed) or `stage_data/10/` (staged, uncommitted). When `repo_dir` has a `store_data` or a

@@ -65,7 +65,12 @@ fn of_cache(layout: &Layout, meta: &CacheMetadata, cache: Option<&NpyBackend>) -
         let mut bytes = 0u64;
         let mut records = vec![0u64; meta.schema.fields.len()];
         let mut slots: Vec<HashSet<(String, u64)>> = vec![HashSet::new(); records.len()];
-        for (_, field_records) in cache.records() {
+        let all = cache.records().unwrap_or_else(|e| {
+            description.errors.push(e.to_string());
+            Vec::new()
+        });
+        description.detail("key index", cache.key_index_summary());
+        for (_, field_records) in all {
             for (f, (record, field)) in field_records.iter().zip(&meta.schema.fields).enumerate() {
                 field_of_uid.entry(record.uid.clone()).or_insert_with(|| field.name.clone());
                 if let FieldKind::Tensor { dtype, .. } = field.kind {

@@ -198,6 +198,30 @@ impl KeyIndex {
         Ok(())
     }
 
+    /// The file id of collection file `uid`, added to the index's files when new (so that a file
+    /// id stays valid for the handle's life, whichever keys the tail holds).
+    pub fn intern_uid(&mut self, uid: &str) -> Result<u32> {
+        if let Some(&file) = self.file_of_uid.get(uid) {
+            return Ok(file);
+        }
+        let file = u32::try_from(self.uids.len())
+            .map_err(|_| Error::invalid("more than 2^32 collection files"))?;
+        self.file_of_uid.insert(uid.to_owned(), file);
+        self.uids.push(uid.to_owned());
+        Ok(file)
+    }
+
+    /// Forgets every key (they are in an on-disk run now), keeping the collection files and
+    /// their ids.
+    pub fn clear_keys(&mut self) {
+        self.key_bytes = String::new();
+        self.key_spans = Vec::new();
+        self.table = KeyTable::default();
+        self.slots = Vec::new();
+        self.shapes = Vec::new();
+        self.finalized = false;
+    }
+
     /// Finds `key`: one cache line read for keys up to 16 bytes, whose entry also holds the first
     /// field's slot.
     pub fn find(&self, key: &str) -> Option<Found> {
@@ -283,6 +307,7 @@ impl KeyIndex {
     }
 
     /// Whether the log ends with a finalize record (the cache was committed as complete).
+    #[cfg_attr(not(test), allow(dead_code))]
     pub fn is_finalized(&self) -> bool {
         self.finalized
     }
@@ -313,7 +338,7 @@ pub fn encode_finalize(keys: u64) -> Vec<u8> {
     format!("{{\"finalized\": {{\"keys\": {keys}}}}}").into_bytes()
 }
 
-fn decode_finalize(payload: &[u8]) -> std::result::Result<u64, String> {
+pub(crate) fn decode_finalize(payload: &[u8]) -> std::result::Result<u64, String> {
     let value: serde_json::Value =
         serde_json::from_slice(payload).map_err(|e| format!("not a finalize record: {e}"))?;
     value
@@ -323,7 +348,7 @@ fn decode_finalize(payload: &[u8]) -> std::result::Result<u64, String> {
         .ok_or_else(|| format!("not a finalize record: {value}"))
 }
 
-fn decode_entry(
+pub(crate) fn decode_entry(
     payload: &[u8],
     fields: usize,
 ) -> std::result::Result<(String, Vec<Numpy10Record>), String> {

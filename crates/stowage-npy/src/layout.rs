@@ -9,6 +9,8 @@
 //! <cache>/stage_data/10/<uid>.npy empty markers of files not yet committed (hangar's staging)
 //! <cache>/store_data/10/<uid>.npy empty markers of committed files, written by finalize
 //! <cache>/_COMPLETE               written last by finalize: how many log records the cache holds
+//! <cache>/index/current           the key index runs in use and the log offset they cover
+//! <cache>/index/run_<a>_<b>.bin   key index runs (`crate::runs`): key hash -> record offset
 //! <cache>/.stowage.lock           the writer lock
 //! ```
 //!

@@ -18,6 +18,7 @@ mod layout;
 mod options;
 mod ownership;
 mod record;
+mod runs;
 mod validate;
 
 pub use backend::{BACKEND_NAME, NpyBackend, capabilities};

@@ -29,17 +29,38 @@ pub fn validate(backend: &NpyBackend, level: ValidationLevel) -> Result<Validati
     }
 
     let schema = &backend.metadata().schema;
-    let index = backend.index();
+    // Every key's records, from a pass over the log; a log damaged where the runs cover it
+    // leaves only the tail to check (the damage is the problem).
+    let (full, log_readable) = match backend.full_index() {
+        Ok(full) => (full, true),
+        Err(e) => {
+            if !report.problems.iter().any(|p| p.path.as_deref() == Some(log_path.as_path())) {
+                report.problem(Some(&log_path), None, strip_path(&e));
+            }
+            (None, false)
+        }
+    };
+    let index = full.as_ref().unwrap_or(backend.index());
     let mut files_seen = BTreeSet::new();
     for (key, slots) in index.iter() {
         report.samples_checked += 1;
         for (field, slot) in slots.iter().enumerate() {
             let field_name = &schema.fields[field].name;
-            let data_file = layout.data_file(index.file_uid(slot.file));
-            if files_seen.insert(slot.file) {
+            let uid = index.file_uid(slot.file);
+            let data_file = layout.data_file(uid);
+            if files_seen.insert(uid.to_owned()) {
                 report.files_checked += 1;
             }
-            let file = match backend.collection(slot.file, field) {
+            let record = index.record(field, slot);
+            let Some(file_id) = backend.index().file_id(uid) else {
+                let detail = format!(
+                    "field {field_name:?}: record {record} points into a collection file \
+                     index/current does not list"
+                );
+                report.problem(Some(&data_file), Some(key), detail);
+                continue;
+            };
+            let file = match backend.collection(file_id, field) {
                 Ok(file) => file,
                 Err(e) => {
                     let detail = format!("field {field_name:?}: {}", strip_path(&e));
@@ -47,13 +68,12 @@ pub fn validate(backend: &NpyBackend, level: ValidationLevel) -> Result<Validati
                     continue;
                 }
             };
-            let shape = index.shape(field, slot);
+            let shape = &record.shape;
             let fits = (slot.index as usize) < file.rows()
                 && shape.iter().zip(file.slot_shape()).all(|(s, m)| s <= m);
             if !fits {
                 let detail = format!(
-                    "field {field_name:?}: record {} does not fit the file's {} slots of {}",
-                    index.record(field, slot),
+                    "field {field_name:?}: record {record} does not fit the file's {} slots of {}",
                     file.rows(),
                     shape::display(file.slot_shape())
                 );
@@ -61,12 +81,15 @@ pub fn validate(backend: &NpyBackend, level: ValidationLevel) -> Result<Validati
                 continue;
             }
             if level == ValidationLevel::Full
-                && let Err(e) = backend.read_slot(field, slot, true)
+                && let Err(e) = backend.read_record_in(field, &record, true)
             {
                 let detail = format!("field {field_name:?}: {}", strip_path(&e));
                 report.problem(Some(&data_file), Some(key), detail);
             }
         }
+    }
+    if log_readable {
+        check_key_index(backend, index, &mut report)?;
     }
     if backend.is_finalized() {
         if !layout.complete_marker().exists() {
@@ -77,7 +100,7 @@ pub fn validate(backend: &NpyBackend, level: ValidationLevel) -> Result<Validati
                  file): open the cache in append mode to rewrite it",
             );
         }
-        for uid in files_seen.iter().map(|&f| index.file_uid(f)) {
+        for uid in &files_seen {
             let marker = layout.store_dir().join(format!("{uid}.npy"));
             if !marker.exists() {
                 report.problem(
@@ -98,4 +121,82 @@ pub(crate) fn strip_path(e: &Error) -> String {
         Error::Corrupted { detail, .. } => detail.clone(),
         other => other.to_string(),
     }
+}
+
+/// The on-disk key index against the log: every run's slots against their checksum, and every
+/// key the index answers with the latest record of the log (`index` holds every key, from the
+/// log). A `current` that could not be used is reported with why.
+fn check_key_index(
+    backend: &NpyBackend,
+    index: &crate::index::KeyIndex,
+    report: &mut ValidationReport,
+) -> Result<()> {
+    let current = crate::runs::current_path(backend.layout());
+    let (runs, note) = backend.key_runs();
+    if let Some(why) = note {
+        report.problem(
+            Some(&current),
+            None,
+            format!(
+                "the key index is not used (rebuilt from records.log at every open until a \
+                 writer opens the cache): {why}"
+            ),
+        );
+    }
+    let Some(runs) = runs.filter(|r| !r.runs().is_empty()) else { return Ok(()) };
+    for run in runs.runs() {
+        report.files_checked += 1;
+        if let Err(e) = run.verify() {
+            report.problem(Some(run.path()), None, format!("key index run: {}", strip_path(&e)));
+        }
+    }
+    // The latest record of each key, by a pass over the log (the runs cover its start).
+    let log = AppendLog::read_all(backend.layout().records_log())?;
+    let mut latest: std::collections::HashMap<String, u64> = std::collections::HashMap::new();
+    let mut offset = AppendLog::MAGIC.len() as u64;
+    for payload in &log.records {
+        if offset < runs.current().log_end
+            && let Some(key) = crate::runs::entry_key(payload)
+        {
+            latest.insert(key.into_owned(), offset);
+        }
+        offset += (AppendLog::RECORD_HEADER_LEN + payload.len()) as u64;
+    }
+    let mut wrong = 0u64;
+    for key in index.keys() {
+        let expected = latest.get(key).copied();
+        let found = backend.located(key);
+        let right = match found {
+            // The tail holds the records after the runs: a key there needs no run.
+            Some(None) => true,
+            Some(Some(at)) => Some(at) == expected,
+            None => false,
+        };
+        if !right {
+            wrong += 1;
+            if wrong <= 10 {
+                report.problem(
+                    Some(&current),
+                    Some(key),
+                    format!(
+                        "the key index answers with the record at byte offset {}, the log's \
+                         latest is at {}",
+                        found.flatten().map_or("none".into(), |o| o.to_string()),
+                        expected.map_or("none".into(), |o| o.to_string())
+                    ),
+                );
+            }
+        }
+    }
+    if wrong > 10 {
+        report.problem(Some(&current), None, format!("{wrong} keys answered wrongly in all"));
+    }
+    if backend.len() != index.len() {
+        report.problem(
+            Some(&current),
+            None,
+            format!("the key index counts {} keys, the log holds {}", backend.len(), index.len()),
+        );
+    }
+    Ok(())
 }

@@ -144,9 +144,10 @@ fn files_of_other_writers_are_reported_and_left_alone() {
     cache.finalize().unwrap();
     assert_unchanged(&before, "finalize");
     assert_eq!(uids_in(&layout.stage_dir()), ["broken05", "hangar01", "other004"]);
-    let own: Vec<String> = cache.records().map(|(_, r)| r[0].uid.clone()).collect();
+    let own: Vec<String> =
+        cache.records().unwrap().into_iter().map(|(_, r)| r[0].uid.clone()).collect();
     let mut committed_markers = own.clone();
-    committed_markers.extend(cache.records().map(|(_, r)| r[1].uid.clone()));
+    committed_markers.extend(cache.records().unwrap().into_iter().map(|(_, r)| r[1].uid.clone()));
     committed_markers.push("hangar02".into());
     committed_markers.sort();
     committed_markers.dedup();

@@ -202,6 +202,9 @@ fn from_backends(seeds: &mut Seeds, work: &Path) {
         seeds.add_file("npy_header", &format!("stowage-{}", short(path)), path);
     }
     seeds.add_log("npy-records.log", &dir.join("records.log"));
+    for path in files(&dir.join("index"), ".bin").iter().take(2) {
+        seeds.add_file("key_runs", &format!("stowage-npy-{}", short(path)), path);
+    }
 
     let dir = pristine("memmap", work);
     seeds.add_file("memmap_shapes_json", "stowage-shapes.json", &dir.join("shapes.json"));
@@ -239,6 +242,9 @@ fn from_backends(seeds: &mut Seeds, work: &Path) {
 
     let dir = pristine("hdf5", work);
     seeds.add_log("hdf5-stowage.log", &dir.join("stowage.log"));
+    for path in files(&dir.join("index"), ".bin").iter().take(2) {
+        seeds.add_file("key_runs", &format!("stowage-hdf5-{}", short(path)), path);
+    }
     for path in files(&dir, ".h5").iter().take(1) {
         seeds.add_hdf5(&format!("stowage-{}", short(path)), path);
     }

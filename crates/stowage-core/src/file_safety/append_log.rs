@@ -180,7 +180,54 @@ impl AppendLog {
     /// - [`Error::Io`] naming the file; a symbolic link at `path` is refused, never followed
     ///   ([`is_refused_symlink`](super::is_refused_symlink)), and stays as it was.
     pub fn open(path: impl AsRef<Path>, create: bool) -> Result<(AppendLog, Recovered)> {
+        Self::open_inner(path.as_ref(), create, 0, 0)
+    }
+
+    /// Opens the existing log at `path` for appending, trusting its first `offset` bytes, which
+    /// hold `records_before` records: recovery scans only from `offset` on (the rules of
+    /// [`AppendLog::open`] apply there), so a writer that knows the log up to `offset` (from an
+    /// index that vouches for it) resumes in time independent of the log's size. The returned
+    /// [`Recovered`] describes the records from `offset` on, as [`AppendLog::read_from`] does.
+    ///
+    /// ```
+    /// use stowage_core::file_safety::AppendLog;
+    /// let dir = tempfile::tempdir()?;
+    /// let path = dir.path().join("journal.log");
+    /// let (mut log, _) = AppendLog::open(&path, true)?;
+    /// log.append(b"first")?;
+    /// let (known, records) = (log.byte_len(), log.len());
+    /// log.append(b"second")?;
+    /// log.sync()?;
+    /// drop(log);
+    ///
+    /// let (mut log, tail) = AppendLog::open_after(&path, known, records)?;
+    /// assert_eq!((tail.records, log.len()), (vec![b"second".to_vec()], 2));
+    /// log.append(b"third")?;
+    /// log.sync()?;
+    /// assert_eq!(AppendLog::read_all(&path)?.records.len(), 3);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`AppendLog::open`] with `create` false and [`AppendLog::read_from`].
+    pub fn open_after(
+        path: impl AsRef<Path>,
+        offset: u64,
+        records_before: u64,
+    ) -> Result<(AppendLog, Recovered)> {
         let path = path.as_ref();
+        if offset <= Self::MAGIC.len() as u64 {
+            return Self::open_inner(path, false, 0, 0);
+        }
+        Self::open_inner(path, false, offset, records_before)
+    }
+
+    fn open_inner(
+        path: &Path,
+        create: bool,
+        offset: u64,
+        records_before: u64,
+    ) -> Result<(AppendLog, Recovered)> {
         // No link followed: recovery truncates, and appends follow.
         let mut file = match open_no_follow(
             OpenOptions::new().read(true).write(true).create(create).truncate(false),
@@ -192,7 +239,7 @@ impl AppendLog {
             }
             Err(err) => return Err(Error::io(path, err)),
         };
-        let recovered = scan(&file, path)?;
+        let recovered = scan_from(&file, path, offset)?;
 
         let end = if recovered.valid_len == 0 {
             // New, empty, or a creation cut short: start over with a complete header. The
@@ -218,7 +265,7 @@ impl AppendLog {
             file,
             path: path.to_path_buf(),
             buf: Vec::with_capacity(BUFFER_CAPACITY),
-            records: recovered.records.len() as u64,
+            records: records_before + recovered.records.len() as u64,
             end,
             poisoned: false,
         };
@@ -277,6 +324,92 @@ impl AppendLog {
             Err(err) => return Err(Error::io(path, err)),
         };
         scan(&file, path)
+    }
+
+    /// Reads the good records of the log at `path` from the record that starts at byte offset
+    /// `offset` on, without changing the file: what a reader that already knows the log up to
+    /// `offset` (from an index that covers it) replays.
+    ///
+    /// The same rules as [`AppendLog::read_all`] apply from `offset` on: the scan stops at the
+    /// first damaged record, a torn tail is reported and left in place, and damage followed by a
+    /// valid record is [`DamageKind::MidLog`]. In the returned [`Recovered`], `records` are the
+    /// records from `offset`, [`Damage::record_index`] counts the good records from `offset`, and
+    /// byte offsets (`valid_len`, [`Damage::offset`]) are from the start of the file. An `offset`
+    /// of 0 or of the header's length reads every record.
+    ///
+    /// `offset` must be where a record starts (the end of an earlier one); any other offset reads
+    /// as a damaged record there (its length and checksum do not match).
+    ///
+    /// ```
+    /// use stowage_core::file_safety::AppendLog;
+    /// let dir = tempfile::tempdir()?;
+    /// let path = dir.path().join("journal.log");
+    /// let (mut log, _) = AppendLog::open(&path, true)?;
+    /// log.append(b"first")?;
+    /// let second_at = log.byte_len();
+    /// log.append(b"second")?;
+    /// log.sync()?;
+    ///
+    /// let tail = AppendLog::read_from(&path, second_at)?;
+    /// assert_eq!(tail.records, vec![b"second".to_vec()]);
+    /// assert_eq!(tail.valid_len, log.byte_len());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    ///
+    /// # Errors
+    /// As [`AppendLog::read_all`]; [`Error::Corrupted`] naming the file when `offset` is beyond
+    /// its end (the log is shorter than the caller knew it), and [`Error::InvalidArgument`] for
+    /// an offset inside the file header.
+    pub fn read_from(path: impl AsRef<Path>, offset: u64) -> Result<Recovered> {
+        let path = path.as_ref();
+        if offset > 0 && offset < Self::MAGIC.len() as u64 {
+            return Err(Error::invalid(format!(
+                "byte offset {offset} of append log {} is inside its {}-byte header",
+                path.display(),
+                Self::MAGIC.len()
+            )));
+        }
+        let file = match File::open(path) {
+            Ok(file) => file,
+            Err(err) if err.kind() == io::ErrorKind::NotFound => {
+                return Err(Error::NotFound { what: format!("append log {}", path.display()) });
+            }
+            Err(err) => return Err(Error::io(path, err)),
+        };
+        scan_from(&file, path, offset)
+    }
+
+    /// The record that starts at byte offset `offset` of `log`, the bytes of a whole log file (a
+    /// read-only map of it, for a reader that locates records by offset): `(payload, checksum,
+    /// end)`, the checksum as stored (it identifies the record) and the offset just after it, or
+    /// `None` unless a complete record with a valid checksum starts there. Checks only that
+    /// record, so it is cheap at any log size.
+    ///
+    /// ```
+    /// use stowage_core::file_safety::AppendLog;
+    /// let dir = tempfile::tempdir()?;
+    /// let path = dir.path().join("journal.log");
+    /// let (mut log, _) = AppendLog::open(&path, true)?;
+    /// let at = log.byte_len();
+    /// log.append(b"payload")?;
+    /// log.sync()?;
+    /// let bytes = std::fs::read(&path)?;
+    /// let (payload, _checksum, end) = AppendLog::record_at(&bytes, at).unwrap();
+    /// assert_eq!((payload, end), (&b"payload"[..], log.byte_len()));
+    /// assert!(AppendLog::record_at(&bytes, at + 1).is_none());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn record_at(log: &[u8], offset: u64) -> Option<(&[u8], u64, u64)> {
+        let start = usize::try_from(offset).ok().filter(|&s| s >= Self::MAGIC.len())?;
+        let header = log.get(start..)?.first_chunk::<{ Self::RECORD_HEADER_LEN }>()?;
+        let (len_bytes, len, recorded) = split_header(header);
+        if len as usize > Self::MAX_RECORD_LEN {
+            return None;
+        }
+        let payload_start = start + Self::RECORD_HEADER_LEN;
+        let payload = log.get(payload_start..payload_start + len as usize)?;
+        (checksum(&len_bytes, payload) == recorded)
+            .then(|| (payload, recorded, (payload_start + payload.len()) as u64))
     }
 
     /// Appends one record.
@@ -441,15 +574,34 @@ fn checksum(len_bytes: &[u8; 4], payload: &[u8]) -> u64 {
 
 /// Scans the whole log; never writes.
 fn scan(file: &File, path: &Path) -> Result<Recovered> {
+    scan_from(file, path, 0)
+}
+
+/// Scans the log from the record at byte offset `start` (0: from the first record); never
+/// writes.
+fn scan_from(file: &File, path: &Path, start: u64) -> Result<Recovered> {
     let file_len = file.metadata().at(path)?.len();
     let mut handle = file;
     handle.seek(SeekFrom::Start(0)).at(path)?;
-    // Bounded by the length seen now: bytes a concurrent writer appends later are not ours to judge.
-    let mut reader = BufReader::with_capacity(256 * 1024, handle.take(file_len));
-
     let magic_len = AppendLog::MAGIC.len();
     let mut magic = [0u8; 8];
-    let n = read_up_to(&mut reader, &mut magic).at(path)?;
+    let n = read_up_to(&mut handle.take(file_len), &mut magic).at(path)?;
+    if start > magic_len as u64 {
+        if magic != AppendLog::MAGIC {
+            return Err(bad_magic(path, &magic[..n]));
+        }
+        if start > file_len {
+            return Err(Error::corrupted(
+                path,
+                format!("no record at byte offset {start}: the log has {file_len} bytes"),
+            ));
+        }
+        handle.seek(SeekFrom::Start(start)).at(path)?;
+    }
+    let start = start.max(magic_len as u64);
+    // Bounded by the length seen now: bytes a concurrent writer appends later are not ours to judge.
+    let mut reader =
+        BufReader::with_capacity(256 * 1024, handle.take(file_len.saturating_sub(start)));
     if n < magic_len && magic[..n] == AppendLog::MAGIC[..n] {
         // Empty, or a creation cut short while writing the header: a log without records.
         let damage = (n > 0).then(|| Damage {
@@ -470,7 +622,7 @@ fn scan(file: &File, path: &Path) -> Result<Recovered> {
     }
 
     let mut records = Vec::new();
-    let mut offset = magic_len as u64;
+    let mut offset = start;
     let damage = loop {
         let bad = |kind, detail| Some((kind, detail));
         let mut header = [0u8; AppendLog::RECORD_HEADER_LEN];
@@ -602,4 +754,141 @@ fn read_up_to(reader: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
         }
     }
     Ok(filled)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A log of `n` records of varying lengths; returns its path and each record's start offset.
+    fn written(dir: &Path, n: usize) -> (PathBuf, Vec<u64>) {
+        let path = dir.join("journal.log");
+        let (mut log, _) = AppendLog::open(&path, true).unwrap();
+        let mut starts = Vec::new();
+        for i in 0..n {
+            starts.push(log.byte_len());
+            log.append(format!("record {i} {}", "x".repeat(i % 7)).as_bytes()).unwrap();
+        }
+        log.sync().unwrap();
+        (path, starts)
+    }
+
+    #[test]
+    fn read_from_each_record_boundary_is_the_tail_of_read_all() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, starts) = written(dir.path(), 20);
+        let all = AppendLog::read_all(&path).unwrap();
+        for (i, &start) in starts.iter().enumerate() {
+            let tail = AppendLog::read_from(&path, start).unwrap();
+            assert_eq!(tail.records, all.records[i..], "from record {i}");
+            assert_eq!((tail.valid_len, tail.damage.clone()), (all.valid_len, None));
+        }
+        assert_eq!(AppendLog::read_from(&path, 0).unwrap(), all);
+        assert_eq!(AppendLog::read_from(&path, 8).unwrap(), all);
+        let end = AppendLog::read_from(&path, all.valid_len).unwrap();
+        assert!(end.records.is_empty() && end.is_clean());
+    }
+
+    #[test]
+    fn read_from_reports_damage_after_the_offset_as_read_all_does() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, starts) = written(dir.path(), 10);
+        let good = std::fs::read(&path).unwrap();
+        // A torn tail: the last record cut short.
+        std::fs::write(&path, &good[..good.len() - 3]).unwrap();
+        let tail = AppendLog::read_from(&path, starts[5]).unwrap();
+        let damage = tail.damage.unwrap();
+        assert_eq!(
+            (tail.records.len(), damage.kind, damage.offset),
+            (4, DamageKind::TornTail, starts[9])
+        );
+        assert_eq!(damage.record_index, 4, "counted from the offset");
+        // A damaged middle record: MidLog, nothing after it returned.
+        let mut bad = good.clone();
+        bad[starts[7] as usize + 14] ^= 1;
+        std::fs::write(&path, &bad).unwrap();
+        let tail = AppendLog::read_from(&path, starts[5]).unwrap();
+        assert_eq!(tail.records.len(), 2);
+        assert_eq!(tail.damage.unwrap().kind, DamageKind::MidLog { next_valid_offset: starts[8] });
+        // Damage before the offset is not this reader's to see.
+        assert!(AppendLog::read_from(&path, starts[8]).unwrap().is_clean());
+    }
+
+    #[test]
+    fn read_from_refuses_offsets_outside_the_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, starts) = written(dir.path(), 3);
+        let len = std::fs::metadata(&path).unwrap().len();
+        let err = AppendLog::read_from(&path, len + 1).unwrap_err();
+        assert!(
+            matches!(err, Error::Corrupted { .. }) && err.to_string().contains("journal.log"),
+            "{err}"
+        );
+        assert!(matches!(AppendLog::read_from(&path, 3), Err(Error::InvalidArgument { .. })));
+        // Not a record boundary: a damaged record there, never a misread one.
+        let off = AppendLog::read_from(&path, starts[1] + 1).unwrap();
+        assert!(off.records.is_empty());
+        assert_eq!(off.damage.unwrap().offset, starts[1] + 1);
+        // Not a log at all.
+        std::fs::write(&path, b"NOTALOG!and more bytes").unwrap();
+        assert!(matches!(AppendLog::read_from(&path, 10), Err(Error::Corrupted { .. })));
+        assert!(matches!(
+            AppendLog::read_from(dir.path().join("missing"), 10),
+            Err(Error::NotFound { .. })
+        ));
+    }
+
+    #[test]
+    fn record_at_finds_exactly_the_records() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, starts) = written(dir.path(), 12);
+        let bytes = std::fs::read(&path).unwrap();
+        let all = AppendLog::read_all(&path).unwrap();
+        for offset in 0..bytes.len() as u64 + 2 {
+            let found = AppendLog::record_at(&bytes, offset);
+            match starts.iter().position(|&s| s == offset) {
+                Some(i) => {
+                    let (payload, _, end) = found.expect("a record starts here");
+                    assert_eq!(payload, &all.records[i][..]);
+                    assert_eq!(end, starts.get(i + 1).copied().unwrap_or(all.valid_len));
+                }
+                None => assert!(found.is_none(), "offset {offset}"),
+            }
+        }
+        let cut = &bytes[..bytes.len() - 1];
+        assert!(AppendLog::record_at(cut, starts[11]).is_none(), "a torn record");
+    }
+}
+
+#[cfg(test)]
+mod open_after_tests {
+    use super::*;
+
+    #[test]
+    fn open_after_cuts_a_torn_tail_and_counts_every_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("journal.log");
+        let (mut log, _) = AppendLog::open(&path, true).unwrap();
+        for i in 0..5u8 {
+            log.append(&[i; 30]).unwrap();
+        }
+        let (known, records) = (log.byte_len(), log.len());
+        log.append(b"sixth").unwrap();
+        log.sync().unwrap();
+        drop(log);
+        let len = std::fs::metadata(&path).unwrap().len();
+        let file = OpenOptions::new().append(true).open(&path).unwrap();
+        file.set_len(len + 5).unwrap(); // a torn record header
+        let (mut log, tail) = AppendLog::open_after(&path, known, records).unwrap();
+        assert_eq!(tail.records, vec![b"sixth".to_vec()]);
+        assert_eq!(tail.damage.unwrap().kind, DamageKind::TornTail);
+        assert_eq!((log.len(), log.byte_len()), (6, len));
+        log.append(b"seventh").unwrap();
+        log.sync().unwrap();
+        let all = AppendLog::read_all(&path).unwrap();
+        assert!(all.is_clean());
+        assert_eq!(all.records.len(), 7);
+        // Beyond the end: the caller's knowledge is wrong.
+        assert!(matches!(AppendLog::open_after(&path, len + 100, 9), Err(Error::Corrupted { .. })));
+    }
 }

@@ -1,0 +1,436 @@
+//! The key index of a generic cache: which segment and row hold each key's latest sample, found
+//! without reading every segment at open.
+//!
+//! Most segments are covered by key index runs ([`stowage_core::key_runs`]): memory-mapped hash
+//! tables in `index/run_<first>_<through>.bin` over the segments at positions `first..=through`
+//! of the commit log, each vouched for by a `run` record ([`crate::commit_log::RunEntry`]). The
+//! newest segments, which no run covers yet (the *tail*), are read at open into an in-memory map;
+//! the writer turns the tail into a run once it holds [`MERGE_AFTER_SEGMENTS`] segments or
+//! [`MERGE_AFTER_KEYS`] keys, folding in the newest runs no larger than what it gathered
+//! ([`plan_merge`]), and finalize merges everything into one run. Opening then costs the log, a
+//! header check per run and the tail's keys, whatever the number of keys; a flush costs its own
+//! rows plus, now and then, a merge whose cost is logarithmic per key over the cache's life.
+//!
+//! A slot holds a hash: every candidate is confirmed by reading the key at its segment and row,
+//! so a damaged or colliding slot can hide a key but never return another key's sample; a
+//! segment that cannot be read while confirming is the lookup's error, never a missing key. A run
+//! that does not open as its record says is not used, nor is any newer one: their segments are
+//! read into the tail instead (slower to open, never wrong), and `validate` reports the run.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use stowage_core::file_safety::{atomic_write, create_dir_within};
+use stowage_core::key_runs::{KeyRun, RunSpec, build_run, key_hash, plan_merge};
+use stowage_core::{Error, IoResultExt, Result};
+
+use crate::commit_log::RunEntry;
+
+/// The directory of the run files, inside the cache directory.
+pub(crate) const INDEX_DIR: &str = "index";
+
+/// Tail segments after which a flush writes a run: a lookup probes the tail's map, so the bound
+/// is on what open reads.
+pub(crate) const MERGE_AFTER_SEGMENTS: usize = 32;
+
+/// Tail keys after which a flush writes a run (open reads the tail's keys).
+pub(crate) const MERGE_AFTER_KEYS: usize = 65_536;
+
+/// Where a committed key's sample lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Location {
+    /// The segment's position in the commit log.
+    pub segment: usize,
+    pub row: usize,
+}
+
+impl Location {
+    /// The run payload of this location: segment position in the high 32 bits, row + 1 in the
+    /// low 32 (0 marks an empty slot).
+    fn payload(self) -> Result<u64> {
+        let segment = u32::try_from(self.segment).ok();
+        let row = u32::try_from(self.row).ok().filter(|&r| r != u32::MAX);
+        match (segment, row) {
+            (Some(segment), Some(row)) => Ok(u64::from(segment) << 32 | u64::from(row + 1)),
+            _ => Err(Error::unsupported(
+                crate::error::BACKEND,
+                format!(
+                    "a key index run locates at most 2^32 segments of 2^32 - 1 rows; segment {} \
+                     row {} is beyond",
+                    self.segment, self.row
+                ),
+            )),
+        }
+    }
+
+    /// The location of a run payload (never 0).
+    pub fn of_payload(payload: u64) -> Location {
+        let row = (payload & u64::from(u32::MAX)).saturating_sub(1);
+        Location { segment: (payload >> 32) as usize, row: row as usize }
+    }
+}
+
+/// The file of the run over segment positions `first..=through`.
+pub(crate) fn run_path(dir: &Path, first: u64, through: u64) -> PathBuf {
+    dir.join(INDEX_DIR).join(format!("run_{first:06}_{through:06}.bin"))
+}
+
+/// Maps the run `entry` of the cache in `dir` and checks its header against the entry.
+///
+/// Errors: [`Error::Io`] when the file cannot be opened or mapped; [`Error::Corrupted`] naming
+/// it when its header is damaged or says something else than the record.
+pub(crate) fn open_run(dir: &Path, entry: &RunEntry) -> Result<KeyRun> {
+    let path = run_path(dir, entry.first, entry.through);
+    let run = KeyRun::from_bytes(&path, map(&path)?)?;
+    let header = run.header();
+    let found = (header.first, header.through, header.keys, header.new_keys);
+    let recorded = (entry.first, entry.through, entry.keys, entry.new_keys);
+    if found != recorded || header.header_checksum != entry.header_xxh3 {
+        return Err(Error::corrupted(
+            &path,
+            format!(
+                "key index run over segments {} to {} with {} keys ({} new), header checksum \
+                 {:016x}; the commit log records segments {} to {} with {} keys ({} new), \
+                 {:016x}",
+                found.0,
+                found.1,
+                found.2,
+                found.3,
+                header.header_checksum,
+                recorded.0,
+                recorded.1,
+                recorded.2,
+                recorded.3,
+                entry.header_xxh3
+            ),
+        ));
+    }
+    Ok(run)
+}
+
+/// A read-only map of the run file at `path`.
+fn map(path: &Path) -> Result<memmap2::Mmap> {
+    let file = std::fs::File::open(path).at(path)?;
+    // SAFETY: run files are written once, to a temporary name, and renamed into place; a later
+    // run gets a new name, never rewrites one in place. Truncating one under a reader is outside
+    // the cache contract (as for the segments).
+    unsafe { memmap2::Mmap::map(&file) }.at(path)
+}
+
+/// Reads the key stored at a location: `Ok(None)` when no committed segment has that row (a
+/// damaged slot's payload), an error when the segment does not read.
+pub(crate) type KeyOf<'a> = &'a dyn Fn(Location) -> Result<Option<String>>;
+
+/// Confirms run candidates through a [`KeyOf`], keeping its first error: a candidate whose key
+/// cannot be read ends the probe, and the caller returns the error instead of an answer.
+struct Confirmer<'a> {
+    key_of: KeyOf<'a>,
+    failure: RefCell<Option<Error>>,
+}
+
+impl<'a> Confirmer<'a> {
+    fn new(key_of: KeyOf<'a>) -> Confirmer<'a> {
+        Confirmer { key_of, failure: RefCell::new(None) }
+    }
+
+    /// The key at run payload `payload`; `None` when there is none or it failed (kept).
+    fn key_at(&self, payload: u64) -> Option<String> {
+        match (self.key_of)(Location::of_payload(payload)) {
+            Ok(key) => key,
+            Err(e) => {
+                self.failure.borrow_mut().get_or_insert(e);
+                None
+            }
+        }
+    }
+
+    /// Whether the candidate at `payload` holds `key`; true on a failure, to end the probe.
+    fn holds(&self, payload: u64, key: &str) -> bool {
+        let held = self.key_at(payload);
+        held.as_deref() == Some(key) || self.failure.borrow().is_some()
+    }
+
+    /// `answer`, unless a read failed on the way.
+    fn finish<T>(self, answer: T) -> Result<T> {
+        match self.failure.into_inner() {
+            Some(e) => Err(e),
+            None => Ok(answer),
+        }
+    }
+}
+
+/// The key index of one handle.
+#[derive(Debug, Default)]
+pub(crate) struct KeyIndex {
+    /// The runs in use with their records, oldest first, covering positions `0..tail_first`.
+    runs: Vec<(RunEntry, KeyRun)>,
+    /// The latest location of every key of the tail's segments.
+    tail: HashMap<String, Location>,
+    /// The first segment position no run covers.
+    tail_first: usize,
+    /// Segments in the tail.
+    tail_segments: usize,
+    /// Tail keys no run holds.
+    tail_new: usize,
+}
+
+impl KeyIndex {
+    /// An index of no segment.
+    pub fn new() -> KeyIndex {
+        KeyIndex::default()
+    }
+
+    /// The runs `entries` (the commit log's, oldest first) of the cache in `dir`, as far as each
+    /// opens as recorded: a run that does not is not used, nor any newer one. The tail is empty;
+    /// the caller adds the segments from [`KeyIndex::tail_first`] on.
+    pub fn open(dir: &Path, entries: &[RunEntry]) -> KeyIndex {
+        let runs: Vec<(RunEntry, KeyRun)> = entries
+            .iter()
+            .map_while(|entry| open_run(dir, entry).ok().map(|run| (*entry, run)))
+            .collect();
+        let tail_first = runs.last().map_or(0, |(entry, _)| entry.through as usize + 1);
+        KeyIndex { runs, tail_first, ..KeyIndex::default() }
+    }
+
+    /// The first segment position whose keys the runs do not hold.
+    pub fn tail_first(&self) -> usize {
+        self.tail_first
+    }
+
+    /// The runs in use, oldest first.
+    #[cfg(test)]
+    fn runs(&self) -> impl Iterator<Item = &RunEntry> {
+        self.runs.iter().map(|(entry, _)| entry)
+    }
+
+    /// Adds the keys (by row) of segment `number`, the next after every one the index holds.
+    /// `key_of` reads the key at a location (to confirm a run's candidate).
+    ///
+    /// Errors: `key_of`'s, for a segment that does not read while confirming (the keys added so
+    /// far stay).
+    pub fn add_segment(
+        &mut self,
+        number: usize,
+        keys: impl IntoIterator<Item = String>,
+        key_of: KeyOf<'_>,
+    ) -> Result<()> {
+        for (row, key) in keys.into_iter().enumerate() {
+            let location = Location { segment: number, row };
+            let new_to_tail = !self.tail.contains_key(&key);
+            if new_to_tail && self.find_in_runs(&key, key_of)?.is_none() {
+                self.tail_new += 1;
+            }
+            self.tail.insert(key, location);
+        }
+        self.tail_segments += 1;
+        Ok(())
+    }
+
+    /// The location of `key`'s latest sample, if any.
+    ///
+    /// Errors: `key_of`'s, for a segment that does not read while confirming a candidate.
+    pub fn find(&self, key: &str, key_of: KeyOf<'_>) -> Result<Option<Location>> {
+        match self.tail.get(key) {
+            Some(location) => Ok(Some(*location)),
+            None => self.find_in_runs(key, key_of),
+        }
+    }
+
+    fn find_in_runs(&self, key: &str, key_of: KeyOf<'_>) -> Result<Option<Location>> {
+        let hash = key_hash(key.as_bytes());
+        let confirmer = Confirmer::new(key_of);
+        // Runs cover disjoint, increasing ranges: the newest holding the key has its latest row.
+        let found = self
+            .runs
+            .iter()
+            .rev()
+            .find_map(|(_, run)| run.find(hash, |payload| confirmer.holds(payload, key)));
+        confirmer.finish(found.map(Location::of_payload))
+    }
+
+    /// Distinct keys.
+    pub fn len(&self) -> usize {
+        let in_runs: u64 = self.runs.iter().map(|(entry, _)| entry.new_keys).sum();
+        in_runs as usize + self.tail_new
+    }
+
+    /// Whether the writer should turn the tail into a run now: the tail reached a bound, or
+    /// (`finalizing`) anything is left that one run does not cover.
+    pub fn wants_merge(&self, finalizing: bool) -> bool {
+        match finalizing {
+            true => self.tail_segments > 0 || self.runs.len() > 1,
+            false => {
+                self.tail_segments >= MERGE_AFTER_SEGMENTS || self.tail.len() >= MERGE_AFTER_KEYS
+            }
+        }
+    }
+
+    /// Turns the tail (and, `all`, every run; else the newest runs [`plan_merge`] picks) into one
+    /// run over segment positions up to `through` (the last committed), stamped with `stamp` (the
+    /// last segment's checksum); writes it to `dir` (durably) and returns its record. The index
+    /// is unchanged until [`KeyIndex::install`].
+    ///
+    /// Errors: `Unsupported` beyond 2^32 segments or rows; `Corrupted` naming an input run that
+    /// does not verify; `Io`.
+    pub fn write_merge(
+        &self,
+        dir: &Path,
+        all: bool,
+        through: usize,
+        stamp: u64,
+        key_of: KeyOf<'_>,
+    ) -> Result<RunEntry> {
+        let run_keys: Vec<u64> = self.runs.iter().map(|(entry, _)| entry.keys).collect();
+        let taken = match all {
+            true => self.runs.len(),
+            false => plan_merge(&run_keys, self.tail.len() as u64),
+        };
+        let (older, inputs) = self.runs.split_at(self.runs.len() - taken);
+        let inputs: Vec<&KeyRun> = inputs.iter().map(|(_, run)| run).collect();
+        let first = older.last().map_or(0, |(entry, _)| entry.through + 1);
+        let mut fresh = Vec::with_capacity(self.tail.len());
+        for (key, location) in &self.tail {
+            fresh.push((key_hash(key.as_bytes()), location.payload()?));
+        }
+        let confirmer = Confirmer::new(key_of);
+        let same_key = |a, b| confirmer.key_at(a).is_some_and(|key| confirmer.holds(b, &key));
+        let in_older = |hash, payload| {
+            let Some(key) = confirmer.key_at(payload) else { return false };
+            older.iter().any(|(_, run)| run.find(hash, |p| confirmer.holds(p, &key)).is_some())
+        };
+        let spec = RunSpec { first, through: through as u64, stamp };
+        let bytes = build_run(&inputs, &fresh, spec, same_key, in_older);
+        // A segment that did not read may have misled the merge: nothing is written.
+        let bytes = confirmer.finish(bytes)??;
+        create_dir_within(dir, &dir.join(INDEX_DIR))?;
+        let path = run_path(dir, spec.first, spec.through);
+        atomic_write(&path, &bytes)?;
+        drop(bytes);
+        let header = KeyRun::from_bytes(&path, map(&path)?)?.header();
+        Ok(RunEntry {
+            first: header.first,
+            through: header.through,
+            keys: header.keys,
+            new_keys: header.new_keys,
+            header_xxh3: header.header_checksum,
+        })
+    }
+
+    /// Takes the run `entry` (written by [`KeyIndex::write_merge`], its record now durable in the
+    /// log): it replaces the runs inside its range and the tail. Then deletes the replaced runs'
+    /// files (a reader that mapped one keeps its map).
+    ///
+    /// Errors: as [`open_run`]; the index is then unchanged.
+    pub fn install(&mut self, dir: &Path, entry: RunEntry) -> Result<()> {
+        let run = open_run(dir, &entry)?;
+        let replaced: Vec<RunEntry> = self
+            .runs
+            .iter()
+            .map(|(e, _)| *e)
+            .filter(|e| e.first >= entry.first && e.through <= entry.through)
+            .collect();
+        self.runs.retain(|(e, _)| e.first < entry.first || e.through > entry.through);
+        self.runs.push((entry, run));
+        self.tail_first = entry.through as usize + 1;
+        self.tail.clear();
+        self.tail_segments = 0;
+        self.tail_new = 0;
+        for old in
+            replaced.iter().filter(|old| (old.first, old.through) != (entry.first, entry.through))
+        {
+            // Derived data this writer made; a failure leaves a file no record names.
+            let _ = std::fs::remove_file(run_path(dir, old.first, old.through));
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn payloads_round_trip_and_refuse_what_does_not_fit() {
+        for (segment, row) in [(0, 0), (7, 3), (u32::MAX as usize, u32::MAX as usize - 1)] {
+            let location = Location { segment, row };
+            let payload = location.payload().unwrap();
+            assert_ne!(payload, 0);
+            assert_eq!(Location::of_payload(payload), location);
+        }
+        assert!(Location { segment: 0, row: u32::MAX as usize }.payload().is_err());
+        assert!(Location { segment: 1 << 32, row: 0 }.payload().is_err());
+    }
+
+    /// Keys of segments held in memory: segment `s` row `r` is `segments[s][r]`.
+    fn key_of(segments: &[Vec<String>]) -> impl Fn(Location) -> Result<Option<String>> + '_ {
+        |l| Ok(segments.get(l.segment).and_then(|keys| keys.get(l.row)).cloned())
+    }
+
+    #[test]
+    fn merges_keep_the_latest_row_and_count_distinct_keys() {
+        let dir = tempfile::tempdir().unwrap();
+        // 3 segments: keys k0..k99, k100..k199, then k0..k49 again.
+        let segments: Vec<Vec<String>> = vec![
+            (0..100).map(|i| format!("k{i}")).collect(),
+            (100..200).map(|i| format!("k{i}")).collect(),
+            (0..50).map(|i| format!("k{i}")).collect(),
+        ];
+        let key_of = key_of(&segments);
+        let mut index = KeyIndex::new();
+        index.add_segment(0, segments[0].clone(), &key_of).unwrap();
+        index.add_segment(1, segments[1].clone(), &key_of).unwrap();
+        let first = index.write_merge(dir.path(), false, 1, 11, &key_of).unwrap();
+        index.install(dir.path(), first).unwrap();
+        assert_eq!((index.tail_first(), index.len()), (2, 200));
+        index.add_segment(2, segments[2].clone(), &key_of).unwrap();
+        assert_eq!(index.len(), 200, "overwrites add no key");
+        assert_eq!(index.find("k7", &key_of).unwrap(), Some(Location { segment: 2, row: 7 }));
+        let all = index.write_merge(dir.path(), true, 2, 22, &key_of).unwrap();
+        assert_eq!((all.first, all.through, all.keys, all.new_keys), (0, 2, 200, 200));
+        index.install(dir.path(), all).unwrap();
+        assert!(!run_path(dir.path(), 0, 1).exists(), "the replaced run is deleted");
+        // Reopened from the records: the same answers without the tail.
+        let reopened = KeyIndex::open(dir.path(), &[all]);
+        assert_eq!((reopened.tail_first(), reopened.len()), (3, 200));
+        let find = |key: &str| reopened.find(key, &key_of).unwrap();
+        assert_eq!(find("k7"), Some(Location { segment: 2, row: 7 }));
+        assert_eq!(find("k70"), Some(Location { segment: 0, row: 70 }));
+        assert_eq!(find("k150"), Some(Location { segment: 1, row: 50 }));
+        assert_eq!(find("k999"), None);
+        // A run whose candidate does not confirm (the segment says another key) finds nothing.
+        assert_eq!(reopened.find("k7", &|_| Ok(Some("other".into()))).unwrap(), None);
+        // A segment that does not read is the lookup's error, not a missing key.
+        let unreadable = |_| Err(Error::corrupted("segment_000000.h5", "damaged"));
+        assert!(matches!(reopened.find("k7", &unreadable), Err(Error::Corrupted { .. })));
+    }
+
+    #[test]
+    fn a_run_that_does_not_open_as_recorded_is_not_used_nor_any_newer() {
+        let dir = tempfile::tempdir().unwrap();
+        let segments: Vec<Vec<String>> =
+            (0..3).map(|s| (0..10).map(|i| format!("s{s}-{i}")).collect()).collect();
+        let key_of = key_of(&segments);
+        let mut index = KeyIndex::new();
+        let mut entries = Vec::new();
+        for (s, keys) in segments.iter().enumerate() {
+            index.add_segment(s, keys.clone(), &key_of).unwrap();
+            let entry = index.write_merge(dir.path(), false, s, 0, &key_of).unwrap();
+            index.install(dir.path(), entry).unwrap();
+            entries = index.runs().copied().collect();
+        }
+        // plan_merge folded the first two segments' runs, not the third (smaller than 20 keys).
+        let ranges: Vec<(u64, u64)> = entries.iter().map(|e| (e.first, e.through)).collect();
+        assert_eq!(ranges, [(0, 1), (2, 2)]);
+        assert_eq!(KeyIndex::open(dir.path(), &entries).tail_first(), 3);
+        let tampered = |at: usize| {
+            let mut tampered = entries.clone();
+            tampered[at].header_xxh3 ^= 1;
+            KeyIndex::open(dir.path(), &tampered).tail_first()
+        };
+        assert_eq!(tampered(1), 2, "the newest run alone is dropped");
+        assert_eq!(tampered(0), 0, "the oldest is dropped with every newer one");
+        std::fs::remove_file(run_path(dir.path(), entries[0].first, entries[0].through)).unwrap();
+        assert_eq!(KeyIndex::open(dir.path(), &entries).tail_first(), 0);
+    }
+}

@@ -1,0 +1,472 @@
+//! The on-disk key index of a stowage NUMPY_10 cache: key index runs
+//! ([`stowage_core::key_runs`]) over `records.log`, named by `index/current`.
+//!
+//! ```text
+//! <cache>/index/current                 JSON, replaced atomically: the runs in use (name and
+//!                                       header checksum), the log offset L they cover, the
+//!                                       records before L, the record that ends at L (offset and
+//!                                       checksum), every collection file uid a record before L
+//!                                       points into
+//! <cache>/index/run_<first>_<L>.bin     a run over the records starting at log byte offsets
+//!                                       first..L: key hash -> offset of the key's latest record + 1
+//! ```
+//!
+//! A reader maps the runs, checks their headers against `current`, checks that the record ending
+//! at L is the one `current` names (so a log replaced or cut back under the runs is noticed), and
+//! replays only the records after L into the in-memory tail ([`crate::index::KeyIndex`]). A run's
+//! candidate is confirmed by reading the record at its offset in a read-only map of the log and
+//! comparing the key: a damaged run can hide a key, never return another key's record. When
+//! `current` is missing or does not match, the whole log is replayed instead (correct, slower),
+//! and `validate` says why.
+//!
+//! A writer turns the tail into a run at a flush once it holds [`TAIL_BOUND`] entries, merging
+//! the newest runs that are no larger than what it gathered ([`plan_merge`]), and merges every run
+//! into one at finalize. A run is durable (written under a temporary name, fsynced, renamed,
+//! directory fsynced) before `current` names it; the runs it replaced are removed after.
+
+use std::borrow::Cow;
+use std::path::{Path, PathBuf};
+
+use memmap2::Mmap;
+use serde::{Deserialize, Serialize};
+use stowage_core::file_safety::{AppendLog, atomic_write, create_dir_within};
+use stowage_core::key_runs::{KeyRun, RunSpec, build_run, key_hash, plan_merge};
+use stowage_core::{Error, IoResultExt, Result};
+
+use crate::layout::Layout;
+use crate::record::Numpy10Record;
+
+/// Tail entries (records since the last run) after which a flush writes a run: about 3 MB of
+/// log offsets and, in the tail's [`crate::index::KeyIndex`], about 25 MB for one-field keys.
+pub(crate) const TAIL_BOUND: usize = 65_536;
+
+/// The `version` of `index/current`.
+const CURRENT_VERSION: u32 = 1;
+
+/// The contents of `index/current`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Current {
+    /// [`CURRENT_VERSION`].
+    pub version: u32,
+    /// L: the log byte offset the runs cover up to (the records after it are the tail).
+    pub log_end: u64,
+    /// Records of the log before L.
+    pub log_records: u64,
+    /// The record that ends at L; `None` when L is the log's header.
+    pub last_record: Option<LastRecord>,
+    /// The runs, oldest first.
+    pub runs: Vec<RunName>,
+    /// Every collection file uid a record before L points into.
+    pub uids: Vec<String>,
+}
+
+/// The record of the log that ends at L.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct LastRecord {
+    /// Its byte offset.
+    pub offset: u64,
+    /// Its checksum as the log stores it.
+    pub checksum: u64,
+}
+
+/// One run named by `index/current`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct RunName {
+    /// File name in `index/`.
+    pub name: String,
+    /// Its header checksum: the file under that name must be this run.
+    pub header_checksum: u64,
+}
+
+/// The runs a handle uses, with the map of the log their payloads point into.
+#[derive(Debug)]
+pub(crate) struct Runs {
+    /// `records.log`, mapped read-only, covering at least `current.log_end`.
+    log: Mmap,
+    log_path: PathBuf,
+    /// Oldest first.
+    runs: Vec<KeyRun>,
+    current: Current,
+    /// Whether the record that ends at L is the finalize record.
+    finalized: bool,
+}
+
+impl Runs {
+    /// Opens the runs `index/current` names, checking each header and the record ending at L.
+    /// `Ok(None)` when there is no `index/` (a cache written before the index, or whose writer
+    /// never wrote a run); `Err(why)` when it cannot be used (`current` missing from `index/`
+    /// included).
+    pub(crate) fn open(layout: &Layout) -> std::result::Result<Option<Runs>, String> {
+        // A writer may replace `current` and remove the runs it replaced between our read of
+        // `current` and the open of its runs: one more try reads the new `current`.
+        Runs::open_once(layout).or_else(|_| Runs::open_once(layout))
+    }
+
+    fn open_once(layout: &Layout) -> std::result::Result<Option<Runs>, String> {
+        let path = current_path(layout);
+        let text = match std::fs::read(&path) {
+            Ok(text) => text,
+            // A cache written before the index, or whose writer never wrote one.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !index_dir(layout).exists() => {
+                return Ok(None);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(format!("{} is missing (index/ exists)", path.display()));
+            }
+            Err(e) => return Err(format!("{}: {e}", path.display())),
+        };
+        let current: Current = serde_json::from_slice(&text)
+            .map_err(|e| format!("{}: does not parse: {e}", path.display()))?;
+        if current.version != CURRENT_VERSION {
+            return Err(format!("{}: version {}", path.display(), current.version));
+        }
+        let log = map(&layout.records_log()).map_err(|e| e.to_string())?;
+        let finalized = check_last_record(&log, &current)
+            .map_err(|why| format!("{}: {why}", layout.records_log().display()))?;
+        let mut runs = Vec::with_capacity(current.runs.len());
+        for named in &current.runs {
+            if !named.name.starts_with("run_") || named.name.contains(['/', '\\']) {
+                return Err(format!("{}: names {:?}, not a run", path.display(), named.name));
+            }
+            let path = index_dir(layout).join(&named.name);
+            let run = open_run(&path).map_err(|e| e.to_string())?;
+            if run.header().header_checksum != named.header_checksum
+                || run.through() > current.log_end
+            {
+                return Err(format!(
+                    "{}: not the run index/current names (header checksum {:#018x}, recorded \
+                     {:#018x})",
+                    path.display(),
+                    run.header().header_checksum,
+                    named.header_checksum
+                ));
+            }
+            runs.push(run);
+        }
+        Ok(Some(Runs { log, log_path: layout.records_log(), runs, current, finalized }))
+    }
+
+    /// No runs yet, over the log at `layout` (a writer that has not written any).
+    pub(crate) fn empty(layout: &Layout) -> Result<Runs> {
+        Ok(Runs {
+            log: map(&layout.records_log())?,
+            log_path: layout.records_log(),
+            runs: Vec::new(),
+            current: Current {
+                version: CURRENT_VERSION,
+                log_end: AppendLog::MAGIC.len() as u64,
+                log_records: 0,
+                last_record: None,
+                runs: Vec::new(),
+                uids: Vec::new(),
+            },
+            finalized: false,
+        })
+    }
+
+    /// What `index/current` says.
+    pub(crate) fn current(&self) -> &Current {
+        &self.current
+    }
+
+    /// Whether the last record the runs cover is the finalize record.
+    pub(crate) fn finalized(&self) -> bool {
+        self.finalized
+    }
+
+    /// Keys of the cache the runs hold.
+    pub(crate) fn keys(&self) -> u64 {
+        self.runs.iter().map(KeyRun::new_keys).sum()
+    }
+
+    /// The runs, oldest first.
+    pub(crate) fn runs(&self) -> &[KeyRun] {
+        &self.runs
+    }
+
+    /// The log entry (offset, payload) of the latest record of `key` the runs know, newest run
+    /// first.
+    pub(crate) fn find(&self, key: &str) -> Option<(u64, &[u8])> {
+        let hash = key_hash(key.as_bytes());
+        for run in self.runs.iter().rev() {
+            if let Some(found) = self.find_in(run, hash, key) {
+                return Some(found);
+            }
+        }
+        None
+    }
+
+    fn find_in(&self, run: &KeyRun, hash: u64, key: &str) -> Option<(u64, &[u8])> {
+        let mut entry = None;
+        run.find(hash, |payload| {
+            let offset = payload - 1;
+            if !(run.first()..run.through()).contains(&offset) {
+                return false;
+            }
+            match self.entry_at(offset) {
+                Some(payload) if entry_key(payload).as_deref() == Some(key) => {
+                    entry = Some((offset, payload));
+                    true
+                }
+                _ => false,
+            }
+        })?;
+        entry
+    }
+
+    /// The payload of the log record at `offset`, if a valid one starts there.
+    pub(crate) fn entry_at(&self, offset: u64) -> Option<&[u8]> {
+        AppendLog::record_at(&self.log, offset).map(|(payload, _, _)| payload)
+    }
+
+    /// Writes a run of `fresh` ((key hash, log offset + 1) of the records after L, in log order;
+    /// beside each, whether a run held its key when it was put, when known)
+    /// merged with the newest runs [`plan_merge`] picks (every run when `all`), then
+    /// `index/current` naming it over the log up to `log_end` (`log_records` records, the last
+    /// one at byte offset `last_offset`), listing `uids`; removes the runs it replaced. The log
+    /// up to `log_end` must be durable.
+    pub(crate) fn write(
+        &mut self,
+        layout: &Layout,
+        (fresh, in_runs): (&[(u64, u64)], &[Option<bool>]),
+        (log_end, log_records, last_offset): (u64, u64, u64),
+        uids: &[String],
+        all: bool,
+    ) -> Result<()> {
+        // Every record up to log_end is durable: map it so that the merge can read their keys.
+        self.log = map(&layout.records_log())?;
+        let Some((_, checksum, _)) = AppendLog::record_at(&self.log, last_offset) else {
+            return Err(Error::corrupted(
+                &self.log_path,
+                format!("no valid record at byte offset {last_offset}, the last one written"),
+            ));
+        };
+        let last = LastRecord { offset: last_offset, checksum };
+        let finalized = check_last_record(
+            &self.log,
+            &Current { log_end, last_record: Some(last), ..self.current.clone() },
+        )
+        .map_err(|why| Error::corrupted(&self.log_path, why))?;
+        let keys: Vec<u64> = self.runs.iter().map(KeyRun::keys).collect();
+        let taken = if all { self.runs.len() } else { plan_merge(&keys, fresh.len() as u64) };
+        let kept = self.runs.len() - taken;
+        let mut replaced = Vec::new();
+        if !fresh.is_empty() || taken > 1 {
+            let inputs: Vec<&KeyRun> = self.runs[kept..].iter().collect();
+            let older = &self.runs[..kept];
+            let first = inputs.first().map_or(self.current.log_end, |run| run.first());
+            let spec = RunSpec { first, through: log_end, stamp: last.checksum };
+            let key_of = |payload: u64| self.entry_at(payload - 1).and_then(entry_key);
+            let same_key = |a: u64, b: u64| key_of(a).is_some_and(|k| key_of(b) == Some(k));
+            // Asked only of a key's first fresh entry (no input and no earlier entry holds it),
+            // whose put knew whether a run held it; the runs are the same, and the inputs do not
+            // hold it, so a run held it exactly when an older one does. Otherwise: probe.
+            let in_older = |hash: u64, payload: u64| {
+                let known = fresh.binary_search_by_key(&payload, |entry| entry.1).ok();
+                if let Some(in_runs) = known.and_then(|i| in_runs.get(i).copied().flatten()) {
+                    return in_runs;
+                }
+                key_of(payload).is_some_and(|key| {
+                    older.iter().any(|run| self.find_in(run, hash, &key).is_some())
+                })
+            };
+            create_dir_within(layout.root(), &index_dir(layout))?;
+            let name = format!("run_{first}_{log_end}.bin");
+            let path = index_dir(layout).join(&name);
+            // Built in memory and written with `write`, which the power-loss model follows (a
+            // shared writable map of the file it cannot): the largest merge costs its table
+            // in heap (16 bytes a slot) while it is written.
+            let bytes = build_run(&inputs, fresh, spec, same_key, in_older)?;
+            atomic_write(&path, &bytes)?;
+            drop(bytes);
+            // Its pages are in the page cache (just written): map them all now, so that the
+            // writer's duplicate checks do not take a page fault per probe.
+            let run = KeyRun::from_bytes(&path, map_populated(&path)?)?;
+            replaced = self.runs.drain(kept..).map(|run| run.path().to_path_buf()).collect();
+            self.runs.push(run);
+        }
+        let current = Current {
+            version: CURRENT_VERSION,
+            log_end,
+            log_records,
+            last_record: Some(last),
+            runs: self
+                .runs
+                .iter()
+                .map(|run| RunName {
+                    name: run.path().file_name().expect("named").to_string_lossy().into_owned(),
+                    header_checksum: run.header().header_checksum,
+                })
+                .collect(),
+            uids: uids.to_vec(),
+        };
+        create_dir_within(layout.root(), &index_dir(layout))?;
+        let text = serde_json::to_vec(&current).expect("serializes");
+        atomic_write(current_path(layout), &text)?;
+        self.current = current;
+        self.finalized = finalized;
+        for path in replaced {
+            // Readers that mapped it keep their map; a leftover is removed by the next writer.
+            let _ = std::fs::remove_file(path);
+        }
+        Ok(())
+    }
+}
+
+/// `index/`.
+pub(crate) fn index_dir(layout: &Layout) -> PathBuf {
+    layout.root().join("index")
+}
+
+/// `index/current`.
+pub(crate) fn current_path(layout: &Layout) -> PathBuf {
+    index_dir(layout).join("current")
+}
+
+/// Removes every file of `index/` that `index/current` does not name (runs a crashed writer left,
+/// runs a merge replaced, temporaries). Called under the writer lock.
+pub(crate) fn remove_unnamed(layout: &Layout, current: Option<&Current>) -> Result<()> {
+    let dir = index_dir(layout);
+    let entries = match std::fs::read_dir(&dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(Error::io(dir, e)),
+    };
+    for entry in entries {
+        let entry = entry.at(&dir)?;
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        let named =
+            name == "current" || current.is_some_and(|c| c.runs.iter().any(|run| run.name == name));
+        if !named && entry.file_type().at(entry.path())?.is_file() {
+            let _ = std::fs::remove_file(entry.path());
+        }
+    }
+    if current.is_none() {
+        // Fails, harmlessly, unless index/ is empty now: no index is no `index/`.
+        let _ = std::fs::remove_dir(&dir);
+    }
+    Ok(())
+}
+
+/// Removes `index/current` (its runs are left for [`remove_unnamed`]) and `index/` when that
+/// leaves it empty: the cache then has no index, and the next open replays the log.
+pub(crate) fn forget(layout: &Layout) -> Result<()> {
+    let removed = std::fs::remove_file(current_path(layout));
+    // Fails, harmlessly, while index/ holds other files.
+    let _ = std::fs::remove_dir(index_dir(layout));
+    match removed {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            Err(Error::io(current_path(layout), e))
+        }
+        _ => Ok(()),
+    }
+}
+
+/// Maps the file at `path` read-only.
+fn map(path: &Path) -> Result<Mmap> {
+    let file = std::fs::File::open(path).at(path)?;
+    // SAFETY: records.log is append-only (a writer appends after the mapped length, recovery cuts
+    // only a tail beyond what an index covers, under the writer lock), and runs are written
+    // whole under a temporary name and renamed into place, never modified afterwards. Every
+    // read through the map checks a checksum first.
+    unsafe { Mmap::map(&file) }.at(path)
+}
+
+/// Maps the file at `path` read-only with every page mapped up front (`MAP_POPULATE`).
+fn map_populated(path: &Path) -> Result<Mmap> {
+    let file = std::fs::File::open(path).at(path)?;
+    // SAFETY: as in `map`: a run is never modified after it is renamed into place.
+    unsafe { memmap2::MmapOptions::new().populate().map(&file) }.at(path)
+}
+
+fn open_run(path: &Path) -> Result<KeyRun> {
+    KeyRun::from_bytes(path, map(path)?)
+}
+
+/// Checks that the record `current` names ends exactly at L; whether it is the finalize record.
+fn check_last_record(log: &[u8], current: &Current) -> std::result::Result<bool, String> {
+    let magic = AppendLog::MAGIC.len() as u64;
+    let Some(last) = current.last_record else {
+        return if current.log_end == magic && log.get(..8) == Some(&AppendLog::MAGIC[..]) {
+            Ok(false)
+        } else {
+            Err(format!("no record named to end at byte offset {}", current.log_end))
+        };
+    };
+    match AppendLog::record_at(log, last.offset) {
+        Some((payload, checksum, end)) if checksum == last.checksum && end == current.log_end => {
+            Ok(payload.first() == Some(&b'{'))
+        }
+        _ => Err(format!(
+            "the record at byte offset {} is not the one index/current names (checksum {:#018x}, \
+             ending at {}): the log changed under the index",
+            last.offset, last.checksum, current.log_end
+        )),
+    }
+}
+
+/// The key of a log entry (`["<key>", ...]`): without a copy when the key holds no escape.
+pub(crate) fn entry_key(payload: &[u8]) -> Option<Cow<'_, str>> {
+    let rest = payload.strip_prefix(b"[\"")?;
+    let end = rest.iter().position(|&b| b == b'"' || b == b'\\')?;
+    if rest[end] == b'"' {
+        return std::str::from_utf8(&rest[..end]).ok().map(Cow::Borrowed);
+    }
+    let mut stream = serde_json::Deserializer::from_slice(&payload[1..]).into_iter::<String>();
+    stream.next()?.ok().map(Cow::Owned)
+}
+
+/// The record strings of a log entry (`["<key>","<record>",...]`), parsed, `fields` of them:
+/// the fast path of a lookup (no JSON tree, no key copy); `None` when the entry is not in the
+/// form stowage writes it (the caller then decodes it as JSON).
+pub(crate) fn entry_records(payload: &[u8], fields: usize) -> Option<Vec<Numpy10Record>> {
+    let rest = payload.strip_prefix(b"[\"")?;
+    let end = rest.iter().position(|&b| b == b'"' || b == b'\\')?;
+    if rest[end] != b'"' {
+        return None;
+    }
+    let mut rest = rest.get(end + 1..)?;
+    let mut records = Vec::with_capacity(fields);
+    for _ in 0..fields {
+        rest = rest.strip_prefix(b",\"")?;
+        let end = rest.iter().position(|&b| b == b'"' || b == b'\\')?;
+        if rest[end] != b'"' {
+            return None;
+        }
+        let text = std::str::from_utf8(&rest[..end]).ok()?;
+        records.push(Numpy10Record::parse(text).ok()?);
+        rest = &rest[end + 1..];
+    }
+    (rest == b"]").then_some(records)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entry_keys_are_read_with_and_without_escapes() {
+        assert_eq!(entry_key(br#"["k1","10:a"]"#).as_deref(), Some("k1"));
+        assert_eq!(entry_key(br#"["a\"b\\c","10:a"]"#).as_deref(), Some("a\"b\\c"));
+        assert_eq!(entry_key(br#"["caf\u00e9","x"]"#).as_deref(), Some("café"));
+        assert_eq!(entry_key(br#"{"finalized": {"keys": 1}}"#), None);
+        assert_eq!(entry_key(b"[\"unterminated"), None);
+        assert_eq!(entry_key(b""), None);
+    }
+
+    #[test]
+    fn entry_records_parse_what_the_writer_writes_and_refuse_the_rest() {
+        let a = "10:abcdefgh:0123456789abcdef:0:2 3";
+        let b = "10:zzzzzzzz:0123456789abcdef:1:";
+        let entry = format!(r#"["k",{a:?},{b:?}]"#);
+        let got = entry_records(entry.as_bytes(), 2).unwrap();
+        assert_eq!((got[0].to_string(), got[1].to_string()), (a.to_owned(), b.to_owned()));
+        assert!(entry_records(entry.as_bytes(), 1).is_none(), "one record too many");
+        assert!(entry_records(entry.as_bytes(), 3).is_none(), "one record too few");
+        let escaped = format!(r#"["k\"",{a:?}]"#);
+        assert!(entry_records(escaped.as_bytes(), 1).is_none(), "escapes take the JSON path");
+        assert!(entry_records(format!(r#"["k",{a:?}] "#).as_bytes(), 1).is_none());
+        assert!(entry_records(br#"["k","10:bad"]"#, 1).is_none());
+    }
+}
