@@ -28,6 +28,7 @@ use arrow_array::{
 use arrow_buffer::Buffer;
 use arrow_schema::DataType;
 use stowage_core::bytes::Bytes;
+use stowage_core::cold_reads::PagePlan;
 use stowage_core::prefetch::{prefetch, prefetch_value};
 use stowage_core::{DType, Sample, Tensor, Value};
 
@@ -384,25 +385,33 @@ fn value_buffer(values: &dyn Array, dtype: DType) -> Option<&Buffer> {
     }
 }
 
-/// Asks the CPU to load what decoding row `row` reads first: every tensor's list offsets (the
-/// first stage of a batched read; [`prefetch_values`] is the second).
-pub fn prefetch_offsets(batch: &RecordBatch, row: usize, groups: &[ColumnGroup]) {
+/// Calls `visit` with the bytes decoding row `row` reads first: every tensor's two list offsets
+/// bounding the row, in its data and its shape column.
+fn row_offsets<'a>(
+    batch: &'a RecordBatch,
+    row: usize,
+    groups: &[ColumnGroup],
+    mut visit: impl FnMut(&'a [u8]),
+) {
     for group in groups {
-        if let ColumnGroup::Tensor { data, shape, .. } = group {
-            for column in [*data, *shape] {
-                if let Ok(list) = typed_column::<ListArray>(batch, column, "a list")
-                    && let Some(offset) = list.value_offsets().get(row)
-                {
-                    prefetch_value(offset);
-                }
+        let ColumnGroup::Tensor { data, shape, .. } = group else { continue };
+        for column in [*data, *shape] {
+            let Ok(list) = typed_column::<ListArray>(batch, column, "a list") else { continue };
+            let offsets = list.offsets().inner().inner().as_slice();
+            if let Some(bytes) = offsets.get(row * 4..(row + 2) * 4) {
+                visit(bytes);
             }
         }
     }
 }
 
-/// Asks the CPU to load every tensor's values and dims of row `row`. It reads the offsets, so it
-/// pays off once [`prefetch_offsets`] has had time to bring them in.
-pub fn prefetch_values(batch: &RecordBatch, row: usize, groups: &[ColumnGroup]) {
+/// Calls `visit` with every tensor's values and dims of row `row` (reading its offsets).
+fn row_values<'a>(
+    batch: &'a RecordBatch,
+    row: usize,
+    groups: &[ColumnGroup],
+    mut visit: impl FnMut(&'a [u8]),
+) {
     for group in groups {
         let ColumnGroup::Tensor { dtype, data, shape, .. } = group else { continue };
         let lists = [(*data, *dtype), (*shape, DType::I64)];
@@ -416,11 +425,49 @@ pub fn prefetch_values(batch: &RecordBatch, row: usize, groups: &[ColumnGroup]) 
             if let Some(buffer) = value_buffer(list.values().as_ref(), dtype) {
                 let range = start as usize * item..end as usize * item;
                 if let Some(bytes) = buffer.as_slice().get(range) {
-                    prefetch(bytes);
+                    visit(bytes);
                 }
             }
         }
     }
+}
+
+/// Asks the CPU to load what decoding row `row` reads first: every tensor's list offsets (the
+/// first stage of a batched read; [`prefetch_values`] is the second).
+pub fn prefetch_offsets(batch: &RecordBatch, row: usize, groups: &[ColumnGroup]) {
+    row_offsets(batch, row, groups, |bytes| prefetch_value(&bytes[0]));
+}
+
+/// Asks the CPU to load every tensor's values and dims of row `row`. It reads the offsets, so it
+/// pays off once [`prefetch_offsets`] has had time to bring them in.
+pub fn prefetch_values(batch: &RecordBatch, row: usize, groups: &[ColumnGroup]) {
+    row_values(batch, row, groups, prefetch);
+}
+
+/// Adds the pages of every tensor's list offsets of row `row` to `plan` (what a cold batch asks
+/// the kernel for before the values, whose place the offsets give).
+pub fn plan_offsets<'a>(
+    batch: &'a RecordBatch,
+    row: usize,
+    groups: &[ColumnGroup],
+    plan: &mut PagePlan<'a>,
+) {
+    row_offsets(batch, row, groups, |bytes| {
+        let _ = plan.add(bytes, 0..bytes.len());
+    });
+}
+
+/// Adds the pages of every tensor's values and dims of row `row` to `plan`. It reads the
+/// offsets: call it once [`plan_offsets`]'s pages are advised.
+pub fn plan_values<'a>(
+    batch: &'a RecordBatch,
+    row: usize,
+    groups: &[ColumnGroup],
+    plan: &mut PagePlan<'a>,
+) {
+    row_values(batch, row, groups, |bytes| {
+        let _ = plan.add(bytes, 0..bytes.len());
+    });
 }
 
 #[cfg(test)]

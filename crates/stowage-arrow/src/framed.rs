@@ -53,6 +53,10 @@ impl Framed {
         // SAFETY: these files are written whole under a temporary name and renamed into place,
         // never modified afterwards; the map is read-only.
         let map = unsafe { Mmap::map(&file) }.at(path)?;
+        // Read at random (a hash table's slot, a row's checksum): a fault reads its page, not
+        // the kernel's read-around (8 MiB on some disks) of a sequential reader.
+        #[cfg(unix)]
+        let _ = map.advise(memmap2::Advice::Random);
         Framed::check(map, path, magic, what)
     }
 
@@ -92,6 +96,10 @@ impl Framed {
     ///
     /// Errors: [`Error::Corrupted`] naming the file.
     pub(crate) fn verify(&self) -> Result<()> {
+        // Read whole, in order: asked for at once (the map is advised for random reads).
+        let mut plan = stowage_core::cold_reads::PagePlan::new();
+        let _ = plan.add(&self.map, 0..self.map.len());
+        plan.advise();
         let stored = u64::from_le_bytes(self.map[HEADER - 16..HEADER - 8].try_into().expect("8"));
         if stored != xxh3_64(self.body()) {
             return Err(Error::corrupted(&self.path, "body checksum mismatch"));

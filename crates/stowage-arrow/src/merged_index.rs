@@ -29,6 +29,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use stowage_core::Result;
+use stowage_core::cold_reads::PagePlan;
 use stowage_core::file_safety::atomic_write;
 use xxhash_rust::xxh3::xxh3_64_with_seed;
 
@@ -392,6 +393,14 @@ impl MergedIndex {
         if let Some(slot) = self.file.body().get(at..at + SLOT) {
             stowage_core::prefetch::prefetch(slot);
         }
+    }
+
+    /// Adds the slot a lookup of `key` reads first to `plan` (the pages a cold batch of lookups
+    /// asks the kernel for before probing).
+    pub fn plan_slot<'a>(&'a self, key: &str, plan: &mut PagePlan<'a>) {
+        let hash = xxh3_64_with_seed(key.as_bytes(), SEED);
+        let at = (hash as usize & (self.capacity - 1)) * SLOT;
+        let _ = plan.add(self.file.body(), at..at + SLOT);
     }
 
     /// The first slot's (segment id, row) whose hash matches `key`'s, unconfirmed: what a

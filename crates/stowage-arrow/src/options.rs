@@ -1,5 +1,6 @@
 //! `ArrowOptions`: how an Arrow segment cache writes and reads.
 
+use stowage_core::cold_reads::ColdReadAdvice;
 use stowage_core::{Error, Result};
 
 use crate::blob_encoding::BlobEncoding;
@@ -38,6 +39,13 @@ pub struct ArrowOptions {
     /// to the end, read with no lock. By default an eighth of the kernel's limit on memory maps
     /// (`vm.max_map_count`, 8,191 segments for the usual 65,530), at least 64.
     pub max_open_segments: usize,
+    /// Whether `get_batch` tells the kernel ahead of time which pages of the maps it will read
+    /// (`madvise(MADV_WILLNEED)`, [`stowage_core::cold_reads`]): key index slots, then keys,
+    /// then rows' offsets and checksums, then values, each step's pages requested together, so
+    /// that a batch missing from the page cache keeps many reads in flight. `Adaptive` (the
+    /// default) advises only when `mincore` finds a sampled page missing; `Never` reads as
+    /// before.
+    pub cold_read_advice: ColdReadAdvice,
     /// Bytes of recently read samples kept decoded in memory, least recently used evicted
     /// (torchcachex's LRU, bounded by bytes); 0, the default, turns it off.
     pub sample_cache_bytes: usize,
@@ -91,6 +99,7 @@ impl Default for ArrowOptions {
             merge_after: 32,
             verify_checksums: true,
             max_open_segments: crate::open_segments::default_max_open_segments(),
+            cold_read_advice: ColdReadAdvice::Adaptive,
             sample_cache_bytes: 0,
             writer_rank: 0,
             rank: None,

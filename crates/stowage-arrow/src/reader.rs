@@ -28,6 +28,7 @@ use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
+use stowage_core::cold_reads::{ColdReadAdvice, ColdReadAdvisor, PagePlan};
 use stowage_core::{DType, Error, Result, Sample, Schema, Tensor, Value};
 
 use crate::blob_encoding::BlobEncoding;
@@ -86,6 +87,9 @@ pub struct CacheReader {
     checksums_required: bool,
     /// The runs the caller's commit log vouches for, or `None` to find them in the directory.
     expected_runs: Option<Vec<RunEntry>>,
+    /// Tells the kernel which pages a batch will read when they are not in the page cache
+    /// ([`crate::ArrowOptions::cold_read_advice`]).
+    advisor: ColdReadAdvisor,
 }
 
 impl CacheReader {
@@ -173,6 +177,7 @@ impl CacheReader {
             verify_checksums: true,
             checksums_required: false,
             expected_runs,
+            advisor: ColdReadAdvisor::new(ColdReadAdvice::default()),
         };
         reader.load_runs();
         for position in 0..reader.segments.len() {
@@ -315,6 +320,13 @@ impl CacheReader {
         if bound != self.open.bound() {
             self.open = OpenSegments::new(self.segments.len(), bound);
         }
+        self
+    }
+
+    /// Whether `get` and `get_batch` tell the kernel ahead of time which pages they will read
+    /// ([`crate::ArrowOptions::cold_read_advice`]; adaptive by default).
+    pub fn with_cold_read_advice(mut self, advice: ColdReadAdvice) -> CacheReader {
+        self.advisor = ColdReadAdvisor::new(advice);
         self
     }
 
@@ -472,6 +484,7 @@ impl CacheReader {
     ///
     /// Errors: as [`CacheReader::get`], for the first key that fails.
     pub fn get_batch(&self, keys: &[&str]) -> Result<Vec<Option<Sample>>> {
+        self.advise_lookups(keys);
         let mut located: Vec<(u64, usize, usize)> = Vec::with_capacity(keys.len());
         let lookup = [LookupStage::Slot, LookupStage::KeyOffsets, LookupStage::KeyBytes];
         let prefetch_lookup = |stage: usize, key: &&str| self.prefetch_lookup(key, lookup[stage]);
@@ -482,6 +495,7 @@ impl CacheReader {
             Ok(())
         })?;
         located.sort_unstable();
+        self.advise_reads(&located);
         let mut samples = vec![None; keys.len()];
         // Stage 0 brings the row's offsets, stage 1 its values and checksum.
         let prefetch_read = |stage: usize, &(id, row, _): &(u64, usize, usize)| {
@@ -492,6 +506,89 @@ impl CacheReader {
             Ok(())
         })?;
         Ok(samples)
+    }
+
+    /// Before the lookups of a batch: when a sample of their pages is missing from the page cache
+    /// ([`ColdReadAdvisor`]), asks the kernel for them in the order they become known (each
+    /// step's pages are all requested before any is read, so a cold batch keeps many reads in
+    /// flight): every run's first slot for each key, then the key offsets of each key's first
+    /// candidate in the newest run holding one, then that key's bytes. Only segments open
+    /// already are looked at (advice never opens one).
+    fn advise_lookups(&self, keys: &[&str]) {
+        if self.runs.is_empty() || self.advisor.policy() == ColdReadAdvice::Never {
+            return;
+        }
+        let outcome = self.advisor.before_batch_rows(keys.len(), |i, plan| {
+            self.runs.iter().for_each(|run| run.plan_slot(keys[i], plan));
+        });
+        if outcome.runs_advised == 0 {
+            return;
+        }
+        let first: Vec<(usize, usize)> = keys
+            .iter()
+            .filter_map(|key| self.runs.iter().rev().find_map(|run| run.first_candidate(key)))
+            .filter_map(|(id, row)| Some((self.position(id)?, row)))
+            .collect();
+        // Segments not open yet: the parts their opening reads, asked for together, then
+        // opened (each open waits only for its own reads, already under way).
+        let mut closed: Vec<usize> = first
+            .iter()
+            .map(|&(position, _)| position)
+            .filter(|&p| self.open.get_if_open(p).is_none())
+            .collect();
+        closed.sort_unstable();
+        closed.dedup();
+        if closed.len() <= self.open.bound() {
+            for &p in &closed {
+                Segment::will_open(&self.segments[p].path);
+                Segment::will_open(&row_sums::sums_path(&self.segments[p].path));
+            }
+            closed.iter().for_each(|&p| drop(self.segment(p)));
+        }
+        let candidates: Vec<(Opened<'_, OpenSegment>, usize)> = first
+            .iter()
+            .filter_map(|&(position, row)| Some((self.open.get_if_open(position)?, row)))
+            .collect();
+        for bytes in [false, true] {
+            let mut plan = PagePlan::with_capacity(candidates.len());
+            for (open, row) in &candidates {
+                open.segment.plan_key(*row, bytes, &mut plan);
+            }
+            plan.advise();
+        }
+    }
+
+    /// Before the reads of a batch (`located`: segment id, row, place in the batch): when a
+    /// sample of their pages is missing, asks the kernel for every row's list offsets and
+    /// checksum, then for its values and dims.
+    fn advise_reads(&self, located: &[(u64, usize, usize)]) {
+        if located.is_empty() || self.advisor.policy() == ColdReadAdvice::Never {
+            return;
+        }
+        let opened: Vec<(Opened<'_, OpenSegment>, usize)> = located
+            .iter()
+            .filter_map(|&(id, row, _)| {
+                Some((self.position(id).and_then(|p| self.open.get_if_open(p))?, row))
+            })
+            .collect();
+        let outcome = self.advisor.before_batch_rows(opened.len(), |i, plan| {
+            let (open, row) = &opened[i];
+            let Some((batch, at)) = open.segment.locate(*row) else { return };
+            crate::decode::plan_offsets(batch, at, &open.groups, plan);
+            if let Ok(Some(sums)) = &open.sums {
+                sums.plan(*row, plan);
+            }
+        });
+        if outcome.runs_advised == 0 {
+            return;
+        }
+        let mut plan = PagePlan::with_capacity(opened.len());
+        for (open, row) in &opened {
+            if let Some((batch, at)) = open.segment.locate(*row) {
+                crate::decode::plan_values(batch, at, &open.groups, &mut plan);
+            }
+        }
+        plan.advise();
     }
 
     /// Prefetches one stage of the lookup of `key` in the key index runs (see

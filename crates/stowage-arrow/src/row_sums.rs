@@ -186,6 +186,13 @@ impl RowSums {
         }
     }
 
+    /// Adds the stored checksum of row `row` to `plan` (a page a cold batch asks the kernel for).
+    pub fn plan<'a>(&'a self, row: usize, plan: &mut stowage_core::cold_reads::PagePlan<'a>) {
+        let body = self.file.body();
+        let at = row.saturating_mul(8).min(body.len());
+        let _ = plan.add(body, at..(at + 8).min(body.len()));
+    }
+
     /// Checks the stored checksums against their own checksum.
     pub fn verify(&self) -> Result<()> {
         self.file.verify()

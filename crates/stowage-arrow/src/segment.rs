@@ -14,7 +14,12 @@ use arrow_ipc::reader::{FileDecoder, read_footer_length};
 use arrow_schema::SchemaRef;
 use memmap2::Mmap;
 use stowage_core::bytes::Bytes;
+use stowage_core::cold_reads::PagePlan;
 use stowage_core::{Error, IoResultExt, Result};
+
+/// Bytes at each end of a segment file that opening it reads (schema, batch metadata, footer),
+/// asked for together by [`Segment::will_open`].
+pub const OPEN_READS: usize = 64 << 10;
 
 /// The magic at both ends of an Arrow IPC file.
 const MAGIC: &[u8; 6] = b"ARROW1";
@@ -30,6 +35,8 @@ pub struct Segment {
     batches: Vec<RecordBatch>,
     /// Row number at which each batch starts, and the total at the end.
     starts: Vec<usize>,
+    /// The whole map (shared with the batches' buffers).
+    bytes: Bytes,
 }
 
 impl Segment {
@@ -64,7 +71,7 @@ impl Segment {
             }
             starts.push(starts.last().expect("starts with 0") + batch.num_rows());
         }
-        Ok(Segment { id, path: path.to_path_buf(), schema, batches, starts })
+        Ok(Segment { id, path: path.to_path_buf(), schema, batches, starts, bytes })
     }
 
     /// The segment id.
@@ -97,11 +104,41 @@ impl Segment {
         Some((&self.batches[batch], row - self.starts[batch]))
     }
 
+    /// Asks the kernel to read the parts of the file at `path` that opening it reads (its first
+    /// and last [`OPEN_READS`] bytes: of a segment, the schema, the first batch's metadata and
+    /// the footer; a row checksum file whole), without waiting: a batch that opens many cold
+    /// segments then has their reads in flight together. A hint: failures are ignored.
+    pub fn will_open(path: &Path) {
+        let Ok(file) = File::open(path) else { return };
+        // SAFETY: as in `Segment::open`; the map lives only while the advice is given.
+        let Ok(map) = (unsafe { Mmap::map(&file) }) else { return };
+        let mut plan = PagePlan::new();
+        let _ = plan.add(&map, 0..map.len().min(OPEN_READS));
+        let _ = plan.add(&map, map.len().saturating_sub(OPEN_READS)..map.len());
+        plan.advise();
+    }
+
+    /// Asks the kernel to read the whole segment now (a hint, for a reader of every row, as
+    /// `validate`), in one pass instead of fault by fault.
+    pub fn will_need(&self) {
+        let mut plan = PagePlan::new();
+        let _ = plan.add(&self.bytes, 0..self.bytes.len());
+        plan.advise();
+    }
+
     /// Every row's key (the `key` column), in row order.
     ///
     /// Errors: [`Error::Corrupted`] naming the file when there is no utf8 `key` column or a key is
     /// null.
     pub fn keys(&self) -> Result<Vec<&str>> {
+        // The key columns are read whole: their pages asked for at once, not faulted one by one.
+        let mut plan = PagePlan::new();
+        for column in self.batches.iter().filter_map(key_column) {
+            let _ =
+                plan.add(column.offsets().inner().inner().as_slice(), 0..(column.len() + 1) * 4);
+            let _ = plan.add(column.value_data(), 0..column.value_data().len());
+        }
+        plan.advise();
         let mut keys = Vec::with_capacity(self.rows());
         for batch in &self.batches {
             let column = key_column(batch)
@@ -143,6 +180,23 @@ impl Segment {
             && let Some(key) = column.value_data().get(start as usize..end as usize)
         {
             stowage_core::prefetch::prefetch(key);
+        }
+    }
+}
+
+impl Segment {
+    /// Adds what [`Segment::key`] reads for `row` to `plan`: the key's offsets or, once they are
+    /// in memory (`bytes`), the key's bytes (the pages a cold batch asks the kernel for).
+    pub fn plan_key<'a>(&'a self, row: usize, bytes: bool, plan: &mut PagePlan<'a>) {
+        let Some((batch, at)) = self.locate(row) else { return };
+        let Some(column) = key_column(batch) else { return };
+        let offsets = column.offsets().inner().inner().as_slice();
+        if !bytes {
+            let _ = plan.add(offsets, at * 4..(at + 2) * 4);
+        } else if let (Some(&start), Some(&end)) =
+            (column.value_offsets().get(at), column.value_offsets().get(at + 1))
+        {
+            let _ = plan.add(column.value_data(), start as usize..end as usize);
         }
     }
 }

@@ -34,7 +34,11 @@ impl CacheReader {
             let path = path.to_path_buf();
             report.files_checked += 1;
             let segment = match Segment::open(id, &path) {
-                Ok(segment) => segment,
+                Ok(segment) => {
+                    // Every row is read: the whole file asked for at once.
+                    segment.will_need();
+                    segment
+                }
                 Err(e) => {
                     report.problem(Some(&path), None, e.to_string());
                     continue;

@@ -4,6 +4,7 @@
 pub mod backend;
 pub mod capabilities;
 pub mod check_plan;
+pub mod cold_reads;
 pub mod contract;
 pub mod describe;
 pub mod dtype;

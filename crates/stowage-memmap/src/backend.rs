@@ -5,6 +5,7 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
+use stowage_core::cold_reads::{ColdReadAdvisor, PagePlan};
 use stowage_core::file_safety::{WriterLock, atomic_write, fsync_dir, remove_abandoned_temps};
 use stowage_core::{
     Backend, Capabilities, DType, Error, Format, IoResultExt, OpenMode, Reader, Result, Sample,
@@ -145,6 +146,9 @@ pub struct MemmapBackend {
     /// Per JSON field: its sidecar, when deduplicated.
     sidecars: Vec<Option<Sidecar>>,
     writer: Option<Writer>,
+    /// Tells the kernel which pages `get` and `get_batch` will read when they are not in the page
+    /// cache ([`MemmapOptions::cold_read_advice`]).
+    advisor: ColdReadAdvisor,
 }
 
 impl MemmapBackend {
@@ -517,6 +521,7 @@ impl MemmapBackend {
                 JsonStorage::Plain { .. } => None,
             })
             .collect();
+        let advisor = ColdReadAdvisor::new(options.cold_read_advice);
         MemmapBackend {
             capabilities: capabilities(),
             write: WriteState::read_only(BACKEND_NAME, layout.root(), finalized),
@@ -532,6 +537,7 @@ impl MemmapBackend {
             names,
             sidecars,
             writer: None,
+            advisor,
         }
     }
 
@@ -679,6 +685,31 @@ impl MemmapBackend {
     fn prefetch_row(&self, row: usize, verify: bool) {
         if verify {
             self.files.iter().chain(&self.checksums).for_each(|f| f.prefetch_row(row));
+        }
+    }
+
+    /// Adds the pages a read of `row` touches to `plan`: the row in every tensor field's map, and
+    /// its checksum row when `verify` and the cache has checksums. Nothing for a writer, which
+    /// reads its files with `pread`.
+    fn plan_row<'a>(&'a self, row: usize, verify: bool, plan: &mut PagePlan<'a>) {
+        if self.session().is_some() {
+            return;
+        }
+        self.files.iter().for_each(|file| file.plan_row(row, plan));
+        if let Some(checksums) = self.checksums.as_ref().filter(|_| verify && self.format.checksums)
+        {
+            checksums.plan_row(row, plan);
+        }
+    }
+
+    /// Before a single read of `row`: when the advisor asks, the row's pages in every file are
+    /// probed and, when missing, advised together, so a cold row's bytes and its checksum row are
+    /// read at the same time instead of one fault after the other.
+    fn advise_row(&self, row: usize, verify: bool) {
+        if self.session().is_none() && self.advisor.get_wants_probe() {
+            let mut plan = PagePlan::with_capacity(self.files.len() + 1);
+            self.plan_row(row, verify, &mut plan);
+            self.advisor.before_get(&mut plan);
         }
     }
 
@@ -1036,7 +1067,7 @@ impl Reader for MemmapBackend {
     }
 
     /// [`STOWAGE_MEMMAP`] for a cache with `stowage.json` (and so with checksums:
-    /// [`RowFormat::checksums`]), [`DNANET_MEMMAP`] for one DNANet wrote alone.
+    /// `RowFormat::checksums`), [`DNANET_MEMMAP`] for one DNANet wrote alone.
     fn format(&self) -> &'static Format {
         if self.format.checksums { &STOWAGE_MEMMAP } else { &DNANET_MEMMAP }
     }
@@ -1057,7 +1088,33 @@ impl Reader for MemmapBackend {
         let verify = self.options.verify_checksums;
         let prefetch = |row: usize| self.prefetch_row(row, verify);
         let Some(row) = self.try_index()?.find_with(key, prefetch) else { return Ok(None) };
+        self.advise_row(row, verify);
         self.read_row_of(row, Some(key), verify).map(Some).map_err(|e| e.for_key(key))
+    }
+
+    /// Finds every key's row first, tells the kernel about the rows' pages when a sample of them
+    /// is missing from the page cache ([`MemmapOptions::cold_read_advice`]), then reads the rows
+    /// in the keys' order: a cold batch keeps many reads in flight instead of faulting one page
+    /// at a time.
+    fn get_batch(&self, keys: &[&str]) -> Result<Vec<Option<Sample>>> {
+        let verify = self.options.verify_checksums;
+        let index = self.try_index()?;
+        let rows: Vec<Option<usize>> = keys.iter().map(|key| index.find(key)).collect();
+        if self.session().is_none() {
+            let found: Vec<usize> = rows.iter().flatten().copied().collect();
+            self.advisor
+                .before_batch_rows(found.len(), |i, plan| self.plan_row(found[i], verify, plan));
+        }
+        keys.iter()
+            .zip(rows)
+            .map(|(key, row)| match row {
+                None => Ok(None),
+                Some(row) => {
+                    self.prefetch_row(row, verify);
+                    self.read_row_of(row, Some(key), verify).map(Some).map_err(|e| e.for_key(key))
+                }
+            })
+            .collect()
     }
 
     fn contains(&self, key: &str) -> Result<bool> {

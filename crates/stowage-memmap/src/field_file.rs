@@ -6,6 +6,7 @@ use std::sync::OnceLock;
 
 use memmap2::MmapOptions;
 use stowage_core::bytes::Bytes;
+use stowage_core::cold_reads::PagePlan;
 use stowage_core::{ByteOrder, Error, IoResultExt, Result, Tensor, dtype, shape};
 
 use crate::layout::FieldLayout;
@@ -151,6 +152,19 @@ impl FieldFile {
         self.check_row(index)?;
         let start = index * self.field.row_bytes;
         Ok(&self.map()?[start..start + self.field.row_bytes])
+    }
+
+    /// Adds the bytes of row `index` to `plan` (nothing for a row out of range, an empty row, or a
+    /// file that cannot be mapped: the read that follows reports those).
+    pub fn plan_row<'a>(&'a self, index: usize, plan: &mut PagePlan<'a>) {
+        if index >= self.rows || self.field.row_bytes == 0 {
+            return;
+        }
+        if let Ok(map) = self.map() {
+            let start = index * self.field.row_bytes;
+            // In range of the map (`rows * row_bytes` bytes), so never refused.
+            let _ = plan.add(map, start..start + self.field.row_bytes);
+        }
     }
 
     /// Asks the CPU to start loading the first lines of row `index`, when the file is already

@@ -73,7 +73,7 @@ impl MemmapBackend {
 
     /// Copies every tensor field of this cache into RAM, after checking
     /// [`MemmapBackend::projected_realization_bytes`] against `budget`
-    /// ([`crate::ram_guard::check_realization`]: refused with its exact message when above 50%).
+    /// (`ram_guard::check_realization`: refused with its exact message when above 50%).
     ///
     /// The result borrows this reader for index and sidecar lookups; see
     /// [`MemmapBackend::into_materialized`] for one that owns it (`'static`, boxable as

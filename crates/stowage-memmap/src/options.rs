@@ -1,5 +1,7 @@
 //! Options of a memmap row cache handle.
 
+use stowage_core::cold_reads::ColdReadAdvice;
+
 use crate::CarriedFingerprint;
 
 /// How a [`crate::MemmapBackend`] opens, reads and writes a cache.
@@ -9,6 +11,7 @@ use crate::CarriedFingerprint;
 /// assert!(!opts.allow_trailing_bytes);
 /// assert!(opts.verify_checksums);
 /// assert!(opts.carry_fingerprint.is_none());
+/// assert_eq!(opts.cold_read_advice, stowage_core::cold_reads::ColdReadAdvice::Adaptive);
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MemmapOptions {
@@ -30,6 +33,12 @@ pub struct MemmapOptions {
     /// (through [`crate::MemmapFactory`], whose caches are finalized through the trait). `None`
     /// (the default): an empty config and no sources.
     pub carry_fingerprint: Option<CarriedFingerprint>,
+    /// Whether `get` and `get_batch` tell the kernel which pages of the maps they will read
+    /// (`madvise(MADV_WILLNEED)`, [`stowage_core::cold_reads`]), so that a batch of rows missing
+    /// from the page cache is read with many requests in flight instead of one page fault at a
+    /// time, and a row's bytes and its checksum row are read together. `Adaptive` (the default)
+    /// advises only when `mincore` finds a sampled page missing; `Never` reads as before.
+    pub cold_read_advice: ColdReadAdvice,
 }
 
 impl Default for MemmapOptions {
@@ -38,6 +47,7 @@ impl Default for MemmapOptions {
             allow_trailing_bytes: false,
             verify_checksums: true,
             carry_fingerprint: None,
+            cold_read_advice: ColdReadAdvice::Adaptive,
         }
     }
 }

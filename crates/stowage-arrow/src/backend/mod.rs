@@ -626,6 +626,7 @@ fn cache_reader(
     Ok(reader
         .with_checksums(options.verify_checksums)
         .with_max_open_segments(options.max_open_segments)
+        .with_cold_read_advice(options.cold_read_advice)
         .requiring_checksums()
         .with_schema(schema.clone()))
 }

@@ -9,6 +9,7 @@ use std::time::Instant;
 
 use serde::Serialize;
 use stowage_core::Sample;
+use stowage_core::cold_reads::ColdReadAdvice;
 
 use super::order::Sampler;
 use super::physical::{self, CacheDrop, QUEUE_DEPTH};
@@ -28,6 +29,10 @@ pub const COLD_READS: usize = 2_000;
 pub const COLD_BATCHES: usize = 4;
 /// Cold 4 KiB `pread`s at queue depth 32.
 pub const COLD_QD32_READS: usize = 32 * 256;
+/// Warm passes with the cold-read advice on and off, in turn, for the side-by-side comparison
+/// (the best of each is reported: on 2 cores shared with other work, the best pass is the one
+/// least disturbed).
+pub const WARM_PAIRS: usize = 5;
 /// Read-only opens timed (the median is reported).
 const OPENS: usize = 3;
 
@@ -62,7 +67,8 @@ pub struct ScaleMeasured {
     pub warm_get_rows_per_s: f64,
     /// Rows per second of warm `get_batch` of [`BATCH`] random keys.
     pub warm_batch_rows_per_s: f64,
-    /// Random single gets per second with the page cache dropped before (its open not timed).
+    /// Random single gets per second with the page cache dropped before (the handle opened and
+    /// its first get made before the drop, neither timed: [`cold_rows`]).
     pub cold_get_rows_per_s: f64,
     /// Rows per second of `get_batch` of [`BATCH`] random keys with the page cache dropped.
     pub cold_batch_rows_per_s: f64,
@@ -74,6 +80,37 @@ pub struct ScaleMeasured {
     pub bytes_on_disk: u64,
     /// Files of the finished cache.
     pub files: usize,
+    /// memmap only: the same reads with the kernel not told which pages they will touch
+    /// (`cold_read_advice: Never`), in the same run, on the same cache and keys, and the cold
+    /// reads with checksums not verified.
+    pub advice: Option<AdviceComparison>,
+}
+
+/// The reads of a backend that can switch its cold-read advice off
+/// ([`stowage_core::cold_reads`]), with it off (what the reads cost without it), and its cold
+/// reads of one page per row (checksums not verified).
+#[derive(Debug, Clone, Serialize)]
+pub struct AdviceComparison {
+    /// As [`ScaleMeasured::warm_get_rows_per_s`] (best of [`WARM_PAIRS`], in turn with the
+    /// advice on).
+    pub warm_get_rows_per_s: f64,
+    /// As [`ScaleMeasured::warm_batch_rows_per_s`] (the same way).
+    pub warm_batch_rows_per_s: f64,
+    /// Warm gets with the advice on, measured in turn with the ones off (best of
+    /// [`WARM_PAIRS`]): the figure to compare [`AdviceComparison::warm_get_rows_per_s`] with.
+    pub warm_get_on_rows_per_s: f64,
+    /// Warm `get_batch` with the advice on, measured the same way.
+    pub warm_batch_on_rows_per_s: f64,
+    /// As [`ScaleMeasured::cold_get_rows_per_s`].
+    pub cold_get_rows_per_s: f64,
+    /// As [`ScaleMeasured::cold_batch_rows_per_s`].
+    pub cold_batch_rows_per_s: f64,
+    /// Cold single gets with the advice on and checksums not verified (`verify_checksums:
+    /// false`): one page per row instead of two (the row's and its checksum row's).
+    pub cold_get_unverified_rows_per_s: f64,
+    /// Cold `get_batch` the same way. (An unverified get shares the map and does not touch the
+    /// row; the advice still reads its page, which the caller's first access then finds.)
+    pub cold_batch_unverified_rows_per_s: f64,
 }
 
 /// Measures `kind` on `workload` (its `rows` keys) in `dir`, which is removed first; `warm`
@@ -191,18 +228,62 @@ pub fn measure(
     let cold_first_get_ms = ms(started);
     drop(cache);
 
-    physical::drop_page_cache(&paths, machine_wide).map_err(|e| fail("drop the page cache", &e))?;
-    let cache = open(kind, dir).map_err(|e| fail("cold open", &e))?;
-    let cold_get_rows_per_s =
-        single_gets(&cache, workload, Sampler::new(seed, rows).take_n(COLD_READS))
-            .map_err(|e| fail("cold get", &e))?;
-    drop(cache);
-    physical::drop_page_cache(&paths, machine_wide).map_err(|e| fail("drop the page cache", &e))?;
-    let cache = open(kind, dir).map_err(|e| fail("cold open", &e))?;
-    let cold_batch_rows_per_s =
-        batched_gets(&cache, workload, Sampler::new(seed + 1, rows).take_n(COLD_BATCHES * BATCH))
-            .map_err(|e| fail("cold get_batch", &e))?;
-    drop(cache);
+    let cold = ColdRows { workload, paths: &paths, seed, machine_wide };
+    let (cold_get_rows_per_s, cold_batch_rows_per_s) =
+        cold.measure(|| open(kind, dir)).map_err(|e| fail("cold reads", &e))?;
+
+    // memmap can switch its cold-read advice off: the same reads without it, same cache, keys
+    // and run, warm and cold.
+    let advice = match kind {
+        Kind::Memmap => {
+            let open_off = || {
+                let options = stowage_memmap::MemmapOptions {
+                    cold_read_advice: ColdReadAdvice::Never,
+                    ..Default::default()
+                };
+                stowage_memmap::MemmapBackend::open_read_only(dir, options).map(Subject::Memmap)
+            };
+            let off = open_off().map_err(|e| fail("open, advice off", &e))?;
+            let on = open(kind, dir).map_err(|e| fail("open", &e))?;
+            let _ = single_gets(&off, workload, warm.clone());
+            // Warm, on and off in turn, WARM_PAIRS times each: the best of each, side by side.
+            let (mut gets, mut batches) = ([Vec::new(), Vec::new()], [Vec::new(), Vec::new()]);
+            for _ in 0..WARM_PAIRS {
+                for (i, cache) in [&on, &off].into_iter().enumerate() {
+                    gets[i].push(
+                        single_gets(cache, workload, warm.clone())
+                            .map_err(|e| fail("get, advice on/off", &e))?,
+                    );
+                    batches[i].push(
+                        batched_gets(cache, workload, warm.clone())
+                            .map_err(|e| fail("get_batch, advice on/off", &e))?,
+                    );
+                }
+            }
+            drop((on, off));
+            let (cold_get, cold_batch) =
+                cold.measure(open_off).map_err(|e| fail("cold reads, advice off", &e))?;
+            let open_unverified = || {
+                let options =
+                    stowage_memmap::MemmapOptions { verify_checksums: false, ..Default::default() };
+                stowage_memmap::MemmapBackend::open_read_only(dir, options).map(Subject::Memmap)
+            };
+            let (unverified_get, unverified_batch) = cold
+                .measure(open_unverified)
+                .map_err(|e| fail("cold reads, checksums not verified", &e))?;
+            Some(AdviceComparison {
+                warm_get_rows_per_s: best(&gets[1]),
+                warm_batch_rows_per_s: best(&batches[1]),
+                warm_get_on_rows_per_s: best(&gets[0]),
+                warm_batch_on_rows_per_s: best(&batches[0]),
+                cold_get_rows_per_s: cold_get,
+                cold_batch_rows_per_s: cold_batch,
+                cold_get_unverified_rows_per_s: unverified_get,
+                cold_batch_unverified_rows_per_s: unverified_batch,
+            })
+        }
+        _ => None,
+    };
 
     let qd1_reads_per_s = physical::cold_preads(&files, COLD_READS, 1, seed + 2, machine_wide)
         .map_err(|e| fail("queue-depth-1 reference", &e))?;
@@ -232,13 +313,63 @@ pub fn measure(
         qd32_reads_per_s,
         bytes_on_disk,
         files: files.len(),
+        advice,
     };
     Ok((measured, dropped))
+}
+
+/// The cold row reads: random single gets and batched gets with the rows' pages dropped from
+/// the page cache.
+struct ColdRows<'w> {
+    workload: &'w Workload,
+    paths: &'w [PathBuf],
+    seed: u64,
+    machine_wide: bool,
+}
+
+impl ColdRows<'_> {
+    /// [`COLD_READS`] single gets, then [`COLD_BATCHES`] batches of [`BATCH`], each on a new
+    /// handle from `open` whose first get was made before the page cache was dropped: what a
+    /// handle keeps in memory after its first read (memmap's index, loaded from
+    /// `index.parquet` on first need) is the cold first get's cost, reported on its own; these
+    /// measure the rows. (The few pages the first get mapped stay cached: a mapped page is not
+    /// dropped.) Rows per second of each.
+    fn measure(
+        &self,
+        open: impl Fn() -> stowage_core::Result<Subject>,
+    ) -> Result<(f64, f64), String> {
+        let rows = self.workload.rows;
+        let cold_handle = || -> Result<Subject, String> {
+            let cache = open().map_err(|e| format!("open: {e}"))?;
+            cache
+                .reader()
+                .get(&self.workload.key(rows / 7))
+                .map_err(|e| format!("first get: {e}"))?;
+            physical::drop_page_cache(self.paths, self.machine_wide)
+                .map_err(|e| format!("drop the page cache: {e}"))?;
+            Ok(cache)
+        };
+        let cache = cold_handle()?;
+        let gets =
+            single_gets(&cache, self.workload, Sampler::new(self.seed, rows).take_n(COLD_READS))
+                .map_err(|e| format!("get: {e}"))?;
+        drop(cache);
+        let cache = cold_handle()?;
+        let order = Sampler::new(self.seed + 1, rows).take_n(COLD_BATCHES * BATCH);
+        let batches =
+            batched_gets(&cache, self.workload, order).map_err(|e| format!("get_batch: {e}"))?;
+        Ok((gets, batches))
+    }
 }
 
 /// Opens the finished cache read-only with the backend's default (checked) options.
 fn open(kind: Kind, dir: &Path) -> stowage_core::Result<Subject> {
     Ok(Subject::open(kind, dir, true)?.expect("a checked handle always exists"))
+}
+
+/// The largest of `values` (0 for none).
+fn best(values: &[f64]) -> f64 {
+    values.iter().copied().fold(0.0, f64::max)
 }
 
 /// Milliseconds since `started`.
@@ -257,13 +388,29 @@ fn single_gets(cache: &Subject, workload: &Workload, order: Sampler) -> stowage_
     let reads = order.len();
     let started = Instant::now();
     for i in order {
-        black_box(cache.reader().get(&workload.key(i))?);
+        black_box(touch(cache.reader().get(&workload.key(i))?.as_ref()));
     }
     Ok(reads as f64 / started.elapsed().as_secs_f64().max(1e-9))
 }
 
+/// The first and last byte of every tensor of `sample`, summed: a zero-copy `get` (unverified,
+/// sharing a map) returns without reading its row, so each read is followed by what its caller
+/// does first, reading the bytes.
+fn touch(sample: Option<&Sample>) -> u64 {
+    let Some(sample) = sample else { return 0 };
+    sample
+        .fields()
+        .filter_map(|(_, value)| value.as_tensor())
+        .map(|tensor| {
+            let bytes = tensor.bytes();
+            u64::from(bytes.first().copied().unwrap_or(0))
+                + u64::from(bytes.last().copied().unwrap_or(0))
+        })
+        .sum()
+}
+
 /// `get_batch` of [`BATCH`] keys at a time over `order` (the keys of a batch made before it is
-/// timed). Rows per second.
+/// timed), each returned tensor's first and last byte read ([`touch`]). Rows per second.
 fn batched_gets(
     cache: &Subject,
     workload: &Workload,
@@ -278,7 +425,8 @@ fn batched_gets(
         }
         let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
         let started = Instant::now();
-        black_box(cache.get_batch(&keys)?);
+        let samples = cache.get_batch(&keys)?;
+        black_box(samples.iter().map(|sample| touch(sample.as_ref())).sum::<u64>());
         seconds += started.elapsed().as_secs_f64();
     }
     Ok(reads as f64 / seconds.max(1e-9))

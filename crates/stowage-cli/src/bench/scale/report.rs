@@ -128,11 +128,21 @@ impl ScaleReport {
              it read-only. Random reads draw keys uniformly with replacement from a seeded \
              generator (nothing the size of the cache is held). Warm: {} reads at the \
              smallest size, 200,000 from 200,000 keys up, done once untimed and each sample checked, then timed. Cold: the \
-             page cache dropped with {}, then a new handle (its open not timed) reads {} random \
-             keys one `get` at a time, or {} `get_batch`es of {BATCH}; the references read \
+             page cache dropped with {}, then a handle opened (and its first get made) before \
+             the drop, neither timed, reads {} random keys one `get` at a time, or {} \
+             `get_batch`es of {BATCH}: the cold first get, with what a handle loads on first \
+             need (memmap's index), is its own column above; the references read \
              random 4 KiB pages of the same cache's files with `pread`, {} from one thread \
              (QD1) and {} from {QUEUE_DEPTH} threads (QD32), the page cache dropped before \
-             each. At small sizes the cache is a few MB, so cold reads soon find their pages \
+             each. memmap's reads are measured twice: with its default cold-read advice \
+             (`madvise(MADV_WILLNEED)` of a batch's pages when `mincore` finds a sampled page \
+             missing, `stowage_core::cold_reads`) and, on the `advice off` row, without it; \
+             its warm figures there are the best of 5 passes off, each beside a pass on (`on:`, \
+             the best of those, with the ratio on/off). A verified memmap row reads two pages \
+             (the row's and its checksum row's, in two files); the `checksums not verified` row \
+             reads one. Every read sample's tensors have their first and last byte read (a \
+             zero-copy get returns before reading its row). \
+             At small sizes the cache is a few MB, so cold reads soon find their pages \
              cached: the cold targets mean most at the largest size.\n",
             ROW_SHAPE[0],
             count(FLUSH_EVERY),
@@ -224,6 +234,46 @@ impl ScaleReport {
                             rate_text(m.qd1_reads_per_s),
                             rate_text(m.qd32_reads_per_s),
                         ]);
+                        if let Some(off) = &m.advice {
+                            reads.push(vec![
+                                format!("{} (cold-read advice off)", entry.backend),
+                                keys.clone(),
+                                format!(
+                                    "{} (on: {}, {:.2}x)",
+                                    rate_text(off.warm_get_rows_per_s),
+                                    rate_text(off.warm_get_on_rows_per_s),
+                                    off.warm_get_on_rows_per_s / off.warm_get_rows_per_s
+                                ),
+                                format!(
+                                    "{} (on: {}, {:.2}x)",
+                                    rate_text(off.warm_batch_rows_per_s),
+                                    rate_text(off.warm_batch_on_rows_per_s),
+                                    off.warm_batch_on_rows_per_s / off.warm_batch_rows_per_s
+                                ),
+                                of(off.cold_get_rows_per_s, Some(m.qd1_reads_per_s), "QD1"),
+                                of(off.cold_batch_rows_per_s, Some(m.qd32_reads_per_s), "QD32"),
+                                String::new(),
+                                String::new(),
+                            ]);
+                            reads.push(vec![
+                                format!("{} (checksums not verified)", entry.backend),
+                                keys.clone(),
+                                String::new(),
+                                String::new(),
+                                of(
+                                    off.cold_get_unverified_rows_per_s,
+                                    Some(m.qd1_reads_per_s),
+                                    "QD1",
+                                ),
+                                of(
+                                    off.cold_batch_unverified_rows_per_s,
+                                    Some(m.qd32_reads_per_s),
+                                    "QD32",
+                                ),
+                                String::new(),
+                                String::new(),
+                            ]);
+                        }
                     }
                     Outcome::Failed(why) => {
                         notes.push(format!("**{} at {keys} keys FAILED**: {why}", entry.backend))
@@ -491,6 +541,7 @@ mod tests {
             qd32_reads_per_s: 10_000.0,
             bytes_on_disk: 1,
             files: 1,
+            advice: None,
         }
     }
 
