@@ -8,16 +8,11 @@ use stowage_core::cold_reads::ColdReadAdvice;
 use stowage_core::{Backend, Error, Reader};
 use stowage_memmap::{MemmapBackend, MemmapOptions, dnanet};
 
-use stowage_core::{Sample, Tensor, Value};
+#[path = "common/dnanet_rows.rs"]
+mod dnanet_rows;
+use dnanet_rows::{D, L, key};
 
-/// Dye rows and scan points of the test rows.
-const D: usize = 3;
-const L: usize = 8;
-
-/// The key (source path) of row `i`.
-fn key(i: usize) -> String {
-    format!("/data/run{i:03}.hid")
-}
+use stowage_core::{Sample, Value};
 
 /// A sample's fields by name (a read returns them in the cache's order, not the put's).
 fn by_name(sample: Option<Sample>) -> Option<Vec<(String, Value)>> {
@@ -33,25 +28,9 @@ const ROWS: usize = 3_000;
 const POLICIES: [ColdReadAdvice; 3] =
     [ColdReadAdvice::Adaptive, ColdReadAdvice::Always, ColdReadAdvice::Never];
 
-/// DNANet row `i` (as the other tests' `dnanet_row`, with values that wrap instead of overflowing
-/// over 3,000 rows).
+/// DNANet row `i`, with one of 5 panels.
 fn row(i: usize) -> Sample {
-    let data: Vec<i16> = (0..D * L).map(|j| (i * 31 + j) as i16).collect();
-    let scaler: Vec<f32> = (0..L).map(|j| i as f32 + j as f32 / 8.0).collect();
-    let mut sample = Sample::new()
-        .with("data", Tensor::from_slice(&[D, L], &data).unwrap())
-        .with("scaler", Tensor::from_slice(&[L], &scaler).unwrap())
-        .with("panel", Value::Json(format!("{{\"panel\": {}}}", i % 5)))
-        .with("meta_json", Value::Json(format!("{{\"i\": {i}}}")));
-    if i.is_multiple_of(3) {
-        sample.insert("annotation", Value::Null);
-    } else {
-        let annotation: Vec<i8> = (0..D * L).map(|j| ((i + j) % 7) as i8 - 3).collect();
-        sample.insert("annotation", Tensor::from_slice(&[D, L], &annotation).unwrap());
-    }
-    let allele = if i.is_multiple_of(2) { Value::Json("[\"a\"]".into()) } else { Value::Null };
-    sample.insert("allele", allele);
-    sample
+    dnanet_rows::dnanet_row(i, format!("{{\"panel\": {}}}", i % 5))
 }
 
 fn options(advice: ColdReadAdvice, verify_checksums: bool) -> MemmapOptions {
