@@ -452,9 +452,7 @@ pub fn plan_offsets<'a>(
     groups: &[ColumnGroup],
     plan: &mut PagePlan<'a>,
 ) {
-    row_offsets(batch, row, groups, |bytes| {
-        let _ = plan.add(bytes, 0..bytes.len());
-    });
+    row_offsets(batch, row, groups, |bytes| plan.add_whole(bytes));
 }
 
 /// Adds the pages of every tensor's values and dims of row `row` to `plan`. It reads the
@@ -465,9 +463,7 @@ pub fn plan_values<'a>(
     groups: &[ColumnGroup],
     plan: &mut PagePlan<'a>,
 ) {
-    row_values(batch, row, groups, |bytes| {
-        let _ = plan.add(bytes, 0..bytes.len());
-    });
+    row_values(batch, row, groups, |bytes| plan.add_whole(bytes));
 }
 
 #[cfg(test)]

@@ -98,7 +98,7 @@ impl Framed {
     pub(crate) fn verify(&self) -> Result<()> {
         // Read whole, in order: asked for at once (the map is advised for random reads).
         let mut plan = stowage_core::cold_reads::PagePlan::new();
-        let _ = plan.add(&self.map, 0..self.map.len());
+        plan.add_whole(&self.map);
         plan.advise();
         let stored = u64::from_le_bytes(self.map[HEADER - 16..HEADER - 8].try_into().expect("8"));
         if stored != xxh3_64(self.body()) {

@@ -511,9 +511,10 @@ impl CacheReader {
     /// Before the lookups of a batch: when a sample of their pages is missing from the page cache
     /// ([`ColdReadAdvisor`]), asks the kernel for them in the order they become known (each
     /// step's pages are all requested before any is read, so a cold batch keeps many reads in
-    /// flight): every run's first slot for each key, then the key offsets of each key's first
-    /// candidate in the newest run holding one, then that key's bytes. Only segments open
-    /// already are looked at (advice never opens one).
+    /// flight): every run's first slot for each key; then what opening the candidates' segments
+    /// that are not open reads (their ends and row checksums), those segments opened (when no
+    /// more than the bound, so that none closes another); then the key offsets of each key's
+    /// first candidate in the newest run holding one, then that key's bytes.
     fn advise_lookups(&self, keys: &[&str]) {
         if self.runs.is_empty() || self.advisor.policy() == ColdReadAdvice::Never {
             return;

@@ -122,7 +122,7 @@ impl Segment {
     /// `validate`), in one pass instead of fault by fault.
     pub fn will_need(&self) {
         let mut plan = PagePlan::new();
-        let _ = plan.add(&self.bytes, 0..self.bytes.len());
+        plan.add_whole(&self.bytes);
         plan.advise();
     }
 
@@ -136,7 +136,7 @@ impl Segment {
         for column in self.batches.iter().filter_map(key_column) {
             let _ =
                 plan.add(column.offsets().inner().inner().as_slice(), 0..(column.len() + 1) * 4);
-            let _ = plan.add(column.value_data(), 0..column.value_data().len());
+            plan.add_whole(column.value_data());
         }
         plan.advise();
         let mut keys = Vec::with_capacity(self.rows());

@@ -23,7 +23,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use arrow_ipc::writer::{FileWriter, IpcWriteOptions};
 use arrow_schema::Schema;
-use stowage_core::file_safety::{create_dir_within, fsync_dir, refuse_symlink, sync_together};
+use stowage_core::file_safety::{
+    create_dir_within_durably, fsync_dir, refuse_symlink, sync_together,
+};
 use stowage_core::{Error, IoResultExt, Result, Sample};
 
 use crate::encode::{FieldColumns, encode_batch};
@@ -109,8 +111,7 @@ pub fn write_segment(format: &SegmentFormat, id: u64, rows: &[(&str, &Sample)]) 
     // segment (and its sidecars) out of the cache either.
     refuse_symlink(&dir)?;
     if !dir.is_dir() {
-        create_dir_within(layout.root(), &dir)?;
-        fsync_dir(layout.root())?;
+        create_dir_within_durably(layout.root(), &dir)?;
     }
     let path = layout.segment(id);
     if path.try_exists().at(&path)? {

@@ -276,6 +276,20 @@ impl<'a> PagePlan<'a> {
         PagePlan { runs: Vec::with_capacity(ranges), planned: true, maps: PhantomData }
     }
 
+    /// Adds every byte of `bytes` (a whole map, or any slice of one): [`PagePlan::add`] of its
+    /// full range, which cannot be out of range.
+    ///
+    /// ```
+    /// use stowage_core::cold_reads::{PagePlan, page_size};
+    /// let map = vec![0u8; 3 * page_size()];
+    /// let mut plan = PagePlan::new();
+    /// plan.add_whole(&map[10..]);
+    /// assert!(!plan.is_empty());
+    /// ```
+    pub fn add_whole(&mut self, bytes: &'a [u8]) {
+        self.add(bytes, 0..bytes.len()).expect("a slice's own range is inside it");
+    }
+
     /// Adds the bytes `range` of `map` (offsets into `map`): the pages holding them. An empty
     /// range adds nothing.
     ///

@@ -247,11 +247,7 @@ impl Hdf5Backend {
             committed.segments.iter().enumerate().skip(backend.index.tail_first())
         {
             let keys = backend.segments.get(number, entry, &backend.schema)?.keys()?;
-            // Taken out while it grows: confirming a run's candidate reads segments, not it.
-            let mut index = std::mem::take(&mut backend.index);
-            let added = index.add_segment(number, keys, &|location| backend.key_at(location));
-            backend.index = index;
-            added?;
+            backend.index_segment(number, keys)?;
         }
         Ok(backend)
     }
@@ -305,6 +301,17 @@ impl Hdf5Backend {
         }
         let segment = self.segments.get(location.segment, entry, &self.schema)?;
         segment.key(location.row).map(Some)
+    }
+
+    /// Adds the keys (by row) of segment `number`, the next committed one, to the key index.
+    ///
+    /// Errors: as [`KeyIndex::add_segment`].
+    fn index_segment(&mut self, number: usize, keys: Vec<String>) -> Result<()> {
+        // Taken out while it grows: confirming a run's candidate reads segments, not the index.
+        let mut index = std::mem::take(&mut self.index);
+        let added = index.add_segment(number, keys, &|location| self.key_at(location));
+        self.index = index;
+        added
     }
 
     /// The location of `key`'s latest committed sample.
@@ -366,10 +373,7 @@ impl Hdf5Backend {
         self.segments.push(Some(stamp));
         let keys: Vec<String> =
             std::mem::take(&mut self.pending).into_iter().map(|(key, _)| key).collect();
-        let mut index = std::mem::take(&mut self.index);
-        let added = index.add_segment(number, keys, &|location| self.key_at(location));
-        self.index = index;
-        added?;
+        self.index_segment(number, keys)?;
         self.pending.clear();
         self.pending_index.clear();
         self.pending_new = 0;

@@ -21,7 +21,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use stowage_core::file_safety::{atomic_write, create_dir_within, fsync_dir};
+use stowage_core::file_safety::{atomic_write, create_dir_within_durably};
 use stowage_core::key_runs::{KeyRun, RunSpec, build_run, key_hash, plan_merge};
 use stowage_core::{Error, IoResultExt, Result};
 
@@ -107,18 +107,6 @@ pub(crate) fn open_run(dir: &Path, entry: &RunEntry) -> Result<KeyRun> {
         ));
     }
     Ok(run)
-}
-
-/// Creates `index/` in the cache directory `dir` when missing, its name made durable (the run
-/// files' own directory is synced by each write): a run record never outlives its directory in
-/// a power cut.
-fn make_index_dir(dir: &Path) -> Result<()> {
-    let index = dir.join(INDEX_DIR);
-    if index.is_dir() {
-        return Ok(());
-    }
-    create_dir_within(dir, &index)?;
-    fsync_dir(dir)
 }
 
 /// A read-only map of the run file at `path`.
@@ -315,7 +303,8 @@ impl KeyIndex {
         let bytes = build_run(&inputs, &fresh, spec, same_key, in_older);
         // A segment that did not read may have misled the merge: nothing is written.
         let bytes = confirmer.finish(bytes)??;
-        make_index_dir(dir)?;
+        // Its name durable: a run record never outlives the directory of its run in a power cut.
+        create_dir_within_durably(dir, &dir.join(INDEX_DIR))?;
         let path = run_path(dir, spec.first, spec.through);
         atomic_write(&path, &bytes)?;
         drop(bytes);

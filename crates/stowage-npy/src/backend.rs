@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Mutex, OnceLock};
 use stowage_core::file_safety::{
-    AppendLog, WriterLock, atomic_write, create_dir_within, fsync_dir, open_no_follow,
+    AppendLog, WriterLock, atomic_write, create_dir_within_durably, fsync_dir, open_no_follow,
 };
 use stowage_core::npy_header::storage_descr;
 use stowage_core::write_behind::BackgroundWriter;
@@ -1105,16 +1105,14 @@ fn remove_killed_writers_temps(layout: &Layout) -> Result<()> {
 }
 
 /// Makes `data/10`, `stage_data/10` and `store_data/10` where missing and makes each name
-/// durable: flushes fsync a directory's entries, not its own name in its parent, and a power cut
-/// would otherwise take every collection file with it. Synced even when the directory exists: an
-/// earlier process may have crashed between making it and syncing its parent.
+/// durable ([`create_dir_within_durably`]): flushes fsync a directory's entries, not its own name
+/// in its parent, and a power cut would otherwise take every collection file with it.
 ///
 /// Refuses any of them (or `data/`, `stage_data/`, `store_data/`) that is a symbolic link: every
 /// file of a writer is created in them, and none may land outside the cache.
 fn make_layout_dirs(layout: &Layout) -> Result<()> {
     for dir in [layout.data_dir(), layout.stage_dir(), layout.store_dir()] {
-        create_dir_within(layout.root(), &dir)?;
-        fsync_dir(dir.parent().expect("layout directories have a parent"))?;
+        create_dir_within_durably(layout.root(), &dir)?;
     }
     Ok(())
 }

@@ -29,7 +29,7 @@ use std::path::{Path, PathBuf};
 
 use memmap2::Mmap;
 use serde::{Deserialize, Serialize};
-use stowage_core::file_safety::{AppendLog, atomic_write, create_dir_within, fsync_dir};
+use stowage_core::file_safety::{AppendLog, atomic_write, create_dir_within_durably};
 use stowage_core::key_runs::{KeyRun, RunSpec, build_run, key_hash, plan_merge};
 use stowage_core::{Error, IoResultExt, Result};
 
@@ -42,17 +42,6 @@ pub(crate) const TAIL_BOUND: usize = 65_536;
 
 /// The `version` of `index/current`.
 const CURRENT_VERSION: u32 = 1;
-
-/// Creates `index/` when missing, its name made durable in the cache directory (the files in it
-/// are synced by each write): `current` never names runs a power cut took with their directory.
-fn make_index_dir(layout: &Layout) -> Result<()> {
-    let index = index_dir(layout);
-    if index.is_dir() {
-        return Ok(());
-    }
-    create_dir_within(layout.root(), &index)?;
-    fsync_dir(layout.root())
-}
 
 /// The contents of `index/current`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -244,6 +233,8 @@ impl Runs {
         uids: &[String],
         all: bool,
     ) -> Result<()> {
+        // Made (and its name made durable) before the run and `current` written into it.
+        create_dir_within_durably(layout.root(), &index_dir(layout))?;
         // Every record up to log_end is durable: map it so that the merge can read their keys.
         self.log = map(&layout.records_log())?;
         let Some((_, checksum, _)) = AppendLog::record_at(&self.log, last_offset) else {
@@ -281,7 +272,6 @@ impl Runs {
                     older.iter().any(|run| self.find_in(run, hash, &key).is_some())
                 })
             };
-            make_index_dir(layout)?;
             let name = format!("run_{first}_{log_end}.bin");
             let path = index_dir(layout).join(&name);
             // Built in memory and written with `write`, which the power-loss model follows (a
@@ -311,7 +301,6 @@ impl Runs {
                 .collect(),
             uids: uids.to_vec(),
         };
-        make_index_dir(layout)?;
         let text = serde_json::to_vec(&current).expect("serializes");
         atomic_write(current_path(layout), &text)?;
         self.current = current;

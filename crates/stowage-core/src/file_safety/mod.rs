@@ -60,7 +60,8 @@ pub use append_log::{AppendLog, Damage, DamageKind, Recovered};
 pub use atomic::{atomic_write, atomic_write_with, fsync_dir};
 pub use lock::WriterLock;
 pub use no_follow::{
-    create_dir_within, is_refused_symlink, open_no_follow, refuse_symlink, refuse_symlinks_within,
+    create_dir_within, create_dir_within_durably, is_refused_symlink, open_no_follow,
+    refuse_symlink, refuse_symlinks_within,
 };
 pub use no_replace::{create_temp_beside, publish_no_replace};
 pub use staged::StagedFiles;

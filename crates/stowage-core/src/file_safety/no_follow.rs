@@ -184,6 +184,30 @@ pub fn create_dir_within(root: &Path, dir: &Path) -> Result<()> {
     Ok(())
 }
 
+/// [`create_dir_within`], then every directory from `root` to `dir`'s parent fsynced, so that
+/// the names of `dir` and of the directories made on the way survive a power cut. Synced even
+/// when they existed: an earlier process may have crashed between making one and syncing its
+/// parent.
+///
+/// ```
+/// let cache = tempfile::tempdir()?;
+/// let index = cache.path().join("index");
+/// stowage_core::file_safety::create_dir_within_durably(cache.path(), &index)?;
+/// assert!(index.is_dir());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// Errors: as [`create_dir_within`]; [`Error::Io`] naming a directory that cannot be synced.
+pub fn create_dir_within_durably(root: &Path, dir: &Path) -> Result<()> {
+    create_dir_within(root, dir)?;
+    let mut parent = root.to_path_buf();
+    for name in components_below(root, dir)? {
+        super::fsync_dir(&parent)?;
+        parent.push(name);
+    }
+    Ok(())
+}
+
 /// Whether `err` is the refusal of [`open_no_follow`], [`refuse_symlink`],
 /// [`refuse_symlinks_within`] or [`create_dir_within`] to write through a symbolic link; the
 /// link is the error's path.
