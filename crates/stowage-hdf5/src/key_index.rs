@@ -126,16 +126,21 @@ pub(crate) type KeyOf<'a> = &'a dyn Fn(Location) -> Result<Option<String>>;
 /// cannot be read ends the probe, and the caller returns the error instead of an answer.
 struct Confirmer<'a> {
     key_of: KeyOf<'a>,
+    /// Keys already in memory by payload (the tail's, during a merge): never read again.
+    known: HashMap<u64, &'a str>,
     failure: RefCell<Option<Error>>,
 }
 
 impl<'a> Confirmer<'a> {
     fn new(key_of: KeyOf<'a>) -> Confirmer<'a> {
-        Confirmer { key_of, failure: RefCell::new(None) }
+        Confirmer { key_of, known: HashMap::new(), failure: RefCell::new(None) }
     }
 
     /// The key at run payload `payload`; `None` when there is none or it failed (kept).
     fn key_at(&self, payload: u64) -> Option<String> {
+        if let Some(key) = self.known.get(&payload) {
+            return Some((*key).to_owned());
+        }
         match (self.key_of)(Location::of_payload(payload)) {
             Ok(key) => key,
             Err(e) => {
@@ -290,10 +295,15 @@ impl KeyIndex {
         let inputs: Vec<&KeyRun> = inputs.iter().map(|(_, run)| run).collect();
         let first = older.last().map_or(0, |(entry, _)| entry.through + 1);
         let mut fresh = Vec::with_capacity(self.tail.len());
+        let mut confirmer = Confirmer::new(key_of);
         for (key, location) in &self.tail {
-            fresh.push((key_hash(key.as_bytes()), location.payload()?));
+            let payload = location.payload()?;
+            fresh.push((key_hash(key.as_bytes()), payload));
+            // The tail's keys are at hand: a merge reads a segment only to confirm a run's
+            // candidate whose hash matches (a written segment is never opened to index it).
+            confirmer.known.insert(payload, key);
         }
-        let confirmer = Confirmer::new(key_of);
+        let confirmer = confirmer;
         let same_key = |a, b| confirmer.key_at(a).is_some_and(|key| confirmer.holds(b, &key));
         let in_older = |hash, payload| {
             let Some(key) = confirmer.key_at(payload) else { return false };
@@ -404,6 +414,33 @@ mod tests {
         // A segment that does not read is the lookup's error, not a missing key.
         let unreadable = |_| Err(Error::corrupted("segment_000000.h5", "damaged"));
         assert!(matches!(reopened.find("k7", &unreadable), Err(Error::Corrupted { .. })));
+    }
+
+    #[test]
+    fn a_merge_reads_segments_only_to_confirm_a_matching_run_slot() {
+        let dir = tempfile::tempdir().unwrap();
+        let segments: Vec<Vec<String>> =
+            (0..4).map(|s| (0..50).map(|i| format!("s{s}-{i}")).collect()).collect();
+        let reads = std::cell::Cell::new(0usize);
+        let counted = |l: Location| {
+            reads.set(reads.get() + 1);
+            Ok(segments.get(l.segment).and_then(|keys| keys.get(l.row)).cloned())
+        };
+        let mut index = KeyIndex::new();
+        for (s, keys) in segments.iter().enumerate().take(3) {
+            index.add_segment(s, keys.clone(), &counted).unwrap();
+            let entry = index.write_merge(dir.path(), false, s, 0, &counted).unwrap();
+            index.install(dir.path(), entry).unwrap();
+        }
+        // Distinct keys: no slot's hash matches another's, so no key is read back (the tail's
+        // keys are at hand; before, every fresh key was read from its segment).
+        assert_eq!(reads.get(), 0);
+        // An overwrite: the matching slot of the older run is confirmed by one read.
+        index.add_segment(3, vec!["s0-7".to_owned()], &counted).unwrap();
+        let before = reads.get();
+        let all = index.write_merge(dir.path(), true, 3, 0, &counted).unwrap();
+        assert!(reads.get() - before >= 1);
+        assert_eq!((all.keys, all.new_keys), (150, 150));
     }
 
     #[test]

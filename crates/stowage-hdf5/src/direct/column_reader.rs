@@ -2,21 +2,30 @@
 //! first use and kept, then each row's global heap object.
 
 use std::borrow::Cow;
+use std::collections::HashMap;
 use std::sync::{Arc, OnceLock};
 
 use hdf5::Dataset;
 
 use super::filters::Pipeline;
+use super::global_heap::Collection;
 use super::{DESCRIPTOR, Descriptor, MAX_CHUNK_BYTES, MappedFile};
 use crate::ffi::{self, Element, storage};
 
-/// A decoded chunk: its rows' descriptors, or nothing for a chunk never written (every row empty,
-/// the fill value).
+/// A decoded chunk: where each of its rows' values lie in the file, or nothing for a chunk never
+/// written (every row empty, the fill value).
 #[derive(Debug, Clone)]
 enum Chunk {
     Unwritten,
-    Descriptors(Box<[u8]>),
+    /// By row of the chunk: the file offset and length of its values, every descriptor followed
+    /// to its heap object once, when the chunk was decoded (a read is then one index, not a
+    /// collection lookup). A row whose object does not resolve is [`BAD_ROW`].
+    Rows(Box<[(u64, u64)]>),
 }
+
+/// The [`Chunk::Rows`] entry of a row whose descriptor or heap object is damaged: its read
+/// follows the descriptor again, to say what is wrong.
+const BAD_ROW: (u64, u64) = (u64::MAX, u64::MAX);
 
 /// Rows of one `VLEN` dataset read from the map.
 #[derive(Debug)]
@@ -109,10 +118,17 @@ impl DirectReader {
         if row >= self.rows {
             return Err(format!("row {row} is past the dataset's {} rows", self.rows));
         }
-        let chunk = self.chunk(row / self.chunk_rows)?;
-        let Chunk::Descriptors(descriptors) = chunk.as_ref() else {
+        let number = row / self.chunk_rows;
+        let chunk = self.chunk(number)?;
+        let Chunk::Rows(rows) = chunk.as_ref() else {
             return Ok(&[]);
         };
+        let (start, len) = rows[(row % self.chunk_rows) as usize];
+        if (start, len) != BAD_ROW {
+            // Resolved from this map at decode: in bounds.
+            return Ok(self.file.range(start as usize..(start + len) as usize));
+        }
+        let descriptors = self.chunk_descriptors(number)?.unwrap_or_default();
         let at = (row % self.chunk_rows) as usize * DESCRIPTOR;
         row_object(row, &descriptors[at..], self.element.size(), |address, index| {
             self.file.heap_object(address, index)
@@ -131,23 +147,50 @@ impl DirectReader {
         Ok(Cow::Borrowed(cell.get_or_init(|| chunk)))
     }
 
-    /// Chunk `number` read from the map and decoded.
+    /// Chunk `number` read from the map and decoded, each row's descriptor followed to its heap
+    /// object (each collection parsed once for the chunk, then dropped: the chunk keeps 16
+    /// bytes per row, whatever the collections hold).
     fn decode_chunk(&self, number: u64) -> Result<Chunk, String> {
+        let Some(descriptors) = self.chunk_descriptors(number)? else {
+            return Ok(Chunk::Unwritten);
+        };
+        let size = self.element.size();
+        let mut collections: HashMap<u64, Result<Collection, String>> = HashMap::new();
+        let rows = descriptors
+            .chunks_exact(DESCRIPTOR)
+            .map(|descriptor| {
+                let Descriptor { count, address, index } = Descriptor::decode(descriptor);
+                if count == 0 {
+                    return (0, 0);
+                }
+                let collection =
+                    collections.entry(address).or_insert_with(|| self.file.collection(address));
+                let range = collection.as_ref().ok().and_then(|c| c.object(index));
+                match range {
+                    Some(range) if range.len() as u64 == u64::from(count) * size as u64 => {
+                        (range.start as u64, range.len() as u64)
+                    }
+                    _ => BAD_ROW,
+                }
+            })
+            .collect();
+        Ok(Chunk::Rows(rows))
+    }
+
+    /// The descriptors of chunk `number` read from the map and unfiltered; `None` for a chunk
+    /// never written.
+    fn chunk_descriptors(&self, number: u64) -> Result<Option<Vec<u8>>, String> {
         let first_row = number * self.chunk_rows;
         let location = storage::chunk_location(self.dataset.id(), first_row)
             .map_err(|e| format!("locating the chunk of row {first_row}: {e}"))?;
-        Ok(match location {
-            None => Chunk::Unwritten,
-            Some(location) => {
-                let stored = self.file.bytes(location.address, location.size)?;
-                let expected = (self.chunk_rows as usize) * DESCRIPTOR;
-                let decoded = self
-                    .pipeline
-                    .decode(stored, location.filter_mask, expected)
-                    .map_err(|e| format!("chunk of rows {first_row}..: {e}"))?;
-                Chunk::Descriptors(decoded.into_boxed_slice())
-            }
-        })
+        let Some(location) = location else { return Ok(None) };
+        let stored = self.file.bytes(location.address, location.size)?;
+        let expected = (self.chunk_rows as usize) * DESCRIPTOR;
+        let decoded = self
+            .pipeline
+            .decode(stored, location.filter_mask, expected)
+            .map_err(|e| format!("chunk of rows {first_row}..: {e}"))?;
+        Ok(Some(decoded))
     }
 }
 

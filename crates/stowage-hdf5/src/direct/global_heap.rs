@@ -23,8 +23,17 @@ const HEADER: usize = 16;
 
 /// Where the objects of one collection lie: `(index, byte range in the file)`, sorted by index.
 #[derive(Debug, PartialEq, Eq)]
-struct Collection {
+pub(crate) struct Collection {
     objects: Vec<(u16, Range<usize>)>,
+}
+
+impl Collection {
+    /// The byte range in the file of object `index`, if the collection holds it.
+    pub(crate) fn object(&self, index: u32) -> Option<Range<usize>> {
+        let index = u16::try_from(index).ok()?;
+        let at = self.objects.binary_search_by_key(&index, |(i, _)| *i).ok()?;
+        Some(self.objects[at].1.clone())
+    }
 }
 
 fn u64_at(bytes: &[u8], at: usize) -> u64 {
@@ -32,7 +41,7 @@ fn u64_at(bytes: &[u8], at: usize) -> u64 {
 }
 
 /// Parses the collection at byte `at` of `file`.
-fn parse(file: &[u8], at: u64) -> Result<Collection, String> {
+pub(crate) fn parse(file: &[u8], at: u64) -> Result<Collection, String> {
     let start = usize::try_from(at).ok().filter(|&s| s.saturating_add(HEADER) <= file.len());
     let Some(start) = start else {
         return Err(format!(
@@ -140,11 +149,8 @@ impl GlobalHeap {
                 cache.by_address.entry(at).or_insert(parsed).clone()
             }
         };
-        let found = u16::try_from(index).ok().and_then(|index| {
-            let at = collection.objects.binary_search_by_key(&index, |(i, _)| *i).ok()?;
-            Some(collection.objects[at].1.clone())
-        });
-        found
+        collection
+            .object(index)
             .map(|range| &file[range])
             .ok_or_else(|| format!("global heap collection at byte {at} holds no object {index}"))
     }

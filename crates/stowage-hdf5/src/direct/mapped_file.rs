@@ -8,7 +8,7 @@ use std::sync::Arc;
 use memmap2::Mmap;
 use stowage_core::{Error, Result};
 
-use super::global_heap::GlobalHeap;
+use super::global_heap::{self, Collection, GlobalHeap};
 use super::{ReopenError, reopen};
 use crate::error::read_error;
 
@@ -70,5 +70,16 @@ impl MappedFile {
     /// The data of global heap object `index` of the collection at HDF5 `address`.
     pub fn heap_object(&self, address: u64, index: u32) -> Result<&[u8], String> {
         self.heap.object(&self.map, self.offset(address)?, index)
+    }
+
+    /// The collection at HDF5 `address`, parsed now and not kept: for a caller that resolves
+    /// every object it needs at once ([`super::DirectReader`]'s chunks).
+    pub fn collection(&self, address: u64) -> Result<Collection, String> {
+        global_heap::parse(&self.map, self.offset(address)?)
+    }
+
+    /// The bytes at file offsets `range` (a range a [`Collection`] of this file gave).
+    pub fn range(&self, range: std::ops::Range<usize>) -> &[u8] {
+        &self.map[range]
     }
 }
