@@ -18,6 +18,12 @@ pub fn current_mib() -> Option<f64> {
     status_mib("VmRSS:")
 }
 
+/// The resident anonymous memory now (heap and stacks: `RssAnon`), in MiB: the resident memory
+/// without the page cache that maps of files touch. `None` where the system does not say.
+pub fn anon_mib() -> Option<f64> {
+    status_mib("RssAnon:")
+}
+
 fn status_mib(field: &str) -> Option<f64> {
     let status = std::fs::read_to_string("/proc/self/status").ok()?;
     let line = status.lines().find(|line| line.starts_with(field))?;
@@ -42,5 +48,23 @@ mod tests {
         drop(big);
         reset_peak();
         assert!(peak_mib().unwrap() < during - 30.0);
+    }
+
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn anonymous_memory_counts_the_heap_not_a_mapped_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("file");
+        std::fs::write(&path, vec![7u8; 64 << 20]).unwrap();
+        let before = anon_mib().unwrap();
+        // SAFETY: the file is this test's own, in its own temporary directory, never changed
+        // while mapped.
+        let map = unsafe { memmap2::Mmap::map(&std::fs::File::open(&path).unwrap()).unwrap() };
+        let sum: u64 = map.iter().step_by(4096).map(|&b| u64::from(b)).sum();
+        assert_eq!(sum, 7 * (16 << 10));
+        assert!(anon_mib().unwrap() < before + 16.0, "a touched map is not anonymous");
+        let heap = vec![1u8; 64 << 20];
+        std::hint::black_box(&heap);
+        assert!(anon_mib().unwrap() >= before + 60.0);
     }
 }

@@ -45,6 +45,10 @@ pub struct ScaleMeasured {
     /// Peak resident memory the writer added while writing, MiB (page cache of its maps
     /// included); `None` where the system does not say.
     pub write_peak_rss_mib: Option<f64>,
+    /// Peak anonymous resident memory (`RssAnon`: the heap, without the page cache its maps
+    /// touch) the writer added, MiB, sampled after every flush; `None` where the system does
+    /// not say.
+    pub write_peak_anon_mib: Option<f64>,
     /// Opening the unfinished cache for appending (resume), milliseconds.
     pub resume_open_ms: f64,
     /// Resident memory that open added, MiB.
@@ -137,6 +141,8 @@ pub fn measure(
     // Write, streaming: each flush's samples are generated, then put and flushed under the timer.
     rss::reset_peak();
     let baseline = rss::current_mib();
+    let anon_baseline = rss::anon_mib();
+    let mut anon_peak: Option<f64> = None;
     let mut cache =
         Subject::create(kind, dir, &workload.schema()).map_err(|e| fail("create", &e))?;
     let mut seconds = 0.0;
@@ -153,8 +159,13 @@ pub fn measure(
         writer.flush().map_err(|e| fail("flush", &e))?;
         seconds += started.elapsed().as_secs_f64();
         start = end;
+        // Untimed: reading /proc costs about as much as a few puts.
+        if let Some(anon) = rss::anon_mib() {
+            anon_peak = Some(anon_peak.map_or(anon, |peak: f64| peak.max(anon)));
+        }
     }
     let write_peak_rss_mib = added(rss::peak_mib(), baseline);
+    let write_peak_anon_mib = added(anon_peak, anon_baseline);
     drop(cache);
 
     // Resume the unfinished cache, read one key, finalize.
@@ -296,6 +307,7 @@ pub fn measure(
     let measured = ScaleMeasured {
         write_rows_per_s: rows as f64 / seconds.max(1e-9),
         write_peak_rss_mib,
+        write_peak_anon_mib,
         resume_open_ms,
         resume_open_rss_mib,
         resume_first_get_ms,

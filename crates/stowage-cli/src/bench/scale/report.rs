@@ -159,6 +159,7 @@ impl ScaleReport {
             "keys",
             "write rows/s",
             "write peak RSS",
+            "write peak anon",
             "resume open",
             "resume RSS",
             "resume first get",
@@ -206,6 +207,7 @@ impl ScaleReport {
                             keys.clone(),
                             rate_text(m.write_rows_per_s),
                             mib_text(m.write_peak_rss_mib),
+                            mib_text(m.write_peak_anon_mib),
                             ms_text(m.resume_open_ms),
                             mib_text(m.resume_open_rss_mib),
                             ms_text(m.resume_first_get_ms),
@@ -284,7 +286,7 @@ impl ScaleReport {
                 }
             }
         }
-        text.push_str("Writes and opens (open: median of 3 read-only opens with the page cache warm; RSS: resident memory the open added; times in ms):\n\n");
+        text.push_str("Writes and opens (open: median of 3 read-only opens with the page cache warm; RSS: resident memory the open added, page cache of its maps included; write peak anon: the most anonymous memory (`RssAnon`: heap, without mapped pages) the writer added, sampled after each flush; times in ms):\n\n");
         text.push_str(&render(&writes));
         text.push_str("\nReads (rows per second; in parentheses the fraction of the physical reference of the same size in the same run):\n\n");
         text.push_str(&render(&reads));
@@ -367,6 +369,7 @@ fn targets(sizes: &[SizeReport], backend: &'static str) -> Vec<TargetResult> {
         "read-only open",
         "resume open",
         "RSS added by an open",
+        "writer memory without mapped pages",
         "first get after open",
         "write rate",
         "warm random get",
@@ -413,6 +416,15 @@ fn targets(sizes: &[SizeReport], backend: &'static str) -> Vec<TargetResult> {
             backend,
             target: label("RSS added by an open < 100 MB"),
             measured: "resident memory unknown on this system".into(),
+            verdict: Verdict::NotMeasured,
+        },
+    });
+    results.push(match m.write_peak_anon_mib {
+        Some(mib) => at_most("writer memory without mapped pages", mib * 1.048_576, "MB", 100.0),
+        None => TargetResult {
+            backend,
+            target: label("writer memory without mapped pages < 100 MB"),
+            measured: "anonymous memory unknown on this system".into(),
             verdict: Verdict::NotMeasured,
         },
     });
@@ -524,6 +536,7 @@ mod tests {
         ScaleMeasured {
             write_rows_per_s: rate,
             write_peak_rss_mib: Some(10.0),
+            write_peak_anon_mib: Some(8.0),
             resume_open_ms: open_ms,
             resume_open_rss_mib: Some(1.0),
             resume_first_get_ms: 0.1,
@@ -567,17 +580,24 @@ mod tests {
             size(10_000_000, Outcome::Measured(Box::new(measured(600_000.0, 150.0)))),
         ];
         let v = verdicts(&sizes);
-        assert_eq!(v.len(), 8);
+        assert_eq!(v.len(), 9);
         assert_eq!(v[0], ("read-only open < 100 ms at 10,000,000 keys".into(), Verdict::Fail));
         assert_eq!(v[2].1, Verdict::Pass, "{v:?}");
-        assert_eq!(v[3].1, Verdict::Pass);
         assert_eq!(
-            v[4],
+            v[3],
+            (
+                "writer memory without mapped pages < 100 MB at 10,000,000 keys".into(),
+                Verdict::Pass
+            )
+        );
+        assert_eq!(v[4].1, Verdict::Pass);
+        assert_eq!(
+            v[5],
             ("write rate >= 0.8x the 100,000 rate at 10,000,000 keys".into(), Verdict::Fail)
         );
-        assert_eq!(v[5].1, Verdict::Pass, "0.6x >= 0.5x");
-        assert_eq!(v[6].1, Verdict::Fail, "0.1x QD32");
-        assert_eq!(v[7].1, Verdict::Pass, "1.0x QD1");
+        assert_eq!(v[6].1, Verdict::Pass, "0.6x >= 0.5x");
+        assert_eq!(v[7].1, Verdict::Fail, "0.1x QD32");
+        assert_eq!(v[8].1, Verdict::Pass, "1.0x QD1");
     }
 
     /// Without 10 M the largest size run is judged and named; without 100 k the ratios are not
@@ -587,8 +607,8 @@ mod tests {
         let only_base = [size(100_000, Outcome::Measured(Box::new(measured(1.0, 1.0))))];
         let v = verdicts(&only_base);
         assert!(v[0].0.contains("at 100,000 keys (10,000,000 not run)"), "{v:?}");
-        assert_eq!(v[4].1, Verdict::NotMeasured);
         assert_eq!(v[5].1, Verdict::NotMeasured);
+        assert_eq!(v[6].1, Verdict::NotMeasured);
 
         let failed = [
             size(100_000, Outcome::Measured(Box::new(measured(1.0, 1.0)))),
