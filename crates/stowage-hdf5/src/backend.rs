@@ -30,7 +30,7 @@ use stowage_core::{
 };
 
 use crate::Hdf5Options;
-use crate::commit_log::{self, Committed, FinalizedMarker, Record, SegmentEntry};
+use crate::commit_log::{self, Committed, FinalizedMarker, Hdf5Record, Record, SegmentEntry};
 use crate::error::BACKEND;
 use crate::formats::STOWAGE_HDF5;
 use crate::key_index::{KeyIndex, Location};
@@ -233,7 +233,7 @@ impl Hdf5Backend {
             capabilities: capabilities(),
             committed: committed.clone(),
             segments: OpenSegments::new(dir, options.max_open_segments),
-            index: KeyIndex::open(dir, &committed.own),
+            index: KeyIndex::open(dir, &committed.own.runs),
             pending: Vec::new(),
             pending_index: HashMap::new(),
             pending_new: 0,
@@ -243,11 +243,25 @@ impl Hdf5Backend {
         for _ in &committed.segments {
             backend.segments.push(None);
         }
-        for (number, entry) in
-            committed.segments.iter().enumerate().skip(backend.index.tail_first())
-        {
-            let keys = backend.segments.get(number, entry, &backend.schema)?.keys()?;
-            backend.index_segment(number, keys)?;
+        let tail_first = backend.index.tail_first();
+        let mut tail = Vec::new();
+        for (number, entry) in committed.segments.iter().enumerate().skip(tail_first) {
+            tail.push(backend.segments.get(number, entry, &backend.schema)?.keys()?);
+        }
+        // The log's count after the last segment spares looking every tail key up in the runs.
+        let counted = match committed.own.keys {
+            Some((through, keys)) if through as usize + 1 == committed.segments.len() => {
+                backend.index.tail_new_of(keys)
+            }
+            _ => None,
+        };
+        match counted {
+            Some(tail_new) => backend.index.add_counted_tail(tail_first, tail, tail_new),
+            None => {
+                for (offset, keys) in tail.into_iter().enumerate() {
+                    backend.index_segment(tail_first + offset, keys)?;
+                }
+            }
         }
         Ok(backend)
     }
@@ -332,11 +346,12 @@ impl Hdf5Backend {
             self.index.write_merge(&self.dir, all, through, stamp, &key_of)?
         };
         let log = self.log();
-        log.append(&Record::Own(commit_log::Hdf5Record::Run(entry)).to_bytes())?;
+        log.append(&Record::Own(Hdf5Record::Run(entry)).to_bytes())?;
         log.sync()?;
         self.committed.records += 1;
-        self.committed.own.retain(|run| run.first < entry.first || run.through > entry.through);
-        self.committed.own.push(entry);
+        let runs = &mut self.committed.own.runs;
+        runs.retain(|run| run.first < entry.first || run.through > entry.through);
+        runs.push(entry);
         self.index.install(&self.dir, entry)
     }
 
@@ -377,6 +392,12 @@ impl Hdf5Backend {
         self.pending.clear();
         self.pending_index.clear();
         self.pending_new = 0;
+        // Derived, so not synced on its own: the next synced record makes it durable, and an
+        // open that finds no count for the last segment counts the keys itself.
+        let count = Hdf5Record::Keys { through: number as u64, keys: self.index.len() as u64 };
+        self.log().append(&Record::Own(count).to_bytes())?;
+        self.committed.records += 1;
+        self.committed.own.keys = Some((number as u64, self.index.len() as u64));
         if self.index.wants_merge(false) {
             self.merge_index(false)?;
         }

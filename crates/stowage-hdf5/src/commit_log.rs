@@ -62,6 +62,24 @@ impl CommittedSegment for SegmentEntry {
 pub enum Hdf5Record {
     /// A key index run was written; it replaces the runs inside its range.
     Run(RunEntry),
+    /// The distinct keys of the cache once the segment at position `through` was committed
+    /// (written after each segment): an open whose last segment it counts need not look the
+    /// keys of the segments no run covers up in the runs to count them.
+    Keys {
+        /// The position of the last segment counted.
+        through: u64,
+        /// Distinct keys in the segments up to it.
+        keys: u64,
+    },
+}
+
+/// What the HDF5 records of a segment log say, replayed ([`Hdf5Log`]'s state).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Hdf5State {
+    /// The key index runs the log vouches for, oldest first.
+    pub runs: Vec<RunEntry>,
+    /// The latest key count: (position of the last segment counted, distinct keys).
+    pub keys: Option<(u64, u64)>,
 }
 
 /// A key index run over the segments at positions `first..=through` of the log
@@ -91,12 +109,23 @@ impl SegmentLog for Hdf5Log {
     type HeaderExtension = NoExtension;
     type Segment = SegmentEntry;
     type Record = Hdf5Record;
-    /// The key index runs the log vouches for, oldest first.
-    type State = Vec<RunEntry>;
+    type State = Hdf5State;
 
     fn replay(committed: &mut Committed, record: Hdf5Record) -> std::result::Result<(), String> {
-        let Hdf5Record::Run(entry) = record;
-        let runs = &mut committed.own;
+        let entry = match record {
+            Hdf5Record::Run(entry) => entry,
+            Hdf5Record::Keys { through, keys } => {
+                if usize::try_from(through).is_ok_and(|t| t < committed.segments.len()) {
+                    committed.own.keys = Some((through, keys));
+                    return Ok(());
+                }
+                return Err(format!(
+                    "key count after segment {through}, beyond the {} committed segments",
+                    committed.segments.len()
+                ));
+            }
+        };
+        let runs = &mut committed.own.runs;
         runs.retain(|run| run.first < entry.first || run.through > entry.through);
         let follows = match runs.last() {
             Some(run) => run.through + 1 == entry.first,

@@ -25,12 +25,12 @@ pub(crate) fn describe_stowage(cache: &Hdf5Backend) -> Result<Description> {
     description.finalized = Some(cache.is_finalized());
     let rows: u64 = committed.segments.iter().map(|s| s.rows).sum();
     description.detail("segments", committed.segments.len().to_string());
-    let covered = committed.own.last().map_or(0, |run| run.through + 1);
+    let covered = committed.own.runs.last().map_or(0, |run| run.through + 1);
     description.detail(
         "key index",
         format!(
             "{} over {covered} segments, {} segments read at open",
-            match committed.own.len() {
+            match committed.own.runs.len() {
                 1 => "1 run".to_owned(),
                 n => format!("{n} runs"),
             },

@@ -232,6 +232,27 @@ impl KeyIndex {
         Ok(())
     }
 
+    /// The tail's keys that no run holds, when the cache's log counts `keys` distinct keys after
+    /// the tail's last segment; `None` when the count is below what the runs alone hold (a
+    /// damaged record: the caller counts instead, with [`KeyIndex::add_segment`]).
+    pub fn tail_new_of(&self, keys: u64) -> Option<usize> {
+        let in_runs: u64 = self.runs.iter().map(|(entry, _)| entry.new_keys).sum();
+        usize::try_from(keys.checked_sub(in_runs)?).ok()
+    }
+
+    /// Adds the keys (by row) of the tail's segments from `first` on, of which `tail_new` no
+    /// run holds ([`KeyIndex::tail_new_of`]): no key is looked up in the runs to count it (each
+    /// lookup in a large run touches a page of it).
+    pub fn add_counted_tail(&mut self, first: usize, segments: Vec<Vec<String>>, tail_new: usize) {
+        for (offset, segment_keys) in segments.into_iter().enumerate() {
+            for (row, key) in segment_keys.into_iter().enumerate() {
+                self.tail.insert(key, Location { segment: first + offset, row });
+            }
+            self.tail_segments += 1;
+        }
+        self.tail_new = tail_new;
+    }
+
     /// The location of `key`'s latest sample, if any.
     ///
     /// Errors: `key_of`'s, for a segment that does not read while confirming a candidate.

@@ -86,8 +86,39 @@ pub(crate) fn validate(dir: &Path, level: ValidationLevel) -> Result<ValidationR
         }
         *segment_keys.last_mut().expect("pushed above") = Some(keys);
     }
-    check_runs(dir, &committed.own, &segment_keys, &mut report);
+    check_runs(dir, &committed.own.runs, &segment_keys, &mut report);
+    check_key_count(&committed, &segment_keys, &mut report);
     Ok(report)
+}
+
+/// Checks the log's latest key count (when it counts every segment, and every segment's keys
+/// were read) against the distinct keys of the segments: a reader reports that count as its
+/// `len` without counting.
+fn check_key_count(
+    committed: &crate::commit_log::Committed,
+    segment_keys: &[Option<Vec<String>>],
+    report: &mut ValidationReport,
+) {
+    let Some((through, recorded)) = committed.own.keys else { return };
+    if through as usize + 1 != committed.segments.len() {
+        return; // Not the last segment's: readers count the keys themselves.
+    }
+    let mut distinct: std::collections::HashSet<&str> = std::collections::HashSet::new();
+    for keys in segment_keys {
+        let Some(keys) = keys else { return }; // An unreadable segment, already reported.
+        distinct.extend(keys.iter().map(String::as_str));
+    }
+    if distinct.len() as u64 != recorded {
+        report.problem(
+            None,
+            None,
+            format!(
+                "the commit log counts {recorded} distinct keys after segment {through}, the \
+                 segments hold {}: readers report the wrong number of samples",
+                distinct.len()
+            ),
+        );
+    }
 }
 
 /// Checks the key index runs `entries` the log vouches for: each opens as recorded, its slots

@@ -122,3 +122,56 @@ fn open_reads_no_segment_a_run_covers() {
     let report = reader.validate(ValidationLevel::Structure).unwrap();
     assert!(!report.is_clean());
 }
+
+/// A cache resumed with segments no run covers takes its number of keys from the log's count
+/// after the last segment, instead of looking each of those segments' keys up in the runs (a
+/// page of a large run each). A count that is not the truth is what `validate` reports; with
+/// no count for the last segment (an older cache's log), the keys are counted as before.
+#[test]
+fn the_logs_key_count_is_used_at_open_and_checked_by_validate() {
+    use stowage_core::file_safety::AppendLog;
+    use stowage_hdf5::test_support::commit_log::{Hdf5Record, Record};
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut expected = Expected::default();
+    let mut cache = Hdf5Backend::create(dir.path(), &schema()).unwrap();
+    write_segments(&mut cache, &mut expected, 0, 40); // a run over 32, 8 in the tail
+    drop(cache);
+    let log = dir.path().join("stowage.log");
+    let records = AppendLog::read_all(&log).unwrap().records;
+    let last = records.last().unwrap();
+    let truth = expected.latest.len() as u64;
+    assert_eq!(
+        String::from_utf8_lossy(last),
+        String::from_utf8_lossy(
+            &Record::Own(Hdf5Record::Keys { through: 39, keys: truth }).to_bytes()
+        ),
+        "each segment is followed by the count"
+    );
+    for mode in [OpenMode::ReadOnly, OpenMode::Append] {
+        let reader = Hdf5Backend::open(dir.path(), mode).unwrap();
+        expected.check(&reader);
+    }
+
+    // A wrong count (in a well-formed record) is what open reports; validate says it is wrong.
+    let (mut appender, _) = AppendLog::open(&log, false).unwrap();
+    let wrong = Record::Own(Hdf5Record::Keys { through: 39, keys: truth + 5 });
+    appender.append(&wrong.to_bytes()).unwrap();
+    appender.sync().unwrap();
+    drop(appender);
+    let reader = Hdf5Backend::open(dir.path(), OpenMode::ReadOnly).unwrap();
+    assert_eq!(reader.len() as u64, truth + 5, "the count is taken, not recomputed");
+    let report = reader.validate(ValidationLevel::Full).unwrap();
+    let problems: Vec<&str> = report.problems.iter().map(|p| p.detail.as_str()).collect();
+    assert!(
+        problems.iter().any(|p| p.contains(&format!("counts {} distinct keys", truth + 5))),
+        "{problems:?}"
+    );
+
+    // A count below what the runs alone hold is not used: the keys are counted.
+    let (mut appender, _) = AppendLog::open(&log, false).unwrap();
+    appender.append(&Record::Own(Hdf5Record::Keys { through: 39, keys: 1 }).to_bytes()).unwrap();
+    appender.sync().unwrap();
+    drop(appender);
+    expected.check(&Hdf5Backend::open(dir.path(), OpenMode::ReadOnly).unwrap());
+}
