@@ -23,11 +23,7 @@ use stowage_core::Result;
 /// The default of [`crate::ArrowOptions::max_open_segments`]: an eighth of the kernel's limit on
 /// memory maps (two per segment, the rest left to the process), at least 64.
 pub fn default_max_open_segments() -> usize {
-    let maps = std::fs::read_to_string("/proc/sys/vm/max_map_count")
-        .ok()
-        .and_then(|text| text.trim().parse::<usize>().ok())
-        .unwrap_or(65_530);
-    (maps / 8).max(64)
+    (stowage_core::process_limits::max_map_count() / 8).max(64)
 }
 
 /// A segment (or anything a reader opens per segment) borrowed from a pinned slot or shared

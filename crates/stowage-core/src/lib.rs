@@ -16,6 +16,7 @@ pub mod key_runs;
 pub mod key_table;
 pub mod npy_header;
 pub mod prefetch;
+pub mod process_limits;
 pub mod quote;
 pub mod reader;
 pub mod recognize;

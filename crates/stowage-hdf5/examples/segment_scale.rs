@@ -42,7 +42,7 @@ fn write(dir: &Path, segments: usize, rows: usize) -> stowage_core::Result<Durat
 
 /// The handle the measurements read through: the only use of the options.
 fn open(dir: &Path, max_open: usize) -> stowage_core::Result<Hdf5Backend> {
-    let options = Hdf5Options { max_open_segments: max_open };
+    let options = Hdf5Options { max_open_segments: max_open, max_mapped_segments: max_open };
     Hdf5Backend::open_with(dir, OpenMode::ReadOnly, &options)
 }
 

@@ -151,7 +151,8 @@ pub(crate) fn check_carriable(file: &hdf5::File, cache: &TorchCache) -> Result<(
 /// Refuses a payload dataset stored in another element type than `expected` (as far as the
 /// layout tells: other byte orders are converted by libhdf5 on read, exactly).
 fn check_element(path: &Path, column: &ColumnReader, expected: crate::ffi::Element) -> Result<()> {
-    let stored = storage::vlen_storage(column.dataset_id())
+    let Some(dataset) = column.dataset_id() else { return Ok(()) }; // aenet's never detach
+    let stored = storage::vlen_storage(dataset)
         .map_err(|e| read_error(path, column.name(), e))?
         .and_then(|layout| layout.element);
     match stored {

@@ -62,7 +62,8 @@ fn create_dataset(
 /// Reads rows of one variable-length dataset: through the direct reader ([`crate::direct`]) when
 /// the file is mapped and the dataset's layout is one it decodes, else through libhdf5.
 pub(crate) struct ColumnReader {
-    dataset: Dataset,
+    /// `None` once [detached](ColumnReader::detach): every read is then the direct reader's.
+    dataset: Option<Dataset>,
     direct: Option<DirectReader>,
     rows: u64,
     /// `<file>:<dataset path>`, for errors.
@@ -86,7 +87,31 @@ impl ColumnReader {
             Some(mapped) => DirectReader::open(mapped, &dataset, rows).map_err(failed)?,
             None => None,
         };
-        Ok(ColumnReader { dataset, direct, rows, file: file.to_path_buf(), name: full })
+        Ok(ColumnReader {
+            dataset: Some(dataset),
+            direct,
+            rows,
+            file: file.to_path_buf(),
+            name: full,
+        })
+    }
+
+    /// Closes the dataset when every read of `element` values is the direct reader's (its
+    /// chunks located now): the reader then holds no libhdf5 object, only the file's map.
+    /// `Ok(false)`, and nothing changed, when rows of `element` need libhdf5.
+    ///
+    /// Errors: `Error::Corrupted` naming the file and dataset when a chunk cannot be located.
+    pub fn detach(&mut self, element: Element) -> Result<bool> {
+        let Some(direct) = self.direct.as_mut().filter(|d| d.converts_to(element)) else {
+            return Ok(false);
+        };
+        let located = direct
+            .detach()
+            .map_err(|e| Error::corrupted(&self.file, format!("{}: {e}", self.name)))?;
+        if located {
+            self.dataset = None;
+        }
+        Ok(located)
     }
 
     /// Rows in the dataset.
@@ -94,9 +119,23 @@ impl ColumnReader {
         self.rows
     }
 
-    /// The dataset's libhdf5 id (for layout queries).
-    pub fn dataset_id(&self) -> hdf5_sys::h5i::hid_t {
-        self.dataset.id()
+    /// The dataset's libhdf5 id (for layout queries); `None` once detached.
+    pub fn dataset_id(&self) -> Option<hdf5_sys::h5i::hid_t> {
+        self.dataset.as_ref().map(|dataset| dataset.id())
+    }
+
+    /// The open dataset, for a read through libhdf5, or the error of a detached reader asked
+    /// for what only libhdf5 reads (`context` says which).
+    fn attached(&self, context: &str) -> Result<&Dataset> {
+        self.dataset.as_ref().ok_or_else(|| {
+            Error::unsupported(
+                crate::error::BACKEND,
+                format!(
+                    "{}: {context}: a read through libhdf5 of a column detached from it",
+                    self.file.display()
+                ),
+            )
+        })
     }
 
     /// The dataset's path in its file, for messages.
@@ -118,9 +157,10 @@ impl ColumnReader {
                 .read(row, element)
                 .map_err(|e| Error::corrupted(&self.file, format!("{}: {e}", context()))),
             _ => {
+                let dataset = self.attached(&context())?;
                 let memory =
                     VlenType::new(element).map_err(|e| read_error(&self.file, &context(), e))?;
-                ffi::read_vlen_row(self.dataset.id(), row, &memory)
+                ffi::read_vlen_row(dataset.id(), row, &memory)
                     .map_err(|e| read_error(&self.file, &context(), e))
             }
         }
@@ -133,8 +173,9 @@ impl ColumnReader {
                 .map(|row| self.read(row, element, "reading every row"))
                 .collect();
         }
+        let dataset = self.attached(&self.name)?;
         let memory = VlenType::new(element).map_err(|e| read_error(&self.file, &self.name, e))?;
-        ffi::read_vlen_rows(self.dataset.id(), 0, self.rows, &memory)
+        ffi::read_vlen_rows(dataset.id(), 0, self.rows, &memory)
             .map_err(|e| read_error(&self.file, &self.name, e))
     }
 

@@ -1,10 +1,13 @@
 //! The bounded, least-recently-used set of a generic cache's open segments.
 //!
-//! An open segment holds a libhdf5 file (one descriptor) and a read-only map: kept open for every
-//! segment, a cache of more segments than the descriptor limit (1,024 by default) could be
-//! neither written nor opened. So at most [`crate::Hdf5Options::max_open_segments`] are open; a
-//! `get` from another one opens it, closing the least recently used, and a segment evicted and
-//! used again is opened again.
+//! An open segment holds a read-only map and, unless it is detached (every column read from the
+//! map: stowage's own layout), a libhdf5 file (one descriptor). Kept open for every segment, a
+//! cache of more segments than the descriptor limit (1,024 by default) could be neither written
+//! nor opened, nor one of more segments than the kernel allows maps. So at most
+//! [`crate::Hdf5Options::max_open_segments`] hold a libhdf5 file (opens under way included) and
+//! at most [`crate::Hdf5Options::max_mapped_segments`] are open in all; a `get` from another one
+//! opens it, closing the least recently used (holding a file, when that is the bound reached),
+//! and a segment evicted and used again is opened again.
 //!
 //! Integrity on first use: a segment's whole-file xxh3 is checked against the commit log when it
 //! is first opened (`Segment::open`), and what it was checked under is remembered as a
@@ -18,6 +21,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use stowage_core::{Result, Schema};
 
+use crate::Hdf5Options;
 use crate::backend::segment_path;
 use crate::commit_log::SegmentEntry;
 use crate::segment::{FileStamp, Segment};
@@ -25,6 +29,9 @@ use crate::segment::{FileStamp, Segment};
 /// The open segments of one handle, and the stamps their checksums were verified under.
 pub(crate) struct OpenSegments {
     dir: PathBuf,
+    /// Most segments holding a libhdf5 file (a descriptor), opens under way included.
+    files_bound: usize,
+    /// Most segments open in all (each holds a map).
     bound: usize,
     state: Mutex<State>,
     /// Signalled when an open ends: a `get` waiting for a free place tries again.
@@ -37,6 +44,8 @@ struct State {
     clock: u64,
     /// Open segments by their number (position in the commit log), with their last use.
     open: HashMap<usize, (Arc<Segment>, u64)>,
+    /// Open segments that hold a libhdf5 file (not detached).
+    attached: usize,
     /// Segments being opened now, outside the lock: each holds a place within the bound.
     opening: usize,
     /// By segment number: the stamp under which its checksum last matched, if it did.
@@ -61,11 +70,13 @@ impl Drop for Opening<'_> {
 }
 
 impl OpenSegments {
-    /// No segment open yet, at most `bound` (at least 1) open at any time, of the cache in `dir`.
-    pub fn new(dir: &Path, bound: usize) -> OpenSegments {
+    /// No segment open yet, of the cache in `dir`, within the bounds of `options` (each at
+    /// least 1).
+    pub fn new(dir: &Path, options: &Hdf5Options) -> OpenSegments {
         OpenSegments {
             dir: dir.to_path_buf(),
-            bound: bound.max(1),
+            files_bound: options.max_open_segments.max(1),
+            bound: options.max_mapped_segments.max(1),
             state: Mutex::default(),
             opened: Condvar::new(),
         }
@@ -104,14 +115,14 @@ impl OpenSegments {
                 *used = now;
                 return Ok(Arc::clone(segment));
             }
-            // Closed first: never more than `bound` open, even for an instant (the bound may be
-            // the last descriptors the process has).
-            while state.open.len() + state.opening >= self.bound {
-                let oldest = state.open.iter().min_by_key(|(_, (_, used))| *used).map(|(&n, _)| n);
-                let Some(oldest) = oldest else { break };
-                state.open.remove(&oldest);
-            }
-            if state.open.len() + state.opening < self.bound {
+            // Closed first: never more than the bounds open, even for an instant (the bound on
+            // files may be the last descriptors the process has). An open under way holds a
+            // file until it detaches.
+            while state.attached + state.opening >= self.files_bound && state.close_oldest(true) {}
+            while state.open.len() + state.opening >= self.bound && state.close_oldest(false) {}
+            if state.attached + state.opening < self.files_bound
+                && state.open.len() + state.opening < self.bound
+            {
                 state.opening += 1;
                 break state.verified.get(number).copied().flatten();
             }
@@ -140,6 +151,7 @@ impl OpenSegments {
             }
             None => {
                 let segment = Arc::new(segment);
+                state.attached += usize::from(!segment.is_detached());
                 state.open.insert(number, (Arc::clone(&segment), now));
                 segment
             }
@@ -153,6 +165,24 @@ impl OpenSegments {
     #[cfg(test)]
     pub fn open_count(&self) -> usize {
         self.state().open.len()
+    }
+}
+
+impl State {
+    /// Closes the least recently used open segment (one holding a libhdf5 file when
+    /// `holding_a_file`); `false` when there is none.
+    fn close_oldest(&mut self, holding_a_file: bool) -> bool {
+        let oldest = self
+            .open
+            .iter()
+            .filter(|(_, (segment, _))| !holding_a_file || !segment.is_detached())
+            .min_by_key(|(_, (_, used))| *used)
+            .map(|(&number, _)| number);
+        let Some(closed) = oldest.and_then(|number| self.open.remove(&number)) else {
+            return false;
+        };
+        self.attached -= usize::from(!closed.0.is_detached());
+        true
     }
 }
 
@@ -179,6 +209,20 @@ mod tests {
         (schema, commit_log::interpret(&log, &recovered).unwrap().segments)
     }
 
+    fn bounds(files: usize, maps: usize) -> Hdf5Options {
+        Hdf5Options { max_open_segments: files, max_mapped_segments: maps }
+    }
+
+    /// Descriptors of this process open on files under `dir`.
+    fn descriptors_under(dir: &Path) -> usize {
+        let dir = dir.canonicalize().unwrap();
+        std::fs::read_dir("/proc/self/fd")
+            .unwrap()
+            .filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
+            .filter(|target| target.starts_with(&dir))
+            .count()
+    }
+
     fn opened(segments: &OpenSegments, number: usize, entry: &SegmentEntry, schema: &Schema) {
         let segment = segments.get(number, entry, schema).unwrap();
         assert_eq!(segment.keys().unwrap(), [format!("k{number}")]);
@@ -188,7 +232,7 @@ mod tests {
     fn at_most_the_bound_is_open_and_the_least_recently_used_closes_first() {
         let dir = tempfile::tempdir().unwrap();
         let (schema, entries) = cache(dir.path(), 4);
-        let segments = OpenSegments::new(dir.path(), 2);
+        let segments = OpenSegments::new(dir.path(), &bounds(2, 2));
         for _ in &entries {
             segments.push(None);
         }
@@ -205,11 +249,37 @@ mod tests {
         assert_eq!(segments.open_count(), 2);
     }
 
+    /// Segments of stowage's layout detach from libhdf5 once open: the bound on files does not
+    /// close them, they hold no descriptor, and the bound on maps still holds.
+    #[test]
+    fn detached_segments_hold_no_descriptor_and_only_the_map_bound_closes_them() {
+        let dir = tempfile::tempdir().unwrap();
+        let (schema, entries) = cache(dir.path(), 6);
+        let segments = OpenSegments::new(dir.path(), &bounds(1, 4));
+        for _ in &entries {
+            segments.push(None);
+        }
+        for (number, entry) in entries.iter().enumerate().take(4) {
+            opened(&segments, number, entry, &schema);
+        }
+        assert_eq!((segments.open_count(), segments.state().attached), (4, 0));
+        assert!(segments.state().open.values().all(|(segment, _)| segment.is_detached()));
+        assert_eq!(descriptors_under(dir.path()), 0, "a detached segment holds no descriptor");
+        opened(&segments, 4, &entries[4], &schema);
+        opened(&segments, 5, &entries[5], &schema);
+        assert_eq!(segments.open_count(), 4);
+        let mut open: Vec<usize> = segments.state().open.keys().copied().collect();
+        open.sort_unstable();
+        assert_eq!(open, [2, 3, 4, 5], "the least recently used closed first");
+        // Read again after closing: opened again, same answers.
+        opened(&segments, 0, &entries[0], &schema);
+    }
+
     #[test]
     fn threads_share_the_bounded_set() {
         let dir = tempfile::tempdir().unwrap();
         let (schema, entries) = cache(dir.path(), 6);
-        let segments = OpenSegments::new(dir.path(), 2);
+        let segments = OpenSegments::new(dir.path(), &bounds(2, 2));
         for _ in &entries {
             segments.push(None);
         }
@@ -235,7 +305,7 @@ mod tests {
     fn a_verified_segment_is_hashed_again_only_when_its_file_changed() {
         let dir = tempfile::tempdir().unwrap();
         let (schema, entries) = cache(dir.path(), 2);
-        let segments = OpenSegments::new(dir.path(), 1);
+        let segments = OpenSegments::new(dir.path(), &bounds(1, 1));
         segments.push(None);
         segments.push(None);
         opened(&segments, 0, &entries[0], &schema);
@@ -245,7 +315,7 @@ mod tests {
         let wrong = SegmentEntry { xxh3: entries[0].xxh3 ^ 1, ..entries[0] };
         opened(&segments, 0, &wrong, &schema);
         // ...and noticed by a handle that has not verified it.
-        let fresh = OpenSegments::new(dir.path(), 1);
+        let fresh = OpenSegments::new(dir.path(), &bounds(1, 1));
         fresh.push(None);
         match fresh.get(0, &wrong, &schema).map(drop).unwrap_err() {
             Error::Corrupted { detail, .. } => assert!(detail.contains("xxh3"), "{detail}"),

@@ -219,8 +219,9 @@ fn hash(file: &mut std::fs::File, path: &Path) -> Result<(u64, u64)> {
 }
 
 /// An open segment: its index table's checksums in memory, every dataset open, keys, shape rows
-/// and field values read when asked. Holds one libhdf5 file (a descriptor) and one map: the
-/// backend keeps a bounded set of them.
+/// and field values read when asked. Holds one map, and one libhdf5 file (a descriptor) unless
+/// every column is read without libhdf5 (it is then [detached](Segment::is_detached)): the
+/// backend keeps a bounded set of each.
 pub(crate) struct Segment {
     path: PathBuf,
     checksums: Vec<u64>,
@@ -228,7 +229,8 @@ pub(crate) struct Segment {
     shapes: ColumnReader,
     /// Each field's column and the element type its values are read as.
     columns: Vec<(ColumnReader, Element)>,
-    _file: hdf5::File,
+    /// `None` once every column reads from the map alone: libhdf5 closed the file.
+    _file: Option<hdf5::File>,
 }
 
 impl Segment {
@@ -309,15 +311,38 @@ impl Segment {
                 format!("a dataset of the segment holds {found} rows, the commit log says {rows}"),
             ));
         }
-        let segment = Segment {
+        // Every group closed: once the columns detach, nothing of the file is open in libhdf5.
+        drop((fields, section));
+        let mut segment = Segment {
             path: path.to_path_buf(),
             checksums: index.iter().map(|r| r.checksum).collect(),
             keys,
             shapes,
             columns,
-            _file: file,
+            _file: Some(file),
         };
+        segment.detach()?;
         Ok((segment, stamp))
+    }
+
+    /// Closes the libhdf5 file when every column reads from the map alone (stowage's own
+    /// layout does), each column's chunks located first: the segment then holds no descriptor,
+    /// so far more segments than descriptors can stay open.
+    fn detach(&mut self) -> Result<()> {
+        let mut detached = self.keys.detach(Element::U8)? & self.shapes.detach(Element::I64)?;
+        for (column, element) in &mut self.columns {
+            detached &= column.detach(*element)?;
+        }
+        if detached {
+            self._file = None;
+        }
+        Ok(())
+    }
+
+    /// Whether the segment holds no libhdf5 file (and so no descriptor): every read is from
+    /// its map.
+    pub fn is_detached(&self) -> bool {
+        self._file.is_none()
     }
 
     /// The keys, by row, read from the segment.

@@ -1,5 +1,5 @@
 //! The shared conformance suite against the generic HDF5 backend with one segment open at a
-//! time (`Hdf5Options::max_open_segments` = 1): every case that reads more than one segment
+//! time (`Hdf5Options::max_open_segments` and `max_mapped_segments` = 1): every case that reads more than one segment
 //! closes and reopens segments, so reopening (without a second hash) and the first-use checks
 //! are held to the whole contract.
 
@@ -15,7 +15,7 @@ use stowage_hdf5::{Hdf5Backend, Hdf5Factory, Hdf5Options};
 struct OneOpenSegment;
 
 fn options() -> Hdf5Options {
-    Hdf5Options { max_open_segments: 1 }
+    Hdf5Options { max_open_segments: 1, max_mapped_segments: 1 }
 }
 
 impl BackendFactory for OneOpenSegment {

@@ -10,7 +10,8 @@ use hdf5::Dataset;
 use super::filters::Pipeline;
 use super::global_heap::Collection;
 use super::{DESCRIPTOR, Descriptor, MAX_CHUNK_BYTES, MappedFile};
-use crate::ffi::{self, Element, storage};
+use crate::ffi::storage::{self, ChunkLocation};
+use crate::ffi::{self, Element};
 
 /// A decoded chunk: where each of its rows' values lie in the file, or nothing for a chunk never
 /// written (every row empty, the fill value).
@@ -31,7 +32,9 @@ const BAD_ROW: (u64, u64) = (u64::MAX, u64::MAX);
 #[derive(Debug)]
 pub(crate) struct DirectReader {
     file: Arc<MappedFile>,
-    dataset: Dataset,
+    /// Where each chunk lies: asked of libhdf5 on first use while attached; every chunk's
+    /// location resolved once and the dataset closed when [detached](DirectReader::detach).
+    locations: Locations,
     rows: u64,
     chunk_rows: u64,
     pipeline: Pipeline,
@@ -39,6 +42,15 @@ pub(crate) struct DirectReader {
     /// The chunks kept once decoded, by number: as many as the file could hold written chunks
     /// (see [`kept_chunks`]); chunks past them are decoded on every read.
     chunks: Box<[OnceLock<Chunk>]>,
+}
+
+/// Where a reader finds its chunks.
+#[derive(Debug)]
+enum Locations {
+    /// libhdf5 is asked, through the open dataset.
+    Attached(Dataset),
+    /// Every chunk's location, by number (`None`: never written), resolved at detach.
+    Detached(Box<[Option<ChunkLocation>]>),
 }
 
 /// How many chunks a reader keeps a slot for: never more than the dataset has, nor more than
@@ -73,13 +85,35 @@ impl DirectReader {
         let chunks = kept_chunks(rows.div_ceil(layout.chunk_rows), file.len());
         Ok(Some(DirectReader {
             file: Arc::clone(file),
-            dataset: dataset.clone(),
+            locations: Locations::Attached(dataset.clone()),
             rows,
             chunk_rows: layout.chunk_rows,
             pipeline,
             element,
             chunks: (0..chunks).map(|_| OnceLock::new()).collect(),
         }))
+    }
+
+    /// Resolves where every chunk lies and closes the dataset: from here on the reader needs
+    /// nothing of libhdf5, only the map. `false` (and still attached) when the dataset has more
+    /// chunks than a reader keeps a slot for (a detached reader could not find the others).
+    ///
+    /// Errors: what libhdf5 reports locating a chunk.
+    pub fn detach(&mut self) -> Result<bool, String> {
+        let Locations::Attached(dataset) = &self.locations else { return Ok(true) };
+        let chunks = self.rows.div_ceil(self.chunk_rows);
+        if chunks > self.chunks.len() as u64 {
+            return Ok(false);
+        }
+        let locations = (0..chunks)
+            .map(|number| {
+                let first_row = number * self.chunk_rows;
+                storage::chunk_location(dataset.id(), first_row)
+                    .map_err(|e| format!("locating the chunk of row {first_row}: {e}"))
+            })
+            .collect::<Result<Box<[_]>, String>>()?;
+        self.locations = Locations::Detached(locations);
+        Ok(true)
     }
 
     /// Whether rows can be returned as `element` values (the stored type, or a float of the
@@ -181,8 +215,14 @@ impl DirectReader {
     /// never written.
     fn chunk_descriptors(&self, number: u64) -> Result<Option<Vec<u8>>, String> {
         let first_row = number * self.chunk_rows;
-        let location = storage::chunk_location(self.dataset.id(), first_row)
-            .map_err(|e| format!("locating the chunk of row {first_row}: {e}"))?;
+        let location = match &self.locations {
+            Locations::Attached(dataset) => storage::chunk_location(dataset.id(), first_row)
+                .map_err(|e| format!("locating the chunk of row {first_row}: {e}"))?,
+            Locations::Detached(locations) => {
+                let found = usize::try_from(number).ok().and_then(|n| locations.get(n));
+                *found.ok_or_else(|| format!("row {first_row} is past the dataset's chunks"))?
+            }
+        };
         let Some(location) = location else { return Ok(None) };
         let stored = self.file.bytes(location.address, location.size)?;
         let expected = (self.chunk_rows as usize) * DESCRIPTOR;
