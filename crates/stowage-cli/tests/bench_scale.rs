@@ -46,13 +46,15 @@ fn every_backend_is_measured_at_every_size_with_its_references_and_targets() {
             for time in ["open_ms", "resume_open_ms", "first_get_ms", "cold_open_ms"] {
                 assert!(m[time].as_f64().unwrap() > 0.0, "{time}: {backend}");
             }
+            // The writer's anonymous memory, for the writer-memory target (Linux).
+            assert!(m["write_peak_anon_mib"].as_f64().is_some_and(|mib| mib >= 0.0), "{backend}");
             // Four float32 per key, plus what each format adds.
             assert!(m["bytes_on_disk"].as_f64().unwrap() >= 16.0 * keys, "{backend}");
         }
     }
     assert!(report["cache_drop"].is_string(), "{report}");
     let targets = report["targets"].as_array().unwrap();
-    assert_eq!(targets.len(), 4 * 8);
+    assert_eq!(targets.len(), 4 * 9);
     for target in targets {
         let target_text = target["target"].as_str().unwrap();
         assert!(target_text.contains("at 3,000 keys (10,000,000 not run)"), "{target}");
