@@ -6,8 +6,7 @@ use std::path::{Path, PathBuf};
 
 use stowage_core::Error;
 use stowage_core::file_safety::{
-    AppendLog, DamageKind, Recovered, WriterLock, atomic_write, atomic_write_mapped,
-    atomic_write_with, fsync_dir,
+    AppendLog, DamageKind, Recovered, WriterLock, atomic_write, atomic_write_with, fsync_dir,
 };
 
 fn entries(dir: &Path) -> Vec<String> {
@@ -96,27 +95,6 @@ fn atomic_write_with_panicking_writer_leaves_no_temp_file() {
     assert!(result.is_err());
     assert_eq!(fs::read(&path).unwrap(), b"old");
     assert_eq!(entries(dir.path()), ["meta.json"]);
-}
-
-#[test]
-fn atomic_write_mapped_fills_in_place_and_a_failed_fill_keeps_the_old_file() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("table.bin");
-    atomic_write_mapped(&path, 1 << 20, |bytes| {
-        assert!(bytes.iter().all(|&b| b == 0), "zeroed before the fill");
-        bytes[7] = 7;
-        bytes[(1 << 20) - 1] = 9;
-        Ok(())
-    })
-    .unwrap();
-    let written = fs::read(&path).unwrap();
-    assert_eq!((written.len(), written[7], written[(1 << 20) - 1]), (1 << 20, 7, 9));
-    let failed = atomic_write_mapped(&path, 16, |_| Err(Error::invalid("no")));
-    assert!(matches!(failed, Err(Error::InvalidArgument { .. })), "{failed:?}");
-    assert_eq!(fs::read(&path).unwrap(), written, "the old file stays");
-    assert_eq!(entries(dir.path()), ["table.bin"], "no temporary left");
-    atomic_write_mapped(&path, 0, |_| Ok(())).unwrap();
-    assert!(fs::read(&path).unwrap().is_empty());
 }
 
 #[test]

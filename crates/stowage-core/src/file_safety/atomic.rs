@@ -75,52 +75,6 @@ where
     fsync_dir(dir)
 }
 
-/// Replaces the file at `path` with `len` bytes that `fill` writes into a writable map of the new
-/// file (zeroed before), atomically and durably, as [`atomic_write`] does: for a large file built
-/// in place (a hash table), whose bytes then cost page cache, not heap.
-///
-/// ```
-/// let dir = tempfile::tempdir()?;
-/// let path = dir.path().join("table.bin");
-/// stowage_core::file_safety::atomic_write_mapped(&path, 4, |bytes| {
-///     bytes.copy_from_slice(b"abcd");
-///     Ok(())
-/// })?;
-/// assert_eq!(std::fs::read(&path)?, b"abcd");
-/// # Ok::<(), Box<dyn std::error::Error>>(())
-/// ```
-///
-/// # Errors
-/// As [`atomic_write`]; `fill`'s error, the temp file removed.
-pub fn atomic_write_mapped<F>(path: impl AsRef<Path>, len: usize, fill: F) -> Result<()>
-where
-    F: FnOnce(&mut [u8]) -> Result<()>,
-{
-    let path = path.as_ref();
-    let name = path.file_name().ok_or_else(|| {
-        Error::invalid(format!("atomic write needs a file path, got {}", path.display()))
-    })?;
-    let dir = parent_dir(path);
-    let (temp, file) = create_temp(dir, name).at(path)?;
-    // Removes the temp file on every early return and on a panic in `fill`.
-    let guard = TempGuard { path: &temp, armed: true };
-    drop(file); // created write-only; a shared writable map needs read access too
-    let file = open_no_follow(OpenOptions::new().read(true).write(true), &temp).at(path)?;
-    file.set_len(len as u64).at(path)?;
-    if len > 0 {
-        // SAFETY: the temporary was created by this call under a fresh name (`create_new`) and
-        // nothing else writes it; the map lives only within this block.
-        let mut map = unsafe { memmap2::MmapMut::map_mut(&file) }.at(path)?;
-        fill(&mut map)?;
-        map.flush().at(path)?;
-    }
-    // The bytes on disk before the rename publishes them.
-    file.sync_all().at(path)?;
-    fs::rename(&temp, path).at(path)?;
-    guard.disarm();
-    fsync_dir(dir)
-}
-
 /// Fsyncs a directory, making the creation, rename or removal of its entries durable.
 ///
 /// Without it a power loss after a rename may bring back the old name (or lose a new file's name
