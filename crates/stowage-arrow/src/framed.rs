@@ -23,18 +23,26 @@ const MAX_FIELDS: usize = 5;
 
 /// A whole file: the header with `magic` and `fields`, then `body`.
 pub(crate) fn encode(magic: &[u8; 8], fields: &[u64], body: &[u8]) -> Vec<u8> {
-    assert!(fields.len() <= MAX_FIELDS, "a header holds {MAX_FIELDS} fields");
-    let mut out = Vec::with_capacity(HEADER + body.len());
-    out.extend_from_slice(magic);
-    for field in fields {
-        out.extend_from_slice(&field.to_le_bytes());
-    }
-    out.resize(HEADER - 16, 0);
-    out.extend_from_slice(&xxh3_64(body).to_le_bytes());
-    let header_sum = xxh3_64(&out);
-    out.extend_from_slice(&header_sum.to_le_bytes());
-    out.extend_from_slice(body);
+    let mut out = vec![0u8; HEADER + body.len()];
+    out[HEADER..].copy_from_slice(body);
+    write_header(magic, fields, &mut out);
     out
+}
+
+/// Writes the header with `magic` and `fields` over the first [`HEADER`] bytes of `file`, whose
+/// body (the rest) is already in place: [`encode`] without a copy of the body.
+pub(crate) fn write_header(magic: &[u8; 8], fields: &[u64], file: &mut [u8]) {
+    assert!(fields.len() <= MAX_FIELDS, "a header holds {MAX_FIELDS} fields");
+    let body_sum = xxh3_64(&file[HEADER..]);
+    let header = &mut file[..HEADER];
+    header.fill(0);
+    header[..8].copy_from_slice(magic);
+    for (i, field) in fields.iter().enumerate() {
+        header[8 + 8 * i..16 + 8 * i].copy_from_slice(&field.to_le_bytes());
+    }
+    header[HEADER - 16..HEADER - 8].copy_from_slice(&body_sum.to_le_bytes());
+    let header_sum = xxh3_64(&header[..HEADER - 8]);
+    header[HEADER - 8..].copy_from_slice(&header_sum.to_le_bytes());
 }
 
 /// An open file whose header checked out.

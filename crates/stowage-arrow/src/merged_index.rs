@@ -136,8 +136,12 @@ pub fn merge_run(
         let segments = Some(layout.segments_dir());
         return Err(ArrowCacheError::SegmentIdBeyond32Bits { id: through, segments }.into());
     }
-    let bytes = build_run(inputs, entries, first, through, same_key, in_older)?;
-    let run = entry_of(&bytes);
+    // One buffer, the header written over its first bytes: a run of 10 M keys is 256 MB of
+    // heap while it is built (a shared writable map of the file would not be: the power-loss
+    // model cannot follow writes through one, so runs are written with write(2)).
+    let planned = plan_run(inputs, entries)?;
+    let mut bytes = vec![0u8; planned.len()];
+    let run = fill_run(&mut bytes, inputs, planned, first, through, same_key, in_older);
     atomic_write(layout.index_run(first, through), &bytes)?;
     Ok(run)
 }
@@ -185,6 +189,7 @@ pub fn plan_merge(run_keys: &[u64], fresh_rows: u64) -> usize {
 /// id, row, in segment and row order, a later entry of a key winning). `same_key(a, b)` tells
 /// whether two slots (segment, row) whose hashes match hold the same key; `in_older(key)`
 /// whether a run older than `first` holds `key`.
+#[cfg(test)]
 fn build_run<'a>(
     inputs: &[MergedIndex],
     entries: impl IntoIterator<Item = (&'a str, u64, usize)>,
@@ -193,7 +198,34 @@ fn build_run<'a>(
     same_key: impl Fn((u32, u32), (u32, u32)) -> bool,
     in_older: impl Fn(&str) -> bool,
 ) -> Result<Vec<u8>> {
+    let planned = plan_run(inputs, entries)?;
+    let mut out = vec![0u8; planned.len()];
+    fill_run(&mut out, inputs, planned, first, through, same_key, in_older);
+    Ok(out)
+}
+
+/// What a run will hold before it is built: each fresh key's winning (segment, row), and the
+/// table's capacity.
+struct PlannedRun<'a> {
     // foldhash: a merge hashes every fresh key, and SipHash showed in its profile.
+    winners: HashMap<&'a str, (u32, u32), foldhash::fast::RandomState>,
+    capacity: usize,
+}
+
+impl PlannedRun<'_> {
+    /// Bytes of the run file.
+    fn len(&self) -> usize {
+        HEADER + self.capacity * SLOT
+    }
+}
+
+/// Plans a run of `inputs` plus `entries` (as [`merge_run`] takes them).
+///
+/// Errors: `Unsupported` when a segment id or row does not fit 32 bits.
+fn plan_run<'a>(
+    inputs: &[MergedIndex],
+    entries: impl IntoIterator<Item = (&'a str, u64, usize)>,
+) -> Result<PlannedRun<'a>> {
     let mut winners: HashMap<&str, (u32, u32), foldhash::fast::RandomState> = HashMap::default();
     for (key, segment, row) in entries {
         let segment = u32::try_from(segment)
@@ -206,7 +238,22 @@ fn build_run<'a>(
     }
     let input_keys: u64 = inputs.iter().map(|run| run.keys).sum();
     let capacity = ((input_keys as usize + winners.len()) * 8 / 7 + 1).next_power_of_two().max(16);
-    let mut table = Table { body: vec![0u8; capacity * SLOT], mask: capacity - 1 };
+    Ok(PlannedRun { winners, capacity })
+}
+
+/// Builds the run `planned` into `out` (zeroed, [`PlannedRun::len`] bytes: the whole file) and
+/// returns its entry. `same_key` and `in_older` as [`merge_run`] uses them.
+fn fill_run(
+    out: &mut [u8],
+    inputs: &[MergedIndex],
+    planned: PlannedRun<'_>,
+    first: u64,
+    through: u64,
+    same_key: impl Fn((u32, u32), (u32, u32)) -> bool,
+    in_older: impl Fn(&str) -> bool,
+) -> RunEntry {
+    let PlannedRun { winners, capacity } = planned;
+    let mut table = Table { body: &mut out[HEADER..], mask: capacity - 1 };
     let mut keys = 0u64;
     let mut new_keys: u64 = inputs.iter().map(|run| run.new_keys).sum();
     for (position, run) in inputs.iter().enumerate() {
@@ -230,23 +277,17 @@ fn build_run<'a>(
         }
         table.set(i, hash, *segment, *row);
     }
-    let fields = [keys, capacity as u64, first, through, new_keys];
-    Ok(framed::encode(MAGIC, &fields, &table.body))
-}
-
-/// The entry of a run from its bytes (as [`build_run`] encodes them).
-fn entry_of(bytes: &[u8]) -> RunEntry {
-    let field = |i: usize| u64::from_le_bytes(bytes[8 + 8 * i..16 + 8 * i].try_into().expect("8"));
-    RunEntry { keys: field(0), first: field(2), through: field(3), new_keys: field(4) }
+    framed::write_header(MAGIC, &[keys, capacity as u64, first, through, new_keys], out);
+    RunEntry { keys, first, through, new_keys }
 }
 
 /// Slots being filled.
-struct Table {
-    body: Vec<u8>,
+struct Table<'a> {
+    body: &'a mut [u8],
     mask: usize,
 }
 
-impl Table {
+impl Table<'_> {
     fn is_empty(&self, i: usize) -> bool {
         self.body[i * SLOT + 12..i * SLOT + 16] == [0; 4]
     }
