@@ -1,11 +1,12 @@
 //! `MemmapBackend`: the [`Reader`] and [`Backend`] over a DNANet memmap row cache.
 
 use std::borrow::Cow;
+use std::cell::OnceCell;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
-use stowage_core::cold_reads::{ColdReadAdvisor, PagePlan};
+use stowage_core::cold_reads::{ColdReadAdvice, ColdReadAdvisor, PagePlan};
 use stowage_core::file_safety::{WriterLock, atomic_write, fsync_dir, remove_abandoned_temps};
 use stowage_core::{
     Backend, Capabilities, DType, Error, Format, IoResultExt, OpenMode, Reader, Result, Sample,
@@ -21,6 +22,7 @@ use crate::field_file::{FieldFile, SizeCheck};
 use crate::finalize_files::write_finalize_files;
 use crate::fingerprint_carry::CarriedFingerprint;
 use crate::index::{JsonRef, RowEntry, RowIndex};
+use crate::key_index::{KeyIndex, KeyIndexState, Lookup};
 use crate::layout::{CACHE_VERSION, Layout, Shapes};
 use crate::manifest::{Manifest, TornLine, write_line};
 use crate::preset;
@@ -130,6 +132,10 @@ pub struct MemmapBackend {
     /// manifest, read anyway); for a finalized cache opened read-only, filled from `index.parquet`
     /// on the first call that needs it ([`MemmapBackend::try_index`]), keeping a load failure.
     index: OnceLock<IndexLoad>,
+    /// Stowage's key index of a finalized cache opened read-only (`stowage_index/`): when
+    /// [`KeyIndexState::Ready`], `get`, `contains`, `get_row` and `keys` read it instead of
+    /// loading `index.parquet`.
+    key_index: KeyIndexState,
     /// Rows of the cache: `n` of `shapes.json` for a finalized cache (the index must hold as many),
     /// else the committed rows found at open. [`Reader::len`] of a read-only handle.
     rows: usize,
@@ -218,9 +224,12 @@ impl MemmapBackend {
     /// - With `_COMPLETE`: reads `shapes.json` and checks each `.bin` file's size against
     ///   `n * row_bytes` (shorter: `Error::Corrupted` naming the file and both sizes; longer: the
     ///   same unless [`MemmapOptions::allow_trailing_bytes`]), and that `index.parquet` exists.
-    ///   The index is not read at open (open time does not grow with the row count):
-    ///   `index.parquet` is loaded on the first call that needs it (`get`, `contains`, `keys`,
-    ///   [`MemmapBackend::get_row`], `validate`, [`MemmapBackend::try_index`]) and kept. It must
+    ///   The index is not read at open (open time does not grow with the row count). A cache
+    ///   stowage finalized has its key index (`stowage_index/`, crate documentation, *Key
+    ///   index*): its headers and `index.parquet`'s footer are checked at open, and `get`,
+    ///   `contains`, `keys` and [`MemmapBackend::get_row`] read through it. Without a usable
+    ///   key index, `index.parquet` is loaded on the first call that needs it (those, `validate`,
+    ///   [`MemmapBackend::try_index`]) and kept. It must
     ///   hold `n` rows with distinct paths, `row` equal to the position; a damaged index is
     ///   `Error::Corrupted` naming `index.parquet`, returned by every such call (and listed by
     ///   `validate`). [`Reader::len`] is `n` without loading it.
@@ -443,7 +452,8 @@ impl MemmapBackend {
         if !layout.index().exists() {
             return Err(Error::corrupted(layout.index(), "index file is missing"));
         }
-        Ok(Self::assemble(
+        let key_index = KeyIndex::open(&layout, &format, shapes.rows);
+        let mut backend = Self::assemble(
             layout,
             options,
             format,
@@ -452,7 +462,9 @@ impl MemmapBackend {
             None,
             shapes.rows,
             Vec::new(),
-        ))
+        );
+        backend.key_index = key_index;
+        Ok(backend)
     }
 
     fn open_unfinished(
@@ -530,6 +542,7 @@ impl MemmapBackend {
             format,
             recorded,
             index: index.map_or_else(OnceLock::new, |index| OnceLock::from(Ok(index))),
+            key_index: KeyIndexState::Absent,
             rows,
             files,
             checksums,
@@ -590,6 +603,97 @@ impl MemmapBackend {
     #[doc(hidden)]
     pub fn index_loaded(&self) -> bool {
         self.index.get().is_some()
+    }
+
+    /// Whether stowage's key index (`stowage_index/`) is in use, and if not whether it exists
+    /// and why it is not used.
+    pub(crate) fn key_index_state(&self) -> &KeyIndexState {
+        &self.key_index
+    }
+
+    /// Whether reads by key go through stowage's key index (`stowage_index/`) rather than the
+    /// row index: a finalized cache stowage finalized, opened read-only, whose key index matches
+    /// its `index.parquet`. For tests and benchmarks.
+    ///
+    /// ```
+    /// use stowage_core::{Backend, DType, Reader, Sample, Schema, ShapeRule, Tensor};
+    /// use stowage_memmap::{MemmapBackend, MemmapOptions};
+    /// let dir = tempfile::tempdir()?;
+    /// let schema = Schema::new().tensor("x", DType::U8, ShapeRule::Fixed(vec![1]));
+    /// let mut cache = MemmapBackend::create(dir.path(), &schema, MemmapOptions::default())?;
+    /// cache.put("a", &Sample::new().with("x", Tensor::from_slice(&[1], &[7u8])?))?;
+    /// cache.finalize()?;
+    /// let reader = MemmapBackend::open_read_only(dir.path(), MemmapOptions::default())?;
+    /// assert!(reader.uses_key_index());
+    /// assert!(reader.contains("a")? && !reader.index_loaded(), "index.parquet stays unread");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[doc(hidden)]
+    pub fn uses_key_index(&self) -> bool {
+        matches!(self.key_index, KeyIndexState::Ready(_))
+    }
+
+    /// The row of `key`, through the key index when it is in use, else the row index;
+    /// `candidate` sees each row whose hash matches first.
+    fn find_row(&self, key: &str, candidate: impl Fn(usize)) -> Result<Option<usize>> {
+        self.find_row_advising(key, candidate, None)
+    }
+
+    /// [`MemmapBackend::find_row`]; with `advise` (`Some(verify)`), a candidate found through
+    /// the key index has its record and its row's pages (checksum row too when `verify`) advised
+    /// together when they are not in the page cache, so a cold get waits for the run's slot and
+    /// then for one round of reads.
+    fn find_row_advising(
+        &self,
+        key: &str,
+        candidate: impl Fn(usize),
+        advise: Option<bool>,
+    ) -> Result<Option<usize>> {
+        if let KeyIndexState::Ready(keys) = &self.key_index {
+            let seen = |row: usize, record: Range<usize>| {
+                candidate(row);
+                if let Some(verify) = advise
+                    && row < self.rows
+                    && self.session().is_none()
+                    && self.advisor.get_wants_probe()
+                {
+                    let mut plan = PagePlan::with_capacity(self.files.len() + 2);
+                    let _ = plan.add(keys.keys_map(), record);
+                    self.plan_row(row, verify, &mut plan);
+                    self.advisor.before_get(&mut plan);
+                }
+            };
+            match keys.find_with(key, seen) {
+                Lookup::Found(row) => return Ok(Some(row)),
+                Lookup::Absent => return Ok(None),
+                // A damaged record: index.parquet answers, correct if slower.
+                Lookup::Unsure => {}
+            }
+        }
+        Ok(self.try_index()?.find_with(key, candidate))
+    }
+
+    /// The entry of `row` (in range): from the key index when it is in use and the row's record
+    /// is whole, else from the row index (loading `index.parquet` if need be).
+    pub(crate) fn entry(&self, row: usize) -> Result<Cow<'_, RowEntry>> {
+        if let KeyIndexState::Ready(keys) = &self.key_index
+            && let Some(entry) = keys.entry(row)
+        {
+            return Ok(Cow::Owned(entry));
+        }
+        let entry = self.try_index()?.row(row).ok_or_else(|| {
+            Error::invalid(format!("row {row} is beyond the {} rows of the index", self.rows))
+        })?;
+        Ok(Cow::Borrowed(entry))
+    }
+
+    /// The checksum rows stowage's finalize recorded for a finalized cache (see
+    /// [`RowIndex::stowage_checksum_rows`]), from the key index when it is in use.
+    pub(crate) fn stowage_checksum_rows(&self) -> Option<usize> {
+        match &self.key_index {
+            KeyIndexState::Ready(keys) if !self.index_loaded() => keys.checksum_rows(),
+            _ => self.index().stowage_checksum_rows(),
+        }
     }
 
     fn load_index(&self) -> IndexLoad {
@@ -717,8 +821,8 @@ impl MemmapBackend {
     /// `verify` and the cache has them: for `validate` and the in-memory realization, which serve
     /// or vouch for the row under its key.
     pub(crate) fn read_row(&self, row: usize, verify: bool) -> Result<Sample> {
-        let key = self.try_index()?.row(row).map(|entry| &*entry.path);
-        self.read_row_of(row, key, verify)
+        let entry = self.entry(row)?;
+        self.read_row_of(row, Some(&entry.path), verify)
     }
 
     /// Reads row `row` (in range) as found by `key` (`None`: by row number).
@@ -729,17 +833,28 @@ impl MemmapBackend {
     fn read_row_of(&self, row: usize, key: Option<&str>, verify: bool) -> Result<Sample> {
         // The row's entry is one more cache miss: read only when the row needs it (a nullable
         // field's flag, a JSON field's text, the path for an error message).
-        let index = self.try_index()?;
-        let entry = || index.row(row).expect("the caller checked the range");
+        let cell: OnceCell<Cow<'_, RowEntry>> = OnceCell::new();
+        let entry = || -> Result<&RowEntry> {
+            if cell.get().is_none() {
+                let _ = cell.set(self.entry(row)?);
+            }
+            Ok(cell.get().expect("set above"))
+        };
         let verify = verify && self.format.checksums;
         let stored = match verify {
             false => None,
-            true => match self.verdict(row, key.unwrap_or_else(|| &*entry().path))? {
-                Verdict::Verify(stored) => Some(stored),
-                // Another writer's row: served as read, as a DNANet cache's rows are.
-                Verdict::Unchecked => None,
-                Verdict::Missing => return Err(self.missing_checksum(row, &entry().path)),
-            },
+            true => {
+                let key = match key {
+                    Some(key) => key,
+                    None => &entry()?.path,
+                };
+                match self.verdict(row, key)? {
+                    Verdict::Verify(stored) => Some(stored),
+                    // Another writer's row: served as read, as a DNANet cache's rows are.
+                    Verdict::Unchecked => None,
+                    Verdict::Missing => return Err(self.missing_checksum(row, &entry()?.path)),
+                }
+            }
         };
         let stored_sum = |k: usize| stored.as_deref().map(|s| checksum::nth(s, k));
         if let (Some(want), Some(key)) = (stored_sum(0), key)
@@ -752,12 +867,12 @@ impl MemmapBackend {
         for (position, slot) in self.format.slots.iter().enumerate() {
             let value = match *slot {
                 FieldSlot::Tensor(t)
-                    if self.format.tensors[t].has_column.is_some() && !entry().present[t] =>
+                    if self.format.tensors[t].has_column.is_some() && !entry()?.present[t] =>
                 {
                     Value::Null
                 }
                 FieldSlot::Tensor(t) => Value::Tensor(self.read_tensor(t, row)?),
-                FieldSlot::Json(j) => json_value(self.sidecars[j].as_ref(), &entry().json[j])?,
+                FieldSlot::Json(j) => json_value(self.sidecars[j].as_ref(), &entry()?.json[j])?,
             };
             if let Some(want) = stored_sum(position + 1) {
                 let actual = checksum::of_value(match &value {
@@ -768,7 +883,10 @@ impl MemmapBackend {
                 if actual != want {
                     let name = &self.format.schema.fields[position].name;
                     let what = format!("field {name:?}");
-                    let key = key.unwrap_or(&entry().path);
+                    let key = match key {
+                        Some(key) => key,
+                        None => &entry()?.path,
+                    };
                     let file = self.field_path(*slot);
                     return Err(self.mismatch(file, row, key, what, want, actual));
                 }
@@ -797,9 +915,7 @@ impl MemmapBackend {
                 Origin::ForeignLine
             }
             Recorded::ByManifest { .. } => Origin::StowageLine,
-            Recorded::ByFinalize if self.index().stowage_checksum_rows().is_some() => {
-                Origin::StowageIndex
-            }
+            Recorded::ByFinalize if self.stowage_checksum_rows().is_some() => Origin::StowageIndex,
             Recorded::ByFinalize => Origin::OtherIndex,
         }
     }
@@ -985,6 +1101,10 @@ fn remove_abandoned_temporaries(layout: &Layout, format: &RowFormat) -> Result<(
     }
     let names: Vec<&str> = written.iter().filter_map(|path| path.file_name()?.to_str()).collect();
     remove_abandoned_temps(layout.root(), |name| names.contains(&name))?;
+    let key_index = crate::key_index::dir(layout);
+    if key_index.is_dir() {
+        remove_abandoned_temps(&key_index, |name| crate::key_index::FILE_NAMES.contains(&name))?;
+    }
     Ok(())
 }
 
@@ -1087,8 +1207,12 @@ impl Reader for MemmapBackend {
     fn get(&self, key: &str) -> Result<Option<Sample>> {
         let verify = self.options.verify_checksums;
         let prefetch = |row: usize| self.prefetch_row(row, verify);
-        let Some(row) = self.try_index()?.find_with(key, prefetch) else { return Ok(None) };
-        self.advise_row(row, verify);
+        let Some(row) = self.find_row_advising(key, prefetch, Some(verify))? else {
+            return Ok(None);
+        };
+        if !self.uses_key_index() {
+            self.advise_row(row, verify);
+        }
         self.read_row_of(row, Some(key), verify).map(Some).map_err(|e| e.for_key(key))
     }
 
@@ -1098,8 +1222,36 @@ impl Reader for MemmapBackend {
     /// at a time.
     fn get_batch(&self, keys: &[&str]) -> Result<Vec<Option<Sample>>> {
         let verify = self.options.verify_checksums;
-        let index = self.try_index()?;
-        let rows: Vec<Option<usize>> = keys.iter().map(|key| index.find(key)).collect();
+        let planning = match self.advisor.policy() {
+            ColdReadAdvice::Always => true,
+            ColdReadAdvice::Adaptive => self.advisor.is_cold(),
+            ColdReadAdvice::Never => false,
+        };
+        if let KeyIndexState::Ready(index) = &self.key_index
+            && self.session().is_none()
+            && planning
+        {
+            // The run's slots of every key, then every candidate's record and row: two rounds
+            // of reads in flight instead of two faults per key. Only while reads find pages
+            // missing (the rows' sample below tells the advisor): a warm batch skips it.
+            let mut plan = PagePlan::with_capacity(keys.len());
+            for key in keys {
+                if let Some((map, range)) = index.home_slot(key) {
+                    let _ = plan.add(map, range);
+                }
+            }
+            self.advisor.before_batch(&mut plan);
+            let mut plan = PagePlan::with_capacity(keys.len() * (self.files.len() + 2));
+            for key in keys {
+                index.candidates(key, |row, record| {
+                    let _ = plan.add(index.keys_map(), record);
+                    self.plan_row(row, verify, &mut plan);
+                });
+            }
+            self.advisor.before_batch(&mut plan);
+        }
+        let rows: Vec<Option<usize>> =
+            keys.iter().map(|key| self.find_row(key, |_| {})).collect::<Result<_>>()?;
         if self.session().is_none() {
             let found: Vec<usize> = rows.iter().flatten().copied().collect();
             self.advisor
@@ -1118,7 +1270,7 @@ impl Reader for MemmapBackend {
     }
 
     fn contains(&self, key: &str) -> Result<bool> {
-        Ok(self.try_index()?.find(key).is_some())
+        Ok(self.find_row(key, |_| {})?.is_some())
     }
 
     /// The row count, without loading the index: `n` of `shapes.json` for a finalized cache (a
@@ -1128,7 +1280,14 @@ impl Reader for MemmapBackend {
         self.rows
     }
 
+    /// Through stowage's key index when it is in use (a sequential read of `keys.bin`), else the
+    /// row index. A damaged record of the key index falls back to the row index.
     fn keys(&self) -> Result<Vec<String>> {
+        if let KeyIndexState::Ready(index) = &self.key_index
+            && let Ok(keys) = index.keys()
+        {
+            return Ok(keys);
+        }
         Ok(self.try_index()?.rows().iter().map(|r| r.path.to_string()).collect())
     }
 

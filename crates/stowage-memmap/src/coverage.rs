@@ -194,7 +194,7 @@ impl MemmapBackend {
             None => "file is missing".to_owned(),
         };
         let len = on_disk.unwrap_or(0);
-        let detail = match self.index().stowage_checksum_rows() {
+        let detail = match self.stowage_checksum_rows() {
             Some(_) if len != expected => format!(
                 "{size}, expected {expected} ({rows} rows of {width} bytes): stowage finalized \
                  this cache with a checksum row for each of its rows"

@@ -24,7 +24,8 @@ use crate::layout::Layout;
 use crate::row_format::{JsonStorage, RowFormat};
 
 /// Writes every derived file of a finalized cache from the committed rows in `index`;
-/// `fingerprint` is the exact text of `fingerprint.json`.
+/// `fingerprint` is the exact text of `fingerprint.json`. After `index.parquet`, stowage's key
+/// index (`stowage_index/`, [`crate::key_index`]) when the cache has checksums.
 pub(crate) fn write_finalize_files(
     layout: &Layout,
     format: &RowFormat,
@@ -47,7 +48,11 @@ pub(crate) fn write_finalize_files(
         atomic_write(layout.file(sidecar), text.as_bytes())?;
         key_columns.push(Some(keys));
     }
-    write_index(layout, format, index, key_columns)?;
+    write_index(layout, format, index, &key_columns)?;
+    if format.checksums {
+        let checksum_rows = Some(index.len());
+        crate::key_index::write(layout, format, index.rows(), &key_columns, checksum_rows)?;
+    }
     write_shapes(layout, format, index.len())?;
     atomic_write(layout.fingerprint(), fingerprint)
 }
@@ -91,7 +96,7 @@ fn write_index(
     layout: &Layout,
     format: &RowFormat,
     index: &RowIndex,
-    key_columns: Vec<Option<Vec<Option<i32>>>>,
+    key_columns: &[Option<Vec<Option<i32>>>],
 ) -> Result<()> {
     let rows = index.rows();
     let mut columns: Vec<(String, ArrayRef)> = vec![
@@ -107,7 +112,7 @@ fn write_index(
     for ((j, field), keys) in format.json.iter().enumerate().zip(key_columns) {
         match (&field.storage, keys) {
             (JsonStorage::Deduplicated { key_column, .. }, Some(keys)) => {
-                columns.push((key_column.clone(), Arc::new(Int32Array::from(keys))));
+                columns.push((key_column.clone(), Arc::new(Int32Array::from(keys.clone()))));
             }
             (JsonStorage::Plain { column }, _) => {
                 let texts = rows.iter().map(|r| match &r.json[j] {

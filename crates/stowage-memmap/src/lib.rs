@@ -18,6 +18,7 @@ mod fingerprint_check;
 mod formats;
 mod index;
 mod inspect;
+mod key_index;
 mod layout;
 mod manifest;
 mod materialize;

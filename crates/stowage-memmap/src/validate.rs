@@ -8,7 +8,8 @@ use crate::MemmapBackend;
 use crate::backend::{Recorded, trailing_error};
 use crate::coverage::{self, Verdict};
 use crate::field_file::SizeCheck;
-use crate::index::JsonRef;
+use crate::index::{JsonRef, RowEntry};
+use crate::key_index::KeyIndexState;
 use crate::layout::CACHE_VERSION;
 
 /// Rows without their checksum listed one by one (by key); the rest are summed up in one problem
@@ -84,6 +85,7 @@ pub fn validate(backend: &MemmapBackend, level: ValidationLevel) -> ValidationRe
             }
         }
     }
+    check_key_index(backend, rows, &mut report);
     // Rows whose missing checksum is already reported are not read again.
     let mut skip = Vec::new();
     if backend.row_format().checksums && backend.try_index().is_ok() {
@@ -138,6 +140,31 @@ pub fn validate(backend: &MemmapBackend, level: ValidationLevel) -> ValidationRe
         }
     }
     report
+}
+
+/// Stowage's key index (`stowage_index/`) of a finalized cache: when present but not used, why
+/// (a problem: reads by key then load `index.parquet`, correct but slow); when used, checked
+/// against `rows` (`index.parquet`'s entries) fully ([`crate::key_index::KeyIndex::check`]).
+/// Derived data: not counted in `files_checked`, which counts the cache's own files.
+fn check_key_index(backend: &MemmapBackend, rows: &[RowEntry], report: &mut ValidationReport) {
+    if rows.len() != stowage_core::Reader::len(backend) {
+        return; // index.parquet did not load: that is the problem listed, this follows from it.
+    }
+    match backend.key_index_state() {
+        KeyIndexState::Absent => {}
+        KeyIndexState::Unusable(reason) => {
+            let detail = format!(
+                "the key index is not used (get, contains and keys read index.parquet instead, \
+                 correct but slower): {reason}"
+            );
+            report.problem(Some(&crate::key_index::dir(backend.layout())), None, detail);
+        }
+        KeyIndexState::Ready(index) => {
+            for detail in index.check(rows) {
+                report.problem(Some(index.path()), None, detail);
+            }
+        }
+    }
 }
 
 fn check_json(report: &mut ValidationReport, key: &str, sample: &stowage_core::Sample) {

@@ -46,9 +46,9 @@ fn open_reads_no_index_and_len_needs_none() {
     assert_eq!(cache.schema(), &dnanet(1, 1));
     assert!(!cache.index_loaded(), "len, schema and is_finalized need no index");
 
-    // The first get loads it, and it stays loaded.
+    // Reads by key and by number go through stowage's key index: index.parquet stays unread.
+    assert!(cache.uses_key_index());
     let got = cache.get(&key(12_345)).unwrap().unwrap();
-    assert!(cache.index_loaded());
     assert_eq!(got.tensor("data").unwrap().to_vec::<i16>().unwrap(), [12_345]);
     assert_eq!(cache.len(), ROWS);
     assert_eq!(
@@ -56,6 +56,20 @@ fn open_reads_no_index_and_len_needs_none() {
         [(ROWS - 1) as i16]
     );
     assert!(cache.get("/nope").unwrap().is_none());
+    assert!(!cache.index_loaded(), "get and get_row read the key index, not index.parquet");
+}
+
+#[test]
+fn without_the_key_index_the_first_get_loads_index_parquet() {
+    let tmp = tempfile::tempdir().unwrap();
+    write_cache(tmp.path());
+    std::fs::remove_dir_all(tmp.path().join("stowage_index")).unwrap();
+    let cache = open(tmp.path());
+    assert!(!cache.uses_key_index() && !cache.index_loaded());
+    let got = cache.get(&key(12_345)).unwrap().unwrap();
+    assert!(cache.index_loaded());
+    assert_eq!(got.tensor("data").unwrap().to_vec::<i16>().unwrap(), [12_345]);
+    assert!(cache.validate(ValidationLevel::Full).unwrap().is_clean(), "no index is no damage");
 }
 
 #[test]
@@ -71,6 +85,15 @@ fn every_call_that_needs_the_index_loads_it() {
         ("validate", |c| assert!(c.validate(ValidationLevel::Structure).unwrap().is_clean())),
         ("try_index", |c| assert_eq!(c.try_index().unwrap().find(&key(7)), Some(7))),
     ];
+    // With stowage's key index, only validate and try_index read index.parquet.
+    for (name, call) in &calls {
+        let cache = open(tmp.path());
+        assert!(!cache.index_loaded(), "{name}");
+        call(&cache);
+        let loads = matches!(*name, "validate" | "try_index");
+        assert_eq!(cache.index_loaded(), loads, "{name}");
+    }
+    std::fs::remove_dir_all(tmp.path().join("stowage_index")).unwrap();
     for (name, call) in calls {
         let cache = open(tmp.path());
         assert!(!cache.index_loaded(), "{name}");
