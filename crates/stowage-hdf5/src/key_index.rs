@@ -37,6 +37,9 @@ pub(crate) const MERGE_AFTER_SEGMENTS: usize = 32;
 /// Tail keys after which a flush writes a run (open reads the tail's keys).
 pub(crate) const MERGE_AFTER_KEYS: usize = 65_536;
 
+/// How many keys ahead adding a segment's keys fetches their runs' slots.
+const PREFETCH_AHEAD: usize = 8;
+
 /// Where a committed key's sample lives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Location {
@@ -170,8 +173,9 @@ impl<'a> Confirmer<'a> {
 pub(crate) struct KeyIndex {
     /// The runs in use with their records, oldest first, covering positions `0..tail_first`.
     runs: Vec<(RunEntry, KeyRun)>,
-    /// The latest location of every key of the tail's segments.
-    tail: HashMap<String, Location>,
+    /// The latest location of every key of the tail's segments, and whether a run holds the key
+    /// too (`None`: not looked up, for a tail counted by the log).
+    tail: HashMap<String, (Location, Option<bool>)>,
     /// The first segment position no run covers.
     tail_first: usize,
     /// Segments in the tail.
@@ -220,13 +224,24 @@ impl KeyIndex {
         keys: impl IntoIterator<Item = String>,
         key_of: KeyOf<'_>,
     ) -> Result<()> {
+        let keys: Vec<String> = keys.into_iter().collect();
+        let hashes: Vec<u64> = keys.iter().map(|key| key_hash(key.as_bytes())).collect();
         for (row, key) in keys.into_iter().enumerate() {
-            let location = Location { segment: number, row };
-            let new_to_tail = !self.tail.contains_key(&key);
-            if new_to_tail && self.find_in_runs(&key, key_of)?.is_none() {
-                self.tail_new += 1;
+            // The slots of a few keys ahead are fetched meanwhile: each is a cache miss in a
+            // large run, and the lookups do not depend on each other.
+            if let Some(&ahead) = hashes.get(row + PREFETCH_AHEAD) {
+                self.runs.iter().for_each(|(_, run)| run.prefetch(ahead));
             }
-            self.tail.insert(key, location);
+            let location = Location { segment: number, row };
+            let held = match self.tail.get(&key) {
+                Some(&(_, held)) => held,
+                None => {
+                    let held = self.find_in_runs(&key, key_of)?.is_some();
+                    self.tail_new += usize::from(!held);
+                    Some(held)
+                }
+            };
+            self.tail.insert(key, (location, held));
         }
         self.tail_segments += 1;
         Ok(())
@@ -246,7 +261,7 @@ impl KeyIndex {
     pub fn add_counted_tail(&mut self, first: usize, segments: Vec<Vec<String>>, tail_new: usize) {
         for (offset, segment_keys) in segments.into_iter().enumerate() {
             for (row, key) in segment_keys.into_iter().enumerate() {
-                self.tail.insert(key, Location { segment: first + offset, row });
+                self.tail.insert(key, (Location { segment: first + offset, row }, None));
             }
             self.tail_segments += 1;
         }
@@ -258,7 +273,7 @@ impl KeyIndex {
     /// Errors: `key_of`'s, for a segment that does not read while confirming a candidate.
     pub fn find(&self, key: &str, key_of: KeyOf<'_>) -> Result<Option<Location>> {
         match self.tail.get(key) {
-            Some(location) => Ok(Some(*location)),
+            Some((location, _)) => Ok(Some(*location)),
             None => self.find_in_runs(key, key_of),
         }
     }
@@ -317,16 +332,25 @@ impl KeyIndex {
         let first = older.last().map_or(0, |(entry, _)| entry.through + 1);
         let mut fresh = Vec::with_capacity(self.tail.len());
         let mut confirmer = Confirmer::new(key_of);
-        for (key, location) in &self.tail {
+        let mut held_by_runs = HashMap::new();
+        for (key, (location, held)) in &self.tail {
             let payload = location.payload()?;
             fresh.push((key_hash(key.as_bytes()), payload));
             // The tail's keys are at hand: a merge reads a segment only to confirm a run's
             // candidate whose hash matches (a written segment is never opened to index it).
             confirmer.known.insert(payload, key);
+            if let Some(held) = held {
+                held_by_runs.insert(payload, *held);
+            }
         }
         let confirmer = confirmer;
         let same_key = |a, b| confirmer.key_at(a).is_some_and(|key| confirmer.holds(b, &key));
+        // Asked only of a fresh key no input run holds: then "an older run holds it" is "a run
+        // holds it", which adding the key already looked up.
         let in_older = |hash, payload| {
+            if let Some(&held) = held_by_runs.get(&payload) {
+                return held;
+            }
             let Some(key) = confirmer.key_at(payload) else { return false };
             older.iter().any(|(_, run)| run.find(hash, |p| confirmer.holds(p, &key)).is_some())
         };
