@@ -2,13 +2,17 @@
 //! - the bytes as a hostile run file: checked by `from_bytes` (every refusal an
 //!   `Error::Corrupted`, never a panic), probed, verified, and merged when they verify;
 //! - a run built from entries the bytes spell (9 bytes each: a hash from a small range, so that
-//!   hashes collide, and a payload), every entry found again, then its slots damaged by the rest
-//!   of the bytes and probed: a lookup returns only a payload its confirmation accepted.
+//!   hashes collide, or from the top of the range, so that slots wrap to the front, and a
+//!   payload), built again streamed into a file (the same bytes), every entry found again, then
+//!   its slots damaged by the rest of the bytes and probed: a lookup returns only a payload its
+//!   confirmation accepted.
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
 use stowage_core::Error;
-use stowage_core::key_runs::{HEADER_LEN, KeyRun, RunSpec, build_run, key_hash};
+use stowage_core::key_runs::{
+    HEADER_LEN, KeyRun, RunSpec, VERSION, build_run, build_run_to, key_hash,
+};
 
 fuzz_target!(|data: &[u8]| {
     hostile_file(data);
@@ -57,13 +61,27 @@ fn built_then_damaged(data: &[u8]) {
     let (entries, damage) = data.split_at(data.len().min(9 * 64) / 9 * 9);
     let fresh: Vec<(u64, u64)> = entries
         .chunks_exact(9)
-        .map(|e| (u64::from_le_bytes(e[..8].try_into().unwrap()) % 64, u64::from(e[8]) + 1))
+        .map(|e| {
+            let raw = u64::from_le_bytes(e[..8].try_into().unwrap());
+            // Low hashes collide in the first slots; high ones wrap past the last slot.
+            let hash = if raw & 1 == 0 { raw % 64 } else { u64::MAX - raw % 64 };
+            (hash, u64::from(e[8]) + 1)
+        })
         .collect();
     // Payloads name keys: equal payloads are the same key (an overwrite), as a backend confirms.
     let spec = RunSpec { first: 0, through: 0, stamp: 0 };
     let bytes = build_run(&[], &fresh, spec, |a, b| a == b, |_, _| false).expect("builds");
+    let mut file = std::io::Cursor::new(Vec::new());
+    build_run_to(&mut file, "f", &[], &fresh, spec, |a, b| a == b, |_, _| false).expect("streams");
+    assert_eq!(file.get_ref(), &bytes, "streamed and in memory, the same bytes");
     let run = KeyRun::from_bytes("built.bin", bytes.clone()).expect("opens");
     run.verify().expect("verifies");
+    assert_eq!(run.version(), VERSION);
+    // Merged with its own entries again: each replaces its twin, no key is added.
+    let merged = build_run(&[&run], &fresh, spec, |a, b| a == b, |_, _| false).expect("merges");
+    let merged = KeyRun::from_bytes("merged.bin", merged).expect("opens");
+    merged.verify().expect("verifies");
+    assert_eq!(merged.keys(), run.keys());
     for &(hash, payload) in &fresh {
         assert_eq!(run.find(hash, |p| p == payload), Some(payload));
     }

@@ -60,14 +60,14 @@ struct Writer {
     pending_ends: Vec<usize>,
     /// The key hash ([`stowage_core::key_runs::key_hash`]) of each pending entry.
     pending_hashes: Vec<u64>,
-    /// For each pending entry whose key the tail did not hold: whether a run held it.
-    pending_in_runs: Vec<Option<bool>>,
+    /// The tail ordinal ([`KeyIndex::keys`] order) of each pending entry's key.
+    pending_ordinals: Vec<u32>,
     /// (key hash, log offset + 1) of every log record after the runs' end: what the next run
     /// holds.
     tail_entries: Vec<(u64, u64)>,
-    /// For each tail entry, whether a run held its key when it was put (`None`: not known, a
-    /// replayed entry or a key the tail held): spares the next run's build a probe per key.
-    tail_in_runs: Vec<Option<bool>>,
+    /// For each tail entry, its key's tail ordinal: the next run's build asks whether a run
+    /// holds it of [`NpyBackend::tail_in_runs`], resolved for the whole tail in one batch.
+    tail_ordinals: Vec<u32>,
     /// Byte offset of the log's last record, if it has one.
     last_offset: Option<u64>,
     /// Declared last, so dropped last: released only after the column writers' background
@@ -90,9 +90,9 @@ impl Writer {
             pending: Vec::new(),
             pending_ends: Vec::new(),
             pending_hashes: Vec::new(),
-            pending_in_runs: Vec::new(),
+            pending_ordinals: Vec::new(),
             tail_entries: Vec::new(),
-            tail_in_runs: Vec::new(),
+            tail_ordinals: Vec::new(),
             last_offset: None,
         }
     }
@@ -129,14 +129,11 @@ pub struct NpyBackend {
     /// The on-disk key index runs; `None` for a reader of a cache without a usable index (the
     /// tail then holds every key). A writer always has them.
     runs: Option<Runs>,
-    /// Keys put through this handle that neither the tail nor a run held.
-    tail_new: u64,
-    /// The tail's first `replayed_keys` keys (by ordinal) were replayed from the log at open;
-    /// how many of them no run holds is counted on first need (`len`), so that an open does not
-    /// probe the runs (and fault in their pages) for every tail record.
-    replayed_keys: usize,
-    /// See `replayed_keys`.
-    replayed_new: OnceLock<u64>,
+    /// For the tail's keys by ordinal (a prefix of them: resolved on first need, by `len` or the
+    /// next run's build), whether a run holds the key, and how many of them none does. A put
+    /// never probes the runs (a miss per run at 10 M keys): the tail's keys are looked up in
+    /// batches, their slots prefetched ([`Runs::held`]).
+    tail_in_runs: Mutex<(Vec<bool>, u64)>,
     /// Why `index/current` was not used, when it exists but does not match (for `validate`).
     index_note: Option<String>,
     /// Tail entries after which a flush writes a run.
@@ -212,9 +209,7 @@ impl NpyBackend {
             field_names: meta.schema.fields.iter().map(|f| f.name.as_str().into()).collect(),
             index: KeyIndex::new(field_shapes(&meta)),
             runs: Some(Runs::empty(&layout)?),
-            tail_new: 0,
-            replayed_keys: 0,
-            replayed_new: OnceLock::new(),
+            tail_in_runs: Mutex::default(),
             index_note: None,
             index_tail_entries: runs::TAIL_BOUND,
             layout,
@@ -374,7 +369,7 @@ impl NpyBackend {
             Some((lock, log)) => {
                 let owned = OwnedFiles::open(&layout, index.file_uids())?;
                 let mut writer = Writer::new(lock, log, owned, column_writers(&meta)?);
-                writer.tail_in_runs = vec![None; replayed.entries.len()];
+                writer.tail_ordinals = replayed.ordinals;
                 writer.tail_entries = replayed.entries;
                 writer.last_offset = replayed
                     .last_offset
@@ -393,9 +388,7 @@ impl NpyBackend {
             state,
             index,
             runs,
-            tail_new: 0,
-            replayed_keys: replayed.keys,
-            replayed_new: OnceLock::new(),
+            tail_in_runs: Mutex::default(),
             index_note,
             index_tail_entries: runs::TAIL_BOUND,
             writer,
@@ -844,14 +837,8 @@ impl Reader for NpyBackend {
     }
 
     fn len(&self) -> usize {
-        let replayed_new = *self.replayed_new.get_or_init(|| {
-            let replayed = self.index.keys().take(self.replayed_keys);
-            match &self.runs {
-                Some(runs) => replayed.filter(|key| runs.find(key).is_none()).count() as u64,
-                None => self.replayed_keys as u64,
-            }
-        });
-        (self.runs.as_ref().map_or(0, Runs::keys) + replayed_new + self.tail_new) as usize
+        let tail_new = self.resolve_tail_in_runs().1;
+        (self.runs.as_ref().map_or(0, Runs::keys) + tail_new) as usize
     }
 
     /// With runs, one pass over the log (the runs hold no key order): the keys and about 12
@@ -904,7 +891,7 @@ impl Reader for NpyBackend {
 impl Backend for NpyBackend {
     fn put(&mut self, key: &str, sample: &Sample) -> Result<()> {
         self.state.check_put(key, sample, &self.meta.schema, &self.capabilities)?;
-        let NpyBackend { layout, meta, state, writer, index, files, runs, tail_new, .. } = self;
+        let NpyBackend { layout, meta, state, writer, index, files, .. } = self;
         let writer = writer.as_mut().expect("a writable handle has a writer");
         let mut written = Vec::with_capacity(meta.schema.fields.len());
         for (column, field) in writer.columns.iter_mut().zip(&meta.schema.fields) {
@@ -926,18 +913,14 @@ impl Backend for NpyBackend {
                 shape,
             })
             .collect();
-        // The duplicate check goes through the index: the tail, then the runs.
-        let in_runs = match index.find(key) {
-            Some(_) => None,
-            None => Some(runs.as_ref().is_some_and(|r| r.find(key).is_some())),
-        };
-        let is_new = in_runs == Some(false);
+        // Whether a run holds the key is asked later, for the whole tail at once.
         index.insert(key, &records)?;
-        *tail_new += u64::from(is_new);
+        let found = index.find(key).expect("just inserted");
+        let ordinal = u32::try_from(KeyIndex::ordinal(&found)).expect("the tail counts u32 keys");
         encode_entry_into(&mut writer.pending, key, &records);
         writer.pending_ends.push(writer.pending.len());
         writer.pending_hashes.push(stowage_core::key_runs::key_hash(key.as_bytes()));
-        writer.pending_in_runs.push(in_runs);
+        writer.pending_ordinals.push(ordinal);
         files.resize_with(index.file_uids().len(), OnceLock::new);
         Ok(())
     }
@@ -951,19 +934,19 @@ impl Backend for NpyBackend {
                 column.sync(layout)?;
             }
             let mut start = 0;
-            let pending = writer.pending_hashes.iter().zip(&writer.pending_in_runs);
-            for (&end, (&hash, &in_runs)) in writer.pending_ends.iter().zip(pending) {
+            let pending = writer.pending_hashes.iter().zip(&writer.pending_ordinals);
+            for (&end, (&hash, &ordinal)) in writer.pending_ends.iter().zip(pending) {
                 let offset = writer.log.byte_len();
                 writer.log.append(&writer.pending[start..end])?;
                 writer.tail_entries.push((hash, offset + 1));
-                writer.tail_in_runs.push(in_runs);
+                writer.tail_ordinals.push(ordinal);
                 writer.last_offset = Some(offset);
                 start = end;
             }
             writer.pending.clear();
             writer.pending_ends.clear();
             writer.pending_hashes.clear();
-            writer.pending_in_runs.clear();
+            writer.pending_ordinals.clear();
             writer.log.sync()
         };
         let result = sync();
@@ -1007,19 +990,42 @@ impl NpyBackend {
     /// [`stowage_core::key_runs::plan_merge`] picks) and names it in `index/current`. Called with
     /// no pending entries: every tail record is durable in the log.
     fn write_run(&mut self, all: bool) -> Result<()> {
+        if self.writer.as_ref().is_none_or(|w| w.last_offset.is_none()) {
+            return Ok(());
+        }
+        let in_runs: Vec<Option<bool>> = {
+            let resolved = self.resolve_tail_in_runs();
+            let writer = self.writer.as_ref().expect("runs are written by a writer");
+            writer.tail_ordinals.iter().map(|&o| resolved.0.get(o as usize).copied()).collect()
+        };
         let writer = self.writer.as_mut().expect("runs are written by a writer");
         let runs = self.runs.as_mut().expect("a writer has runs");
-        let Some(last) = writer.last_offset else { return Ok(()) };
+        let last = writer.last_offset.expect("checked");
         let covered = (writer.log.byte_len(), writer.log.len(), last);
-        let fresh = (&writer.tail_entries[..], &writer.tail_in_runs[..]);
+        let fresh = (&writer.tail_entries[..], &in_runs[..]);
         runs.write(&self.layout, fresh, covered, self.index.file_uids(), all)?;
         writer.tail_entries.clear();
-        writer.tail_in_runs.clear();
+        writer.tail_ordinals.clear();
         self.index.clear_keys();
-        self.tail_new = 0;
-        self.replayed_keys = 0;
-        self.replayed_new = OnceLock::new();
+        *self.tail_in_runs.get_mut().unwrap_or_else(|e| e.into_inner()) = Default::default();
         Ok(())
+    }
+
+    /// Whether a run holds each of the tail's keys, by ordinal, and how many no run holds:
+    /// the keys not resolved yet are looked up in batches ([`Runs::held`]).
+    fn resolve_tail_in_runs(&self) -> std::sync::MutexGuard<'_, (Vec<bool>, u64)> {
+        let mut resolved = self.tail_in_runs.lock().unwrap_or_else(|e| e.into_inner());
+        let done = resolved.0.len();
+        if done < self.index.len() {
+            let keys: Vec<&str> = self.index.keys().skip(done).collect();
+            let held = match &self.runs {
+                Some(runs) => runs.held(&keys),
+                None => vec![false; keys.len()],
+            };
+            resolved.1 += held.iter().filter(|&&held| !held).count() as u64;
+            resolved.0.extend(held);
+        }
+        resolved
     }
 
     /// The sample of `key` from the runs (after the tail missed).
@@ -1136,6 +1142,8 @@ struct Replayed {
     keys: usize,
     /// (key hash, log offset + 1) of each entry.
     entries: Vec<(u64, u64)>,
+    /// The tail ordinal of each entry's key.
+    ordinals: Vec<u32>,
     /// Byte offset of the last record replayed.
     last_offset: Option<u64>,
 }
@@ -1155,6 +1163,7 @@ fn replay(
         finalized: runs.is_some_and(Runs::finalized),
         keys: 0,
         entries: Vec::with_capacity(records.len()),
+        ordinals: Vec::with_capacity(records.len()),
         last_offset: None,
     };
     let mut offset = start;
@@ -1185,6 +1194,10 @@ fn replay(
             let refs: Vec<RecordRef<'_>> = entry.iter().map(Numpy10Record::as_ref).collect();
             index.insert(&key, &refs).map_err(|e| corrupted(e.to_string()))?;
             replayed.entries.push((stowage_core::key_runs::key_hash(key.as_bytes()), offset + 1));
+            let found = index.find(&key).expect("just inserted");
+            let ordinal = u32::try_from(KeyIndex::ordinal(&found))
+                .map_err(|_| corrupted("more than 2^32 keys after the index".into()))?;
+            replayed.ordinals.push(ordinal);
         }
         replayed.last_offset = Some(offset);
         offset += (AppendLog::RECORD_HEADER_LEN + payload.len()) as u64;

@@ -230,6 +230,11 @@ impl KeyIndex {
         Some(Found { ordinal: entry.ordinal as usize, first: entry.first })
     }
 
+    /// The ordinal of a found key: its position in first-put order ([`KeyIndex::keys`]).
+    pub fn ordinal(found: &Found) -> usize {
+        found.ordinal
+    }
+
     /// The slot of field `field` of a found key.
     pub fn slot(&self, found: &Found, field: usize) -> Slot {
         if field == 0 { found.first } else { self.slots[found.ordinal * self.fields.len() + field] }

@@ -19,18 +19,28 @@
 //! `current` is missing or does not match, the whole log is replayed instead (correct, slower),
 //! and `validate` says why.
 //!
-//! A writer turns the tail into a run at a flush once it holds [`TAIL_BOUND`] entries, merging
-//! the newest runs that are no larger than what it gathered ([`plan_merge`]), and merges every run
-//! into one at finalize. A run is durable (written under a temporary name, fsynced, renamed,
-//! directory fsynced) before `current` names it; the runs it replaced are removed after.
+//! A writer turns the tail into a run of its own at a flush once it holds [`TAIL_BOUND`] entries
+//! (work that grows with the tail, never with the cache), then merges runs off the flush: on a
+//! background thread, the newest runs that are no larger than what they gather ([`plan_merge`])
+//! are merged into one run (a streaming merge in hash order, written through a small buffer:
+//! [`build_run_to`]), which later flushes install: `current` names it in place of its inputs.
+//! Until then the inputs keep answering lookups. One merge runs at a time; a flush waits for it
+//! only when [`MAX_RUNS`] runs have piled up. Finalize cancels it (its inputs are merged anyway)
+//! and merges every run into one. A run is durable (written under a temporary name, fsynced, renamed, directory fsynced)
+//! before `current` names it; the runs it replaced are removed after.
 
 use std::borrow::Cow;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
 
 use memmap2::Mmap;
 use serde::{Deserialize, Serialize};
-use stowage_core::file_safety::{AppendLog, atomic_write, create_dir_within_durably};
-use stowage_core::key_runs::{KeyRun, RunSpec, build_run, key_hash, plan_merge};
+use stowage_core::file_safety::{
+    AppendLog, atomic_write, create_dir_within_durably, fsync_dir, open_no_follow,
+};
+use stowage_core::key_runs::{KeyRun, RunHeader, RunSpec, build_run_to, key_hash, plan_merge};
 use stowage_core::{Error, IoResultExt, Result};
 
 use crate::layout::Layout;
@@ -39,6 +49,10 @@ use crate::record::Numpy10Record;
 /// Tail entries (records since the last run) after which a flush writes a run: about 3 MB of
 /// log offsets and, in the tail's [`crate::index::KeyIndex`], about 25 MB for one-field keys.
 pub(crate) const TAIL_BOUND: usize = 65_536;
+
+/// Runs after which a flush that writes a run waits for the background merge (if one runs)
+/// before going on: bounds the runs a lookup probes.
+pub(crate) const MAX_RUNS: usize = 16;
 
 /// The `version` of `index/current`.
 const CURRENT_VERSION: u32 = 1;
@@ -85,10 +99,176 @@ pub(crate) struct Runs {
     log: Mmap,
     log_path: PathBuf,
     /// Oldest first.
-    runs: Vec<KeyRun>,
+    runs: Vec<Arc<KeyRun>>,
     current: Current,
     /// Whether the record that ends at L is the finalize record.
     finalized: bool,
+    /// The merge running in the background, a writer's.
+    merge: Option<Merge>,
+}
+
+/// A merge of consecutive runs on a background thread. Dropping it waits for the thread (so
+/// that no run is written after the writer lock is released).
+#[derive(Debug)]
+struct Merge {
+    /// The runs merged, oldest first: a slice of the handle's runs (later runs are only appended
+    /// after them).
+    inputs: Vec<Arc<KeyRun>>,
+    thread: Option<JoinHandle<Result<KeyRun>>>,
+    /// The outcome of a merge done on the caller's thread (no thread could be started).
+    done: Option<Result<KeyRun>>,
+    /// Set to stop the merge at its next buffer written (finalize merges everything anyway).
+    cancel: Arc<AtomicBool>,
+}
+
+impl Merge {
+    /// Starts merging `inputs` into `index/run_<first>_<through>.bin`.
+    fn start(layout: &Layout, inputs: Vec<Arc<KeyRun>>) -> Merge {
+        let (log_path, dir) = (layout.records_log(), index_dir(layout));
+        let work = inputs.clone();
+        let cancel = Arc::new(AtomicBool::new(false));
+        let stop = Arc::clone(&cancel);
+        let spawned = std::thread::Builder::new()
+            .name("stowage-npy-merge".into())
+            .spawn(move || merge_runs(&log_path, &dir, &work, &stop));
+        match spawned {
+            Ok(thread) => Merge { inputs, thread: Some(thread), done: None, cancel },
+            Err(_) => {
+                let done = merge_runs(&layout.records_log(), &index_dir(layout), &inputs, &cancel);
+                Merge { inputs, thread: None, done: Some(done), cancel }
+            }
+        }
+    }
+
+    /// Stops the merge and waits for its thread; its run, partial or (had it just finished)
+    /// whole, is removed: no `current` names it.
+    fn cancel(self) {
+        self.cancel.store(true, Ordering::Relaxed);
+        if let Ok(run) = self.wait() {
+            let _ = std::fs::remove_file(run.path());
+        }
+    }
+
+    fn is_finished(&self) -> bool {
+        self.thread.as_ref().is_none_or(JoinHandle::is_finished)
+    }
+
+    /// Waits for the merged run.
+    fn wait(mut self) -> Result<KeyRun> {
+        if let Some(done) = self.done.take() {
+            return done;
+        }
+        let thread = self.thread.take().expect("a merge runs on a thread or is done");
+        match thread.join() {
+            Ok(outcome) => outcome,
+            Err(panic) => std::panic::resume_unwind(panic),
+        }
+    }
+}
+
+impl Drop for Merge {
+    fn drop(&mut self) {
+        if let Some(thread) = self.thread.take() {
+            // Its run, if written, is named by no `current`: the next writer removes it.
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Merges `inputs` (consecutive runs over the log at `log_path`) into one run in `dir`, written
+/// through a small buffer and made durable; returns it, mapped.
+fn merge_runs(
+    log_path: &Path,
+    dir: &Path,
+    inputs: &[Arc<KeyRun>],
+    cancel: &AtomicBool,
+) -> Result<KeyRun> {
+    // Every record the inputs point to is durable and never changes: a map of today's log
+    // covers them.
+    let log = map(log_path)?;
+    let key_of = |payload: u64| {
+        AppendLog::record_at(&log, payload - 1).and_then(|(entry, _, _)| entry_key(entry))
+    };
+    let same_key = |a: u64, b: u64| key_of(a).is_some_and(|k| key_of(b) == Some(k));
+    let (first, last) = (&inputs[0], &inputs[inputs.len() - 1]);
+    let spec = RunSpec { first: first.first(), through: last.through(), stamp: last.stamp() };
+    let path = dir.join(format!("run_{}_{}.bin", spec.first, spec.through));
+    let inputs: Vec<&KeyRun> = inputs.iter().map(|run| &**run).collect();
+    // No fresh entries, so `in_older` is never asked.
+    write_run_file(&path, &inputs, &[], spec, same_key, |_, _| false, Some(cancel))?;
+    KeyRun::from_bytes(&path, map_populated(&path)?)
+}
+
+/// A run file being written that stops (with an error) at its next write once `cancel` is set.
+struct Cancellable<'a> {
+    file: std::fs::File,
+    cancel: Option<&'a AtomicBool>,
+}
+
+impl std::io::Write for Cancellable<'_> {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        if self.cancel.is_some_and(|cancel| cancel.load(Ordering::Relaxed)) {
+            return Err(std::io::Error::other("the merge was cancelled"));
+        }
+        self.file.write(bytes)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.file.flush()
+    }
+}
+
+impl std::io::Read for Cancellable<'_> {
+    fn read(&mut self, bytes: &mut [u8]) -> std::io::Result<usize> {
+        if self.cancel.is_some_and(|cancel| cancel.load(Ordering::Relaxed)) {
+            return Err(std::io::Error::other("the merge was cancelled"));
+        }
+        self.file.read(bytes)
+    }
+}
+
+impl std::io::Seek for Cancellable<'_> {
+    fn seek(&mut self, to: std::io::SeekFrom) -> std::io::Result<u64> {
+        self.file.seek(to)
+    }
+}
+
+/// Builds a run into the file at `path` with [`build_run_to`] (a buffer's worth of heap), under
+/// a temporary name (`.<name>.tmp`, which the next writer removes if a crash leaves it), fsynced,
+/// renamed, directory fsynced.
+fn write_run_file(
+    path: &Path,
+    inputs: &[&KeyRun],
+    fresh: &[(u64, u64)],
+    spec: RunSpec,
+    same_key: impl FnMut(u64, u64) -> bool,
+    in_older: impl FnMut(u64, u64) -> bool,
+    cancel: Option<&AtomicBool>,
+) -> Result<RunHeader> {
+    let dir = path.parent().expect("a run is in index/");
+    let name = path.file_name().expect("a run has a name").to_string_lossy();
+    let temp = dir.join(format!(".{name}.tmp"));
+    match std::fs::remove_file(&temp) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(Error::io(&temp, e)),
+        _ => {}
+    }
+    let written = (|| {
+        let mut options = std::fs::OpenOptions::new();
+        options.read(true).write(true).create_new(true);
+        let file = open_no_follow(&options, &temp).at(&temp)?;
+        let mut file = Cancellable { file, cancel };
+        let header = build_run_to(&mut file, &temp, inputs, fresh, spec, same_key, in_older)?;
+        let file = file.file;
+        file.sync_all().at(&temp)?;
+        drop(file);
+        std::fs::rename(&temp, path).at(path)?;
+        fsync_dir(dir)?;
+        Ok(header)
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&temp);
+    }
+    written
 }
 
 impl Runs {
@@ -141,9 +321,16 @@ impl Runs {
                     named.header_checksum
                 ));
             }
-            runs.push(run);
+            runs.push(Arc::new(run));
         }
-        Ok(Some(Runs { log, log_path: layout.records_log(), runs, current, finalized }))
+        Ok(Some(Runs {
+            log,
+            log_path: layout.records_log(),
+            runs,
+            current,
+            finalized,
+            merge: None,
+        }))
     }
 
     /// No runs yet, over the log at `layout` (a writer that has not written any).
@@ -161,6 +348,7 @@ impl Runs {
                 uids: Vec::new(),
             },
             finalized: false,
+            merge: None,
         })
     }
 
@@ -176,11 +364,11 @@ impl Runs {
 
     /// Keys of the cache the runs hold.
     pub(crate) fn keys(&self) -> u64 {
-        self.runs.iter().map(KeyRun::new_keys).sum()
+        self.runs.iter().map(|run| run.new_keys()).sum()
     }
 
     /// The runs, oldest first.
-    pub(crate) fn runs(&self) -> &[KeyRun] {
+    pub(crate) fn runs(&self) -> &[Arc<KeyRun>] {
         &self.runs
     }
 
@@ -194,6 +382,31 @@ impl Runs {
             }
         }
         None
+    }
+
+    /// Whether a run holds each of `keys`: looked up in hash order (a run's slots are in hash
+    /// order, so the lookups walk each run front to back: neighbouring keys share pages), in
+    /// batches whose slots are prefetched in every run first, so that their cache misses overlap
+    /// instead of costing one per key and run.
+    pub(crate) fn held(&self, keys: &[&str]) -> Vec<bool> {
+        const BATCH: usize = 32;
+        let mut order: Vec<(u64, u32)> =
+            keys.iter().enumerate().map(|(i, key)| (key_hash(key.as_bytes()), i as u32)).collect();
+        order.sort_unstable();
+        let mut held = vec![false; keys.len()];
+        for batch in order.chunks(BATCH) {
+            for run in &self.runs {
+                for &(hash, _) in batch {
+                    run.prefetch(hash);
+                }
+            }
+            for &(hash, i) in batch {
+                let key = keys[i as usize];
+                held[i as usize] =
+                    self.runs.iter().rev().any(|run| self.find_in(run, hash, key).is_some());
+            }
+        }
+        held
     }
 
     fn find_in(&self, run: &KeyRun, hash: u64, key: &str) -> Option<(u64, &[u8])> {
@@ -220,11 +433,14 @@ impl Runs {
     }
 
     /// Writes a run of `fresh` ((key hash, log offset + 1) of the records after L, in log order;
-    /// beside each, whether a run held its key when it was put, when known)
-    /// merged with the newest runs [`plan_merge`] picks (every run when `all`), then
+    /// beside each, whether a run held its key when it was put, when known), then
     /// `index/current` naming it over the log up to `log_end` (`log_records` records, the last
-    /// one at byte offset `last_offset`), listing `uids`; removes the runs it replaced. The log
-    /// up to `log_end` must be durable.
+    /// one at byte offset `last_offset`), listing `uids`. The log up to `log_end` must be durable.
+    ///
+    /// Without `all` the run holds `fresh` alone (work that grows with the tail), a finished
+    /// background merge is installed first, and a new one is started when [`plan_merge`] finds
+    /// runs to fold together. With `all` (finalize) the background merge is cancelled and every
+    /// run is merged with `fresh` into one. Runs replaced are removed.
     pub(crate) fn write(
         &mut self,
         layout: &Layout,
@@ -235,7 +451,16 @@ impl Runs {
     ) -> Result<()> {
         // Made (and its name made durable) before the run and `current` written into it.
         create_dir_within_durably(layout.root(), &index_dir(layout))?;
-        // Every record up to log_end is durable: map it so that the merge can read their keys.
+        // A finished merge is installed; a running one is waited for when runs piled up, and
+        // cancelled at finalize (which merges its inputs with everything else).
+        if all
+            && !self.merge.as_ref().is_some_and(Merge::is_finished)
+            && let Some(merge) = self.merge.take()
+        {
+            merge.cancel();
+        }
+        let mut replaced = self.install(layout, all || self.runs.len() >= MAX_RUNS)?;
+        // Every record up to log_end is durable: map it so that the build can read their keys.
         self.log = map(&layout.records_log())?;
         let Some((_, checksum, _)) = AppendLog::record_at(&self.log, last_offset) else {
             return Err(Error::corrupted(
@@ -249,12 +474,10 @@ impl Runs {
             &Current { log_end, last_record: Some(last), ..self.current.clone() },
         )
         .map_err(|why| Error::corrupted(&self.log_path, why))?;
-        let keys: Vec<u64> = self.runs.iter().map(KeyRun::keys).collect();
-        let taken = if all { self.runs.len() } else { plan_merge(&keys, fresh.len() as u64) };
+        let taken = if all { self.runs.len() } else { 0 };
         let kept = self.runs.len() - taken;
-        let mut replaced = Vec::new();
         if !fresh.is_empty() || taken > 1 {
-            let inputs: Vec<&KeyRun> = self.runs[kept..].iter().collect();
+            let inputs: Vec<&KeyRun> = self.runs[kept..].iter().map(|run| &**run).collect();
             let older = &self.runs[..kept];
             let first = inputs.first().map_or(self.current.log_end, |run| run.first());
             let spec = RunSpec { first, through: log_end, stamp: last.checksum };
@@ -274,18 +497,33 @@ impl Runs {
             };
             let name = format!("run_{first}_{log_end}.bin");
             let path = index_dir(layout).join(&name);
-            // Built in memory and written with `write`, which the power-loss model follows (a
-            // shared writable map of the file it cannot): the largest merge costs its table
-            // in heap (16 bytes a slot) while it is written.
-            let bytes = build_run(&inputs, fresh, spec, same_key, in_older)?;
-            atomic_write(&path, &bytes)?;
-            drop(bytes);
+            // Streamed into the file (a buffer's worth of heap, whatever the run's size).
+            write_run_file(&path, &inputs, fresh, spec, same_key, in_older, None)?;
             // Its pages are in the page cache (just written): map them all now, so that the
             // writer's duplicate checks do not take a page fault per probe.
             let run = KeyRun::from_bytes(&path, map_populated(&path)?)?;
-            replaced = self.runs.drain(kept..).map(|run| run.path().to_path_buf()).collect();
-            self.runs.push(run);
+            replaced.extend(self.runs.drain(kept..).map(|run| run.path().to_path_buf()));
+            self.runs.push(Arc::new(run));
         }
+        self.write_current(layout, (log_end, log_records, last), uids)?;
+        self.finalized = finalized;
+        for path in replaced {
+            // Readers that mapped it keep their map; a leftover is removed by the next writer.
+            let _ = std::fs::remove_file(path);
+        }
+        if !all && self.merge.is_none() {
+            self.start_merge(layout);
+        }
+        Ok(())
+    }
+
+    /// Writes `index/current` naming the runs over the log up to `log_end`.
+    fn write_current(
+        &mut self,
+        layout: &Layout,
+        (log_end, log_records, last): (u64, u64, LastRecord),
+        uids: &[String],
+    ) -> Result<()> {
         let current = Current {
             version: CURRENT_VERSION,
             log_end,
@@ -304,12 +542,53 @@ impl Runs {
         let text = serde_json::to_vec(&current).expect("serializes");
         atomic_write(current_path(layout), &text)?;
         self.current = current;
-        self.finalized = finalized;
-        for path in replaced {
-            // Readers that mapped it keep their map; a leftover is removed by the next writer.
-            let _ = std::fs::remove_file(path);
-        }
         Ok(())
+    }
+
+    /// Starts merging the newest runs in the background when the newest run is at least as
+    /// large as the runs before it that [`plan_merge`] would fold into it.
+    fn start_merge(&mut self, layout: &Layout) {
+        let Some((newest, older)) = self.runs.split_last() else { return };
+        let keys: Vec<u64> = older.iter().map(|run| run.keys()).collect();
+        let taken = plan_merge(&keys, newest.keys());
+        if taken == 0 {
+            return;
+        }
+        let inputs = self.runs[self.runs.len() - 1 - taken..].to_vec();
+        self.merge = Some(Merge::start(layout, inputs));
+    }
+
+    /// Waits for the background merge, if one runs, and names its run in `index/current` in
+    /// place of its inputs (`current`'s log coverage unchanged); returns the inputs' paths, for
+    /// removal once the caller is done. With `wait` false, only a finished merge is installed.
+    fn install(&mut self, layout: &Layout, wait: bool) -> Result<Vec<PathBuf>> {
+        if !wait && !self.merge.as_ref().is_some_and(Merge::is_finished) {
+            return Ok(Vec::new());
+        }
+        let Some(merge) = self.merge.take() else { return Ok(Vec::new()) };
+        let inputs = merge.inputs.clone();
+        let run = merge.wait()?;
+        let at = self.runs.iter().position(|run| Arc::ptr_eq(run, &inputs[0]));
+        let Some(at) = at.filter(|&at| {
+            self.runs.len() >= at + inputs.len()
+                && self.runs[at..at + inputs.len()]
+                    .iter()
+                    .zip(&inputs)
+                    .all(|(a, b)| Arc::ptr_eq(a, b))
+        }) else {
+            unreachable!("a merge's inputs stay in place until it is installed");
+        };
+        let replaced: Vec<PathBuf> = self
+            .runs
+            .splice(at..at + inputs.len(), [Arc::new(run)])
+            .map(|run| run.path().to_path_buf())
+            .collect();
+        let current = self.current.clone();
+        if let Some(last) = current.last_record {
+            let covered = (current.log_end, current.log_records, last);
+            self.write_current(layout, covered, &current.uids)?;
+        }
+        Ok(replaced)
     }
 }
 
