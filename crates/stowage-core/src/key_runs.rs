@@ -390,6 +390,23 @@ impl KeyRun {
         None
     }
 
+    /// The whole run's bytes (header included) and the range of them holding the slot a lookup
+    /// of `hash` reads first: for planning the pages a batch of lookups will touch
+    /// ([`crate::cold_reads::PagePlan`]).
+    ///
+    /// ```
+    /// # use stowage_core::key_runs::{HEADER_LEN, KeyRun, RunSpec, SLOT_LEN, build_run, key_hash};
+    /// # let run = KeyRun::from_bytes("r", build_run(&[], &[(1, 1)], RunSpec { first: 0, through: 0, stamp: 0 }, |_, _| false, |_, _| false)?)?;
+    /// let (bytes, slot) = run.home_slot(key_hash(b"k"));
+    /// assert_eq!(slot.len(), SLOT_LEN);
+    /// assert!(slot.start >= HEADER_LEN && slot.end <= bytes.len());
+    /// # Ok::<(), stowage_core::Error>(())
+    /// ```
+    pub fn home_slot(&self, hash: u64) -> (&[u8], std::ops::Range<usize>) {
+        let start = HEADER_LEN + self.home(hash) * SLOT_LEN;
+        (self.bytes.as_ref().as_ref(), start..start + SLOT_LEN)
+    }
+
     /// Asks the CPU to load the slot a lookup of `hash` reads first (a hint for batched lookups:
     /// prefetch every key's slot, then find each).
     ///

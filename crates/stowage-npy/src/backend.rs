@@ -14,9 +14,11 @@ use crate::{NpyOptions, validate};
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Mutex, OnceLock};
+use stowage_core::cold_reads::{ColdReadAdvice, ColdReadAdvisor, PagePlan};
 use stowage_core::file_safety::{
     AppendLog, WriterLock, atomic_write, create_dir_within_durably, fsync_dir, open_no_follow,
 };
+use stowage_core::key_runs::key_hash;
 use stowage_core::npy_header::storage_descr;
 use stowage_core::write_behind::BackgroundWriter;
 use stowage_core::{
@@ -152,6 +154,8 @@ pub struct NpyBackend {
     /// Collection files no record of this cache points into (another writer's, read through
     /// [`NpyBackend::read_record`]), by uid, opened on first use.
     foreign_files: Mutex<HashMap<String, CollectionFile>>,
+    /// Whether `get_batch` advises the kernel of the pages it will read.
+    advisor: ColdReadAdvisor,
 }
 
 impl NpyBackend {
@@ -210,6 +214,7 @@ impl NpyBackend {
             index: KeyIndex::new(field_shapes(&meta)),
             runs: Some(Runs::empty(&layout)?),
             tail_in_runs: Mutex::default(),
+            advisor: ColdReadAdvisor::new(options.cold_read_advice),
             index_note: None,
             index_tail_entries: runs::TAIL_BOUND,
             layout,
@@ -378,6 +383,7 @@ impl NpyBackend {
             }
             None => None,
         };
+        let advisor = ColdReadAdvisor::new(options.cold_read_advice);
         let backend = NpyBackend {
             field_dtypes: field_dtypes(&meta),
             field_names: meta.schema.fields.iter().map(|f| f.name.as_str().into()).collect(),
@@ -389,6 +395,7 @@ impl NpyBackend {
             index,
             runs,
             tail_in_runs: Mutex::default(),
+            advisor,
             index_note,
             index_tail_entries: runs::TAIL_BOUND,
             writer,
@@ -832,6 +839,19 @@ impl Reader for NpyBackend {
         Ok(Some(sample))
     }
 
+    /// The batch's pages are told to the kernel before they are read, while reads find pages
+    /// missing ([`NpyOptions::cold_read_advice`]): the runs' slots of every key the tail does
+    /// not hold, then every candidate's log record, then every row, each round's reads in
+    /// flight together instead of three page faults one after another per key.
+    /// A writer's batch is not advised (its rows may still be in its write batches).
+    fn get_batch(&self, keys: &[&str]) -> Result<Vec<Option<Sample>>> {
+        if self.writer.is_none() {
+            self.advise_lookups(keys);
+            self.advisor.before_batch_rows(keys.len(), |i, plan| self.plan_rows(keys[i], plan));
+        }
+        keys.iter().map(|key| self.get(key)).collect()
+    }
+
     fn contains(&self, key: &str) -> Result<bool> {
         Ok(self.located(key).is_some())
     }
@@ -1029,6 +1049,80 @@ impl NpyBackend {
     }
 
     /// The sample of `key` from the runs (after the tail missed).
+    /// Before a batch: advises the runs' home slots of `keys` the tail does not hold, then the
+    /// log records their slots name (unconfirmed: a slot is read either way), when the advisor
+    /// finds them cold. Nothing for a cache whose keys are all in memory.
+    fn advise_lookups(&self, keys: &[&str]) {
+        let Some(runs) = self.runs.as_ref().filter(|r| !r.runs().is_empty()) else { return };
+        let cold = match self.advisor.policy() {
+            ColdReadAdvice::Always => true,
+            ColdReadAdvice::Adaptive => self.advisor.is_cold(),
+            ColdReadAdvice::Never => false,
+        };
+        if !cold {
+            return;
+        }
+        let hashes: Vec<u64> = keys
+            .iter()
+            .filter(|key| self.index.find(key).is_none())
+            .map(|key| key_hash(key.as_bytes()))
+            .collect();
+        let mut slots = PagePlan::with_capacity(hashes.len() * runs.runs().len());
+        for &hash in &hashes {
+            for run in runs.runs() {
+                let (bytes, slot) = run.home_slot(hash);
+                let _ = slots.add(bytes, slot);
+            }
+        }
+        self.advisor.before_batch(&mut slots);
+        let mut records = PagePlan::with_capacity(hashes.len());
+        for &hash in &hashes {
+            for run in runs.runs() {
+                run.find(hash, |payload| {
+                    if let Some(range) = runs.record_range(payload - 1) {
+                        let _ = records.add(runs.log_bytes(), range);
+                    }
+                    false
+                });
+            }
+        }
+        self.advisor.before_batch(&mut records);
+    }
+
+    /// Adds the rows `key`'s latest record points to (every field's slot) to `plan`; nothing
+    /// for a key not found or a record that does not parse (its read says why).
+    fn plan_rows<'a>(&'a self, key: &str, plan: &mut PagePlan<'a>) {
+        let records = match self.index.find(key) {
+            Some(found) => (0..self.meta.schema.fields.len())
+                .map(|i| {
+                    let slot = self.index.slot(&found, i);
+                    (i, slot.file, u64::from(slot.index))
+                })
+                .collect::<Vec<_>>(),
+            None => {
+                let Some(runs) = &self.runs else { return };
+                let Some((_, payload)) = runs.find(key) else { return };
+                let fields = self.meta.schema.fields.len();
+                let Some(records) = runs::entry_records(payload, fields) else { return };
+                records
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, record)| {
+                        let file = self.index.file_id(&record.uid)?;
+                        Some((i, file, record.collection_index))
+                    })
+                    .collect()
+            }
+        };
+        for (field, file, index) in records {
+            if let Some((map, range)) =
+                self.collection(file, field).ok().and_then(|f| f.slot_range(index))
+            {
+                let _ = plan.add(map, range);
+            }
+        }
+    }
+
     fn get_from_runs(&self, key: &str) -> Result<Option<Sample>> {
         let Some(runs) = &self.runs else { return Ok(None) };
         let Some((offset, payload)) = runs.find(key) else { return Ok(None) };

@@ -427,6 +427,18 @@ impl Runs {
         entry
     }
 
+    /// The mapped bytes of `records.log`.
+    pub(crate) fn log_bytes(&self) -> &[u8] {
+        &self.log
+    }
+
+    /// The bytes a read of the log record at `offset` starts with (its frame and the first
+    /// bytes of its payload), for planning page reads; `None` past the map.
+    pub(crate) fn record_range(&self, offset: u64) -> Option<std::ops::Range<usize>> {
+        let start = usize::try_from(offset).ok().filter(|&s| s < self.log.len())?;
+        Some(start..(start + 256).min(self.log.len()))
+    }
+
     /// The payload of the log record at `offset`, if a valid one starts there.
     pub(crate) fn entry_at(&self, offset: u64) -> Option<&[u8]> {
         AppendLog::record_at(&self.log, offset).map(|(payload, _, _)| payload)

@@ -35,7 +35,11 @@ fn sample(i: u8) -> Sample {
         .with("y", Tensor::from_slice(&[2], &[i, i.wrapping_mul(3)]).unwrap())
 }
 
-const OPTIONS: NpyOptions = NpyOptions { collection_size: 4, verify_checksums: true };
+const OPTIONS: NpyOptions = NpyOptions {
+    collection_size: 4,
+    verify_checksums: true,
+    cold_read_advice: stowage_core::cold_reads::ColdReadAdvice::Adaptive,
+};
 
 /// A collection file of `rows` slots of `dtype` `slot`, written as another writer would, with
 /// `first` (C-order bytes of shape `first_shape`) in the corner of slot 0; its record.

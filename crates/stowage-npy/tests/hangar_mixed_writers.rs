@@ -33,7 +33,11 @@ use stowage_test_support::python::{REQUIRE_PYTHON_ENV, run_script};
 const HANGAR_PYTHON_ENV: &str = "STOWAGE_HANGAR_PYTHON";
 
 /// Small collections, so stowage rotates files; hangar keeps its default of 1000 slots.
-const OPTIONS: NpyOptions = NpyOptions { collection_size: 4, verify_checksums: true };
+const OPTIONS: NpyOptions = NpyOptions {
+    collection_size: 4,
+    verify_checksums: true,
+    cold_read_advice: stowage_core::cold_reads::ColdReadAdvice::Adaptive,
+};
 
 /// The real hangar, driven through its peer script.
 struct Hangar {

@@ -20,7 +20,11 @@ use stowage_npy::{NpyBackend, NpyOptions, Numpy10Record};
 pub struct NpyHangar;
 
 /// Collections of 4 slots, so that stowage's puts span several files; hangar keeps its 1000.
-const OPTIONS: NpyOptions = NpyOptions { collection_size: 4, verify_checksums: true };
+const OPTIONS: NpyOptions = NpyOptions {
+    collection_size: 4,
+    verify_checksums: true,
+    cold_read_advice: stowage_core::cold_reads::ColdReadAdvice::Adaptive,
+};
 
 /// The one field, `x`.
 const FIELD: &str = "x";
