@@ -208,6 +208,8 @@ fn from_backends(seeds: &mut Seeds, work: &Path) {
 
     let dir = pristine("memmap", work);
     seeds.add_file("memmap_shapes_json", "stowage-shapes.json", &dir.join("shapes.json"));
+    // A finalized cache's key index run (stowage_index/, version 2: slots in hash order).
+    seeds.add_file("key_runs", "stowage-memmap-run.bin", &dir.join("stowage_index/run.bin"));
     let mut meta = vec![1u8];
     meta.extend(fs::read(dir.join("stowage.json")).unwrap());
     seeds.add("memmap_sidecar", "stowage-stowage.json", &meta);
