@@ -5,23 +5,12 @@
 
 use std::path::Path;
 
-use stowage_core::{Backend, DType, Reader, Sample, Schema, ShapeRule, Tensor, ValidationLevel};
+use stowage_core::{Backend, Reader, ValidationLevel};
 use stowage_npy::{NpyBackend, NpyOptions};
 
-fn schema() -> Schema {
-    Schema::new().tensor("x", DType::U32, ShapeRule::Fixed(vec![2])).tensor(
-        "y",
-        DType::U8,
-        ShapeRule::Max(vec![3]),
-    )
-}
-
-fn sample(value: u32) -> Sample {
-    let y = vec![value as u8; (value % 4) as usize];
-    Sample::new()
-        .with("x", Tensor::from_slice(&[2], &[value, value + 1]).unwrap())
-        .with("y", Tensor::from_slice(&[y.len()], &y).unwrap())
-}
+#[path = "common/two_fields.rs"]
+mod two_fields;
+use two_fields::{sample, schema};
 
 fn options() -> NpyOptions {
     NpyOptions { collection_size: 64, ..NpyOptions::default() }
