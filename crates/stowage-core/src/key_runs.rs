@@ -808,6 +808,103 @@ pub fn build_run_to<F: Read + Write + Seek>(
     })
 }
 
+/// [`build_run_to`] into a new file at `path`, atomically and durably: built under a temporary
+/// name beside it (`.<name>.tmp`, which the backend's next writer removes if a crash leaves
+/// it), fsynced, renamed over `path`, the directory fsynced. With `cancel`, the build stops
+/// with an error at its next write or read once the flag is set (a background merge the writer
+/// no longer needs); the temporary is removed on every error.
+///
+/// ```
+/// use stowage_core::key_runs::{KeyRun, RunSpec, write_run_file};
+/// let dir = tempfile::tempdir()?;
+/// let path = dir.path().join("run.bin");
+/// let spec = RunSpec { first: 0, through: 0, stamp: 0 };
+/// let header = write_run_file(&path, &[], &[(5, 1)], spec, |_, _| false, |_, _| false, None)?;
+/// assert_eq!(KeyRun::from_bytes(&path, std::fs::read(&path)?)?.header(), header);
+/// assert_eq!(std::fs::read_dir(dir.path())?.count(), 1, "no temporary left");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+///
+/// Errors: as [`build_run_to`]; [`Error::Io`] naming the temporary or `path`, and "cancelled"
+/// once `cancel` is set.
+#[allow(clippy::too_many_arguments)] // build_run_to's, plus the path and the flag
+pub fn write_run_file(
+    path: &Path,
+    inputs: &[&KeyRun],
+    fresh: &[(u64, u64)],
+    spec: RunSpec,
+    same_key: impl FnMut(u64, u64) -> bool,
+    in_older: impl FnMut(u64, u64) -> bool,
+    cancel: Option<&std::sync::atomic::AtomicBool>,
+) -> Result<RunHeader> {
+    let dir = crate::file_safety::parent_dir(path);
+    let name = path.file_name().ok_or_else(|| {
+        Error::invalid(format!("a key index run needs a file name, got {}", path.display()))
+    })?;
+    let temp = dir.join(format!(".{}.tmp", name.to_string_lossy()));
+    match std::fs::remove_file(&temp) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(Error::io(&temp, e)),
+        _ => {}
+    }
+    let written = (|| {
+        let mut options = std::fs::OpenOptions::new();
+        options.read(true).write(true).create_new(true);
+        let file = crate::file_safety::open_no_follow(&options, &temp).at(&temp)?;
+        let mut file = Cancellable { file, cancel };
+        let header = build_run_to(&mut file, &temp, inputs, fresh, spec, same_key, in_older)?;
+        let file = file.file;
+        file.sync_all().at(&temp)?;
+        drop(file);
+        std::fs::rename(&temp, path).at(path)?;
+        crate::file_safety::fsync_dir(dir)?;
+        Ok(header)
+    })();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&temp);
+    }
+    written
+}
+
+/// A run file being written that stops (with an error) at its next write or read once `cancel`
+/// is set.
+struct Cancellable<'a> {
+    file: std::fs::File,
+    cancel: Option<&'a std::sync::atomic::AtomicBool>,
+}
+
+impl Cancellable<'_> {
+    fn check(&self) -> std::io::Result<()> {
+        match self.cancel.is_some_and(|c| c.load(std::sync::atomic::Ordering::Relaxed)) {
+            true => Err(std::io::Error::other("the key index run's build was cancelled")),
+            false => Ok(()),
+        }
+    }
+}
+
+impl Write for Cancellable<'_> {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.check()?;
+        self.file.write(bytes)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.file.flush()
+    }
+}
+
+impl Read for Cancellable<'_> {
+    fn read(&mut self, bytes: &mut [u8]) -> std::io::Result<usize> {
+        self.check()?;
+        self.file.read(bytes)
+    }
+}
+
+impl Seek for Cancellable<'_> {
+    fn seek(&mut self, to: SeekFrom) -> std::io::Result<u64> {
+        self.file.seek(to)
+    }
+}
+
 /// The buffer of [`build_run_to`].
 const STREAM_BUFFER: usize = 1 << 20;
 

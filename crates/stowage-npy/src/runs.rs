@@ -37,10 +37,8 @@ use std::thread::JoinHandle;
 
 use memmap2::Mmap;
 use serde::{Deserialize, Serialize};
-use stowage_core::file_safety::{
-    AppendLog, atomic_write, create_dir_within_durably, fsync_dir, open_no_follow,
-};
-use stowage_core::key_runs::{KeyRun, RunHeader, RunSpec, build_run_to, key_hash, plan_merge};
+use stowage_core::file_safety::{AppendLog, atomic_write, create_dir_within_durably};
+use stowage_core::key_runs::{KeyRun, RunSpec, key_hash, plan_merge, write_run_file};
 use stowage_core::{Error, IoResultExt, Result};
 
 use crate::layout::Layout;
@@ -197,78 +195,6 @@ fn merge_runs(
     // No fresh entries, so `in_older` is never asked.
     write_run_file(&path, &inputs, &[], spec, same_key, |_, _| false, Some(cancel))?;
     KeyRun::from_bytes(&path, map_populated(&path)?)
-}
-
-/// A run file being written that stops (with an error) at its next write once `cancel` is set.
-struct Cancellable<'a> {
-    file: std::fs::File,
-    cancel: Option<&'a AtomicBool>,
-}
-
-impl std::io::Write for Cancellable<'_> {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        if self.cancel.is_some_and(|cancel| cancel.load(Ordering::Relaxed)) {
-            return Err(std::io::Error::other("the merge was cancelled"));
-        }
-        self.file.write(bytes)
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        self.file.flush()
-    }
-}
-
-impl std::io::Read for Cancellable<'_> {
-    fn read(&mut self, bytes: &mut [u8]) -> std::io::Result<usize> {
-        if self.cancel.is_some_and(|cancel| cancel.load(Ordering::Relaxed)) {
-            return Err(std::io::Error::other("the merge was cancelled"));
-        }
-        self.file.read(bytes)
-    }
-}
-
-impl std::io::Seek for Cancellable<'_> {
-    fn seek(&mut self, to: std::io::SeekFrom) -> std::io::Result<u64> {
-        self.file.seek(to)
-    }
-}
-
-/// Builds a run into the file at `path` with [`build_run_to`] (a buffer's worth of heap), under
-/// a temporary name (`.<name>.tmp`, which the next writer removes if a crash leaves it), fsynced,
-/// renamed, directory fsynced.
-fn write_run_file(
-    path: &Path,
-    inputs: &[&KeyRun],
-    fresh: &[(u64, u64)],
-    spec: RunSpec,
-    same_key: impl FnMut(u64, u64) -> bool,
-    in_older: impl FnMut(u64, u64) -> bool,
-    cancel: Option<&AtomicBool>,
-) -> Result<RunHeader> {
-    let dir = path.parent().expect("a run is in index/");
-    let name = path.file_name().expect("a run has a name").to_string_lossy();
-    let temp = dir.join(format!(".{name}.tmp"));
-    match std::fs::remove_file(&temp) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(Error::io(&temp, e)),
-        _ => {}
-    }
-    let written = (|| {
-        let mut options = std::fs::OpenOptions::new();
-        options.read(true).write(true).create_new(true);
-        let file = open_no_follow(&options, &temp).at(&temp)?;
-        let mut file = Cancellable { file, cancel };
-        let header = build_run_to(&mut file, &temp, inputs, fresh, spec, same_key, in_older)?;
-        let file = file.file;
-        file.sync_all().at(&temp)?;
-        drop(file);
-        std::fs::rename(&temp, path).at(path)?;
-        fsync_dir(dir)?;
-        Ok(header)
-    })();
-    if written.is_err() {
-        let _ = std::fs::remove_file(&temp);
-    }
-    written
 }
 
 impl Runs {
