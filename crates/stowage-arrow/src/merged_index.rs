@@ -15,11 +15,18 @@
 //! torchcachex never sees these files; they can always be rebuilt from the segments, a damaged
 //! one is ignored by readers (the segments are the truth) and reported by `validate`.
 //!
+//! A run is a [`stowage_core::key_runs`] run (version 2: slots in hash order, so a merge streams
+//! its inputs and writes the new run front to back through a small buffer, whatever its size):
+//!
 //! ```text
-//! header (crate::framed): magic "STWIDX02" | keys | capacity (a power of two) | first | through
-//!                         | new keys (keys no older run holds)
-//! slots (capacity x 16 bytes): key hash u64 | segment id u32 | row + 1 u32 (0: empty)
+//! header (80 bytes): magic "STWKRUN1" | version | keys | capacity | first | through | new keys
+//!                    (keys no older run holds) | stamp (0) | body xxh3 | header xxh3
+//! slots (capacity x 16 bytes): key hash u64 | segment id << 32 | row + 1 (0: empty)
 //! ```
+//!
+//! Runs an earlier stowage wrote in its own format (`STWIDX02`) are not read: lookups go
+//! through the sidecars of the segments they covered until the writer's next merge rebuilds
+//! the index from the segments' keys, and `validate` leaves them out (readers do not use them).
 //!
 //! As with the sidecars, a slot holds a hash: every candidate is confirmed against the segment's
 //! `key` column, so a damaged or colliding slot can hide a key but never return another key's
@@ -28,21 +35,20 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use stowage_core::Result;
 use stowage_core::cold_reads::PagePlan;
-use stowage_core::file_safety::atomic_write;
-use xxhash_rust::xxh3::xxh3_64_with_seed;
+use stowage_core::key_runs::{KeyRun, RunSpec, key_hash, write_run_file};
+use stowage_core::{Error, IoResultExt, Result};
+
+pub use stowage_core::key_runs::plan_merge;
 
 use crate::commit_log::RunEntry;
 use crate::error::ArrowCacheError;
-use crate::framed::{self, Framed, HEADER};
 use crate::layout::Layout;
 use crate::open_segments::{OpenSegments, Opened, default_max_open_segments};
 use crate::segment::Segment;
 
-const MAGIC: &[u8; 8] = b"STWIDX02";
-const SLOT: usize = 16;
-const SEED: u64 = 0x5354_5749_4458_3031;
+/// The magic of the runs an earlier stowage wrote (not read any more).
+const LEGACY_MAGIC: &[u8; 8] = b"STWIDX02";
 
 /// The keys of a cache's segments, each segment opened only when needed: a merge reads the keys
 /// of the segments it adds, and one key of an older segment only when two slots' hashes match.
@@ -115,6 +121,10 @@ pub fn merge_run(
     let (Some(first), Some(through)) = (first, through) else {
         return Err(ArrowCacheError::EmptyMerge.into());
     };
+    if through > u64::from(u32::MAX) {
+        let segments = Some(layout.segments_dir());
+        return Err(ArrowCacheError::SegmentIdBeyond32Bits { id: through, segments }.into());
+    }
     // The fresh segments stay open while their keys are gathered (a merge takes at most
     // `merge_after` of them, or a rebuild's few).
     let fresh_segments: Vec<(u64, Opened<'_, Segment>)> =
@@ -126,24 +136,72 @@ pub fn merge_run(
     let entries = fresh_keys
         .iter()
         .flat_map(|(id, keys)| keys.iter().enumerate().map(move |(row, key)| (*key, *id, row)));
-    let same_key = |(s, r): (u32, u32), (t, q): (u32, u32)| {
-        segments.same_key((u64::from(s), r as usize), (u64::from(t), q as usize))
-    };
+    let same_key = |a: (u64, usize), b: (u64, usize)| segments.same_key(a, b);
     let in_older = |key: &str| {
         older.iter().any(|run| run.find(key, |id, row| segments.key_is(id, row, key)).is_some())
     };
-    if through > u64::from(u32::MAX) {
-        let segments = Some(layout.segments_dir());
-        return Err(ArrowCacheError::SegmentIdBeyond32Bits { id: through, segments }.into());
+    let planned = plan_run(entries)?;
+    let inputs: Vec<&KeyRun> = inputs.iter().map(|run| &run.run).collect();
+    let spec = RunSpec { first, through, stamp: 0 };
+    let header = write_run_file(
+        &layout.index_run(first, through),
+        &inputs,
+        &planned.fresh,
+        spec,
+        |a, b| same_key(unpack(a), unpack(b)),
+        |_, payload| planned.keys.get(&payload).is_some_and(|key| in_older(key)),
+        None,
+    )?;
+    Ok(RunEntry {
+        first: header.first,
+        through: header.through,
+        keys: header.keys,
+        new_keys: header.new_keys,
+    })
+}
+
+/// A run's fresh entries, (key hash, payload) in write order, and each payload's key.
+struct PlannedRun<'a> {
+    fresh: Vec<(u64, u64)>,
+    keys: HashMap<u64, &'a str, foldhash::fast::RandomState>,
+}
+
+/// The fresh entries of (key, segment id, row) `entries`: each key's last, so that a key the
+/// fresh segments repeat costs no segment read to tell an overwrite from a collision.
+///
+/// Errors: `Unsupported` when a segment id or row does not fit 32 bits.
+fn plan_run<'a>(
+    entries: impl IntoIterator<Item = (&'a str, u64, usize)>,
+) -> Result<PlannedRun<'a>> {
+    // foldhash: a merge hashes every fresh key, and SipHash showed in its profile.
+    let mut winners: HashMap<&str, u64, foldhash::fast::RandomState> = HashMap::default();
+    for (key, segment, row) in entries {
+        winners.insert(key, pack(segment, row)?);
     }
-    // One buffer, the header written over its first bytes: a run of 10 M keys is 256 MB of
-    // heap while it is built (a shared writable map of the file would not be: the power-loss
-    // model cannot follow writes through one, so runs are written with write(2)).
-    let planned = plan_run(inputs, entries)?;
-    let mut bytes = vec![0u8; planned.len()];
-    let run = fill_run(&mut bytes, inputs, planned, first, through, same_key, in_older);
-    atomic_write(layout.index_run(first, through), &bytes)?;
-    Ok(run)
+    let mut planned =
+        PlannedRun { fresh: Vec::with_capacity(winners.len()), keys: HashMap::default() };
+    for (key, payload) in winners {
+        planned.fresh.push((key_hash(key.as_bytes()), payload));
+        planned.keys.insert(payload, key);
+    }
+    Ok(planned)
+}
+
+/// The slot payload of row `row` of segment `segment`: the id in the high 32 bits, row + 1 in
+/// the low 32 (0 marks an empty slot).
+fn pack(segment: u64, row: usize) -> Result<u64> {
+    let id = u32::try_from(segment)
+        .map_err(|_| ArrowCacheError::SegmentIdBeyond32Bits { id: segment, segments: None })?;
+    let row = u32::try_from(row)
+        .ok()
+        .filter(|&r| r != u32::MAX)
+        .ok_or(ArrowCacheError::RowsBeyond32Bits { rows: row as u64 })?;
+    Ok(u64::from(id) << 32 | u64::from(row + 1))
+}
+
+/// The (segment id, row) of a slot payload (never 0).
+fn unpack(payload: u64) -> (u64, usize) {
+    (payload >> 32, ((payload & u64::from(u32::MAX)).saturating_sub(1)) as usize)
 }
 
 /// Rebuilds one run over every segment of `layout` up to `through` (listed from `segments/`),
@@ -159,36 +217,10 @@ pub fn merge_segments(layout: &Layout, through: u64) -> Result<RunEntry> {
     merge_run(layout, &SegmentKeys::new(listed), &[], &ids, &[])
 }
 
-/// Which of `runs` (oldest first) the next merge folds in with `fresh_rows` new rows: the newest
-/// runs, as long as each is no larger than everything gathered so far (fresh rows and the runs
-/// already taken), so that runs halve in size from the oldest to the newest. Returns how many of
-/// the newest runs to take.
-///
-/// ```
-/// use stowage_arrow::test_support::merged_index::plan_merge;
-/// // 65,536 new rows: the equal-sized newest run is taken, then the one of 131,072 too;
-/// // the oldest (1M keys) stays.
-/// assert_eq!(plan_merge(&[1_000_000, 131_072, 65_536], 65_536), 2);
-/// assert_eq!(plan_merge(&[1_000_000, 262_144], 65_536), 0);
-/// ```
-pub fn plan_merge(run_keys: &[u64], fresh_rows: u64) -> usize {
-    let mut gathered = fresh_rows;
-    let mut taken = 0;
-    for &keys in run_keys.iter().rev() {
-        if keys > gathered {
-            break;
-        }
-        gathered += keys;
-        taken += 1;
-    }
-    taken
-}
-
-/// The bytes of a run over segments `first..=through`: the slots of `inputs` (oldest first, a
-/// later one's slot replacing an earlier one's for the same key) plus `entries` (key, segment
-/// id, row, in segment and row order, a later entry of a key winning). `same_key(a, b)` tells
-/// whether two slots (segment, row) whose hashes match hold the same key; `in_older(key)`
-/// whether a run older than `first` holds `key`.
+/// The bytes of a run over segments `first..=through` (as [`merge_run`] writes them, for tests):
+/// the slots of `inputs` (oldest first) plus `entries` (key, segment id, row, in order, a later
+/// entry of a key winning). `same_key(a, b)` tells whether two slots (segment, row) whose
+/// hashes match hold the same key; `in_older(key)` whether a run older than `first` holds `key`.
 #[cfg(test)]
 fn build_run<'a>(
     inputs: &[MergedIndex],
@@ -198,171 +230,68 @@ fn build_run<'a>(
     same_key: impl Fn((u32, u32), (u32, u32)) -> bool,
     in_older: impl Fn(&str) -> bool,
 ) -> Result<Vec<u8>> {
-    let planned = plan_run(inputs, entries)?;
-    let mut out = vec![0u8; planned.len()];
-    fill_run(&mut out, inputs, planned, first, through, same_key, in_older);
-    Ok(out)
-}
-
-/// What a run will hold before it is built: each fresh key's winning (segment, row), and the
-/// table's capacity.
-struct PlannedRun<'a> {
-    // foldhash: a merge hashes every fresh key, and SipHash showed in its profile.
-    winners: HashMap<&'a str, (u32, u32), foldhash::fast::RandomState>,
-    capacity: usize,
-}
-
-impl PlannedRun<'_> {
-    /// Bytes of the run file.
-    fn len(&self) -> usize {
-        HEADER + self.capacity * SLOT
-    }
-}
-
-/// Plans a run of `inputs` plus `entries` (as [`merge_run`] takes them).
-///
-/// Errors: `Unsupported` when a segment id or row does not fit 32 bits.
-fn plan_run<'a>(
-    inputs: &[MergedIndex],
-    entries: impl IntoIterator<Item = (&'a str, u64, usize)>,
-) -> Result<PlannedRun<'a>> {
-    let mut winners: HashMap<&str, (u32, u32), foldhash::fast::RandomState> = HashMap::default();
-    for (key, segment, row) in entries {
-        let segment = u32::try_from(segment)
-            .map_err(|_| ArrowCacheError::SegmentIdBeyond32Bits { id: segment, segments: None })?;
-        let row = u32::try_from(row)
-            .ok()
-            .filter(|&r| r != u32::MAX)
-            .ok_or(ArrowCacheError::RowsBeyond32Bits { rows: row as u64 })?;
-        winners.insert(key, (segment, row));
-    }
-    let input_keys: u64 = inputs.iter().map(|run| run.keys).sum();
-    let capacity = ((input_keys as usize + winners.len()) * 8 / 7 + 1).next_power_of_two().max(16);
-    Ok(PlannedRun { winners, capacity })
-}
-
-/// Builds the run `planned` into `out` (zeroed, [`PlannedRun::len`] bytes: the whole file) and
-/// returns its entry. `same_key` and `in_older` as [`merge_run`] uses them.
-fn fill_run(
-    out: &mut [u8],
-    inputs: &[MergedIndex],
-    planned: PlannedRun<'_>,
-    first: u64,
-    through: u64,
-    same_key: impl Fn((u32, u32), (u32, u32)) -> bool,
-    in_older: impl Fn(&str) -> bool,
-) -> RunEntry {
-    let PlannedRun { winners, capacity } = planned;
-    let mut table = Table { body: &mut out[HEADER..], mask: capacity - 1 };
-    let mut keys = 0u64;
-    let mut new_keys: u64 = inputs.iter().map(|run| run.new_keys).sum();
-    for (position, run) in inputs.iter().enumerate() {
-        for (hash, segment, row) in run.slots() {
-            // The oldest input holds each key once: none of its slots can replace another.
-            let i = match position {
-                0 => table.probe(hash, |_| false),
-                _ => table.probe(hash, |slot| same_key(slot, (segment, row))),
-            };
-            // Each input counted as new only the keys no run before it holds: the counts add.
-            keys += u64::from(table.is_empty(i));
-            table.set(i, hash, segment, row);
-        }
-    }
-    for (key, (segment, row)) in &winners {
-        let hash = xxh3_64_with_seed(key.as_bytes(), SEED);
-        let i = table.probe(hash, |slot| same_key(slot, (*segment, *row)));
-        if table.is_empty(i) {
-            keys += 1;
-            new_keys += u64::from(!in_older(key));
-        }
-        table.set(i, hash, *segment, *row);
-    }
-    framed::write_header(MAGIC, &[keys, capacity as u64, first, through, new_keys], out);
-    RunEntry { keys, first, through, new_keys }
-}
-
-/// Slots being filled.
-struct Table<'a> {
-    body: &'a mut [u8],
-    mask: usize,
-}
-
-impl Table<'_> {
-    fn is_empty(&self, i: usize) -> bool {
-        self.body[i * SLOT + 12..i * SLOT + 16] == [0; 4]
-    }
-
-    /// The slot for `hash`: the first empty one along its probe sequence, or an occupied one
-    /// with the same hash that `is_it` accepts (given its segment and row).
-    fn probe(&self, hash: u64, is_it: impl Fn((u32, u32)) -> bool) -> usize {
-        let mut i = hash as usize & self.mask;
-        while !self.is_empty(i) {
-            let at = i * SLOT;
-            let slot_hash = u64::from_le_bytes(self.body[at..at + 8].try_into().expect("8"));
-            let segment = u32::from_le_bytes(self.body[at + 8..at + 12].try_into().expect("4"));
-            let row = u32::from_le_bytes(self.body[at + 12..at + 16].try_into().expect("4")) - 1;
-            if slot_hash == hash && is_it((segment, row)) {
-                return i;
-            }
-            i = (i + 1) & self.mask;
-        }
-        i
-    }
-
-    fn set(&mut self, i: usize, hash: u64, segment: u32, row: u32) {
-        let at = i * SLOT;
-        self.body[at..at + 8].copy_from_slice(&hash.to_le_bytes());
-        self.body[at + 8..at + 12].copy_from_slice(&segment.to_le_bytes());
-        self.body[at + 12..at + 16].copy_from_slice(&(row + 1).to_le_bytes());
-    }
+    let planned = plan_run(entries)?;
+    let inputs: Vec<&KeyRun> = inputs.iter().map(|run| &run.run).collect();
+    let narrow = |(segment, row): (u64, usize)| (segment as u32, row as u32);
+    stowage_core::key_runs::build_run(
+        &inputs,
+        &planned.fresh,
+        RunSpec { first, through, stamp: 0 },
+        |a, b| same_key(narrow(unpack(a)), narrow(unpack(b))),
+        |_, payload| planned.keys.get(&payload).is_some_and(|key| in_older(key)),
+    )
 }
 
 /// An open run.
 #[derive(Debug)]
 pub struct MergedIndex {
-    file: Framed,
-    keys: u64,
-    capacity: usize,
-    first: u64,
-    through: u64,
-    new_keys: u64,
+    run: KeyRun,
 }
 
 impl MergedIndex {
     /// Maps `path` and checks its header.
     ///
-    /// Errors: [`Error::Corrupted`](stowage_core::Error::Corrupted) naming the file and what is wrong; [`Error::Io`](stowage_core::Error::Io) when it
+    /// Errors: [`Error::Corrupted`] naming the file and what is wrong (a run of the format an
+    /// earlier stowage wrote included: [`MergedIndex::is_legacy`]); [`Error::Io`] when it
     /// cannot be opened (`NotFound` included).
     pub fn open(path: &Path) -> Result<MergedIndex> {
-        let file = Framed::open(path, MAGIC, "merged index")?;
-        let (keys, capacity, first, through, new_keys) =
-            (file.field(0), file.field(1), file.field(2), file.field(3), file.field(4));
-        let fits =
-            usize::try_from(capacity).ok().filter(|c| c.is_power_of_two() && keys <= *c as u64);
-        let Some(capacity) = fits.filter(|c| c.checked_mul(SLOT) == Some(file.body().len())) else {
-            return Err(file.corrupted(format!(
-                "{} bytes for {keys} keys in {capacity} slots of {SLOT} bytes plus a {HEADER}-byte \
-                 header",
-                HEADER + file.body().len()
-            )));
-        };
-        if first > through || new_keys > keys {
-            return Err(file.corrupted(format!(
-                "segments {first} to {through}, {new_keys} of its {keys} keys new"
-            )));
+        let file = std::fs::File::open(path).at(path)?;
+        // SAFETY: run files are written once under a temporary name and renamed into place,
+        // never modified; the map is read-only and every slot read is bounds-checked.
+        let map = unsafe { memmap2::Mmap::map(&file) }.at(path)?;
+        // Lookups touch one slot each: reading around it would only evict other pages.
+        let _ = map.advise(memmap2::Advice::Random);
+        if map.starts_with(LEGACY_MAGIC) {
+            return Err(Error::corrupted(
+                path,
+                "a key index run in the format of an earlier stowage (STWIDX02): lookups use the \
+                 segments' sidecars until the writer's next merge rebuilds the index",
+            ));
         }
-        Ok(MergedIndex { file, keys, capacity, first, through, new_keys })
+        Ok(MergedIndex { run: KeyRun::from_bytes(path, map)? })
+    }
+
+    /// Whether the file at `path` is a run in the format an earlier stowage wrote (`STWIDX02`),
+    /// which readers do not use: `validate` leaves it out.
+    pub fn is_legacy(path: &Path) -> bool {
+        let mut magic = [0u8; 8];
+        std::fs::File::open(path)
+            .and_then(|mut file| std::io::Read::read_exact(&mut file, &mut magic))
+            .is_ok_and(|()| &magic == LEGACY_MAGIC)
     }
 
     /// Opens the run `entry` of `layout` and checks that its header says what the entry says.
     ///
-    /// Errors: as [`MergedIndex::open`]; [`Error::Corrupted`](stowage_core::Error::Corrupted) when the header disagrees.
+    /// Errors: as [`MergedIndex::open`]; [`Error::Corrupted`] when the header disagrees.
     pub fn open_entry(layout: &Layout, entry: &RunEntry) -> Result<MergedIndex> {
-        let run = MergedIndex::open(&layout.index_run(entry.first, entry.through))?;
+        let path = layout.index_run(entry.first, entry.through);
+        let run = MergedIndex::open(&path)?;
         if run.entry() != *entry {
-            return Err(run
-                .file
-                .corrupted(format!("holds {:?}, the commit log records {entry:?}", run.entry())));
+            let found = run.entry();
+            return Err(Error::corrupted(
+                path,
+                format!("holds {found:?}, the commit log records {entry:?}"),
+            ));
         }
         Ok(run)
     }
@@ -370,78 +299,59 @@ impl MergedIndex {
     /// What the run holds, as the commit log records it.
     pub fn entry(&self) -> RunEntry {
         RunEntry {
-            first: self.first,
-            through: self.through,
-            keys: self.keys,
-            new_keys: self.new_keys,
+            first: self.first(),
+            through: self.through(),
+            keys: self.keys(),
+            new_keys: self.new_keys(),
         }
     }
 
     /// Distinct keys in the segments it covers.
     pub fn keys(&self) -> u64 {
-        self.keys
+        self.run.keys()
     }
 
     /// Its keys that no older run holds: the cache's distinct keys are the sum over its runs.
     pub fn new_keys(&self) -> u64 {
-        self.new_keys
+        self.run.new_keys()
     }
 
     /// The lowest segment id it covers.
     pub fn first(&self) -> u64 {
-        self.first
+        self.run.first()
     }
 
     /// The highest segment id it covers.
     pub fn through(&self) -> u64 {
-        self.through
+        self.run.through()
     }
 
     /// The file.
     pub fn path(&self) -> &Path {
-        self.file.path()
+        self.run.path()
     }
 
     /// The (segment id, row) of `key`: each candidate whose slot hash matches is offered to
     /// `confirm` (the caller compares that segment's key of that row).
     pub fn find(&self, key: &str, confirm: impl Fn(u64, usize) -> bool) -> Option<(u64, usize)> {
-        let hash = xxh3_64_with_seed(key.as_bytes(), SEED);
-        let mask = self.capacity - 1;
-        let mut i = hash as usize & mask;
-        let body = self.file.body();
-        for _ in 0..self.capacity {
-            let at = i * SLOT;
-            let slot_hash = u64::from_le_bytes(body[at..at + 8].try_into().expect("8 bytes"));
-            let segment = u32::from_le_bytes(body[at + 8..at + 12].try_into().expect("4"));
-            let row = u32::from_le_bytes(body[at + 12..at + 16].try_into().expect("4"));
-            if row == 0 {
-                return None;
-            }
-            let candidate = (u64::from(segment), row as usize - 1);
-            let inside = (self.first..=self.through).contains(&candidate.0);
-            if slot_hash == hash && inside && confirm(candidate.0, candidate.1) {
-                return Some(candidate);
-            }
-            i = (i + 1) & mask;
-        }
-        None
+        let range = self.first()..=self.through();
+        let found = self.run.find(key_hash(key.as_bytes()), |payload| {
+            let (segment, row) = unpack(payload);
+            range.contains(&segment) && confirm(segment, row)
+        });
+        found.map(unpack)
     }
 
     /// Asks the CPU to load the slot a lookup of `key` reads first (a hint for batched lookups).
     pub fn prefetch(&self, key: &str) {
-        let hash = xxh3_64_with_seed(key.as_bytes(), SEED);
-        let at = (hash as usize & (self.capacity - 1)) * SLOT;
-        if let Some(slot) = self.file.body().get(at..at + SLOT) {
-            stowage_core::prefetch::prefetch(slot);
-        }
+        self.run.prefetch(key_hash(key.as_bytes()));
     }
 
     /// Adds the slot a lookup of `key` reads first to `plan` (the pages a cold batch of lookups
     /// asks the kernel for before probing).
     pub fn plan_slot<'a>(&'a self, key: &str, plan: &mut PagePlan<'a>) {
-        let hash = xxh3_64_with_seed(key.as_bytes(), SEED);
-        let at = (hash as usize & (self.capacity - 1)) * SLOT;
-        let _ = plan.add(self.file.body(), at..at + SLOT);
+        let (bytes, slot) = self.run.home_slot(key_hash(key.as_bytes()));
+        let _ = plan.add(bytes, slot);
     }
 
     /// The first slot's (segment id, row) whose hash matches `key`'s, unconfirmed: what a
@@ -450,21 +360,11 @@ impl MergedIndex {
         self.find(key, |_, _| true)
     }
 
-    /// Every occupied slot: (key hash, segment id, row).
-    fn slots(&self) -> impl Iterator<Item = (u64, u32, u32)> + '_ {
-        self.file.body().chunks_exact(SLOT).filter_map(|slot| {
-            let row = u32::from_le_bytes(slot[12..16].try_into().expect("4"));
-            let hash = u64::from_le_bytes(slot[..8].try_into().expect("8"));
-            let segment = u32::from_le_bytes(slot[8..12].try_into().expect("4"));
-            (row != 0).then(|| (hash, segment, row - 1))
-        })
-    }
-
-    /// Checks the slots against their checksum (reads the whole table).
+    /// Checks the slots against their checksum and placement (reads the whole table).
     ///
-    /// Errors: [`Error::Corrupted`](stowage_core::Error::Corrupted) naming the file.
+    /// Errors: [`Error::Corrupted`] naming the file.
     pub fn verify(&self) -> Result<()> {
-        self.file.verify()
+        self.run.verify()
     }
 }
 
@@ -478,13 +378,13 @@ pub fn discover_runs(layout: &Layout, listed: &[u64]) -> Vec<MergedIndex> {
         .unwrap_or_default()
         .into_iter()
         .filter_map(|(_, _, path)| MergedIndex::open(&path).ok())
-        .filter(|run| listed.binary_search(&run.through).is_ok() && run.verify().is_ok())
+        .filter(|run| listed.binary_search(&run.through()).is_ok() && run.verify().is_ok())
         .collect();
     // Newest end first; of two ending together, the wider.
-    found.sort_by_key(|run| (std::cmp::Reverse(run.through), run.first));
+    found.sort_by_key(|run| (std::cmp::Reverse(run.through()), run.first()));
     let mut chosen: Vec<MergedIndex> = Vec::new();
     for run in found {
-        if chosen.iter().all(|c| run.through < c.first) {
+        if chosen.iter().all(|c| run.through() < c.first()) {
             chosen.push(run);
         }
     }
@@ -493,8 +393,8 @@ pub fn discover_runs(layout: &Layout, listed: &[u64]) -> Vec<MergedIndex> {
     // one's last: a run's new-key count assumes older runs cover every segment before it.
     let mut next = listed.first().copied();
     let chain = chosen.iter().take_while(|run| {
-        let starts_there = Some(run.first) == next;
-        next = listed.iter().copied().find(|&id| id > run.through);
+        let starts_there = Some(run.first()) == next;
+        next = listed.iter().copied().find(|&id| id > run.through());
         starts_there
     });
     let keep = chain.count();
@@ -506,6 +406,7 @@ pub fn discover_runs(layout: &Layout, listed: &[u64]) -> Vec<MergedIndex> {
 mod tests {
     use super::*;
     use stowage_core::Error;
+    use stowage_core::key_runs::HEADER_LEN;
 
     /// (key, segment, row) entries of `segments` (each a list of keys), in order.
     fn entries(segments: &[Vec<String>]) -> Vec<(&str, u64, usize)> {
@@ -651,6 +552,22 @@ mod tests {
         assert_eq!(runs, [640]);
     }
 
+    /// A run an earlier stowage wrote (`STWIDX02`) is not read, and says so; `is_legacy` tells
+    /// it from damage, for `validate`.
+    #[test]
+    fn runs_of_the_earlier_format_are_not_read_and_are_told_apart() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("run");
+        let mut old = b"STWIDX02".to_vec();
+        old.resize(64 + 16 * 16, 0);
+        std::fs::write(&path, &old).unwrap();
+        let error = MergedIndex::open(&path).unwrap_err();
+        assert!(error.to_string().contains("earlier stowage (STWIDX02)"), "{error}");
+        assert!(MergedIndex::is_legacy(&path));
+        std::fs::write(&path, b"garbage!garbage!").unwrap();
+        assert!(!MergedIndex::is_legacy(&path));
+    }
+
     #[test]
     fn damaged_tables_are_refused_or_never_misdirect() {
         let dir = tempfile::tempdir().unwrap();
@@ -658,11 +575,11 @@ mod tests {
         let keys: Vec<String> = (0..300).map(|i| format!("k{i}")).collect();
         let entries = keys.iter().enumerate().map(|(row, k)| (k.as_str(), 0, row));
         let good = build_run(&[], entries, 0, 0, |_, _| false, |_| false).unwrap();
-        for len in [0, 8, HEADER, good.len() - 1] {
+        for len in [0, 8, HEADER_LEN, good.len() - 1] {
             std::fs::write(&path, &good[..len]).unwrap();
             assert!(matches!(MergedIndex::open(&path).unwrap_err(), Error::Corrupted { .. }));
         }
-        for at in (0..56).chain((HEADER..good.len()).step_by(3)) {
+        for at in (0..HEADER_LEN).chain((HEADER_LEN..good.len()).step_by(3)) {
             let mut bad = good.clone();
             bad[at] ^= 0x20;
             std::fs::write(&path, &bad).unwrap();

@@ -809,8 +809,9 @@ pub fn build_run_to<F: Read + Write + Seek>(
 }
 
 /// [`build_run_to`] into a new file at `path`, atomically and durably: built under a temporary
-/// name beside it (`.<name>.tmp`, which the backend's next writer removes if a crash leaves
-/// it), fsynced, renamed over `path`, the directory fsynced. With `cancel`, the build stops
+/// name beside it (`.<name>.tmp-<pid>-<n>`, as [`crate::file_safety::atomic_write`] names its
+/// temporaries, which a backend's next writer removes if a crash leaves one), fsynced, renamed
+/// over `path`, the directory fsynced. With `cancel`, the build stops
 /// with an error at its next write or read once the flag is set (a background merge the writer
 /// no longer needs); the temporary is removed on every error.
 ///
@@ -841,15 +842,8 @@ pub fn write_run_file(
     let name = path.file_name().ok_or_else(|| {
         Error::invalid(format!("a key index run needs a file name, got {}", path.display()))
     })?;
-    let temp = dir.join(format!(".{}.tmp", name.to_string_lossy()));
-    match std::fs::remove_file(&temp) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(Error::io(&temp, e)),
-        _ => {}
-    }
+    let (temp, file) = crate::file_safety::create_temp_read_write(dir, name).at(path)?;
     let written = (|| {
-        let mut options = std::fs::OpenOptions::new();
-        options.read(true).write(true).create_new(true);
-        let file = crate::file_safety::open_no_follow(&options, &temp).at(&temp)?;
         let mut file = Cancellable { file, cancel };
         let header = build_run_to(&mut file, &temp, inputs, fresh, spec, same_key, in_older)?;
         let file = file.file;

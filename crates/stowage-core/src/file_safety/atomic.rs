@@ -117,6 +117,15 @@ pub(crate) fn parent_dir(path: &Path) -> &Path {
 }
 
 pub(crate) fn create_temp(dir: &Path, name: &OsStr) -> io::Result<(PathBuf, File)> {
+    create_temp_opened(dir, name, false)
+}
+
+/// [`create_temp`], opened for reading too (a file written and then read back).
+pub(crate) fn create_temp_read_write(dir: &Path, name: &OsStr) -> io::Result<(PathBuf, File)> {
+    create_temp_opened(dir, name, true)
+}
+
+fn create_temp_opened(dir: &Path, name: &OsStr, read: bool) -> io::Result<(PathBuf, File)> {
     let pid = std::process::id();
     let mut attempts = 0;
     loop {
@@ -127,7 +136,7 @@ pub(crate) fn create_temp(dir: &Path, name: &OsStr) -> io::Result<(PathBuf, File
         let temp = dir.join(temp_name);
         // `create_new`: never write into a file someone else (a dead process that had our pid) left.
         // (`create_new` never follows a link either; `open_no_follow` says so for every writer.)
-        match open_no_follow(OpenOptions::new().write(true).create_new(true), &temp) {
+        match open_no_follow(OpenOptions::new().read(read).write(true).create_new(true), &temp) {
             Ok(file) => return Ok((temp, file)),
             Err(err) if err.kind() == io::ErrorKind::AlreadyExists && attempts < 64 => {
                 attempts += 1
