@@ -210,6 +210,12 @@ impl Hdf5Backend {
                 refuse_symlink(&segments)?;
                 remove_abandoned_temps(&segments, is_segment_name)?;
                 remove_abandoned_temps(dir, |name| name == FINALIZED_MARKER_NAME)?;
+                // A key index run a killed merge was writing.
+                let index = dir.join(crate::key_index::INDEX_DIR);
+                refuse_symlink(&index)?;
+                remove_abandoned_temps(&index, |name| {
+                    name.starts_with("run_") && name.ends_with(".bin")
+                })?;
                 let (log, recovered) = AppendLog::open(&log_path, false)?;
                 let committed = commit_log::interpret(&log_path, &recovered)?;
                 (committed, Some(LogWriter { log, _lock: lock }))

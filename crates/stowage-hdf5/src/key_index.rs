@@ -21,8 +21,8 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
-use stowage_core::file_safety::{atomic_write, create_dir_within_durably};
-use stowage_core::key_runs::{KeyRun, RunSpec, build_run, key_hash, plan_merge};
+use stowage_core::file_safety::create_dir_within_durably;
+use stowage_core::key_runs::{KeyRun, RunSpec, key_hash, plan_merge, write_run_file};
 use stowage_core::{Error, IoResultExt, Result};
 
 use crate::commit_log::RunEntry;
@@ -355,15 +355,18 @@ impl KeyIndex {
             older.iter().any(|(_, run)| run.find(hash, |p| confirmer.holds(p, &key)).is_some())
         };
         let spec = RunSpec { first, through: through as u64, stamp };
-        let bytes = build_run(&inputs, &fresh, spec, same_key, in_older);
-        // A segment that did not read may have misled the merge: nothing is written.
-        let bytes = confirmer.finish(bytes)??;
         // Its name durable: a run record never outlives the directory of its run in a power cut.
         create_dir_within_durably(dir, &dir.join(INDEX_DIR))?;
         let path = run_path(dir, spec.first, spec.through);
-        atomic_write(&path, &bytes)?;
-        drop(bytes);
-        let header = KeyRun::from_bytes(&path, map(&path)?)?.header();
+        // Streamed front to back (a buffer's worth of heap, whatever the run's size).
+        let written = write_run_file(&path, &inputs, &fresh, spec, same_key, in_older, None);
+        // A segment that did not read may have misled the merge: its run is not kept (no record
+        // vouches for it yet).
+        if let Err(e) = confirmer.finish(()) {
+            let _ = std::fs::remove_file(&path);
+            return Err(e);
+        }
+        let header = written?;
         Ok(RunEntry {
             first: header.first,
             through: header.through,

@@ -175,3 +175,20 @@ fn the_logs_key_count_is_used_at_open_and_checked_by_validate() {
     drop(appender);
     expected.check(&Hdf5Backend::open(dir.path(), OpenMode::ReadOnly).unwrap());
 }
+
+/// A key index run a killed merge was writing (its temporary, in `index/`) is removed by the next
+/// writer's open; a reader leaves it.
+#[test]
+fn a_killed_merges_temporary_run_is_removed_by_the_next_writer() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut expected = Expected::default();
+    let mut cache = Hdf5Backend::create(dir.path(), &schema()).unwrap();
+    write_segments(&mut cache, &mut expected, 0, 33);
+    drop(cache);
+    let temp = dir.path().join("index").join(".run_000000_000040.bin.tmp-1-7");
+    std::fs::write(&temp, b"half a run").unwrap();
+    expected.check(&Hdf5Backend::open(dir.path(), OpenMode::ReadOnly).unwrap());
+    assert!(temp.exists(), "a reader removes nothing");
+    expected.check(&Hdf5Backend::open(dir.path(), OpenMode::Append).unwrap());
+    assert!(!temp.exists());
+}
