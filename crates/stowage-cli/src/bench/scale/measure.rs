@@ -46,8 +46,8 @@ pub struct ScaleMeasured {
     /// included); `None` where the system does not say.
     pub write_peak_rss_mib: Option<f64>,
     /// Peak anonymous resident memory (`RssAnon`: the heap, without the page cache its maps
-    /// touch) the writer added, MiB, sampled after every flush; `None` where the system does
-    /// not say.
+    /// touch) the writer added, MiB, sampled every few milliseconds while it wrote; `None` where
+    /// the system does not say.
     pub write_peak_anon_mib: Option<f64>,
     /// Opening the unfinished cache for appending (resume), milliseconds.
     pub resume_open_ms: f64,
@@ -142,7 +142,9 @@ pub fn measure(
     rss::reset_peak();
     let baseline = rss::current_mib();
     let anon_baseline = rss::anon_mib();
-    let mut anon_peak: Option<f64> = None;
+    // Sampled every few milliseconds beside the writes, so that a peak inside a flush (a merge
+    // building a key index run) is seen, not only what is left after it.
+    let anon_sampler = rss::AnonPeak::start();
     let mut cache =
         Subject::create(kind, dir, &workload.schema()).map_err(|e| fail("create", &e))?;
     let mut seconds = 0.0;
@@ -159,13 +161,9 @@ pub fn measure(
         writer.flush().map_err(|e| fail("flush", &e))?;
         seconds += started.elapsed().as_secs_f64();
         start = end;
-        // Untimed: reading /proc costs about as much as a few puts.
-        if let Some(anon) = rss::anon_mib() {
-            anon_peak = Some(anon_peak.map_or(anon, |peak: f64| peak.max(anon)));
-        }
     }
     let write_peak_rss_mib = added(rss::peak_mib(), baseline);
-    let write_peak_anon_mib = added(anon_peak, anon_baseline);
+    let write_peak_anon_mib = added(anon_sampler.stop(), anon_baseline);
     drop(cache);
 
     // Resume the unfinished cache, read one key, finalize.
