@@ -28,6 +28,7 @@ use crate::manifest::{Manifest, TornLine, write_line};
 use crate::preset;
 use crate::row_format::{FieldSlot, JsonStorage, RowFormat, StowageMeta};
 use crate::sidecar::Sidecar;
+use crate::tail_index::{Covered, LineLoc};
 use crate::writer::{Session, Writer};
 use crate::{DNANET_MEMMAP, STOWAGE_MEMMAP};
 
@@ -94,6 +95,27 @@ struct IndexFailure {
 /// The outcome of loading the row index.
 type IndexLoad = std::result::Result<RowIndex, IndexFailure>;
 
+/// The rows of an unfinished cache, without every row in memory: the rows the key index runs
+/// cover (on disk, `tail_index`) and the entries of the rows since (the tail).
+#[derive(Debug)]
+pub(crate) struct Tail {
+    covered: Covered,
+    /// Entries of rows `covered.rows()..`, numbered from 0.
+    recent: RowIndex,
+    /// Where each recent row's manifest line is (or will be, once committed).
+    locs: Vec<LineLoc>,
+}
+
+impl Tail {
+    fn new(covered: Covered) -> Result<Tail> {
+        Ok(Tail {
+            covered,
+            recent: RowIndex::from_entries(Vec::new(), Path::new(""))?,
+            locs: Vec::new(),
+        })
+    }
+}
+
 /// A DNANet memmap row cache (cache version 5): read-only, or a writer holding the cache's lock.
 ///
 /// Its [`Reader::format`] is [`STOWAGE_MEMMAP`] when the cache has `stowage.json` (stowage wrote
@@ -152,6 +174,11 @@ pub struct MemmapBackend {
     /// Per JSON field: its sidecar, when deduplicated.
     sidecars: Vec<Option<Sidecar>>,
     writer: Option<Writer>,
+    /// An unfinished cache's rows (key index runs plus the tail): when present, reads by key and
+    /// `put` go through it, and `index` is loaded only by the calls that need every row.
+    tail: Option<Tail>,
+    /// Why the key index of an unfinished cache is not used (its manifest was replayed whole).
+    tail_unusable: Option<String>,
     /// Tells the kernel which pages `get` and `get_batch` will read when they are not in the page
     /// cache ([`MemmapOptions::cold_read_advice`]).
     advisor: ColdReadAdvisor,
@@ -200,10 +227,13 @@ impl MemmapBackend {
             format,
             Recorded::empty_manifest(),
             false,
-            Some(RowIndex::from_entries(Vec::new(), Path::new(""))?),
+            None,
             0,
             Vec::new(),
         );
+        // Key index files a removed cache of this directory left.
+        crate::tail_index::remove_all(&backend.layout)?;
+        backend.tail = Some(Tail::new(Covered::empty(&backend.layout))?);
         backend.start_writing(Writer::new(lock, Some(session)));
         Ok(backend)
     }
@@ -236,7 +266,10 @@ impl MemmapBackend {
     /// - Without `_COMPLETE` but with `manifest.jsonl`: serves the manifest's committed rows. For a
     ///   cache DNANet wrote, the shapes come from the manifest and the dtypes are DNANet's (`<i2`,
     ///   `|i1`, `<f4`), as there is no `shapes.json` yet. Bytes beyond the committed rows are a
-    ///   torn append and are ignored. [`Reader::is_finalized`] is false.
+    ///   torn append and are ignored. [`Reader::is_finalized`] is false. With stowage's key index
+    ///   of the unfinished cache (`stowage_index/tail_state`, crate documentation, *Unfinished
+    ///   caches*) only the manifest's lines after the rows its runs cover are parsed; without
+    ///   one, or when it does not match the manifest, every line.
     /// - Without both, but with `shapes.json` and `index.parquet`: finalize was interrupted just
     ///   before writing `_COMPLETE`; read like a complete cache (index loaded lazily), reported as
     ///   unfinished.
@@ -280,6 +313,9 @@ impl MemmapBackend {
     ///
     /// Unlike a read-only open, a writer loads (and checks) `index.parquet` of a finalized cache at
     /// open: a damaged index is `Error::Corrupted` here, before `_COMPLETE` could be added.
+    ///
+    /// The writer holds in memory only the rows after those its key index runs cover (the tail);
+    /// its flushes turn the tail into a run every [`MemmapOptions::key_index_tail`] rows.
     pub fn open_append(dir: impl AsRef<Path>, options: MemmapOptions) -> Result<MemmapBackend> {
         let layout = Layout::new(dir.as_ref());
         if !holds_cache(&layout) {
@@ -288,7 +324,9 @@ impl MemmapBackend {
         let lock = WriterLock::acquire(layout.root())?;
         let mut backend = Self::open_existing(layout, options)?;
         remove_abandoned_temporaries(&backend.layout, &backend.format)?;
-        backend.try_index()?;
+        if matches!(backend.recorded, Recorded::ByFinalize) {
+            backend.try_index()?;
+        }
         let session = match backend.recorded.clone() {
             Recorded::ByFinalize if backend.write.is_finalized() => None,
             Recorded::ByFinalize => {
@@ -300,6 +338,9 @@ impl MemmapBackend {
             Recorded::ByManifest { .. } if !backend.layout.manifest().exists() => {
                 // No manifest: no committed row, and whatever the .bin files hold is stale.
                 let session = Session::create(&backend.layout, &backend.format)?;
+                crate::tail_index::remove_all(&backend.layout)?;
+                backend.index = OnceLock::new();
+                backend.tail = Some(Tail::new(Covered::empty(&backend.layout))?);
                 fsync_dir(backend.layout.root())?;
                 Some(session)
             }
@@ -308,14 +349,20 @@ impl MemmapBackend {
                 if !backend.format.checksums {
                     backend.start_checksums()?;
                 }
-                let index = backend.try_index()?;
+                if backend.tail_unusable.is_some() {
+                    // Stale: the runs are rebuilt from the rows replayed at open.
+                    crate::tail_index::remove_all(&backend.layout)?;
+                } else {
+                    let covered = backend.tail.as_ref().map(|t| &t.covered);
+                    crate::tail_index::remove_unused(&backend.layout, covered);
+                }
                 let session = Session::recover(
                     &backend.layout,
                     &backend.format,
                     backend.rows,
                     (committed_len, missing_newline),
                     &backend.foreign_lines,
-                    |row| index.row(row).map_or("", |entry| &entry.path),
+                    |row| backend.entry(row).map_or(String::new(), |e| e.path.to_string()),
                 )?;
                 fsync_dir(backend.layout.root())?;
                 Some(session)
@@ -473,7 +520,23 @@ impl MemmapBackend {
         meta: Option<StowageMeta>,
     ) -> Result<MemmapBackend> {
         let path = layout.manifest();
-        let text = std::fs::read(&path).at(&path)?;
+        // The key index runs of a cache stowage wrote: only the manifest's tail is replayed.
+        let (covered, unusable) = match meta.is_some().then(|| Covered::open(&layout)) {
+            Some(Ok(Some(covered))) => (Some(covered), None),
+            Some(Err(why)) => (None, Some(why)),
+            _ => (None, None),
+        };
+        let text = match &covered {
+            None => std::fs::read(&path).at(&path)?,
+            Some(covered) => {
+                use std::io::{Read, Seek, SeekFrom};
+                let mut file = std::fs::File::open(&path).at(&path)?;
+                file.seek(SeekFrom::Start(covered.manifest_bytes())).at(&path)?;
+                let mut text = Vec::new();
+                file.read_to_end(&mut text).at(&path)?;
+                text
+            }
+        };
         let format = match meta {
             Some(meta) => RowFormat::new(&meta.schema, true)
                 .map_err(|e| Error::corrupted(layout.stowage_meta(), e.to_string()))?,
@@ -490,22 +553,75 @@ impl MemmapBackend {
                 RowFormat::with_layouts(preset::schema_for(&fields), fields, false)?
             }
         };
-        let manifest = Manifest::parse(&text, &path, &format)?;
-        let rows = manifest.rows.len();
+        let (first_row, base_offset) =
+            covered.as_ref().map_or((0, 0), |c| (c.rows(), c.manifest_bytes()));
+        let manifest = Manifest::parse_from(&text, &path, &format, first_row, base_offset)?;
+        let rows = first_row + manifest.rows.len();
         // Bytes beyond the committed rows are a torn append; the checksum file may also stop
         // short of them (rows DNANet committed), which the rows' verdicts judge.
         let (files, _) = field_files(&layout, &format, rows);
         for file in &files {
             file.check_size()?;
         }
-        let index = RowIndex::from_entries(manifest.rows, &path)?;
+        let recent = RowIndex::from_entries(manifest.rows, &path)?;
         let recorded = Recorded::ByManifest {
             torn_tail: manifest.torn_tail,
             committed_len: manifest.committed_len,
             missing_newline: manifest.missing_newline,
         };
-        let foreign = manifest.foreign;
-        Ok(Self::assemble(layout, options, format, recorded, false, Some(index), rows, foreign))
+        let covered = covered.unwrap_or_else(|| Covered::empty(&layout));
+        let mut foreign = covered.foreign().to_vec();
+        for range in manifest.foreign {
+            match foreign.last_mut() {
+                Some(last) if last.end == range.start => last.end = range.end,
+                _ => foreign.push(range),
+            }
+        }
+        let tail = Tail { covered, recent, locs: manifest.lines };
+        let mut backend =
+            Self::assemble(layout, options, format, recorded, false, None, rows, foreign);
+        backend.tail = Some(tail);
+        backend.tail_unusable = unusable;
+        Ok(backend)
+    }
+
+    /// Why the key index of this unfinished cache is not used, when it exists but does not match
+    /// the manifest (its rows were replayed whole instead).
+    pub(crate) fn tail_unusable(&self) -> Option<&str> {
+        self.tail_unusable.as_deref()
+    }
+
+    /// The key index runs and line locations of an unfinished cache, when in use.
+    pub(crate) fn tail_covered(&self) -> Option<&Covered> {
+        self.tail.as_ref().map(|t| &t.covered).filter(|c| c.rows() > 0)
+    }
+
+    /// Every row's entry of an unfinished cache read through its tail: the manifest's committed
+    /// lines (up to this handle's rows), then the rows this writer has not committed yet.
+    fn full_tail_index(&self, tail: &Tail) -> Result<RowIndex> {
+        let path = self.layout.manifest();
+        let text = match std::fs::read(&path) {
+            Ok(text) => text,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
+            Err(e) => return Err(e).at(&path),
+        };
+        let mut entries = Manifest::entries(&text, &path, &self.format)?;
+        drop(text);
+        entries.truncate(self.rows);
+        let base = tail.covered.rows();
+        if entries.len() < base {
+            return Err(Error::corrupted(
+                &path,
+                format!("holds {} rows, the key index covers {base}", entries.len()),
+            ));
+        }
+        for row in entries.len()..self.rows {
+            let entry = tail.recent.row(row - base).ok_or_else(|| {
+                Error::corrupted(&path, format!("row {row} is neither committed nor pending"))
+            })?;
+            entries.push(entry.clone());
+        }
+        RowIndex::from_entries(entries, &path)
     }
 
     /// A read-only handle over `rows` rows; `index` is `None` when it is to be read from
@@ -550,6 +666,8 @@ impl MemmapBackend {
             names,
             sidecars,
             writer: None,
+            tail: None,
+            tail_unusable: None,
             advisor,
         }
     }
@@ -670,6 +788,21 @@ impl MemmapBackend {
                 Lookup::Unsure => {}
             }
         }
+        if let Some(tail) = &self.tail {
+            let base = tail.covered.rows();
+            if let Some(local) = tail.recent.find_with(key, |local| candidate(base + local)) {
+                return Ok(Some(base + local));
+            }
+            match tail.covered.find(key, &self.format) {
+                Lookup::Found(row) => {
+                    candidate(row);
+                    return Ok(Some(row));
+                }
+                Lookup::Absent => return Ok(None),
+                // A damaged line location or line: every row is read from the manifest.
+                Lookup::Unsure => {}
+            }
+        }
         Ok(self.try_index()?.find_with(key, candidate))
     }
 
@@ -681,6 +814,17 @@ impl MemmapBackend {
         {
             return Ok(Cow::Owned(entry));
         }
+        if let Some(tail) = &self.tail {
+            let base = tail.covered.rows();
+            if row >= base
+                && let Some(entry) = tail.recent.row(row - base)
+            {
+                return Ok(Cow::Borrowed(entry));
+            }
+            if let Some(entry) = tail.covered.entry(row, &self.format) {
+                return Ok(Cow::Owned(entry));
+            }
+        }
         let entry = self.try_index()?.row(row).ok_or_else(|| {
             Error::invalid(format!("row {row} is beyond the {} rows of the index", self.rows))
         })?;
@@ -691,6 +835,7 @@ impl MemmapBackend {
     /// [`RowIndex::stowage_checksum_rows`]), from the key index when it is in use.
     pub(crate) fn stowage_checksum_rows(&self) -> Option<usize> {
         match &self.key_index {
+            _ if matches!(self.recorded, Recorded::ByManifest { .. }) => None,
             KeyIndexState::Ready(keys) if !self.index_loaded() => keys.checksum_rows(),
             _ => self.index().stowage_checksum_rows(),
         }
@@ -698,7 +843,11 @@ impl MemmapBackend {
 
     fn load_index(&self) -> IndexLoad {
         let path = self.layout.index();
-        let index = RowIndex::read_parquet(&path, &self.format).and_then(|index| {
+        let index = match (&self.tail, &self.recorded) {
+            (Some(tail), Recorded::ByManifest { .. }) => self.full_tail_index(tail),
+            _ => RowIndex::read_parquet(&path, &self.format),
+        };
+        let index = index.and_then(|index| {
             if index.len() == self.rows {
                 return Ok(index);
             }
@@ -1066,13 +1215,38 @@ impl MemmapBackend {
             Self::writer_index(&mut self.index).mark_finalized_by_stowage();
         }
         self.recorded = Recorded::ByFinalize;
+        self.tail = None;
         self.write.set_finalized(true);
+        Ok(())
+    }
+
+    /// After a flush: when the tail holds [`MemmapOptions::key_index_tail`] rows, turns it into a
+    /// key index run (`tail_index`), so that the next open replays only the rows after it.
+    fn write_tail_run(&mut self) -> Result<()> {
+        let bound = self.options.key_index_tail.max(1);
+        let Some(manifest_bytes) = self.session().map(|s| s.manifest.committed_len()) else {
+            return Ok(());
+        };
+        let Some(tail) = self.tail.as_mut().filter(|t| t.recent.len() >= bound) else {
+            return Ok(());
+        };
+        let hashes: Vec<u64> = tail
+            .recent
+            .rows()
+            .iter()
+            .map(|e| stowage_core::key_runs::key_hash(e.path.as_bytes()))
+            .collect();
+        tail.covered.write_run(&tail.locs, &hashes, manifest_bytes, &self.foreign_lines)?;
+        tail.recent = RowIndex::from_entries(Vec::new(), Path::new(""))?;
+        tail.locs = Vec::new();
         Ok(())
     }
 
     fn commit(&self, fingerprint: &[u8]) -> Result<()> {
         let layout = &self.layout;
         write_finalize_files(layout, &self.format, self.try_index()?, fingerprint)?;
+        // The unfinished cache's key index: derived from the manifest, removed before it.
+        crate::tail_index::remove_all(layout)?;
         std::fs::remove_file(layout.manifest()).at(layout.manifest())?;
         fsync_dir(layout.root())?;
         atomic_write(layout.complete_marker(), b"")
@@ -1288,6 +1462,11 @@ impl Reader for MemmapBackend {
         {
             return Ok(keys);
         }
+        if let Some(tail) = self.tail.as_ref().filter(|_| !self.index_loaded()) {
+            // Every row once, without keeping them.
+            let full = self.full_tail_index(tail)?;
+            return Ok(full.rows().iter().map(|r| r.path.to_string()).collect());
+        }
         Ok(self.try_index()?.rows().iter().map(|r| r.path.to_string()).collect())
     }
 
@@ -1317,11 +1496,11 @@ impl Reader for MemmapBackend {
 impl Backend for MemmapBackend {
     fn put(&mut self, key: &str, sample: &Sample) -> Result<()> {
         self.write.check_put(key, sample, &self.format.schema, &self.capabilities)?;
-        if let Some(row) = self.try_index()?.find(key) {
+        if let Some(row) = self.find_row(key, |_| {})? {
             return Err(MemmapError::KeyExists { key: key.to_owned(), row }.into());
         }
-        let MemmapBackend { format, writer, index, write, .. } = self;
-        let index = Self::writer_index(index);
+        let row = self.rows;
+        let MemmapBackend { format, writer, index, write, tail, .. } = self;
         let session = writer
             .as_mut()
             .and_then(|w| w.session.as_mut())
@@ -1371,8 +1550,21 @@ impl Backend for MemmapBackend {
             write.poison(&e);
             return Err(e);
         }
-        session.manifest.push_with(|line| write_line(line, format, index.len(), &entry));
-        index.push(entry)?;
+        let loc = session.manifest.push_with(|line| write_line(line, format, row, &entry));
+        match (tail.as_mut(), index.get_mut()) {
+            (Some(tail), Some(Ok(full))) => {
+                full.push(entry.clone())?;
+                tail.recent.push(entry)?;
+                tail.locs.push(loc);
+            }
+            (Some(tail), _) => {
+                tail.recent.push(entry)?;
+                tail.locs.push(loc);
+            }
+            (None, _) => {
+                Self::writer_index(index).push(entry)?;
+            }
+        }
         self.rows += 1;
         Ok(())
     }
@@ -1380,7 +1572,7 @@ impl Backend for MemmapBackend {
     fn flush(&mut self) -> Result<()> {
         let writer = self.writer("flush")?;
         let Some(session) = writer.session.as_mut() else { return Ok(()) };
-        let result = session.flush();
+        let result = session.flush().and_then(|()| self.write_tail_run());
         self.poison(result)
     }
 

@@ -126,12 +126,12 @@ pub(crate) fn describe_runs(rows: &[Range<usize>]) -> String {
 ///
 /// Errors: [`Error::Corrupted`] naming the file, the row and its key when a row stowage committed
 /// (not `foreign`) has no checksum row: the writer does not resume over damage.
-pub(crate) fn recover_checksum_file<'k>(
+pub(crate) fn recover_checksum_file(
     path: &Path,
     row_bytes: usize,
     rows: usize,
     foreign: &[Range<usize>],
-    key_of: impl Fn(usize) -> &'k str,
+    key_of: impl Fn(usize) -> String,
 ) -> Result<()> {
     // Never truncated here: the rows kept are decided below. Never through a link.
     let file = open_no_follow(
@@ -143,7 +143,7 @@ pub(crate) fn recover_checksum_file<'k>(
     let width = row_bytes as u64;
     let kept = usize::try_from(len / width).unwrap_or(usize::MAX).min(rows);
     if let Some(row) = (kept..rows).find(|&row| !contains(foreign, row)) {
-        let (checksums, key) = (path.to_path_buf(), key_of(row).to_owned());
+        let (checksums, key) = (path.to_path_buf(), key_of(row));
         return Err(MemmapError::ResumeOverDamage { checksums, row, key, covered: kept }.into());
     }
     let placeholder = checksum::placeholder_row(row_bytes);
@@ -152,7 +152,7 @@ pub(crate) fn recover_checksum_file<'k>(
     for row in foreign.iter().flat_map(|r| r.start..r.end.min(kept)) {
         let offset = row as u64 * width;
         read_exact_at(&file, &mut stored, offset).at(path)?;
-        let names_key = checksum::nth(&stored, 0) == checksum::of_key(key_of(row));
+        let names_key = checksum::nth(&stored, 0) == checksum::of_key(&key_of(row));
         if !checksum::is_placeholder(&stored) && !names_key {
             write_all_at(&file, &placeholder, offset).at(path)?;
             changed = true;
@@ -302,7 +302,8 @@ mod tests {
         let mut bytes = [real("a"), real("b"), real("torn key")].concat();
         bytes.extend_from_slice(&[7; 5]);
         std::fs::write(&path, &bytes).unwrap();
-        recover_checksum_file(&path, 16, 5, std::slice::from_ref(&(2..5)), |r| keys[r]).unwrap();
+        recover_checksum_file(&path, 16, 5, std::slice::from_ref(&(2..5)), |r| keys[r].to_string())
+            .unwrap();
         let after = std::fs::read(&path).unwrap();
         assert_eq!(after.len(), 5 * 16);
         assert_eq!(&after[..32], &[real("a"), real("b")].concat()[..]);
@@ -311,15 +312,18 @@ mod tests {
         }
         // A row stowage committed without its checksum row is damage: nothing changes.
         std::fs::write(&path, real("a")).unwrap();
-        let err = recover_checksum_file(&path, 16, 3, std::slice::from_ref(&(2..3)), |r| keys[r])
-            .unwrap_err();
+        let err = recover_checksum_file(&path, 16, 3, std::slice::from_ref(&(2..3)), |r| {
+            keys[r].to_string()
+        })
+        .unwrap_err();
         let Error::Corrupted { key, detail, .. } = &err else { panic!("{err}") };
         assert_eq!(key.as_deref(), Some("b"));
         assert!(detail.starts_with("row 1 was committed by stowage's writer"), "{err}");
         assert_eq!(std::fs::read(&path).unwrap(), real("a"));
         // A missing file is created with a placeholder for each foreign row.
         std::fs::remove_file(&path).unwrap();
-        recover_checksum_file(&path, 16, 2, std::slice::from_ref(&(0..2)), |r| keys[r]).unwrap();
+        recover_checksum_file(&path, 16, 2, std::slice::from_ref(&(0..2)), |r| keys[r].to_string())
+            .unwrap();
         assert_eq!(std::fs::read(&path).unwrap(), checksum::placeholder_row(16).repeat(2));
     }
 }

@@ -121,8 +121,6 @@ pub(crate) enum Lookup {
 pub(crate) struct KeyIndex {
     keys: Mmap,
     run: KeyRun,
-    /// The run's bytes, shared with `run`: for planning the pages of a batch's slots.
-    run_map: SharedMap,
     rows: usize,
     tensors: usize,
     json: usize,
@@ -136,16 +134,6 @@ fn u64_at(bytes: &[u8], at: usize) -> Option<u64> {
 
 fn u32_at(bytes: &[u8], at: usize) -> Option<u32> {
     Some(u32::from_le_bytes(bytes.get(at..at.checked_add(4)?)?.try_into().ok()?))
-}
-
-/// A map shared by the run and the batch planner.
-#[derive(Debug, Clone)]
-struct SharedMap(Arc<Mmap>);
-
-impl AsRef<[u8]> for SharedMap {
-    fn as_ref(&self) -> &[u8] {
-        &self.0
-    }
 }
 
 /// Maps `path` read-only for random access: a lookup reads a slot and a record, so the kernel's
@@ -225,8 +213,8 @@ impl KeyIndex {
             ));
         }
         let run_path = run_path(layout);
-        let run_map = SharedMap(Arc::new(map(&run_path).map_err(|e| e.to_string())?));
-        let run = KeyRun::from_bytes(&run_path, run_map.clone()).map_err(|e| e.to_string())?;
+        let run_map = map(&run_path).map_err(|e| e.to_string())?;
+        let run = KeyRun::from_bytes(&run_path, run_map).map_err(|e| e.to_string())?;
         if run.header().header_checksum != field(8) {
             return Err(format!("{}: not the run keys.bin vouches for", run_path.display()));
         }
@@ -234,7 +222,6 @@ impl KeyIndex {
         Ok(KeyIndex {
             keys,
             run,
-            run_map,
             rows,
             tensors: format.tensors.len(),
             json: format.json.len(),
@@ -280,15 +267,7 @@ impl KeyIndex {
     /// The bytes of the run's home slot of `key` (where its lookup starts reading), for
     /// planning a batch's pages; `None` for a run of another version.
     pub(crate) fn home_slot(&self, key: &str) -> Option<(&[u8], Range<usize>)> {
-        let header = self.run.header();
-        if self.run.version() != 2 {
-            return None;
-        }
-        let shift = 64 - header.capacity.trailing_zeros();
-        let home =
-            usize::try_from(key_hash(key.as_bytes()).checked_shr(shift).unwrap_or(0)).ok()?;
-        let start = 80 + home * 16;
-        Some((self.run_map.as_ref(), start..start + 16))
+        Some(self.run.home_slot(key_hash(key.as_bytes())))
     }
 
     /// Every (row, record range in [`KeyIndex::keys_map`]) the run's slots whose hash matches

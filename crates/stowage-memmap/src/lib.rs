@@ -27,6 +27,7 @@ mod preset;
 mod ram_guard;
 mod row_format;
 mod sidecar;
+mod tail_index;
 #[cfg(test)]
 mod unit_fixtures;
 mod validate;

@@ -54,6 +54,9 @@ pub struct Manifest {
     /// (DNANet) committed them.
     /// Sorted, disjoint ranges of row numbers.
     pub foreign: Vec<Range<usize>>,
+    /// Where each committed row's line is (offset in the manifest, length, checksum), for the
+    /// key index of an unfinished cache.
+    pub(crate) lines: Vec<crate::tail_index::LineLoc>,
 }
 
 impl Manifest {
@@ -89,15 +92,48 @@ impl Manifest {
     /// assert_eq!(manifest.foreign, [0..1], "DNANet's key order, not stowage's");
     /// # Ok::<(), stowage_core::Error>(())
     /// ```
+    #[allow(dead_code)] // The crate reads manifests from an offset; tests and fuzzing use this.
     pub fn parse(text: &[u8], path: &Path, format: &RowFormat) -> Result<Manifest> {
+        Self::parse_from(text, path, format, 0, 0)
+    }
+
+    /// [`Manifest::parse`] of the manifest's bytes from `base_offset` on, whose first line is row
+    /// `first_row` (the rows before are covered by the key index): row numbers, foreign ranges
+    /// and line offsets are the whole manifest's, `committed_len` too.
+    pub(crate) fn parse_from(
+        text: &[u8],
+        path: &Path,
+        format: &RowFormat,
+        first_row: usize,
+        base_offset: u64,
+    ) -> Result<Manifest> {
+        Self::parse_inner(text, path, format, first_row, base_offset, true)
+    }
+
+    /// Every committed row's entry, as [`Manifest::parse`] finds them, without telling which
+    /// lines another writer wrote or where they are (what finalize needs: faster).
+    pub(crate) fn entries(text: &[u8], path: &Path, format: &RowFormat) -> Result<Vec<RowEntry>> {
+        Ok(Self::parse_inner(text, path, format, 0, 0, false)?.rows)
+    }
+
+    fn parse_inner(
+        text: &[u8],
+        path: &Path,
+        format: &RowFormat,
+        first_row: usize,
+        base_offset: u64,
+        detailed: bool,
+    ) -> Result<Manifest> {
+        let mut lines_at = Vec::new();
+        let shape_texts = shape_texts(format);
         let mut rows: Vec<RowEntry> = Vec::new();
         let mut torn_tail = None;
-        let mut committed_len = 0u64;
+        let mut committed_len = base_offset;
         let mut missing_newline = false;
         // Identical deduplicated texts share one allocation, as in the finalized cache's sidecar.
         let mut interned: Vec<HashSet<Arc<str>>> = vec![HashSet::default(); format.json.len()];
         let mut lines = text.split(|&b| b == b'\n').enumerate().peekable();
-        let mut offset = 0u64;
+        let mut offset = base_offset;
         let mut foreign: Vec<Range<usize>> = Vec::new();
         let mut encoded = String::new();
         while let Some((i, line)) = lines.next() {
@@ -105,36 +141,173 @@ impl Manifest {
             if last && line.is_empty() {
                 break;
             }
+            let position = first_row + rows.len();
+            if let Some(entry) = fast_row(line, position, format, &shape_texts, &mut interned) {
+                if detailed {
+                    encoded.clear();
+                    write_line(&mut encoded, format, position, &entry);
+                    if encoded.as_bytes().strip_suffix(b"\n") != Some(line) {
+                        match foreign.last_mut() {
+                            Some(run) if run.end == position => run.end += 1,
+                            _ => foreign.push(position..position + 1),
+                        }
+                    }
+                    lines_at.push(crate::tail_index::LineLoc::of(offset, line));
+                }
+                rows.push(entry);
+                offset += line.len() as u64 + u64::from(!last);
+                committed_len = offset;
+                missing_newline = last;
+                continue;
+            }
             let object = match serde_json::from_slice::<Map<String, Json>>(line) {
                 Ok(object) => object,
                 Err(_) if last => {
-                    torn_tail = Some(TornLine { line: i + 1, bytes: line.len() });
+                    torn_tail = Some(TornLine { line: first_row + i + 1, bytes: line.len() });
                     break;
                 }
                 Err(e) => {
                     return Err(Error::corrupted(
                         path,
-                        format!("line {} is not a committed row entry: {e}", i + 1),
+                        format!("line {} is not a committed row entry: {e}", first_row + i + 1),
                     ));
                 }
             };
-            let entry = parse_row(&object, rows.len(), format, &mut interned)
-                .map_err(|detail| Error::corrupted(path, format!("line {}: {detail}", i + 1)))?;
-            encoded.clear();
-            write_line(&mut encoded, format, rows.len(), &entry);
-            if encoded.as_bytes().strip_suffix(b"\n") != Some(line) {
-                match foreign.last_mut() {
-                    Some(run) if run.end == rows.len() => run.end += 1,
-                    _ => foreign.push(rows.len()..rows.len() + 1),
+            let entry = parse_row(&object, position, format, &mut interned).map_err(|detail| {
+                Error::corrupted(path, format!("line {}: {detail}", first_row + i + 1))
+            })?;
+            if detailed {
+                encoded.clear();
+                write_line(&mut encoded, format, position, &entry);
+                if encoded.as_bytes().strip_suffix(b"\n") != Some(line) {
+                    match foreign.last_mut() {
+                        Some(run) if run.end == position => run.end += 1,
+                        _ => foreign.push(position..position + 1),
+                    }
                 }
+                lines_at.push(crate::tail_index::LineLoc::of(offset, line));
             }
             rows.push(entry);
             offset += line.len() as u64 + u64::from(!last);
             committed_len = offset;
             missing_newline = last;
         }
-        Ok(Manifest { rows, torn_tail, committed_len, missing_newline, foreign })
+        Ok(Manifest { rows, torn_tail, committed_len, missing_newline, foreign, lines: lines_at })
     }
+}
+
+/// The entry of one manifest line (without its newline) that must be row `position`; `None`
+/// when it is not.
+pub(crate) fn parse_one(line: &[u8], position: usize, format: &RowFormat) -> Option<RowEntry> {
+    let mut interned: Vec<HashSet<Arc<str>>> = vec![HashSet::default(); format.json.len()];
+    if let Some(entry) = fast_row(line, position, format, &shape_texts(format), &mut interned) {
+        return Some(entry);
+    }
+    let object = serde_json::from_slice::<Map<String, Json>>(line).ok()?;
+    let mut interned: Vec<HashSet<Arc<str>>> = vec![HashSet::default(); format.json.len()];
+    parse_row(&object, position, format, &mut interned).ok()
+}
+
+/// The fields of a line, borrowed: keys (unescaped only) and raw values.
+struct RawFields<'a>(Vec<(&'a str, &'a serde_json::value::RawValue)>);
+
+impl<'de> serde::Deserialize<'de> for RawFields<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct Fields;
+        impl<'de> serde::de::Visitor<'de> for Fields {
+            type Value = RawFields<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> std::result::Result<Self::Value, A::Error> {
+                let mut fields = Vec::with_capacity(16);
+                while let Some(entry) = map.next_entry()? {
+                    fields.push(entry);
+                }
+                Ok(RawFields(fields))
+            }
+        }
+        d.deserialize_map(Fields)
+    }
+}
+
+/// Per tensor field, its shape as stowage and DNANet write it (`[1, 2]`).
+fn shape_texts(format: &RowFormat) -> Vec<String> {
+    format
+        .tensors
+        .iter()
+        .map(|t| {
+            let dims: Vec<String> = t.layout.shape.iter().map(ToString::to_string).collect();
+            format!("[{}]", dims.join(", "))
+        })
+        .collect()
+}
+
+/// A JSON string's text from its raw form, borrowed when it has no escape.
+fn raw_string(raw: &str) -> Option<std::borrow::Cow<'_, str>> {
+    let inner = raw.strip_prefix('"')?.strip_suffix('"')?;
+    if inner.contains('\\') {
+        serde_json::from_str::<String>(raw).ok().map(std::borrow::Cow::Owned)
+    } else {
+        Some(std::borrow::Cow::Borrowed(inner))
+    }
+}
+
+/// The entry of a line in the form stowage and DNANet write (keys unescaped, shapes as
+/// [`shape_texts`]), parsed without building a JSON object; `None` for anything else (the
+/// general parser then decides, with its errors).
+fn fast_row(
+    line: &[u8],
+    position: usize,
+    format: &RowFormat,
+    shape_texts: &[String],
+    interned: &mut [HashSet<Arc<str>>],
+) -> Option<RowEntry> {
+    let RawFields(fields) = serde_json::from_slice::<RawFields<'_>>(line).ok()?;
+    let get = |key: &str| fields.iter().rev().find(|(k, _)| *k == key).map(|(_, v)| v.get());
+    if get("row")?.parse::<u64>().ok()? != position as u64 {
+        return None;
+    }
+    let path = raw_string(get("path")?)?;
+    let mut present = Vec::with_capacity(format.tensors.len());
+    for (tensor, shape) in format.tensors.iter().zip(shape_texts) {
+        if get(&tensor.shape_key)? != shape {
+            return None;
+        }
+        present.push(match &tensor.has_column {
+            None => true,
+            Some(key) => match get(key) {
+                None | Some("true") => true,
+                Some("false") => false,
+                Some(_) => return None,
+            },
+        });
+    }
+    let mut json = Vec::with_capacity(format.json.len());
+    for (field, interned) in format.json.iter().zip(interned) {
+        json.push(match get(&field.manifest_key) {
+            None | Some("null") => JsonRef::Null,
+            Some(raw) => {
+                let text = raw_string(raw)?;
+                let text: Arc<str> = match &field.storage {
+                    JsonStorage::Deduplicated { .. } => match interned.get(&*text) {
+                        Some(shared) => shared.clone(),
+                        None => {
+                            let shared: Arc<str> = Arc::from(&*text);
+                            interned.insert(shared.clone());
+                            shared
+                        }
+                    },
+                    JsonStorage::Plain { .. } => Arc::from(&*text),
+                };
+                JsonRef::Inline(text)
+            }
+        });
+    }
+    Some(RowEntry { path: path.into(), present: present.into(), json: json.into() })
 }
 
 fn shape_of(value: Option<&Json>) -> Option<Vec<usize>> {
@@ -283,6 +456,8 @@ pub struct ManifestWriter {
     path: PathBuf,
     file: File,
     pending: String,
+    /// Bytes of the file (committed lines).
+    len: u64,
 }
 
 impl ManifestWriter {
@@ -296,17 +471,27 @@ impl ManifestWriter {
             file.set_len(committed_len).at(path)?;
             file.sync_data().at(path)?;
         }
+        let mut len = committed_len;
         if missing_newline {
             file.write_all(b"\n").at(path)?;
             file.sync_data().at(path)?;
+            len += 1;
         }
-        Ok(ManifestWriter { path: path.to_path_buf(), file, pending: String::new() })
+        Ok(ManifestWriter { path: path.to_path_buf(), file, pending: String::new(), len })
     }
 
     /// Adds the line `write` appends to the pending text, to be written by the next commit
-    /// (written in place: no buffer per line).
-    pub fn push_with(&mut self, write: impl FnOnce(&mut String)) {
+    /// (written in place: no buffer per line). Returns where the line will be in the file.
+    pub fn push_with(&mut self, write: impl FnOnce(&mut String)) -> crate::tail_index::LineLoc {
+        let start = self.pending.len();
         write(&mut self.pending);
+        let line = self.pending.as_bytes()[start..].strip_suffix(b"\n").unwrap_or_default();
+        crate::tail_index::LineLoc::of(self.len + start as u64, line)
+    }
+
+    /// Bytes of the file once the pending lines are committed.
+    pub(crate) fn committed_len(&self) -> u64 {
+        self.len
     }
 
     /// Writes the pending lines and fdatasyncs the file: the commit point of their rows.
@@ -316,6 +501,7 @@ impl ManifestWriter {
         }
         self.file.write_all(self.pending.as_bytes()).at(&self.path)?;
         self.file.sync_data().at(&self.path)?;
+        self.len += self.pending.len() as u64;
         self.pending.clear();
         Ok(())
     }
@@ -406,6 +592,34 @@ mod tests {
         let last = encode_line(&format, 0, &entry("/a"));
         let manifest = Manifest::parse(&last[..last.len() - 1], Path::new("m"), &format).unwrap();
         assert!(manifest.missing_newline && manifest.foreign.is_empty());
+    }
+
+    #[test]
+    fn the_fast_parser_agrees_with_the_general_one_or_declines() {
+        let format = RowFormat::new(&crate::dnanet(1, 2), false).unwrap();
+        let shapes = shape_texts(&format);
+        let lines = [
+            line(0, "/a", "[1, 2]"),
+            line(0, "/a\\u00e9\\\"q", "[1, 2]"),
+            line(0, "/a", "[1,2]"),
+            line(0, "/a", "[1, 3]"),
+            r#"{"row": 0, "path": "/a", "data_shape": [1, 2], "ann_shape": [1, 2], "scaler_shape": [2], "meta_json": "{\"x\": [1]}", "path": "/b"}"#.to_string(),
+            r#"{"row": 0, "path": "/a", "data_shape": [1, 2], "ann_shape": [1, 2], "scaler_shape": [2], "has_annotation": 1}"#.to_string(),
+            r#"{"row": 0.0, "path": "/a", "data_shape": [1, 2], "ann_shape": [1, 2], "scaler_shape": [2]}"#.to_string(),
+            r#"{"r\u006fw": 0, "path": "/a", "data_shape": [1, 2], "ann_shape": [1, 2], "scaler_shape": [2]}"#.to_string(),
+        ];
+        for text in &lines {
+            let mut interned = vec![HashSet::default(); format.json.len()];
+            let fast = fast_row(text.as_bytes(), 0, &format, &shapes, &mut interned);
+            let object: Map<String, Json> = serde_json::from_str(text).unwrap();
+            let mut interned = vec![HashSet::default(); format.json.len()];
+            let general = parse_row(&object, 0, &format, &mut interned).ok();
+            if fast.is_some() {
+                assert_eq!(fast, general, "{text}");
+            }
+            assert_eq!(parse_one(text.as_bytes(), 0, &format), general, "{text}");
+        }
+        assert!(fast_row(lines[0].as_bytes(), 1, &format, &shapes, &mut []).is_none());
     }
 
     #[test]

@@ -39,6 +39,17 @@ pub struct MemmapOptions {
     /// time, and a row's bytes and its checksum row are read together. `Adaptive` (the default)
     /// advises only when `mincore` finds a sampled page missing; `Never` reads as before.
     pub cold_read_advice: ColdReadAdvice,
+    /// Rows a writer holds in memory since its last key index run before its next flush writes
+    /// one (an unfinished cache's key index, crate documentation, *Unfinished caches*). For
+    /// tests.
+    ///
+    /// ```
+    /// use stowage_memmap::MemmapOptions;
+    /// let options = MemmapOptions { key_index_tail: 4, ..MemmapOptions::default() };
+    /// assert!(MemmapOptions::default().key_index_tail > options.key_index_tail);
+    /// ```
+    #[doc(hidden)]
+    pub key_index_tail: usize,
 }
 
 impl Default for MemmapOptions {
@@ -48,6 +59,7 @@ impl Default for MemmapOptions {
             verify_checksums: true,
             carry_fingerprint: None,
             cold_read_advice: ColdReadAdvice::Adaptive,
+            key_index_tail: crate::tail_index::TAIL_BOUND,
         }
     }
 }

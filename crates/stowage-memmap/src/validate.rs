@@ -147,6 +147,24 @@ pub fn validate(backend: &MemmapBackend, level: ValidationLevel) -> ValidationRe
 /// against `rows` (`index.parquet`'s entries) fully ([`crate::key_index::KeyIndex::check`]).
 /// Derived data: not counted in `files_checked`, which counts the cache's own files.
 fn check_key_index(backend: &MemmapBackend, rows: &[RowEntry], report: &mut ValidationReport) {
+    if let Some(why) = backend.tail_unusable()
+        && !backend.is_writing()
+    {
+        let detail = format!(
+            "the key index of the unfinished cache is not used (its manifest is replayed whole \
+             at open, correct but slower; the next writer rebuilds it): {why}"
+        );
+        report.problem(Some(&crate::key_index::dir(backend.layout())), None, detail);
+    }
+    if let Some(covered) = backend.tail_covered() {
+        for detail in covered.check(backend.row_format()) {
+            let detail = format!(
+                "the key index of the unfinished cache is damaged (a key it hides reads as \
+                 absent; removing stowage_index/ is safe): {detail}"
+            );
+            report.problem(Some(covered.dir()), None, detail);
+        }
+    }
     if rows.len() != stowage_core::Reader::len(backend) {
         return; // index.parquet did not load: that is the problem listed, this follows from it.
     }

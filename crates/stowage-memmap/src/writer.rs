@@ -78,13 +78,13 @@ impl Session {
     /// the checksum file aligned with the rows: a placeholder for each row another writer
     /// committed (`foreign`, keys from `key_of`) that it has no checksum row for
     /// ([`coverage::recover_checksum_file`]).
-    pub(crate) fn recover<'k>(
+    pub(crate) fn recover(
         layout: &Layout,
         format: &RowFormat,
         rows: usize,
         manifest: (u64, bool),
         foreign: &[Range<usize>],
-        key_of: impl Fn(usize) -> &'k str,
+        key_of: impl Fn(usize) -> String,
     ) -> Result<Session> {
         let (committed_len, missing_newline) = manifest;
         if format.checksums {

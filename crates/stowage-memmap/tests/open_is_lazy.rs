@@ -147,18 +147,22 @@ fn an_index_of_the_wrong_row_count_is_refused_at_first_use() {
 }
 
 #[test]
-fn writers_and_unfinished_caches_load_their_index_at_open() {
+fn writers_and_unfinished_caches_keep_only_their_tail_in_memory() {
     let tmp = tempfile::tempdir().unwrap();
     let dir = tmp.path();
     let mut cache = MemmapBackend::create(dir, &dnanet(1, 1), MemmapOptions::default()).unwrap();
-    assert!(cache.index_loaded());
+    assert!(!cache.index_loaded());
     cache.put(&key(0), &row(0)).unwrap();
     cache.flush().unwrap();
+    assert!(!cache.index_loaded(), "put checks the key through the tail");
     drop(cache);
     let unfinished = open(dir);
-    assert!(unfinished.index_loaded(), "an unfinished cache's index is its manifest");
+    assert!(!unfinished.index_loaded(), "the manifest's rows are the tail");
     assert_eq!(unfinished.len(), 1);
+    assert!(unfinished.contains(&key(0)).unwrap() && !unfinished.index_loaded());
     let writer = MemmapBackend::open_append(dir, MemmapOptions::default()).unwrap();
-    assert!(writer.index_loaded());
+    assert!(!writer.index_loaded());
     assert_eq!(writer.len(), 1);
+    assert_eq!(writer.keys().unwrap(), [key(0)]);
+    assert!(!writer.index_loaded(), "keys reads every row once, keeping none");
 }

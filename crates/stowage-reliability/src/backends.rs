@@ -30,9 +30,13 @@ pub fn all() -> Vec<Subject> {
         options: stowage_npy::NpyOptions { collection_size: 8, ..Default::default() },
     };
     let arrow = stowage_arrow::ArrowFactory { options: arrow_options() };
+    // A key index run every few rows, so that campaigns cut the writes of runs too.
+    let memmap = stowage_memmap::MemmapFactory {
+        options: stowage_memmap::MemmapOptions { key_index_tail: 5, ..Default::default() },
+    };
     let subjects: Vec<Box<dyn BackendFactory>> = vec![
         Box::new(npy),
-        Box::new(stowage_memmap::MemmapFactory::default()),
+        Box::new(memmap),
         Box::new(arrow),
         Box::new(stowage_hdf5::Hdf5Factory),
         Box::new(stowage_example::JournalFactory),
