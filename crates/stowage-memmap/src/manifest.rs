@@ -142,40 +142,32 @@ impl Manifest {
                 break;
             }
             let position = first_row + rows.len();
-            if let Some(entry) = fast_row(line, position, format, &shape_texts, &mut interned) {
-                if detailed {
-                    encoded.clear();
-                    write_line(&mut encoded, format, position, &entry);
-                    if encoded.as_bytes().strip_suffix(b"\n") != Some(line) {
-                        match foreign.last_mut() {
-                            Some(run) if run.end == position => run.end += 1,
-                            _ => foreign.push(position..position + 1),
+            // The writer's own lines parse fast; anything else goes through serde_json.
+            let entry = match fast_row(line, position, format, &shape_texts, &mut interned) {
+                Some(entry) => entry,
+                None => {
+                    let object = match serde_json::from_slice::<Map<String, Json>>(line) {
+                        Ok(object) => object,
+                        Err(_) if last => {
+                            torn_tail =
+                                Some(TornLine { line: first_row + i + 1, bytes: line.len() });
+                            break;
                         }
-                    }
-                    lines_at.push(crate::tail_index::LineLoc::of(offset, line));
-                }
-                rows.push(entry);
-                offset += line.len() as u64 + u64::from(!last);
-                committed_len = offset;
-                missing_newline = last;
-                continue;
-            }
-            let object = match serde_json::from_slice::<Map<String, Json>>(line) {
-                Ok(object) => object,
-                Err(_) if last => {
-                    torn_tail = Some(TornLine { line: first_row + i + 1, bytes: line.len() });
-                    break;
-                }
-                Err(e) => {
-                    return Err(Error::corrupted(
-                        path,
-                        format!("line {} is not a committed row entry: {e}", first_row + i + 1),
-                    ));
+                        Err(e) => {
+                            return Err(Error::corrupted(
+                                path,
+                                format!(
+                                    "line {} is not a committed row entry: {e}",
+                                    first_row + i + 1
+                                ),
+                            ));
+                        }
+                    };
+                    parse_row(&object, position, format, &mut interned).map_err(|detail| {
+                        Error::corrupted(path, format!("line {}: {detail}", first_row + i + 1))
+                    })?
                 }
             };
-            let entry = parse_row(&object, position, format, &mut interned).map_err(|detail| {
-                Error::corrupted(path, format!("line {}: {detail}", first_row + i + 1))
-            })?;
             if detailed {
                 encoded.clear();
                 write_line(&mut encoded, format, position, &entry);
