@@ -57,8 +57,8 @@ pub use abandoned::{
     create_locked_temp_beside, relock_temp, remove_abandoned_temps, temp_target_name,
 };
 pub use append_log::{AppendLog, Damage, DamageKind, Recovered};
-pub(crate) use atomic::{create_temp_read_write, parent_dir};
 pub use atomic::{atomic_write, atomic_write_with, fsync_dir};
+pub(crate) use atomic::{create_temp_read_write, parent_dir};
 pub use lock::WriterLock;
 pub use no_follow::{
     create_dir_within, create_dir_within_durably, is_refused_symlink, open_no_follow,
