@@ -33,8 +33,10 @@
 //! after the previous entry (the few that run past the last slot wrap to the first empty slots
 //! at the front, after everything else is placed). A merge is then one streaming pass: each input
 //! is read in hash order (its slots in position order, its wrapped entries last), merged with the
-//! fresh entries sorted by hash, and the output written front to back (a map of the output file
-//! is written sequentially, and the merge's own heap is a few entries per input). Version 1 (home
+//! fresh entries sorted by hash, and the output written front to back through a small buffer
+//! ([`write_run_file`]: the merge's own heap is a few entries per input, whatever the run's
+//! size). stowage-npy, stowage-memmap, stowage-arrow and stowage-hdf5 keep their key indexes in
+//! these runs. Version 1 (home
 //! slot `hash & (capacity - 1)`) is still read: its runs are found with their own home slot, and
 //! a merge sorts a version 1 input's slots first (a one-time cost after an upgrade).
 //!
