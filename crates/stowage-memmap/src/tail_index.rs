@@ -278,7 +278,8 @@ impl Covered {
 
     /// The manifest line at `loc`, when its checksum matches.
     fn line_at(&self, loc: LineLoc) -> Option<Vec<u8>> {
-        if loc.offset + u64::from(loc.len) > self.manifest_bytes {
+        // The location is the file's word: an end past the manifest (or past u64) is damage.
+        if loc.offset.checked_add(u64::from(loc.len)).is_none_or(|end| end > self.manifest_bytes) {
             return None;
         }
         let file = self.manifest.as_ref()?;
