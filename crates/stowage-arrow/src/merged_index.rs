@@ -532,26 +532,6 @@ mod tests {
         assert_eq!(ranges(discover_runs(&layout, &listed)), [(0, 2)], "damaged: skipped");
     }
 
-    #[test]
-    fn merges_take_the_newest_runs_no_larger_than_what_they_gathered() {
-        assert_eq!(plan_merge(&[], 10), 0);
-        assert_eq!(plan_merge(&[10], 10), 1);
-        assert_eq!(plan_merge(&[11], 10), 0);
-        assert_eq!(plan_merge(&[40, 20, 10], 10), 3);
-        assert_eq!(plan_merge(&[100, 20, 10], 10), 2);
-        // Merging 64 batches of 10 one after another leaves runs whose sizes are the binary
-        // digits of 640: at most log2(64) + 1 runs, each key copied at most 7 times.
-        let mut runs: Vec<u64> = Vec::new();
-        for _ in 0..64 {
-            let taken = plan_merge(&runs, 10);
-            let merged = 10 + runs.drain(runs.len() - taken..).sum::<u64>();
-            runs.push(merged);
-            assert!(runs.windows(2).all(|w| w[0] > w[1]), "{runs:?}");
-            assert!(runs.len() <= 7, "{runs:?}");
-        }
-        assert_eq!(runs, [640]);
-    }
-
     /// A run an earlier stowage wrote (`STWIDX02`) is not read, and says so; `is_legacy` tells
     /// it from damage, for `validate`.
     #[test]
