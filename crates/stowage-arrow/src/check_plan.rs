@@ -129,8 +129,9 @@ impl<'a> Segments<'a> {
             let mut by_segment: BTreeMap<u64, Vec<String>> = BTreeMap::new();
             for key in &selected {
                 match reader.locate(key) {
-                    Some((id, _)) => by_segment.entry(id).or_default().push(key.clone()),
-                    None => structure.problem(
+                    Ok(Some((id, _))) => by_segment.entry(id).or_default().push(key.clone()),
+                    Err(e) => structure.problems.push(problem_of(&e, Some(key))),
+                    Ok(None) => structure.problem(
                         Some(&root),
                         Some(key),
                         "listed in a segment but not found by a lookup: a key index run or \

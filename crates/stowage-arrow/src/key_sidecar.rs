@@ -15,6 +15,7 @@
 //! own `key` column, so a hash collision or a damaged slot can make a key look absent but never
 //! return another key's row. Opening checks the header; `verify` checks the slots too.
 
+use std::convert::Infallible;
 use std::path::{Path, PathBuf};
 
 use stowage_core::{IoResultExt, Result};
@@ -129,6 +130,17 @@ impl KeySidecar {
     /// The row of `key`: each row whose slot hash matches is offered to `confirm` (the caller
     /// compares the segment's key of that row), the first confirmed one is returned.
     pub fn find(&self, key: &str, confirm: impl Fn(usize) -> bool) -> Option<usize> {
+        let Ok(found) = self.try_find(key, |row| Ok::<bool, Infallible>(confirm(row)));
+        found
+    }
+
+    /// As [`KeySidecar::find`], with a `confirm` that can fail (the segment does not read): the
+    /// first error ends the probe and is returned.
+    pub fn try_find<E>(
+        &self,
+        key: &str,
+        mut confirm: impl FnMut(usize) -> std::result::Result<bool, E>,
+    ) -> std::result::Result<Option<usize>, E> {
         let hash = xxh3_64_with_seed(key.as_bytes(), self.seed);
         let mask = self.capacity - 1;
         let mut i = hash as usize & mask;
@@ -136,17 +148,19 @@ impl KeySidecar {
         for _ in 0..self.capacity {
             let (slot_hash, row) = self.slot(i);
             if row == 0 {
-                return None;
+                return Ok(None);
             }
             if slot_hash == hash {
-                let row = usize::try_from(row - 1).ok().filter(|&r| r < self.rows())?;
-                if confirm(row) {
-                    return Some(row);
+                let Some(row) = usize::try_from(row - 1).ok().filter(|&r| r < self.rows()) else {
+                    return Ok(None);
+                };
+                if confirm(row)? {
+                    return Ok(Some(row));
                 }
             }
             i = (i + 1) & mask;
         }
-        None
+        Ok(None)
     }
 
     /// Checks the slots against their checksum (reads the whole table).

@@ -33,6 +33,7 @@
 //! row.
 
 use std::collections::HashMap;
+use std::convert::Infallible;
 use std::path::{Path, PathBuf};
 
 use stowage_core::cold_reads::PagePlan;
@@ -334,12 +335,24 @@ impl MergedIndex {
     /// The (segment id, row) of `key`: each candidate whose slot hash matches is offered to
     /// `confirm` (the caller compares that segment's key of that row).
     pub fn find(&self, key: &str, confirm: impl Fn(u64, usize) -> bool) -> Option<(u64, usize)> {
+        let Ok(found) =
+            self.try_find(key, |segment, row| Ok::<bool, Infallible>(confirm(segment, row)));
+        found
+    }
+
+    /// As [`MergedIndex::find`], with a `confirm` that can fail (the candidate's segment does
+    /// not read): the first error ends the probe and is returned.
+    pub fn try_find<E>(
+        &self,
+        key: &str,
+        confirm: impl Fn(u64, usize) -> std::result::Result<bool, E>,
+    ) -> std::result::Result<Option<(u64, usize)>, E> {
         let range = self.first()..=self.through();
-        let found = self.run.find(key_hash(key.as_bytes()), |payload| {
+        let found = self.run.try_find(key_hash(key.as_bytes()), |payload| {
             let (segment, row) = unpack(payload);
-            range.contains(&segment) && confirm(segment, row)
-        });
-        found.map(unpack)
+            Ok(range.contains(&segment) && confirm(segment, row)?)
+        })?;
+        Ok(found.map(unpack))
     }
 
     /// Asks the CPU to load the slot a lookup of `key` reads first (a hint for batched lookups).

@@ -393,10 +393,12 @@ impl CacheReader {
                 let keys = segment.segment.keys().unwrap_or_default();
                 new_keys.extend(keys.into_iter().map(str::to_owned));
             }
+            // A key whose runs' candidate does not read counts as new here (`len` cannot fail);
+            // its `get` reports the unreadable segment.
             let in_runs = |key: &&String| {
-                self.runs
-                    .iter()
-                    .any(|run| run.find(key, |id, row| self.key_is(id, row, key)).is_some())
+                self.runs.iter().any(|run| {
+                    matches!(run.try_find(key, |id, row| self.key_is(id, row, key)), Ok(Some(_)))
+                })
             };
             let new = new_keys.iter().filter(|k| !in_runs(k)).count();
             self.runs.iter().map(|run| run.new_keys() as usize).sum::<usize>() + new
@@ -435,11 +437,15 @@ impl CacheReader {
 
     /// The segment id and row holding the winning value of `key`: the highest segment id
     /// holding it, its last row there.
-    pub fn locate(&self, key: &str) -> Option<(u64, usize)> {
+    ///
+    /// Errors: [`Error::Corrupted`] (or the I/O error) of a segment that does not read while a
+    /// candidate row in it is confirmed, naming `key`: a covered key is never reported absent
+    /// because its segment is damaged.
+    pub fn locate(&self, key: &str) -> Result<Option<(u64, usize)>> {
         let mut best = None;
         for (position, sidecar) in &self.recent {
             let id = self.segments[*position].id;
-            if let Some(row) = sidecar.find(key, |row| self.key_is(id, row, key)) {
+            if let Some(row) = sidecar.try_find(key, |row| self.key_is(id, row, key))? {
                 best = Some((id, row));
                 break;
             }
@@ -451,14 +457,14 @@ impl CacheReader {
             if best.is_some_and(|(id, _)| id > run.through()) {
                 break;
             }
-            if let Some(found) = run.find(key, |id, row| self.key_is(id, row, key)) {
+            if let Some(found) = run.try_find(key, |id, row| self.key_is(id, row, key))? {
                 if best.is_none_or(|(id, _)| found.0 > id) {
                     best = Some(found);
                 }
                 break;
             }
         }
-        best
+        Ok(best)
     }
 
     /// The sample stored under `key`, `Ok(None)` when absent. Tensors share the segment's map.
@@ -467,7 +473,7 @@ impl CacheReader {
     /// cannot be a sample (a shape that does not match its values, a null inside a tensor), or
     /// when the segment holding it is damaged.
     pub fn get(&self, key: &str) -> Result<Option<Sample>> {
-        match self.locate(key) {
+        match self.locate(key)? {
             Some((id, row)) => self.read_row(key, id, row).map(Some),
             None => Ok(None),
         }
@@ -489,7 +495,7 @@ impl CacheReader {
         let lookup = [LookupStage::Slot, LookupStage::KeyOffsets, LookupStage::KeyBytes];
         let prefetch_lookup = |stage: usize, key: &&str| self.prefetch_lookup(key, lookup[stage]);
         pipelined(keys, lookup.len(), prefetch_lookup, |at, key| {
-            if let Some((id, row)) = self.locate(key) {
+            if let Some((id, row)) = self.locate(key)? {
                 located.push((id, row, at));
             }
             Ok(())
@@ -673,11 +679,14 @@ impl CacheReader {
         Ok(sample)
     }
 
-    /// Whether row `row` of segment `id` holds `key`; false when the segment is missing,
-    /// unreadable or shorter (a lookup then treats the candidate as not confirmed).
-    fn key_is(&self, id: u64, row: usize, key: &str) -> bool {
-        let Some(position) = self.position(id) else { return false };
-        self.segment(position).is_ok_and(|open| open.segment.key(row) == Some(key))
+    /// Whether row `row` of segment `id` holds `key`; false when the segment is not listed or
+    /// has no such row (a damaged slot: the lookup goes on).
+    ///
+    /// Errors: the segment does not read (named with `key`).
+    fn key_is(&self, id: u64, row: usize, key: &str) -> Result<bool> {
+        let Some(position) = self.position(id) else { return Ok(false) };
+        let open = self.segment(position).map_err(|e| e.for_key(key))?;
+        Ok(open.segment.key(row) == Some(key))
     }
 
     fn position(&self, id: u64) -> Option<usize> {

@@ -137,7 +137,7 @@ impl Reader for TorchcachexReader {
     }
 
     fn contains(&self, key: &str) -> Result<bool> {
-        Ok(self.reader.locate(key).is_some())
+        Ok(self.reader.locate(key)?.is_some())
     }
 
     fn len(&self) -> usize {

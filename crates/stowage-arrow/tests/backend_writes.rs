@@ -368,6 +368,37 @@ fn the_merged_index_is_built_in_the_background_and_its_loss_is_reported() {
     assert!(writer.validate(stowage_core::ValidationLevel::Full).unwrap().is_clean());
 }
 
+/// A key the key index run covers, in a segment that no longer reads, is an error naming the
+/// key and the segment, never "absent": `get`, `contains` and `get_batch` say the cache is
+/// damaged instead of letting the caller recompute over it. Keys of healthy segments still read.
+#[test]
+fn a_covered_key_in_an_unreadable_segment_is_an_error_not_absent() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = ArrowOptions { flush_every: 10, merge_after: 3, ..options() };
+    let mut cache = ArrowBackend::create(dir.path(), &schema(), options.clone()).unwrap();
+    put_range(&mut cache, 0..40);
+    cache.finalize().unwrap();
+    drop(cache);
+    let layout = stowage_arrow::test_support::layout::Layout::new(dir.path());
+    let damaged = layout.segment(1);
+    let bytes = std::fs::read(&damaged).unwrap();
+    std::fs::write(&damaged, &bytes[..bytes.len() / 2]).unwrap();
+
+    let reader = ArrowBackend::open(dir.path(), OpenMode::ReadOnly, options).unwrap();
+    assert_eq!(reader.reader().unmerged_segments(), 0, "every segment is covered by the run");
+    // Segment 1 holds keys 10..20 (10 rows per flush).
+    let err = reader.get(&key(12)).unwrap_err();
+    let named = damaged.file_name().unwrap().to_string_lossy().into_owned();
+    assert!(matches!(&err, Error::Corrupted { key: Some(k), .. } if *k == key(12)), "{err}");
+    assert!(err.to_string().contains(&named), "{err}");
+    assert!(reader.contains(&key(12)).is_err(), "contains must not say absent");
+    let k12 = key(12);
+    assert!(reader.get_batch(&[k12.as_str()]).is_err());
+    check_range(&reader, 0..10);
+    check_range(&reader, 20..40);
+    assert_eq!(reader.get("never-put").unwrap(), None, "an absent key reads no segment");
+}
+
 /// Many merges while writing: the runs stay few and shrink from the oldest to the newest (so a
 /// key is copied O(log n) times, not once per merge), every lookup finds the newest row across
 /// runs and sidecars, the counts hold, and a run file the log does not vouch for (a merge a

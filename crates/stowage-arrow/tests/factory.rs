@@ -145,7 +145,7 @@ fn a_torchcachex_style_cache_is_recognized_and_read_through_open_reader() {
 
     // A damaged value is an error naming the segment and key, never data.
     let typed = stowage_arrow::TorchcachexReader::open(dir.path()).unwrap();
-    let (id, row) = typed.reader().locate("k003").unwrap();
+    let (id, row) = typed.reader().locate("k003").unwrap().unwrap();
     let segment = dir.path().join(format!("segments/segment_{id:06}.arrow"));
     let mut bytes = std::fs::read(&segment).unwrap();
     // The shapes of k000..k006 are [1] [2] [3] [4] [5] [1] [2], one dimension each, stored in

@@ -101,7 +101,7 @@ fn dict_segments_round_trip_and_later_segments_win() {
         assert_eq!(reader.get(key).unwrap().unwrap(), samples[i], "{key}");
     }
     let k2 = reader.get("k2").unwrap().unwrap();
-    assert_eq!(reader.locate("k2"), Some((1, 0)));
+    assert_eq!(reader.locate("k2").unwrap(), Some((1, 0)));
     assert_eq!(k2.get("feat"), partial.get("feat"));
     assert_eq!(k2.get("label"), Some(&Value::Null));
     assert_eq!(k2.get("meta"), Some(&Value::Null));
@@ -198,7 +198,7 @@ fn merged_and_recent_indexes_agree_with_reading_every_segment_in_order() {
     let check = |reader: &CacheReader| {
         assert_eq!(reader.len(), oracle.len());
         for (key, &(segment, row, value)) in &oracle {
-            assert_eq!(reader.locate(key), Some((segment, row)), "{key}");
+            assert_eq!(reader.locate(key).unwrap(), Some((segment, row)), "{key}");
             let got = reader.get(key).unwrap().unwrap();
             assert_eq!(got.tensor("tensor").unwrap().bytes(), &value.to_le_bytes(), "{key}");
         }

@@ -66,6 +66,7 @@
 //! # Ok::<(), stowage_core::Error>(())
 //! ```
 
+use std::convert::Infallible;
 use std::fmt;
 use std::io::{BufWriter, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
@@ -378,18 +379,40 @@ impl KeyRun {
     /// # Ok::<(), stowage_core::Error>(())
     /// ```
     pub fn find(&self, hash: u64, mut confirm: impl FnMut(u64) -> bool) -> Option<u64> {
+        let Ok(found) = self.try_find(hash, |payload| Ok::<bool, Infallible>(confirm(payload)));
+        found
+    }
+
+    /// As [`KeyRun::find`], with a `confirm` that can fail (the key at a candidate's location
+    /// does not read): the probe stops at the first error and returns it, so a lookup never
+    /// mistakes an unreadable candidate for "not this key" and reports a present key absent.
+    ///
+    /// ```
+    /// # use stowage_core::key_runs::{KeyRun, RunSpec, build_run};
+    /// let bytes = build_run(&[], &[(9, 1)], RunSpec { first: 0, through: 0, stamp: 0 }, |a, b| a == b, |_, _| false)?;
+    /// let run = KeyRun::from_bytes("r", bytes)?;
+    /// assert_eq!(run.try_find(9, |payload| Ok::<_, String>(payload == 1)), Ok(Some(1)));
+    /// assert_eq!(run.try_find(9, |_| Err("segment 3 does not read".to_owned())), Err("segment 3 does not read".to_owned()));
+    /// assert_eq!(run.try_find(8, |_| Err("never asked".to_owned())), Ok(None));
+    /// # Ok::<(), stowage_core::Error>(())
+    /// ```
+    pub fn try_find<E>(
+        &self,
+        hash: u64,
+        mut confirm: impl FnMut(u64) -> std::result::Result<bool, E>,
+    ) -> std::result::Result<Option<u64>, E> {
         let mut i = self.home(hash);
         for _ in 0..=self.mask {
             let (slot_hash, payload) = self.slot(i);
             if payload == 0 {
-                return None;
+                return Ok(None);
             }
-            if slot_hash == hash && confirm(payload) {
-                return Some(payload);
+            if slot_hash == hash && confirm(payload)? {
+                return Ok(Some(payload));
             }
             i = (i + 1) & self.mask;
         }
-        None
+        Ok(None)
     }
 
     /// The whole run's bytes (header included) and the range of them holding the slot a lookup

@@ -548,7 +548,9 @@ impl ArrowBackend {
             .into_iter()
             .flatten()
             .chain(self.pending.keys())
-            .filter(|key| seen.insert(*key) && self.reader.locate(key).is_none())
+            // A key whose committed candidate does not read counts as unwritten here (the count
+            // cannot fail); its `get` reports the segment.
+            .filter(|key| seen.insert(*key) && !matches!(self.reader.locate(key), Ok(Some(_))))
             .collect()
     }
 }
@@ -779,7 +781,7 @@ impl Reader for ArrowBackend {
     }
 
     fn contains(&self, key: &str) -> Result<bool> {
-        Ok(self.unwritten(key).is_some() || self.reader.locate(key).is_some())
+        Ok(self.unwritten(key).is_some() || self.reader.locate(key)?.is_some())
     }
 
     fn len(&self) -> usize {

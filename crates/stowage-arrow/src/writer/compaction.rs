@@ -80,7 +80,7 @@ impl Writer {
         for &id in &plan.victims {
             let segment = Segment::open(id, &self.layout.segment(id))?;
             for (row, key) in segment.keys()?.into_iter().enumerate() {
-                if reader.locate(key) == Some((id, row)) {
+                if reader.locate(key)? == Some((id, row)) {
                     // Read through the checksums: a compaction never copies damage forward.
                     plan.kept.insert(key, &reader.read_row(key, id, row)?);
                     plan.rows_kept += 1;
