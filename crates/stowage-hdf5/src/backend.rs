@@ -20,6 +20,7 @@
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use stowage_core::file_safety::{
     AppendLog, WriterLock, create_dir_within, fsync_dir, refuse_symlink, remove_abandoned_temps,
@@ -36,7 +37,7 @@ use crate::formats::STOWAGE_HDF5;
 use crate::key_index::{KeyIndex, Location};
 use crate::open_segments::OpenSegments;
 use crate::publish::TempBeside;
-use crate::segment;
+use crate::segment::{self, Segment};
 
 pub(crate) const LOG_NAME: &str = "stowage.log";
 pub(crate) use stowage_core::segment_log::FINALIZED_MARKER_NAME;
@@ -315,12 +316,20 @@ impl Hdf5Backend {
     ///
     /// Errors: as [`OpenSegments::get`], for a segment that does not open or read.
     fn key_at(&self, location: Location) -> Result<Option<String>> {
+        match self.segment_with_row(location)? {
+            Some(segment) => segment.key(location.row).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// The segment holding `location`'s row, open; `Ok(None)` when no committed segment has
+    /// that row (a damaged slot's payload).
+    fn segment_with_row(&self, location: Location) -> Result<Option<Arc<Segment>>> {
         let Some(entry) = self.committed.segments.get(location.segment) else { return Ok(None) };
         if location.row as u64 >= entry.rows {
             return Ok(None);
         }
-        let segment = self.segments.get(location.segment, entry, &self.schema)?;
-        segment.key(location.row).map(Some)
+        self.segments.get(location.segment, entry, &self.schema).map(Some)
     }
 
     /// Adds the keys (by row) of segment `number`, the next committed one, to the key index.
@@ -436,14 +445,23 @@ impl Reader for Hdf5Backend {
         if let Some(&at) = self.pending_index.get(key) {
             return Ok(Some(self.pending[at].1.clone()));
         }
-        match self.locate(key)? {
-            Some(location) => {
+        // A run's candidate is confirmed by reading its row (checked against its checksum,
+        // which covers the key), not its key first: one segment visit per get.
+        let mut read = None;
+        let location = self.index.find_confirmed(key, |location| {
+            let Some(segment) = self.segment_with_row(location)? else { return Ok(false) };
+            read = segment.read_if_key(&self.schema, location.row, key)?;
+            Ok(read.is_some())
+        });
+        match (location.map_err(|e| e.for_key(key))?, read) {
+            (Some(_), Some(sample)) => Ok(Some(sample)),
+            (Some(location), None) => {
                 let entry = &self.committed.segments[location.segment];
                 let segment = self.segments.get(location.segment, entry, &self.schema);
                 let segment = segment.map_err(|e| e.for_key(key))?;
                 segment.read(&self.schema, location.row, key).map(Some)
             }
-            None => Ok(None),
+            (None, _) => Ok(None),
         }
     }
 

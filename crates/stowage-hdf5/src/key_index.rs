@@ -279,15 +279,38 @@ impl KeyIndex {
     }
 
     fn find_in_runs(&self, key: &str, key_of: KeyOf<'_>) -> Result<Option<Location>> {
+        self.find_in_runs_confirmed(key, |location| Ok(key_of(location)?.as_deref() == Some(key)))
+    }
+
+    /// As [`KeyIndex::find`], each run candidate confirmed by `confirm` (which may read the
+    /// candidate's row instead of its key: `get` confirms by the row's checksum, which covers
+    /// the key). A tail key needs no confirmation. `confirm`'s first error ends the lookup.
+    pub fn find_confirmed(
+        &self,
+        key: &str,
+        confirm: impl FnMut(Location) -> Result<bool>,
+    ) -> Result<Option<Location>> {
+        match self.tail.get(key) {
+            Some((location, _)) => Ok(Some(*location)),
+            None => self.find_in_runs_confirmed(key, confirm),
+        }
+    }
+
+    fn find_in_runs_confirmed(
+        &self,
+        key: &str,
+        mut confirm: impl FnMut(Location) -> Result<bool>,
+    ) -> Result<Option<Location>> {
         let hash = key_hash(key.as_bytes());
-        let confirmer = Confirmer::new(key_of);
         // Runs cover disjoint, increasing ranges: the newest holding the key has its latest row.
-        let found = self
-            .runs
-            .iter()
-            .rev()
-            .find_map(|(_, run)| run.find(hash, |payload| confirmer.holds(payload, key)));
-        confirmer.finish(found.map(Location::of_payload))
+        for (_, run) in self.runs.iter().rev() {
+            if let Some(payload) =
+                run.try_find(hash, |payload| confirm(Location::of_payload(payload)))?
+            {
+                return Ok(Some(Location::of_payload(payload)));
+            }
+        }
+        Ok(None)
     }
 
     /// Distinct keys.

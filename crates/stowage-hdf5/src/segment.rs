@@ -376,6 +376,21 @@ impl Segment {
         self.read_row(schema, row, key).map_err(|e| e.for_key(key))
     }
 
+    /// The sample of row `row` if that row holds `key`, `Ok(None)` if it holds another key: the
+    /// row is read and checked against its checksum computed with `key` (the checksum covers
+    /// the key), and only when they differ is the stored key read, to tell another key's row
+    /// (`None`) from damage to this key's row (the error). A lookup confirms a key index
+    /// candidate this way without reading its key first.
+    ///
+    /// Errors: as [`Segment::read`], when the row's key is `key`; the key's own read error.
+    pub fn read_if_key(&self, schema: &Schema, row: usize, key: &str) -> Result<Option<Sample>> {
+        match self.read_row(schema, row, key) {
+            Ok(sample) => Ok(Some(sample)),
+            Err(e) if self.key(row)? == key => Err(e.for_key(key)),
+            Err(_) => Ok(None),
+        }
+    }
+
     /// [`Segment::read`], its errors not yet naming the key.
     fn read_row(&self, schema: &Schema, row: usize, key: &str) -> Result<Sample> {
         let corrupted = |detail: String| Error::corrupted(&self.path, detail);
@@ -423,5 +438,40 @@ impl Segment {
             sample.insert(spec.name.as_str(), value);
         }
         Ok(sample)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use stowage_core::{DType, ShapeRule, Tensor};
+
+    use super::*;
+
+    fn sample(value: u32) -> Sample {
+        Sample::new().with("x", Tensor::from_slice(&[1], &[value]).unwrap())
+    }
+
+    /// `read_if_key` confirms a candidate row by its checksum: the row of the key asked for is
+    /// returned, another key's row is `None`, and a damaged row of the key asked for is an error
+    /// naming it, never `None` (a lookup would then call a present key absent).
+    #[test]
+    fn read_if_key_tells_another_keys_row_from_a_damaged_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("segment_000000.h5");
+        let schema = Schema::new().tensor("x", DType::U32, ShapeRule::Fixed(vec![1]));
+        let (a, b) = (sample(7), sample(9));
+        write(&path, &schema, &[("a", &a), ("b", &b)]).unwrap();
+        let (bytes, xxh3) = hash(&mut std::fs::File::open(&path).unwrap(), &path).unwrap();
+        let entry = SegmentEntry { id: 0, rows: 2, bytes, xxh3 };
+        let (mut segment, _) = Segment::open(&path, &schema, &entry, None).unwrap();
+
+        assert_eq!(segment.read_if_key(&schema, 0, "a").unwrap(), Some(a));
+        assert_eq!(segment.read_if_key(&schema, 1, "b").unwrap(), Some(b));
+        assert_eq!(segment.read_if_key(&schema, 0, "b").unwrap(), None, "another key's row");
+
+        segment.checksums[0] ^= 1;
+        let err = segment.read_if_key(&schema, 0, "a").unwrap_err();
+        assert!(matches!(&err, Error::Corrupted { key: Some(key), .. } if key == "a"), "{err}");
+        assert_eq!(segment.read_if_key(&schema, 0, "b").unwrap(), None);
     }
 }
