@@ -345,7 +345,7 @@ impl MergedIndex {
     pub fn try_find<E>(
         &self,
         key: &str,
-        confirm: impl Fn(u64, usize) -> std::result::Result<bool, E>,
+        mut confirm: impl FnMut(u64, usize) -> std::result::Result<bool, E>,
     ) -> std::result::Result<Option<(u64, usize)>, E> {
         let range = self.first()..=self.through();
         let found = self.run.try_find(key_hash(key.as_bytes()), |payload| {

@@ -442,10 +442,19 @@ impl CacheReader {
     /// candidate row in it is confirmed, naming `key`: a covered key is never reported absent
     /// because its segment is damaged.
     pub fn locate(&self, key: &str) -> Result<Option<(u64, usize)>> {
+        self.locate_confirmed(key, |id, row| self.key_is(id, row, key))
+    }
+
+    /// As [`CacheReader::locate`], each candidate (segment id, row) confirmed by `confirm`.
+    fn locate_confirmed(
+        &self,
+        key: &str,
+        mut confirm: impl FnMut(u64, usize) -> Result<bool>,
+    ) -> Result<Option<(u64, usize)>> {
         let mut best = None;
         for (position, sidecar) in &self.recent {
             let id = self.segments[*position].id;
-            if let Some(row) = sidecar.try_find(key, |row| self.key_is(id, row, key))? {
+            if let Some(row) = sidecar.try_find(key, |row| confirm(id, row))? {
                 best = Some((id, row));
                 break;
             }
@@ -457,7 +466,7 @@ impl CacheReader {
             if best.is_some_and(|(id, _)| id > run.through()) {
                 break;
             }
-            if let Some(found) = run.try_find(key, |id, row| self.key_is(id, row, key))? {
+            if let Some(found) = run.try_find(key, &mut confirm)? {
                 if best.is_none_or(|(id, _)| found.0 > id) {
                     best = Some(found);
                 }
@@ -473,9 +482,47 @@ impl CacheReader {
     /// cannot be a sample (a shape that does not match its values, a null inside a tensor), or
     /// when the segment holding it is damaged.
     pub fn get(&self, key: &str) -> Result<Option<Sample>> {
-        match self.locate(key)? {
-            Some((id, row)) => self.read_row(key, id, row).map(Some),
-            None => Ok(None),
+        // A candidate is confirmed by reading its row (see `read_if_key`), and the row read
+        // for the winning candidate is the answer: one visit of the segment, not two.
+        let mut read: Option<((u64, usize), Sample)> = None;
+        let found = self.locate_confirmed(key, |id, row| {
+            let sample = self.read_if_key(key, id, row)?;
+            let confirmed = sample.is_some();
+            if let Some(sample) = sample {
+                read = Some(((id, row), sample));
+            }
+            Ok(confirmed)
+        })?;
+        match (found, read) {
+            (Some(at), Some((read_at, sample))) if at == read_at => Ok(Some(sample)),
+            (Some((id, row)), _) => self.read_row(key, id, row).map(Some),
+            (None, _) => Ok(None),
+        }
+    }
+
+    /// The sample of row `row` of segment `id` if that row holds `key`, `Ok(None)` if it holds
+    /// another key (or the segment is not listed, or has no such row). A row of stowage's with
+    /// checksums verified is read and checked against its checksum computed with `key` (which
+    /// it covers); only when they differ is the stored key read, to tell another key's row from
+    /// damage to this key's (the error). Other rows compare the stored key first.
+    ///
+    /// Errors: as [`CacheReader::read_row`] for a row holding `key`; the segment does not read.
+    fn read_if_key(&self, key: &str, id: u64, row: usize) -> Result<Option<Sample>> {
+        let Some(position) = self.position(id) else { return Ok(None) };
+        let open = self.segment(position).map_err(|e| e.for_key(key))?;
+        let checked = self.verify_checksums
+            && self.segments[position].origin.is_stowage()
+            && matches!(open.sums, Ok(Some(_)));
+        if !checked || row >= open.segment.rows() {
+            return match open.segment.key(row) == Some(key) {
+                true => self.read_row(key, id, row).map(Some),
+                false => Ok(None),
+            };
+        }
+        match self.read_row(key, id, row) {
+            Ok(sample) => Ok(Some(sample)),
+            Err(e) if open.segment.key(row) == Some(key) => Err(e),
+            Err(_) => Ok(None),
         }
     }
 
@@ -824,6 +871,34 @@ fn infer_structure(segment: &Segment) -> OutputStructure {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `read_if_key`, with checksums verified or not: the row of the key asked for is read,
+    /// another key's row is `None` (the lookup goes on), and so is a row or segment that does
+    /// not exist (a damaged slot's candidate).
+    #[test]
+    fn read_if_key_confirms_the_row_of_the_key_asked_for_only() {
+        use stowage_core::{Backend, DType, ShapeRule, Tensor};
+        let dir = tempfile::tempdir().unwrap();
+        let schema = stowage_core::Schema::new().tensor("x", DType::U32, ShapeRule::Fixed(vec![1]));
+        let sample = |v: u32| Sample::new().with("x", Tensor::from_slice(&[1], &[v]).unwrap());
+        let options = crate::ArrowOptions { rank: Some(0), ..Default::default() };
+        let mut cache = crate::ArrowBackend::create(dir.path(), &schema, options).unwrap();
+        cache.put("a", &sample(1)).unwrap();
+        cache.put("b", &sample(2)).unwrap();
+        cache.finalize().unwrap();
+        drop(cache);
+        for verify in [true, false] {
+            let reader = CacheReader::open(dir.path()).unwrap().with_checksums(verify);
+            let (id, row_a) = reader.locate("a").unwrap().unwrap();
+            let (_, row_b) = reader.locate("b").unwrap().unwrap();
+            assert_eq!(reader.read_if_key("a", id, row_a).unwrap(), Some(sample(1)), "{verify}");
+            assert_eq!(reader.read_if_key("b", id, row_b).unwrap(), Some(sample(2)), "{verify}");
+            assert_eq!(reader.read_if_key("b", id, row_a).unwrap(), None, "{verify}");
+            assert_eq!(reader.read_if_key("a", id, 7).unwrap(), None, "no such row");
+            assert_eq!(reader.read_if_key("a", id + 100, 0).unwrap(), None, "no such segment");
+            assert_eq!(reader.get("a").unwrap(), Some(sample(1)));
+        }
+    }
 
     /// Every item gets every stage, in stage order, before its work, and is worked on in order;
     /// a failed work stops the loop with its error.
