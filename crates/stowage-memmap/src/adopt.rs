@@ -13,13 +13,8 @@ use crate::error::MemmapError;
 use crate::field_file::FieldFile;
 use crate::{MemmapBackend, checksum};
 
-/// What the new checksum file holds for one row.
-enum NewRow {
-    /// The stored checksum row, kept as it is (stowage's own, or adopted earlier).
-    Keep,
-    /// A checksum row computed from the row as it is now.
-    Adopt,
-}
+/// Refusals an adoption lists; the others are counted.
+const REFUSALS_SHOWN: usize = 5;
 
 impl MemmapBackend {
     /// Checksums every row that no stowage checksum covers (rows DNANet committed: beyond the end
@@ -71,26 +66,27 @@ impl MemmapBackend {
         stowage_core::Backend::flush(self)?;
         let mut refusals: Vec<String> =
             self.checksum_file_problems().into_iter().map(|e| e.to_string()).collect();
-        let index = self.try_index()?;
-        let mut plan = Vec::with_capacity(index.len());
+        // The rows stream by once (an unfinished cache's manifest is read, not loaded): what is
+        // kept is the ranges of rows to adopt.
         let mut adopted = Vec::new();
-        for (row, entry) in index.rows().iter().enumerate() {
-            plan.push(match self.verdict(row, &entry.path)? {
-                Verdict::Verify(_) => NewRow::Keep,
-                Verdict::Unchecked => {
-                    coverage::push_row(&mut adopted, row);
-                    NewRow::Adopt
-                }
+        let mut unshown = 0usize;
+        self.each_row(&mut |row, entry| {
+            match self.verdict(row, &entry.path)? {
+                Verdict::Verify(_) => {}
+                Verdict::Unchecked => coverage::push_row(&mut adopted, row),
                 Verdict::Missing => {
-                    refusals.push(self.missing_checksum(row, &entry.path).to_string());
-                    NewRow::Keep
+                    // Only the first few are shown: the others are counted, not kept.
+                    match refusals.len() < REFUSALS_SHOWN {
+                        true => refusals.push(self.missing_checksum(row, &entry.path).to_string()),
+                        false => unshown += 1,
+                    }
                 }
-            });
-        }
+            }
+            Ok(())
+        })?;
         if !refusals.is_empty() {
-            const SHOWN: usize = 5;
-            let more = refusals.len().saturating_sub(SHOWN);
-            refusals.truncate(SHOWN);
+            let more = refusals.len().saturating_sub(REFUSALS_SHOWN) + unshown;
+            refusals.truncate(REFUSALS_SHOWN);
             if more > 0 {
                 refusals.push(format!("and {more} more"));
             }
@@ -101,23 +97,25 @@ impl MemmapBackend {
         if samples == 0 {
             return Ok(Adoption::default());
         }
-        self.write_adopted(&plan)?;
+        self.write_adopted(&adopted)?;
         Ok(Adoption { files: self.adopted_files(), samples })
     }
 
-    /// Writes the checksum file of `plan` (one entry per row) atomically, and reopens it. A row
+    /// Writes the checksum file atomically, a row computed from the row as it is now for each of
+    /// `adopted` (sorted ranges of rows), the stored row kept for the others, and reopens it. A row
     /// that cannot be read leaves the old file in place and the handle usable; a failure to write,
     /// rename or reopen the file poisons the handle (what reached the disk is unknown).
-    fn write_adopted(&mut self, plan: &[NewRow]) -> Result<()> {
+    fn write_adopted(&mut self, adopted: &[std::ops::Range<usize>]) -> Result<()> {
         let path = self.layout().checksums();
         let width = self.row_format().checksum_layout().row_bytes;
+        let rows = stowage_core::Reader::len(self);
         // The first error reading a row, kept whole (the writer's io::Error only carries text).
         let mut failure: Option<Error> = None;
         let written = atomic_write_with(&path, |out| {
-            for (row, new) in plan.iter().enumerate() {
-                let bytes = match new {
-                    NewRow::Keep => self.stored_checksum_row(row),
-                    NewRow::Adopt => self.computed_checksum_row(row),
+            for row in 0..rows {
+                let bytes = match coverage::contains(adopted, row) {
+                    false => self.stored_checksum_row(row),
+                    true => self.computed_checksum_row(row),
                 };
                 match bytes {
                     Ok(bytes) => {
@@ -136,7 +134,6 @@ impl MemmapBackend {
         if let Some(e) = failure {
             return Err(e);
         }
-        let rows = plan.len();
         let layout = self.layout().clone();
         let format = self.row_format().clone();
         let reopened = written.and_then(|()| match self.session_mut() {
@@ -159,7 +156,8 @@ impl MemmapBackend {
     /// The checksum row of `row` as it reads now: its key, then every field in schema order.
     fn computed_checksum_row(&self, row: usize) -> Result<Vec<u8>> {
         let sample: Sample = self.read_row(row, false)?;
-        let key = &self.index().row(row).expect("in range").path;
+        let entry = self.entry(row)?;
+        let key = &entry.path;
         let mut sums = Vec::with_capacity(8 * self.row_format().checksums_per_row());
         sums.extend_from_slice(&checksum::of_key(key).to_le_bytes());
         for field in &self.row_format().schema.fields {

@@ -19,12 +19,12 @@ use crate::checksum;
 use crate::coverage::{self, Origin, Verdict};
 use crate::error::MemmapError;
 use crate::field_file::{FieldFile, SizeCheck};
-use crate::finalize_files::write_finalize_files;
+use crate::finalize_files::{FinalizeBounds, FinalizeStats, write_finalize_files};
 use crate::fingerprint_carry::CarriedFingerprint;
 use crate::index::{JsonRef, RowEntry, RowIndex};
 use crate::key_index::{KeyIndex, KeyIndexState, Lookup};
 use crate::layout::{CACHE_VERSION, Layout, Shapes};
-use crate::manifest::{Manifest, TornLine, write_line};
+use crate::manifest::{Manifest, ManifestRows, TornLine, write_line};
 use crate::preset;
 use crate::row_format::{FieldSlot, JsonStorage, RowFormat, StowageMeta};
 use crate::sidecar::Sidecar;
@@ -182,6 +182,8 @@ pub struct MemmapBackend {
     /// Tells the kernel which pages `get` and `get_batch` will read when they are not in the page
     /// cache ([`MemmapOptions::cold_read_advice`]).
     advisor: ColdReadAdvisor,
+    /// What this handle's finalize held and wrote.
+    finalize_stats: Option<FinalizeStats>,
 }
 
 impl MemmapBackend {
@@ -669,6 +671,7 @@ impl MemmapBackend {
             tail: None,
             tail_unusable: None,
             advisor,
+            finalize_stats: None,
         }
     }
 
@@ -749,6 +752,27 @@ impl MemmapBackend {
     #[doc(hidden)]
     pub fn uses_key_index(&self) -> bool {
         matches!(self.key_index, KeyIndexState::Ready(_))
+    }
+
+    /// A row other than `row` that holds `key`, row `row`'s key (for `validate`: a key stored
+    /// twice). An unfinished cache's rows are looked up without reading `row`'s own line: the
+    /// tail's entries, then the runs' slots of the key's hash (each other candidate confirmed by
+    /// its line); a damaged line makes it ask the row index (loading every row).
+    pub(crate) fn other_row_with_key(&self, key: &str, row: usize) -> Result<Option<usize>> {
+        let Some(tail) = &self.tail else {
+            return Ok(self.find_row(key, |_| {})?.filter(|&found| found != row));
+        };
+        let base = tail.covered.rows();
+        if let Some(local) = tail.recent.find(key)
+            && base + local != row
+        {
+            return Ok(Some(base + local));
+        }
+        match tail.covered.find_other(key, row, &self.format) {
+            Lookup::Found(other) => Ok(Some(other)),
+            Lookup::Absent => Ok(None),
+            Lookup::Unsure => Ok(self.try_index()?.find(key).filter(|&found| found != row)),
+        }
     }
 
     /// The row of `key`, through the key index when it is in use, else the row index;
@@ -979,7 +1003,12 @@ impl MemmapBackend {
     /// A verified read by key checks the key's checksum, computed from the caller's string (equal
     /// to the stored path): the index must not hand out another key's row. A read by number
     /// returns no key, so it checks the row's values only (`validate` checks every key).
-    fn read_row_of(&self, row: usize, key: Option<&str>, verify: bool) -> Result<Sample> {
+    pub(crate) fn read_row_of(
+        &self,
+        row: usize,
+        key: Option<&str>,
+        verify: bool,
+    ) -> Result<Sample> {
         // The row's entry is one more cache miss: read only when the row needs it (a nullable
         // field's flag, a JSON field's text, the path for an error message).
         let cell: OnceCell<Cow<'_, RowEntry>> = OnceCell::new();
@@ -1205,18 +1234,91 @@ impl MemmapBackend {
             return Ok(());
         }
         self.flush()?;
-        if self.try_index()?.is_empty() {
+        if self.rows == 0 {
             let cache = self.layout.root().to_path_buf();
             return Err(MemmapError::FinalizeEmpty { cache }.into());
         }
-        let result = self.commit(fingerprint);
-        self.poison(result)?;
-        if self.format.checksums {
-            Self::writer_index(&mut self.index).mark_finalized_by_stowage();
+        let stats = match self.commit(fingerprint) {
+            // The rows themselves are wrong (a key stored twice, a damaged manifest line): found
+            // while they stream, before any file a reader uses is published, so the handle
+            // stays usable, as when the rows were loaded before the commit.
+            Err(e @ Error::Corrupted { .. }) => return Err(e),
+            result => self.poison(result)?,
+        };
+        self.finalize_stats = Some(stats);
+        if let Some(Ok(index)) = self.index.get_mut()
+            && self.format.checksums
+        {
+            index.mark_finalized_by_stowage();
         }
         self.recorded = Recorded::ByFinalize;
         self.tail = None;
+        // Reads by key go through the key index just written (or index.parquet, loaded on
+        // first need): the rows were never all in memory.
+        self.key_index = KeyIndex::open(&self.layout, &self.format, self.rows);
         self.write.set_finalized(true);
+        Ok(())
+    }
+
+    /// What this handle's finalize held and wrote (`None` before it finalized). For tests of
+    /// finalize's bounded memory.
+    ///
+    /// ```
+    /// use stowage_core::{Backend, DType, Sample, Schema, ShapeRule, Tensor};
+    /// use stowage_memmap::{MemmapBackend, MemmapOptions};
+    /// let dir = tempfile::tempdir()?;
+    /// let schema = Schema::new().tensor("x", DType::U8, ShapeRule::Fixed(vec![1]));
+    /// let mut cache = MemmapBackend::create(dir.path(), &schema, MemmapOptions::default())?;
+    /// cache.put("a", &Sample::new().with("x", Tensor::from_slice(&[1], &[7u8])?))?;
+    /// cache.finalize()?;
+    /// let stats = cache.finalize_stats().expect("finalized by this handle");
+    /// assert_eq!((stats.rows, stats.row_groups), (1, 1));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[doc(hidden)]
+    pub fn finalize_stats(&self) -> Option<FinalizeStats> {
+        self.finalize_stats
+    }
+
+    /// Every row's entry in row order, handed to `each` one at a time, without holding them all:
+    /// the row index when it is loaded (or, for a finalized cache, loading it), else (an
+    /// unfinished cache) the manifest's committed lines up to this handle's rows, read one at a
+    /// time, then the rows this writer has not committed yet.
+    pub(crate) fn each_row(
+        &self,
+        each: &mut dyn FnMut(usize, &RowEntry) -> Result<()>,
+    ) -> Result<()> {
+        let tail = match (&self.tail, &self.recorded, self.index.get()) {
+            (Some(tail), Recorded::ByManifest { .. }, None | Some(Err(_))) => tail,
+            _ => {
+                for (row, entry) in self.try_index()?.rows().iter().enumerate() {
+                    each(row, entry)?;
+                }
+                return Ok(());
+            }
+        };
+        let path = self.layout.manifest();
+        let mut row = 0;
+        if let Some(mut lines) = ManifestRows::open(&path, &self.format)? {
+            while row < self.rows {
+                let Some(entry) = lines.next_entry()? else { break };
+                each(row, &entry)?;
+                row += 1;
+            }
+        }
+        let base = tail.covered.rows();
+        if row < base {
+            return Err(Error::corrupted(
+                &path,
+                format!("holds {row} rows, the key index covers {base}"),
+            ));
+        }
+        for row in row..self.rows {
+            let entry = tail.recent.row(row - base).ok_or_else(|| {
+                Error::corrupted(&path, format!("row {row} is neither committed nor pending"))
+            })?;
+            each(row, entry)?;
+        }
         Ok(())
     }
 
@@ -1242,14 +1344,33 @@ impl MemmapBackend {
         Ok(())
     }
 
-    fn commit(&self, fingerprint: &[u8]) -> Result<()> {
+    /// Writes finalize's files from the rows streamed once ([`MemmapBackend::each_row`]), then
+    /// commits: the manifest removed, `_COMPLETE` written.
+    fn commit(&self, fingerprint: &[u8]) -> Result<FinalizeStats> {
         let layout = &self.layout;
-        write_finalize_files(layout, &self.format, self.try_index()?, fingerprint)?;
+        let bounds = FinalizeBounds {
+            row_group_rows: self.options.finalize_row_group_rows,
+            run_rows: self.options.finalize_run_rows,
+        };
+        let source = match self.recorded {
+            Recorded::ByManifest { .. } => layout.manifest(),
+            Recorded::ByFinalize => layout.index(),
+        };
+        let stats = write_finalize_files(
+            layout,
+            &self.format,
+            self.rows,
+            &source,
+            |each| self.each_row(each),
+            fingerprint,
+            bounds,
+        )?;
         // The unfinished cache's key index: derived from the manifest, removed before it.
         crate::tail_index::remove_all(layout)?;
         std::fs::remove_file(layout.manifest()).at(layout.manifest())?;
         fsync_dir(layout.root())?;
-        atomic_write(layout.complete_marker(), b"")
+        atomic_write(layout.complete_marker(), b"")?;
+        Ok(stats)
     }
 }
 
@@ -1278,6 +1399,12 @@ fn remove_abandoned_temporaries(layout: &Layout, format: &RowFormat) -> Result<(
     let key_index = crate::key_index::dir(layout);
     if key_index.is_dir() {
         remove_abandoned_temps(&key_index, |name| crate::key_index::FILE_NAMES.contains(&name))?;
+        // The scratch runs of a finalize that did not finish.
+        for entry in std::fs::read_dir(&key_index).at(&key_index)?.flatten() {
+            if entry.file_name().to_str().is_some_and(crate::key_index::is_scratch) {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
     }
     Ok(())
 }
@@ -1462,12 +1589,13 @@ impl Reader for MemmapBackend {
         {
             return Ok(keys);
         }
-        if let Some(tail) = self.tail.as_ref().filter(|_| !self.index_loaded()) {
-            // Every row once, without keeping them.
-            let full = self.full_tail_index(tail)?;
-            return Ok(full.rows().iter().map(|r| r.path.to_string()).collect());
-        }
-        Ok(self.try_index()?.rows().iter().map(|r| r.path.to_string()).collect())
+        // Every row once, without keeping their entries (an unfinished cache's are streamed).
+        let mut keys = Vec::with_capacity(self.rows);
+        self.each_row(&mut |_, entry| {
+            keys.push(entry.path.to_string());
+            Ok(())
+        })?;
+        Ok(keys)
     }
 
     fn is_finalized(&self) -> bool {

@@ -112,37 +112,56 @@ fn coverage(cache: &MemmapBackend, description: &mut Description) {
 }
 
 /// Per deduplicated JSON field: the rows referencing its sidecar and the distinct texts stored.
+/// The rows stream by once ([`MemmapBackend::each_row`]: an unfinished cache's manifest is read,
+/// not loaded); what is kept is the distinct keys and texts, bounded by the distinct values.
 fn dedup(cache: &MemmapBackend) -> Vec<Dedup> {
-    let Ok(index) = cache.try_index() else { return Vec::new() };
     let format = cache.row_format();
-    let mut out = Vec::new();
-    for (j, column) in format.json.iter().enumerate() {
-        let JsonStorage::Deduplicated { sidecar, .. } = &column.storage else { continue };
-        let mut references = 0u64;
-        let mut keys = HashSet::new();
-        let mut inline = HashSet::new();
-        for row in index.rows() {
-            match &row.json[j] {
+    let fields: Vec<(usize, &str, &str)> = format
+        .json
+        .iter()
+        .enumerate()
+        .filter_map(|(j, column)| match &column.storage {
+            JsonStorage::Deduplicated { sidecar, .. } => {
+                Some((j, column.name.as_str(), &**sidecar))
+            }
+            JsonStorage::Plain { .. } => None,
+        })
+        .collect();
+    let mut counts: Vec<(u64, HashSet<i32>, HashSet<std::sync::Arc<str>>)> =
+        fields.iter().map(|_| (0, HashSet::new(), HashSet::new())).collect();
+    let streamed = cache.each_row(&mut |_, row| {
+        for ((j, _, _), (references, keys, inline)) in fields.iter().zip(&mut counts) {
+            match &row.json[*j] {
                 JsonRef::Key(key) => {
-                    references += 1;
+                    *references += 1;
                     keys.insert(*key);
                 }
                 JsonRef::Inline(text) => {
-                    references += 1;
-                    inline.insert(text.clone());
+                    *references += 1;
+                    if !inline.contains(text) {
+                        inline.insert(text.clone());
+                    }
                 }
                 JsonRef::Null => {}
             }
         }
-        let stored = (keys.len() + inline.len()) as u64;
-        out.push(Dedup::new(
-            format!("field {:?}", column.name),
-            references,
-            stored,
-            format!("rows with a text -> distinct texts in {sidecar}"),
-        ));
+        Ok(())
+    });
+    if streamed.is_err() {
+        return Vec::new();
     }
-    out
+    fields
+        .iter()
+        .zip(counts)
+        .map(|((_, name, sidecar), (references, keys, inline))| {
+            Dedup::new(
+                format!("field {name:?}"),
+                references,
+                (keys.len() + inline.len()) as u64,
+                format!("rows with a text -> distinct texts in {sidecar}"),
+            )
+        })
+        .collect()
 }
 
 #[cfg(test)]

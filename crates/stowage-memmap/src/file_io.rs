@@ -45,3 +45,48 @@ pub(crate) fn write_all_at(file: &File, mut bytes: &[u8], mut offset: u64) -> st
     }
     Ok(())
 }
+
+/// A new file written under a temporary name beside its final path (core's
+/// `create_temp_beside`: `.<name>.tmp-<pid>-<n>`, which the cache's next writer removes if a
+/// crash leaves it), for a file too large to build in memory and written while other files are:
+/// [`Staged::publish`] fsyncs it, renames it over the final path and fsyncs the directory, as
+/// `atomic_write` does. Dropped unpublished, the temporary is removed.
+#[derive(Debug)]
+pub(crate) struct Staged {
+    temp: std::path::PathBuf,
+    path: std::path::PathBuf,
+    published: bool,
+}
+
+impl Staged {
+    /// A new, empty temporary for `path`, and the file open for writing.
+    pub(crate) fn create(path: &std::path::Path) -> stowage_core::Result<(Staged, File)> {
+        use stowage_core::IoResultExt;
+        let (temp, file) = stowage_core::file_safety::create_temp_beside(path).at(path)?;
+        Ok((Staged { temp, path: path.to_path_buf(), published: false }, file))
+    }
+
+    /// The temporary's path (to read it back before it is published).
+    pub(crate) fn temp(&self) -> &std::path::Path {
+        &self.temp
+    }
+
+    /// Makes `file` (this temporary, written whole) durable and names it.
+    pub(crate) fn publish(mut self, file: File) -> stowage_core::Result<()> {
+        use stowage_core::IoResultExt;
+        file.sync_all().at(&self.path)?;
+        drop(file);
+        std::fs::rename(&self.temp, &self.path).at(&self.path)?;
+        self.published = true;
+        let dir = self.path.parent().filter(|p| !p.as_os_str().is_empty());
+        stowage_core::file_safety::fsync_dir(dir.unwrap_or(std::path::Path::new(".")))
+    }
+}
+
+impl Drop for Staged {
+    fn drop(&mut self) {
+        if !self.published {
+            let _ = std::fs::remove_file(&self.temp);
+        }
+    }
+}

@@ -285,7 +285,11 @@ impl InspectReport {
         // Only when the index loads: its failure is already listed above.
         let projected_ram_bytes = backend
             .as_ref()
-            .filter(|b| b.try_index().is_ok())
+            .filter(|b| {
+                // An unfinished cache's rows are streamed, never loaded, to project them.
+                matches!(b.recorded(), crate::backend::Recorded::ByManifest { .. })
+                    || b.try_index().is_ok()
+            })
             .and_then(|b| b.projected_realization_bytes().ok());
 
         dedup_errors(&mut errors);

@@ -21,25 +21,28 @@
 //! run.bin payloads: (row + 1) << 32 | the record's start / 8
 //! ```
 //!
-//! Both are written by finalize after `index.parquet`, atomically (`run.bin` first: `keys.bin`
-//! vouches for it), before the manifest is removed and `_COMPLETE` written. Opening checks the
+//! Both are written by finalize as its rows stream by (bounded memory, [`KeysBuilder`]), each
+//! through a temporary file made durable and renamed into place: `run.bin` first (stamped with
+//! the footer of the `index.parquet` about to be published), then `index.parquet`, then `keys.bin`
+//! (which vouches for both), before the manifest is removed and `_COMPLETE` written. Opening checks the
 //! headers only, and that `index.parquet` is still the file the index was built from (its length
 //! and the checksum of its footer, a read of a few kilobytes): any mismatch (DNANet rewrote the
 //! index, a file is missing or damaged) leaves the index unused, and the cache is read through
 //! `index.parquet` as before; `validate` says why.
 
-use std::borrow::Cow;
-use std::io::{Read, Seek, SeekFrom, Write};
+use std::fs::File;
+use std::io::{BufWriter, Read, Seek, SeekFrom, Write};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use memmap2::Mmap;
-use stowage_core::file_safety::{atomic_write, atomic_write_with, fsync_dir};
-use stowage_core::key_runs::{KeyRun, RunSpec, build_run, key_hash};
+use stowage_core::file_safety::{fsync_dir, open_no_follow};
+use stowage_core::key_runs::{KeyRun, RunSpec, build_run_to, key_hash, write_run_file};
 use stowage_core::{Error, IoResultExt, Result};
 use xxhash_rust::xxh3::xxh3_64;
 
+use crate::file_io::{Staged, read_exact_at, write_all_at};
 use crate::index::{JsonRef, RowEntry};
 use crate::layout::Layout;
 use crate::row_format::RowFormat;
@@ -428,28 +431,18 @@ fn decode(body: &[u8], tensors: usize, json: usize) -> Option<RowEntry> {
     (at == body.len()).then(|| RowEntry { path: path.into(), present, json: refs.into() })
 }
 
-/// Per JSON field, the sidecar keys finalize gave every row (`None` for a plain field, whose
-/// texts stay inline).
-pub(crate) type KeyColumns = [Option<Vec<Option<i32>>>];
-
-/// The reference of JSON field `j` of `row` as `index.parquet` holds it.
-fn json_ref<'a>(entry: &'a RowEntry, keys: &KeyColumns, row: usize, j: usize) -> Cow<'a, JsonRef> {
-    match &keys[j] {
-        Some(column) => Cow::Owned(column[row].map_or(JsonRef::Null, JsonRef::Key)),
-        None => Cow::Borrowed(&entry.json[j]),
-    }
-}
-
-/// The body of a record (what follows its checksum, before its padding).
-fn encode(row: usize, entry: &RowEntry, keys: &KeyColumns, out: &mut Vec<u8>) {
+/// The body of a record (what follows its checksum, before its padding): `row`'s path and
+/// presence flags from `entry`, its JSON references `refs` as `index.parquet` holds them (a
+/// deduplicated field's sidecar key, a plain field's text).
+fn encode(row: usize, entry: &RowEntry, refs: &[JsonRef], out: &mut Vec<u8>) {
     out.clear();
     out.extend_from_slice(&[0; 4]); // the body's length, below
     out.extend_from_slice(&(entry.path.len() as u32).to_le_bytes());
     out.extend_from_slice(&(row as u64).to_le_bytes());
     out.extend_from_slice(entry.path.as_bytes());
     out.extend(entry.present.iter().map(|&p| u8::from(p)));
-    for j in 0..entry.json.len() {
-        match &*json_ref(entry, keys, row, j) {
+    for reference in refs {
+        match reference {
             JsonRef::Null => out.push(0),
             JsonRef::Key(key) => {
                 out.push(1);
@@ -466,110 +459,393 @@ fn encode(row: usize, entry: &RowEntry, keys: &KeyColumns, out: &mut Vec<u8>) {
     out[..4].copy_from_slice(&len.to_le_bytes());
 }
 
-fn encoded_len(row: usize, entry: &RowEntry, keys: &KeyColumns) -> u64 {
-    let json: usize = (0..entry.json.len())
-        .map(|j| match &*json_ref(entry, keys, row, j) {
-            JsonRef::Null => 1,
-            JsonRef::Key(_) => 5,
-            JsonRef::Inline(text) => 5 + text.len(),
-        })
-        .sum();
-    let body = 16 + entry.path.len() + entry.present.len() + json;
-    padded(8 + body as u64)
-}
-
 /// `len` rounded up to 8 bytes: records start 8-byte aligned, so that a run payload holds their
 /// start in 32 bits up to 32 GiB of records.
 fn padded(len: u64) -> u64 {
     len.div_ceil(8) * 8
 }
 
-/// Builds the run of `fresh` and writes it to `path` atomically; returns its header checksum.
-///
-/// Built in memory (16 bytes a slot, at most 3/4 full), not into a shared writable map of the
-/// file: the reliability suite's power-loss model follows `write` calls, not stores to a map.
-fn write_run(
-    path: &Path,
-    fresh: &[(u64, u64)],
-    spec: RunSpec,
-    same: impl FnMut(u64, u64) -> bool,
-) -> Result<u64> {
-    let bytes = build_run(&[], fresh, spec, same, |_, _| false)?;
-    atomic_write(path, &bytes)?;
-    Ok(KeyRun::from_bytes(path, bytes)?.header().header_checksum)
+/// Key index entries a finalize gathers before it writes them out as a run: 11 MB of (hash,
+/// payload) entries and as much for the build's sorted copy, a run of 2^20 slots at most 3/4
+/// full (16 MiB on disk).
+pub(crate) const RUN_ROWS: usize = 700_000;
+
+/// Runs of one size a finalize merges into one of the next size: a cache of `n` rows has its
+/// entries copied about `log16(n / RUN_ROWS)` times before the last merge, which reads at most
+/// 15 runs of each size.
+const FANOUT: usize = 16;
+
+/// Bytes of offsets a finalize gathers before it writes them into place.
+const OFFSETS_BUFFER: usize = 64 << 10;
+
+/// Distinguishes the scratch runs of one process.
+static SCRATCH: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// Whether `name` is a scratch run a finalize writes in `stowage_index/` (removed when it is
+/// done; one a crash left is removed by the cache's next writer).
+pub(crate) fn is_scratch(name: &str) -> bool {
+    name.starts_with(".finalize-") && name.ends_with(".run")
 }
 
-/// Writes `stowage_index/` for the finalized `rows` (with `keys`, the sidecar keys finalize gave
-/// them), after `index.parquet` is in place: `run.bin`, then `keys.bin`, each atomically. Paths
-/// are distinct (the writer's index refused duplicates).
-pub(crate) fn write(
-    layout: &Layout,
-    format: &RowFormat,
-    rows: &[RowEntry],
-    keys: &KeyColumns,
-    checksum_rows: Option<usize>,
-) -> Result<()> {
-    let dir = dir(layout);
-    std::fs::create_dir_all(&dir).at(&dir)?;
-    fsync_dir(layout.root())?;
-    let stamp = parquet_stamp(&layout.index())?;
-    let mut fresh: Vec<(u64, u64)> = Vec::with_capacity(rows.len());
-    let mut end = 0u64;
-    for (row, entry) in rows.iter().enumerate() {
-        fresh.push((key_hash(entry.path.as_bytes()), pack(row, end)));
-        end += encoded_len(row, entry, keys);
+/// A run of part of the rows, in a scratch file of `stowage_index/` (never fsynced: nothing
+/// reads it after the finalize that wrote it); removed when dropped.
+struct ScratchRun {
+    path: PathBuf,
+    run: KeyRun,
+    /// 0 for a run of fresh entries; `l + 1` for a merge of runs of level `l`.
+    level: u32,
+}
+
+impl Drop for ScratchRun {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.path);
     }
-    if end / 8 > u64::from(u32::MAX) || rows.len() as u64 >= u64::from(u32::MAX) {
-        // Beyond what a payload addresses: no key index (reads load index.parquet).
-        for path in [keys_path(layout), run_path(layout)] {
-            match std::fs::remove_file(&path) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-                    return Err(Error::io(path, e));
-                }
-                _ => {}
+}
+
+/// What the runs' builds met when they compared the paths of two entries whose hashes match.
+#[derive(Default)]
+struct Compared {
+    /// The first two rows found holding the same path, and the path.
+    duplicate: Option<(usize, usize, String)>,
+    /// A record that could not be read back.
+    failure: Option<std::io::Error>,
+}
+
+impl Compared {
+    /// Whether the entries at payloads `a` and `b` (of the records written into `keys`, whose
+    /// records start at byte `records_at`) hold the same path: a duplicate key, recorded.
+    fn same_path(&mut self, keys: &File, records_at: u64, a: u64, b: u64) -> bool {
+        match (path_at(keys, records_at, a), path_at(keys, records_at, b)) {
+            (Ok((row_a, path_a)), Ok((row_b, path_b))) if path_a == path_b => {
+                let rows = (row_a.min(row_b), row_a.max(row_b));
+                let path = String::from_utf8_lossy(&path_a).into_owned();
+                self.duplicate.get_or_insert((rows.0, rows.1, path));
+                true
+            }
+            (Ok(_), Ok(_)) => false,
+            (Err(e), _) | (_, Err(e)) => {
+                self.failure.get_or_insert(e);
+                false
             }
         }
-        return fsync_dir(&dir);
     }
-    let last = rows.len().saturating_sub(1) as u64;
-    let spec = RunSpec { first: 0, through: last, stamp: stamp.1 };
-    let same = |a: u64, b: u64| rows[unpack(a).0].path == rows[unpack(b).0].path;
-    let run_checksum = write_run(&run_path(layout), &fresh, spec, same)?;
-    drop(fresh);
-    let mut header = Vec::with_capacity(HEADER_LEN);
-    header.extend_from_slice(&MAGIC);
-    for value in [
-        VERSION,
-        rows.len() as u64,
-        format.tensors.len() as u64,
-        format.json.len() as u64,
-        checksum_rows.map_or(u64::MAX, |n| n as u64),
-        stamp.0,
-        stamp.1,
-        run_checksum,
-    ] {
-        header.extend_from_slice(&value.to_le_bytes());
-    }
-    let checksum = xxh3_64(&header);
-    header.extend_from_slice(&checksum.to_le_bytes());
-    atomic_write_with(keys_path(layout), |out| {
-        out.write_all(&header)?;
-        let mut offset = 0u64;
-        out.write_all(&offset.to_le_bytes())?;
-        for (row, entry) in rows.iter().enumerate() {
-            offset += encoded_len(row, entry, keys);
-            out.write_all(&offset.to_le_bytes())?;
+
+    /// The error of what was met, if anything: a duplicate path is [`Error::Corrupted`] naming
+    /// `source` (the rows' file), the path and both rows, as the row index says it.
+    fn check(&mut self, source: &Path, keys: &Path) -> Result<()> {
+        if let Some((first, second, path)) = self.duplicate.take() {
+            return Err(Error::corrupted(
+                source,
+                format!("path {path:?} is stored in rows {first} and {second}"),
+            ));
         }
-        let mut record = Vec::new();
-        for (row, entry) in rows.iter().enumerate() {
-            encode(row, entry, keys, &mut record);
-            out.write_all(&xxh3_64(&record).to_le_bytes())?;
-            out.write_all(&record)?;
-            let padding = padded(8 + record.len() as u64) - 8 - record.len() as u64;
-            out.write_all(&[0u8; 8][..padding as usize])?;
+        match self.failure.take() {
+            Some(e) => Err(Error::io(keys, e)),
+            None => Ok(()),
+        }
+    }
+}
+
+/// The row and path of the record a payload names, read back from the keys file being written.
+fn path_at(keys: &File, records_at: u64, payload: u64) -> std::io::Result<(usize, Vec<u8>)> {
+    let (row, start) = unpack(payload);
+    let at = records_at + start;
+    let mut head = [0u8; 24];
+    read_exact_at(keys, &mut head, at)?;
+    let len = u32_at(&head, 12).expect("in the head") as usize;
+    let mut path = vec![0u8; len];
+    read_exact_at(keys, &mut path, at + 24)?;
+    if u64_at(&head, 16) != Some(row as u64) {
+        return Err(std::io::Error::other(format!("the record of row {row} names another row")));
+    }
+    Ok((row, path))
+}
+
+/// Builds a scratch run of `inputs` and `fresh` in `dir`.
+fn scratch_run(
+    dir: &Path,
+    inputs: &[&KeyRun],
+    fresh: &[(u64, u64)],
+    level: u32,
+    same_key: impl FnMut(u64, u64) -> bool,
+) -> Result<ScratchRun> {
+    let n = SCRATCH.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let path = dir.join(format!(".finalize-{}-{n}.run", std::process::id()));
+    let mut file =
+        open_no_follow(std::fs::OpenOptions::new().read(true).write(true).create_new(true), &path)
+            .at(&path)?;
+    // From here on the file is removed however the build ends.
+    let removal = ScratchPath(&path);
+    let spec = RunSpec { first: n, through: n, stamp: 0 };
+    build_run_to(&mut file, &path, inputs, fresh, spec, same_key, |_, _| false)?;
+    // SAFETY: a scratch run is written whole above and never modified afterwards; only this
+    // finalize knows its name.
+    let map = unsafe { Mmap::map(&file) }.at(&path)?;
+    let run = KeyRun::from_bytes(&path, map)?;
+    std::mem::forget(removal);
+    Ok(ScratchRun { path, run, level })
+}
+
+/// Removes a scratch file whose build failed.
+struct ScratchPath<'a>(&'a Path);
+
+impl Drop for ScratchPath<'_> {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(self.0);
+    }
+}
+
+/// The key index of a finalize, built as its rows stream by (`push`, in row order), in bounded
+/// memory: each record is written into a temporary `keys.bin` as it comes (its offset gathered
+/// in a small buffer and written into place in the offsets table, which the known row count
+/// sizes), the key index entries (hash, payload) a chunk of [`RUN_ROWS`] at a time into scratch
+/// runs, merged [`FANOUT`] at a time; [`KeysBuilder::finish`] merges the rest into `run.bin`.
+/// Every build compares the paths of entries whose hashes match, read back from the temporary:
+/// two rows holding one path are the error a row index gives (`finish` returns it).
+pub(crate) struct KeysBuilder {
+    dir: PathBuf,
+    /// The file the rows come from, named in a duplicate's error.
+    source: PathBuf,
+    staged: Staged,
+    out: BufWriter<File>,
+    /// The temporary, opened again for reading back records.
+    reader: File,
+    rows: usize,
+    pushed: usize,
+    /// Where the records start in the file.
+    records_at: u64,
+    /// Bytes of records written.
+    end: u64,
+    offsets: Vec<u8>,
+    /// Where `offsets`' first byte goes.
+    offsets_at: u64,
+    record: Vec<u8>,
+    fresh: Vec<(u64, u64)>,
+    run_rows: usize,
+    runs: Vec<ScratchRun>,
+    compared: Compared,
+    /// Whether every payload so far fits 64 bits (rows below 2^32, records below 32 GiB).
+    addressable: bool,
+    /// The most entries held at once, and scratch runs written (for tests).
+    pub(crate) most_entries: usize,
+    pub(crate) scratch_runs: usize,
+}
+
+/// What [`KeysBuilder::finish`] leaves to publish: `keys.bin`, whole but for its header.
+pub(crate) struct SealedKeys {
+    staged: Staged,
+    file: File,
+    header: Vec<u8>,
+}
+
+impl SealedKeys {
+    /// Writes the header and publishes `keys.bin` (after `index.parquet`).
+    pub(crate) fn publish(self) -> Result<()> {
+        write_all_at(&self.file, &self.header, 0).at(self.staged.temp())?;
+        self.staged.publish(self.file)
+    }
+}
+
+impl KeysBuilder {
+    /// A builder for the `rows` rows of a finalize in `layout`, read from `source`; entries
+    /// gathered `run_rows` at a time.
+    pub(crate) fn create(
+        layout: &Layout,
+        source: &Path,
+        rows: usize,
+        run_rows: usize,
+    ) -> Result<KeysBuilder> {
+        let dir = dir(layout);
+        std::fs::create_dir_all(&dir).at(&dir)?;
+        fsync_dir(layout.root())?;
+        let path = keys_path(layout);
+        let (staged, file) = Staged::create(&path)?;
+        let reader = File::open(staged.temp()).at(staged.temp())?;
+        let records_at = HEADER_LEN as u64 + (rows as u64 + 1) * 8;
+        let mut out = BufWriter::with_capacity(1 << 20, file);
+        out.seek(SeekFrom::Start(records_at)).at(staged.temp())?;
+        let run_rows = run_rows.max(1);
+        Ok(KeysBuilder {
+            dir,
+            source: source.to_path_buf(),
+            staged,
+            out,
+            reader,
+            rows,
+            pushed: 0,
+            records_at,
+            end: 0,
+            offsets: 0u64.to_le_bytes().to_vec(),
+            offsets_at: HEADER_LEN as u64,
+            record: Vec::new(),
+            fresh: Vec::with_capacity(run_rows.min(rows)),
+            run_rows,
+            runs: Vec::new(),
+            compared: Compared::default(),
+            addressable: (rows as u64) < u64::from(u32::MAX),
+            most_entries: 0,
+            scratch_runs: 0,
+        })
+    }
+
+    /// Adds row `row` (the next one), its JSON references `refs` as `index.parquet` holds them.
+    pub(crate) fn push(&mut self, row: usize, entry: &RowEntry, refs: &[JsonRef]) -> Result<()> {
+        if row != self.pushed || row >= self.rows {
+            return Err(Error::invalid(format!(
+                "finalize: row {row} comes after {} of {} rows",
+                self.pushed, self.rows
+            )));
+        }
+        self.pushed += 1;
+        if !self.addressable {
+            return Ok(());
+        }
+        encode(row, entry, refs, &mut self.record);
+        let start = self.end;
+        let len = padded(8 + self.record.len() as u64);
+        if (start + len) / 8 > u64::from(u32::MAX) {
+            // Beyond what a payload addresses: no key index (reads load index.parquet), and no
+            // duplicate check through it.
+            self.addressable = false;
+            self.runs.clear();
+            self.fresh = Vec::new();
+            return Ok(());
+        }
+        let temp = self.staged.temp();
+        self.out.write_all(&xxh3_64(&self.record).to_le_bytes()).at(temp)?;
+        self.out.write_all(&self.record).at(temp)?;
+        let padding = (len - 8 - self.record.len() as u64) as usize;
+        self.out.write_all(&[0u8; 8][..padding]).at(temp)?;
+        self.end += len;
+        self.offsets.extend_from_slice(&self.end.to_le_bytes());
+        if self.offsets.len() >= OFFSETS_BUFFER {
+            self.write_offsets()?;
+        }
+        self.fresh.push((key_hash(entry.path.as_bytes()), pack(row, start)));
+        self.most_entries = self.most_entries.max(self.fresh.len());
+        if self.fresh.len() >= self.run_rows {
+            self.spill()?;
         }
         Ok(())
-    })
+    }
+
+    fn write_offsets(&mut self) -> Result<()> {
+        write_all_at(self.out.get_ref(), &self.offsets, self.offsets_at).at(self.staged.temp())?;
+        self.offsets_at += self.offsets.len() as u64;
+        self.offsets.clear();
+        Ok(())
+    }
+
+    /// Writes the gathered entries out as a scratch run, and merges [`FANOUT`] runs of a size
+    /// into one of the next.
+    fn spill(&mut self) -> Result<()> {
+        self.out.flush().at(self.staged.temp())?;
+        let KeysBuilder { reader, records_at, compared, .. } = self;
+        let same = |a: u64, b: u64| compared.same_path(reader, *records_at, a, b);
+        let run = scratch_run(&self.dir, &[], &self.fresh, 0, same)?;
+        self.compared.check(&self.source, self.staged.temp())?;
+        self.fresh.clear();
+        self.scratch_runs += 1;
+        self.runs.push(run);
+        loop {
+            let level = self.runs.last().map_or(0, |r| r.level);
+            let same_level = self.runs.iter().rev().take_while(|r| r.level == level).count();
+            if same_level < FANOUT {
+                return Ok(());
+            }
+            let taken = self.runs.split_off(self.runs.len() - same_level);
+            let inputs: Vec<&KeyRun> = taken.iter().map(|r| &r.run).collect();
+            let KeysBuilder { reader, records_at, compared, .. } = self;
+            let same = |a: u64, b: u64| compared.same_path(reader, *records_at, a, b);
+            let merged = scratch_run(&self.dir, &inputs, &[], level + 1, same)?;
+            self.compared.check(&self.source, self.staged.temp())?;
+            drop(inputs);
+            drop(taken);
+            self.scratch_runs += 1;
+            self.runs.push(merged);
+        }
+    }
+
+    /// After the last row: merges every run and the entries left into `run.bin` (atomically,
+    /// stamped with `stamp`, what [`parquet_stamp`] says of the `index.parquet` about to be
+    /// published), checking for duplicate paths on the way, and returns `keys.bin` to publish
+    /// after `index.parquet`. With `publish` false (a cache without checksums has no key index)
+    /// the merge goes to a scratch run, for the duplicate check only, and nothing is returned.
+    /// Without a key index (beyond what payloads address) the files of an earlier one are
+    /// removed.
+    pub(crate) fn finish(
+        mut self,
+        layout: &Layout,
+        format: &RowFormat,
+        stamp: (u64, u64),
+        checksum_rows: Option<usize>,
+        publish: bool,
+    ) -> Result<Option<SealedKeys>> {
+        if self.pushed != self.rows {
+            return Err(Error::corrupted(
+                &self.source,
+                format!("holds {} rows, the cache {}", self.pushed, self.rows),
+            ));
+        }
+        if !self.addressable {
+            if publish {
+                for path in [keys_path(layout), run_path(layout)] {
+                    match std::fs::remove_file(&path) {
+                        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                            return Err(Error::io(path, e));
+                        }
+                        _ => {}
+                    }
+                }
+                fsync_dir(&self.dir)?;
+            }
+            return Ok(None);
+        }
+        self.out.flush().at(self.staged.temp())?;
+        self.write_offsets()?;
+        let spec =
+            RunSpec { first: 0, through: self.rows.saturating_sub(1) as u64, stamp: stamp.1 };
+        let KeysBuilder { reader, records_at, compared, runs, fresh, dir, .. } = &mut self;
+        let inputs: Vec<&KeyRun> = runs.iter().map(|r| &r.run).collect();
+        let same = |a: u64, b: u64| compared.same_path(reader, *records_at, a, b);
+        let run_path = run_path(layout);
+        let header = if publish {
+            Some(write_run_file(&run_path, &inputs, fresh, spec, same, |_, _| false, None)?)
+        } else {
+            drop(scratch_run(dir, &inputs, fresh, 0, same)?);
+            None
+        };
+        drop(inputs);
+        // The scratch runs, merged.
+        self.runs.clear();
+        if let Err(e) = self.compared.check(&self.source, self.staged.temp()) {
+            if publish {
+                // A table that lost one of the two rows: not left for anyone to read.
+                let _ = std::fs::remove_file(&run_path);
+            }
+            return Err(e);
+        }
+        let Some(run) = header else { return Ok(None) };
+        let mut header = Vec::with_capacity(HEADER_LEN);
+        header.extend_from_slice(&MAGIC);
+        for value in [
+            VERSION,
+            self.rows as u64,
+            format.tensors.len() as u64,
+            format.json.len() as u64,
+            checksum_rows.map_or(u64::MAX, |n| n as u64),
+            stamp.0,
+            stamp.1,
+            run.header_checksum,
+        ] {
+            header.extend_from_slice(&value.to_le_bytes());
+        }
+        let checksum = xxh3_64(&header);
+        header.extend_from_slice(&checksum.to_le_bytes());
+        let KeysBuilder { staged, out, .. } = self;
+        let file = out.into_inner().map_err(|e| e.into_error()).at(staged.temp())?;
+        Ok(Some(SealedKeys { staged, file, header }))
+    }
 }
 
 #[cfg(test)]
@@ -588,10 +864,10 @@ mod tests {
     #[test]
     fn records_round_trip_with_sidecar_keys_as_finalized() {
         // JSON field 0 deduplicated (sidecar key 4), 1 deduplicated and null, 2 plain.
-        let keys: Vec<Option<Vec<Option<i32>>>> = vec![Some(vec![Some(4)]), Some(vec![None]), None];
+        let refs = [JsonRef::Key(4), JsonRef::Null, JsonRef::Inline("{}".into())];
         let mut body = Vec::new();
-        encode(0, &entry(), &keys, &mut body);
-        assert_eq!(encoded_len(0, &entry(), &keys), padded(8 + body.len() as u64));
+        encode(0, &entry(), &refs, &mut body);
+        assert_eq!(padded(8 + body.len() as u64) % 8, 0);
         let decoded = decode(&body, 3, 3).unwrap();
         assert_eq!(&*decoded.path, "/r/caf\u{e9}.hid");
         assert_eq!(&*decoded.present, [true, false, true]);

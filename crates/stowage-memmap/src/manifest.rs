@@ -188,6 +188,97 @@ impl Manifest {
     }
 }
 
+/// The committed rows of a manifest read one line at a time, as [`Manifest::entries`] finds them,
+/// without holding them: what finalize, `validate` and `keys` of an unfinished cache stream
+/// through (memory is one line and the parser's scratch, whatever the row count).
+pub(crate) struct ManifestRows<R> {
+    reader: R,
+    path: PathBuf,
+    format: RowFormat,
+    shape_texts: Vec<String>,
+    /// Cleared after every row: nothing is kept from one row to the next.
+    interned: Vec<HashSet<Arc<str>>>,
+    line: Vec<u8>,
+    /// Rows returned so far (the next row's number).
+    rows: usize,
+    done: bool,
+}
+
+impl ManifestRows<std::io::BufReader<File>> {
+    /// The rows of the manifest at `path`; no file is a manifest without rows.
+    pub(crate) fn open(path: &Path, format: &RowFormat) -> Result<Option<Self>> {
+        match File::open(path) {
+            Ok(file) => {
+                let reader = std::io::BufReader::with_capacity(1 << 20, file);
+                Ok(Some(ManifestRows::new(reader, path, format)))
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e).at(path),
+        }
+    }
+}
+
+impl<R: std::io::BufRead> ManifestRows<R> {
+    /// The rows of the manifest `reader` reads; `path` names it in errors.
+    pub(crate) fn new(reader: R, path: &Path, format: &RowFormat) -> ManifestRows<R> {
+        ManifestRows {
+            reader,
+            path: path.to_path_buf(),
+            format: format.clone(),
+            shape_texts: shape_texts(format),
+            interned: vec![HashSet::default(); format.json.len()],
+            line: Vec::new(),
+            rows: 0,
+            done: false,
+        }
+    }
+
+    /// The next committed row's entry; `None` after the last (a torn last line is not a row).
+    /// A line that is not a committed row entry (but a torn last one) is [`Error::Corrupted`]
+    /// naming the file and the line, as [`Manifest::parse`] says.
+    pub(crate) fn next_entry(&mut self) -> Result<Option<RowEntry>> {
+        if self.done {
+            return Ok(None);
+        }
+        self.line.clear();
+        self.reader.read_until(b'\n', &mut self.line).at(&self.path)?;
+        let last = self.line.last() != Some(&b'\n');
+        if !last {
+            self.line.pop();
+        }
+        if last && self.line.is_empty() {
+            self.done = true;
+            return Ok(None);
+        }
+        let position = self.rows;
+        let (format, line) = (&self.format, &self.line[..]);
+        let entry = match fast_row(line, position, format, &self.shape_texts, &mut self.interned) {
+            Some(entry) => entry,
+            None => match serde_json::from_slice::<Map<String, Json>>(line) {
+                Ok(object) => {
+                    parse_row(&object, position, format, &mut self.interned).map_err(|detail| {
+                        Error::corrupted(&self.path, format!("line {}: {detail}", position + 1))
+                    })?
+                }
+                Err(_) if last => {
+                    self.done = true;
+                    return Ok(None);
+                }
+                Err(e) => {
+                    return Err(Error::corrupted(
+                        &self.path,
+                        format!("line {} is not a committed row entry: {e}", position + 1),
+                    ));
+                }
+            },
+        };
+        self.interned.iter_mut().for_each(HashSet::clear);
+        self.done = last;
+        self.rows += 1;
+        Ok(Some(entry))
+    }
+}
+
 /// The entry of one manifest line (without its newline) that must be row `position`; `None`
 /// when it is not.
 pub(crate) fn parse_one(line: &[u8], position: usize, format: &RowFormat) -> Option<RowEntry> {
@@ -557,6 +648,46 @@ mod tests {
             let message = err.to_string();
             assert!(matches!(err, Error::Corrupted { .. }), "{message}");
             assert!(message.contains("manifest.jsonl") && message.contains(needle), "{message}");
+        }
+    }
+
+    /// Every entry [`ManifestRows`] streams from `text` (read through a tiny buffer, so that
+    /// lines span reads), or its error.
+    fn stream(text: &str) -> Result<Vec<RowEntry>> {
+        let format = RowFormat::new(&crate::dnanet(1, 2), false).unwrap();
+        let reader = std::io::BufReader::with_capacity(7, text.as_bytes());
+        let mut rows = ManifestRows::new(reader, Path::new("/c/manifest.jsonl"), &format);
+        let mut entries = Vec::new();
+        while let Some(entry) = rows.next_entry()? {
+            entries.push(entry);
+        }
+        assert!(rows.next_entry()?.is_none(), "the end stays the end");
+        Ok(entries)
+    }
+
+    #[test]
+    fn streamed_rows_are_the_parsed_ones_and_fail_alike() {
+        let (a, b) = (line(0, "/a", "[1, 2]"), line(1, "/b", "[1, 2]"));
+        // DNANet's key order (a foreign line) goes through the general parser.
+        let foreign = r#"{"row": 2, "path": "/c", "data_shape": [1, 2], "ann_shape": [1, 2], "scaler_shape": [2], "has_annotation": false, "adjusted_panel_json": null, "allele_annotation_json": "{\"x\": 1}", "meta_json": "{}", "extra": [1, {"k": 2}]}"#;
+        for text in [
+            String::new(),
+            format!("{a}\n{b}\n"),
+            format!("{a}\n{b}"),
+            format!("{a}\n{b}\n{{\"row\": 2, \"pa"),
+            format!("{a}\n{b}\n{foreign}\n"),
+        ] {
+            assert_eq!(stream(&text).unwrap(), parse(&text).unwrap().rows, "{text}");
+        }
+        for text in [
+            format!("garbage\n{a}\n"),
+            format!("{a}\ngarbage\n"),
+            format!("{}\n", line(1, "/a", "[1, 2]")),
+            format!("{a}\n{}\n", line(1, "/b", "[2]")),
+        ] {
+            let (streamed, parsed) = (stream(&text).unwrap_err(), parse(&text).unwrap_err());
+            assert!(matches!(streamed, Error::Corrupted { .. }), "{streamed}");
+            assert_eq!(streamed.to_string(), parsed.to_string());
         }
     }
 

@@ -43,24 +43,38 @@ impl MemmapBackend {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn projected_realization_bytes(&self) -> Result<u64> {
-        // Loads the index of a reader opened lazily; a damaged one is refused here, so that
-        // `index()` below (and in MaterializedMemmap) is never the empty stand-in.
-        let rows = self.try_index()?.len() as u64;
+        // Loads the index of a finalized reader opened lazily; a damaged one is refused here, so
+        // that `index()` below (and in MaterializedMemmap) is never the empty stand-in. An
+        // unfinished cache's rows are streamed from its manifest, not loaded.
+        if matches!(self.recorded(), Recorded::ByFinalize) {
+            self.try_index()?;
+        }
+        let rows = self.len() as u64;
         let mut total: u64 = 0;
         for tensor in &self.row_format().tensors {
             total = total.saturating_add(rows.saturating_mul(tensor.layout.row_bytes as u64));
         }
-        let mut shared: HashSet<*const u8> = HashSet::new();
-        for entry in self.index().rows() {
+        // A deduplicated field's text is held once however many rows share it (bounded by the
+        // distinct texts); a plain field's text once per row.
+        let deduplicated: Vec<bool> = self
+            .row_format()
+            .json
+            .iter()
+            .map(|f| matches!(f.storage, crate::row_format::JsonStorage::Deduplicated { .. }))
+            .collect();
+        let mut distinct: Vec<HashSet<std::sync::Arc<str>>> =
+            deduplicated.iter().map(|_| HashSet::new()).collect();
+        self.each_row(&mut |_, entry| {
             total = total.saturating_add(entry.path.len() as u64);
-            for json in &entry.json {
+            for (j, json) in entry.json.iter().enumerate() {
                 if let JsonRef::Inline(text) = json
-                    && shared.insert(text.as_ptr())
+                    && (!deduplicated[j] || distinct[j].insert(text.clone()))
                 {
                     total = total.saturating_add(text.len() as u64);
                 }
             }
-        }
+            Ok(())
+        })?;
         if matches!(self.recorded(), Recorded::ByFinalize) {
             for (_, sidecar) in self.sidecars() {
                 for text in sidecar.entries()?.values() {

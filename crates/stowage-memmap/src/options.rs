@@ -50,6 +50,13 @@ pub struct MemmapOptions {
     /// ```
     #[doc(hidden)]
     pub key_index_tail: usize,
+    /// Rows of an `index.parquet` row group finalize writes, at the most (finalize streams the
+    /// rows and holds one row group's worth). For tests.
+    #[doc(hidden)]
+    pub finalize_row_group_rows: usize,
+    /// Key index entries finalize gathers before it writes them out as a run. For tests.
+    #[doc(hidden)]
+    pub finalize_run_rows: usize,
 }
 
 impl Default for MemmapOptions {
@@ -60,6 +67,8 @@ impl Default for MemmapOptions {
             carry_fingerprint: None,
             cold_read_advice: ColdReadAdvice::Adaptive,
             key_index_tail: crate::tail_index::TAIL_BOUND,
+            finalize_row_group_rows: crate::finalize_files::ROW_GROUP_ROWS,
+            finalize_run_rows: crate::key_index::RUN_ROWS,
         }
     }
 }

@@ -320,6 +320,32 @@ impl Covered {
         if unsure { Lookup::Unsure } else { Lookup::Absent }
     }
 
+    /// A covered row other than `row` that holds `key` (a key stored twice), for `validate`: the
+    /// runs' slots of `key`'s hash, `row`'s own skipped without reading its line, every other
+    /// candidate confirmed by its line. [`Lookup::Unsure`] when such a candidate's line is damaged.
+    pub(crate) fn find_other(&self, key: &str, row: usize, format: &RowFormat) -> Lookup {
+        let hash = key_hash(key.as_bytes());
+        let mut unsure = false;
+        for (_, run) in &self.runs {
+            let found = run.find(hash, |payload| {
+                let Some(other) = (payload as usize).checked_sub(1).filter(|&r| r != row) else {
+                    return false;
+                };
+                match self.entry(other, format) {
+                    Some(entry) => &*entry.path == key,
+                    None => {
+                        unsure = true;
+                        false
+                    }
+                }
+            });
+            if let Some(payload) = found {
+                return Lookup::Found(payload as usize - 1);
+            }
+        }
+        if unsure { Lookup::Unsure } else { Lookup::Absent }
+    }
+
     /// Turns the tail into a run: `locs` and `hashes` (key hash per row) of rows
     /// `self.rows..self.rows + locs.len()`, committed in the manifest, whose bytes through
     /// `manifest_bytes` hold them; `foreign` every row range another writer's line holds.

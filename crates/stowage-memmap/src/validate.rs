@@ -55,6 +55,10 @@ pub fn validate(backend: &MemmapBackend, level: ValidationLevel) -> ValidationRe
     if finalized_files {
         check_fingerprint(&mut report, &backend.layout().fingerprint());
     }
+    if !finalized_files && !backend.index_loaded() {
+        check_streamed_rows(backend, level, &mut report);
+        return report;
+    }
     let rows = match backend.try_index() {
         Ok(index) => index.rows(),
         Err(e) => {
@@ -85,7 +89,7 @@ pub fn validate(backend: &MemmapBackend, level: ValidationLevel) -> ValidationRe
             }
         }
     }
-    check_key_index(backend, rows, &mut report);
+    check_key_index(backend, Some(rows), &mut report);
     // Rows whose missing checksum is already reported are not read again.
     let mut skip = Vec::new();
     if backend.row_format().checksums && backend.try_index().is_ok() {
@@ -142,11 +146,100 @@ pub fn validate(backend: &MemmapBackend, level: ValidationLevel) -> ValidationRe
     report
 }
 
+/// An unfinished cache's rows, streamed once from its manifest ([`MemmapBackend::each_row`]:
+/// never all in memory, whatever the row count): per row its checksum verdict, as for a loaded
+/// index; a lookup of another row holding its key (a key stored twice is a problem naming both
+/// rows, as loading the rows would have said; the key index's own damage is checked above, in
+/// `check_key_index`); and at `Full` the row read and checked. What is kept: ranges of rows,
+/// and the problems.
+fn check_streamed_rows(
+    backend: &MemmapBackend,
+    level: ValidationLevel,
+    report: &mut ValidationReport,
+) {
+    check_key_index(backend, None, report);
+    let checksums = backend.row_format().checksums;
+    let manifest = backend.layout().manifest();
+    let mut unchecked = Vec::new();
+    let (mut missing, mut missing_rows) = (Vec::new(), 0);
+    let mut reported_pairs: std::collections::HashSet<(usize, usize)> = Default::default();
+    let streamed = backend.each_row(&mut |i, row| {
+        let key = &*row.path;
+        match backend.other_row_with_key(key, i) {
+            Ok(None) => {}
+            Ok(Some(found)) => {
+                let pair = (found.min(i), found.max(i));
+                if reported_pairs.len() < MISSING_LISTED && reported_pairs.insert(pair) {
+                    let detail =
+                        format!("path {key:?} is stored in rows {} and {}", pair.0, pair.1);
+                    report.problem(Some(&manifest), Some(key), detail);
+                }
+            }
+            Err(e) => problem(report, Some(key), e),
+        }
+        let mut skip = false;
+        if checksums {
+            match backend.verdict(i, key) {
+                Ok(Verdict::Verify(_)) => {}
+                Ok(Verdict::Unchecked) => coverage::push_row(&mut unchecked, i),
+                Ok(Verdict::Missing) => {
+                    if missing_rows < MISSING_LISTED {
+                        problem(report, Some(key), backend.missing_checksum(i, key));
+                    }
+                    missing_rows += 1;
+                    coverage::push_row(&mut missing, i);
+                    skip = true;
+                }
+                Err(e) => {
+                    problem(report, Some(key), e);
+                    skip = true;
+                }
+            }
+        }
+        if level == ValidationLevel::Full && !skip {
+            report.samples_checked += 1;
+            match backend.read_row_of(i, Some(key), true) {
+                Ok(sample) => check_json(report, key, &sample),
+                Err(e) => problem(report, Some(key), e),
+            }
+        }
+        Ok(())
+    });
+    if let Err(e) = streamed {
+        report.files_checked += 1;
+        problem(report, None, e);
+        return;
+    }
+    if !checksums {
+        return;
+    }
+    report.files_checked += 1;
+    for error in backend.checksum_file_problems() {
+        problem(report, None, error);
+    }
+    if missing_rows > MISSING_LISTED {
+        let detail = format!(
+            "{} more rows stowage committed have no checksum row (rows {}; the first \
+             {MISSING_LISTED} are listed by key)",
+            missing_rows - MISSING_LISTED,
+            coverage::describe_runs(&missing)
+        );
+        report.problem(Some(&backend.layout().checksums()), None, detail);
+    }
+    if !unchecked.is_empty() {
+        report.unchecked.push(backend.unchecked_report(&unchecked));
+    }
+}
+
 /// Stowage's key index (`stowage_index/`) of a finalized cache: when present but not used, why
 /// (a problem: reads by key then load `index.parquet`, correct but slow); when used, checked
 /// against `rows` (`index.parquet`'s entries) fully ([`crate::key_index::KeyIndex::check`]).
 /// Derived data: not counted in `files_checked`, which counts the cache's own files.
-fn check_key_index(backend: &MemmapBackend, rows: &[RowEntry], report: &mut ValidationReport) {
+fn check_key_index(
+    backend: &MemmapBackend,
+    rows: Option<&[RowEntry]>,
+    report: &mut ValidationReport,
+) {
     if let Some(why) = backend.tail_unusable()
         && !backend.is_writing()
     {
@@ -165,9 +258,9 @@ fn check_key_index(backend: &MemmapBackend, rows: &[RowEntry], report: &mut Vali
             report.problem(Some(covered.dir()), None, detail);
         }
     }
-    if rows.len() != stowage_core::Reader::len(backend) {
+    let Some(rows) = rows.filter(|rows| rows.len() == stowage_core::Reader::len(backend)) else {
         return; // index.parquet did not load: that is the problem listed, this follows from it.
-    }
+    };
     match backend.key_index_state() {
         KeyIndexState::Absent => {}
         KeyIndexState::Unusable(reason) => {

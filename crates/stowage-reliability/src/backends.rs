@@ -30,9 +30,15 @@ pub fn all() -> Vec<Subject> {
         options: stowage_npy::NpyOptions { collection_size: 8, ..Default::default() },
     };
     let arrow = stowage_arrow::ArrowFactory { options: arrow_options() };
-    // A key index run every few rows, so that campaigns cut the writes of runs too.
+    // A key index run every few rows, and a finalize that merges several scratch runs and
+    // writes several row groups, so that campaigns cut those writes too.
     let memmap = stowage_memmap::MemmapFactory {
-        options: stowage_memmap::MemmapOptions { key_index_tail: 5, ..Default::default() },
+        options: stowage_memmap::MemmapOptions {
+            key_index_tail: 5,
+            finalize_run_rows: 50,
+            finalize_row_group_rows: 64,
+            ..Default::default()
+        },
     };
     let subjects: Vec<Box<dyn BackendFactory>> = vec![
         Box::new(npy),
