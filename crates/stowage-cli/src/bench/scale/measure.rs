@@ -35,6 +35,8 @@ pub const COLD_QD32_READS: usize = 32 * 256;
 pub const WARM_PAIRS: usize = 5;
 /// Read-only opens timed (the median is reported).
 const OPENS: usize = 3;
+/// Loads of the dependent-load reference ([`physical::warm_dependent_loads`]).
+pub const DEPENDENT_LOADS: usize = 2_000_000;
 
 /// What was measured for one backend at one size.
 #[derive(Debug, Clone, Serialize)]
@@ -46,8 +48,9 @@ pub struct ScaleMeasured {
     /// included); `None` where the system does not say.
     pub write_peak_rss_mib: Option<f64>,
     /// Peak anonymous resident memory (`RssAnon`: the heap, without the page cache its maps
-    /// touch) the writer added, MiB, sampled every few milliseconds while it wrote; `None` where
-    /// the system does not say.
+    /// touch) the writer added, MiB, sampled every few milliseconds while it wrote, and while
+    /// the unfinished cache was resumed and finalized (the most of [`Self::finalize_peak_anon_mib`]
+    /// and the writes'); `None` where the system does not say.
     pub write_peak_anon_mib: Option<f64>,
     /// Opening the unfinished cache for appending (resume), milliseconds.
     pub resume_open_ms: f64,
@@ -57,6 +60,10 @@ pub struct ScaleMeasured {
     pub resume_first_get_ms: f64,
     /// `finalize` through the resumed handle, milliseconds.
     pub finalize_ms: f64,
+    /// Peak anonymous resident memory added (over the same baseline as the writes') while the
+    /// unfinished cache was resumed and finalized, MiB, sampled every few milliseconds; `None`
+    /// where the system does not say.
+    pub finalize_peak_anon_mib: Option<f64>,
     /// Median of [`OPENS`] read-only opens of the finished cache (page cache warm), ms.
     pub open_ms: f64,
     /// The most resident memory one of those opens added, MiB.
@@ -71,6 +78,12 @@ pub struct ScaleMeasured {
     pub warm_get_rows_per_s: f64,
     /// Rows per second of warm `get_batch` of [`BATCH`] random keys.
     pub warm_batch_rows_per_s: f64,
+    /// Dependent random loads per second over a warm anonymous map of the finished cache's size
+    /// (capped at [`physical::DEPENDENT_LOAD_MAX_BYTES`]), the best of three passes made right
+    /// after the warm gets:
+    /// the physical reference of a lookup's chain of memory misses. `None` when the map could
+    /// not be made.
+    pub dependent_loads_per_s: Option<f64>,
     /// Random single gets per second with the page cache dropped before (the handle opened and
     /// its first get made before the drop, neither timed: [`cold_rows`]).
     pub cold_get_rows_per_s: f64,
@@ -163,10 +176,12 @@ pub fn measure(
         start = end;
     }
     let write_peak_rss_mib = added(rss::peak_mib(), baseline);
-    let write_peak_anon_mib = added(anon_sampler.stop(), anon_baseline);
+    let write_peak_anon = anon_sampler.stop();
     drop(cache);
 
-    // Resume the unfinished cache, read one key, finalize.
+    // Resume the unfinished cache, read one key, finalize: the writer's memory is sampled here
+    // too (a finalize that gathered every row would peak here, not while writing).
+    let finalize_sampler = rss::AnonPeak::start();
     let probe = workload.key(rows / 2);
     let before = rss::current_mib();
     let started = Instant::now();
@@ -183,6 +198,13 @@ pub fn measure(
     resumed.backend().finalize().map_err(|e| fail("finalize", &e))?;
     let finalize_ms = ms(started);
     drop(resumed);
+    let finalize_peak_anon = finalize_sampler.stop();
+    let finalize_peak_anon_mib = added(finalize_peak_anon, anon_baseline);
+    let write_peak_anon = match (write_peak_anon, finalize_peak_anon) {
+        (Some(a), Some(b)) => Some(a.max(b)),
+        (a, b) => a.or(b),
+    };
+    let write_peak_anon_mib = added(write_peak_anon, anon_baseline);
     let files = physical::files_of(dir);
     let bytes_on_disk = directory_bytes(dir);
 
@@ -224,6 +246,12 @@ pub fn measure(
     let warm_batch_rows_per_s =
         batched_gets(&cache, workload, warm.clone()).map_err(|e| fail("get_batch", &e))?;
     drop(cache);
+    // The best of three passes: on a shared machine the least disturbed one.
+    let dependent_loads_per_s = (0..3)
+        .filter_map(|pass| {
+            physical::warm_dependent_loads(bytes_on_disk, DEPENDENT_LOADS, seed + 4 + pass).ok()
+        })
+        .reduce(f64::max);
 
     // Cold: the page cache dropped before each measurement.
     let paths: Vec<PathBuf> = files.iter().map(|(path, _)| path.clone()).collect();
@@ -310,6 +338,7 @@ pub fn measure(
         resume_open_rss_mib,
         resume_first_get_ms,
         finalize_ms,
+        finalize_peak_anon_mib,
         open_ms: opens[OPENS / 2],
         open_rss_mib,
         first_get_ms: first_gets[OPENS / 2],
@@ -317,6 +346,7 @@ pub fn measure(
         cold_first_get_ms,
         warm_get_rows_per_s,
         warm_batch_rows_per_s,
+        dependent_loads_per_s,
         cold_get_rows_per_s,
         cold_batch_rows_per_s,
         qd1_reads_per_s,

@@ -1,7 +1,9 @@
 //! The machine's side of the scale suite: dropping the page cache for a cache's files, the cold
-//! 4 KiB random `pread`s at queue depth 1 and 32 over those files, and the raw copy of rows out
-//! of a warm map of the same size.
+//! 4 KiB random `pread`s at queue depth 1 and 32 over those files, the raw copy of rows out
+//! of a warm map of the same size, and the dependent random loads over a warm map of a cache's
+//! size (what a lookup's chain of memory misses costs).
 
+use std::collections::HashMap;
 use std::fs::File;
 use std::hint::black_box;
 use std::io::{BufWriter, Write};
@@ -102,37 +104,36 @@ pub fn files_of(dir: &Path) -> Vec<(PathBuf, u64)> {
     found
 }
 
-/// Random 4 KiB reads over a set of files, each page equally likely (a file weighs its size).
-struct Pages {
-    files: Vec<(File, u64)>,
+/// The pages of a set of files, numbered through their concatenation: a random page is each
+/// page equally likely (a file weighs its size).
+struct Pages<'f> {
+    /// The files with bytes, with their sizes.
+    files: Vec<&'f (PathBuf, u64)>,
     /// Each file's first page number in the concatenation, and the total after the last.
     starts: Vec<u64>,
 }
 
-impl Pages {
-    fn open(files: &[(PathBuf, u64)]) -> Result<Pages, String> {
-        let mut opened = Vec::new();
-        let mut starts = vec![0u64];
-        for (path, len) in files.iter().filter(|(_, len)| *len > 0) {
-            let file = File::open(path).map_err(|e| format!("{}: {e}", path.display()))?;
-            opened.push((file, *len));
-            starts.push(starts.last().expect("starts with 0") + len.div_ceil(PAGE));
-        }
-        if opened.is_empty() {
+impl<'f> Pages<'f> {
+    fn of(files: &'f [(PathBuf, u64)]) -> Result<Pages<'f>, String> {
+        let files: Vec<&(PathBuf, u64)> = files.iter().filter(|(_, len)| *len > 0).collect();
+        if files.is_empty() {
             return Err("the cache has no bytes to read".into());
         }
-        Ok(Pages { files: opened, starts })
+        let mut starts = vec![0u64];
+        for (_, len) in &files {
+            starts.push(starts.last().expect("starts with 0") + len.div_ceil(PAGE));
+        }
+        Ok(Pages { files, starts })
     }
 
     fn total(&self) -> u64 {
         *self.starts.last().expect("starts with 0")
     }
 
-    /// Reads page `page` of the concatenation into `buffer`.
-    fn read(&self, page: u64, buffer: &mut [u8]) -> std::io::Result<usize> {
+    /// The file (an index into `files`) holding page `page`, and the page's offset in it.
+    fn locate(&self, page: u64) -> (usize, u64) {
         let file = self.starts.partition_point(|&start| start <= page) - 1;
-        let (handle, _) = &self.files[file];
-        handle.read_at(buffer, (page - self.starts[file]) * PAGE)
+        (file, (page - self.starts[file]) * PAGE)
     }
 }
 
@@ -140,7 +141,11 @@ impl Pages {
 /// [`drop_page_cache`] with `machine_wide`): `reads` of them, one at a time from one thread
 /// (`depth` 1), or spread over `depth` threads each with one outstanding read. Reads per second.
 ///
-/// Errors: a file cannot be opened or read, or the page cache cannot be dropped, as text.
+/// The pages are drawn first and only the files they fall in are opened, before the timer: a
+/// cache of 100,000 segments has more files than a process may hold open.
+///
+/// Errors: a file cannot be opened or read, the reads need more descriptors than `ulimit -n`
+/// allows, or the page cache cannot be dropped, as text.
 pub fn cold_preads(
     files: &[(PathBuf, u64)],
     reads: usize,
@@ -148,20 +153,47 @@ pub fn cold_preads(
     seed: u64,
     machine_wide: bool,
 ) -> Result<f64, String> {
-    let pages = Pages::open(files)?;
+    let pages = Pages::of(files)?;
+    let per_thread = reads.div_ceil(depth.max(1));
+    let plans: Vec<Vec<(usize, u64)>> = (0..depth.max(1) as u64)
+        .map(|thread| {
+            Sampler::new(seed + thread, pages.total() as usize)
+                .take(per_thread)
+                .map(|page| pages.locate(page as u64))
+                .collect()
+        })
+        .collect();
+    let mut needed: Vec<usize> = plans.iter().flatten().map(|&(file, _)| file).collect();
+    needed.sort_unstable();
+    needed.dedup();
+    if let Some(limit) = stowage_core::process_limits::open_file_limit()
+        && needed.len() + 64 > limit
+    {
+        return Err(format!(
+            "the reference's {reads} reads fall in {} files, more than `ulimit -n` ({limit}) \
+             allows open at once (with 64 spare): raise it",
+            needed.len()
+        ));
+    }
+    let mut open: HashMap<usize, File> = HashMap::with_capacity(needed.len());
+    for file in needed {
+        let path = &pages.files[file].0;
+        open.insert(file, File::open(path).map_err(|e| format!("{}: {e}", path.display()))?);
+    }
     let paths: Vec<PathBuf> = files.iter().map(|(path, _)| path.clone()).collect();
     drop_page_cache(&paths, machine_wide)?;
-    let per_thread = reads.div_ceil(depth.max(1));
     let started = Instant::now();
     let results: Vec<Result<(), String>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = (0..depth.max(1) as u64)
-            .map(|thread| {
-                let pages = &pages;
+        let handles: Vec<_> = plans
+            .iter()
+            .map(|plan| {
+                let open = &open;
                 scope.spawn(move || {
                     let mut buffer = vec![0u8; PAGE as usize];
-                    for page in Sampler::new(seed + thread, pages.total() as usize).take(per_thread)
-                    {
-                        pages.read(page as u64, &mut buffer).map_err(|e| format!("pread: {e}"))?;
+                    for &(file, offset) in plan {
+                        open[&file]
+                            .read_at(&mut buffer, offset)
+                            .map_err(|e| format!("pread: {e}"))?;
                         black_box(&buffer);
                     }
                     Ok(())
@@ -215,6 +247,53 @@ pub fn warm_raw_copy(
     result
 }
 
+/// Most bytes the dependent-load reference maps: beyond a few GiB every load misses the caches
+/// and the TLB alike, so a larger map would measure the same latency.
+pub const DEPENDENT_LOAD_MAX_BYTES: u64 = 4 << 30;
+
+/// The dependent-load reference: an anonymous map of `bytes` (at most
+/// [`DEPENDENT_LOAD_MAX_BYTES`]), in 4 KiB pages (transparent huge pages declined, as for a
+/// file's map), every page written first (warm), then `loads` random 8-byte loads each of whose
+/// addresses is computed from the value the previous one read: the loads cannot overlap, as the
+/// probes of a lookup (a slot, then the key it points at, then the row) cannot. Loads per second.
+///
+/// A warm `get` that costs `k` such misses runs at most at this rate / `k`; at a small size the
+/// map fits the CPU's caches and the loads are fast, at a large one each goes to memory.
+///
+/// Errors: the map cannot be made, as text.
+pub fn warm_dependent_loads(bytes: u64, loads: usize, seed: u64) -> Result<f64, String> {
+    let words = (bytes.clamp(4096, DEPENDENT_LOAD_MAX_BYTES) / 8) as usize;
+    let mut map = memmap2::MmapMut::map_anon(words * 8)
+        .map_err(|e| format!("anonymous map of {} bytes: {e}", words * 8))?;
+    #[cfg(target_os = "linux")]
+    let _ = map.advise(memmap2::Advice::NoHugePage);
+    let mut state = seed;
+    for word in map.chunks_exact_mut(8) {
+        state = mix(state);
+        word.copy_from_slice(&state.to_le_bytes());
+    }
+    let word_at = |i: usize| u64::from_le_bytes(map[i * 8..i * 8 + 8].try_into().expect("8 bytes"));
+    // The next index from the loaded value: a multiply-shift onto `0..words` (no division).
+    let next =
+        |value: u64, step: u64| ((u128::from(mix(value ^ step)) * words as u128) >> 64) as usize;
+    let mut at = next(seed, 0);
+    let started = Instant::now();
+    for step in 0..loads as u64 {
+        at = next(word_at(at), step);
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    black_box(at);
+    Ok(loads as f64 / seconds.max(1e-9))
+}
+
+/// splitmix64's finalizer: a cheap, well-spread 64-bit mix.
+fn mix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -230,14 +309,27 @@ mod tests {
         std::fs::write(dir.path().join("empty"), b"").unwrap();
         let files = files_of(dir.path());
         assert_eq!(files.len(), 3);
-        let pages = Pages::open(&files).unwrap();
+        let pages = Pages::of(&files).unwrap();
         assert_eq!(pages.total(), 4);
-        let mut buffer = vec![0u8; 4096];
-        assert_eq!(pages.read(2, &mut buffer).unwrap(), 10);
-        assert_eq!(buffer[0], 1);
-        assert_eq!(pages.read(3, &mut buffer).unwrap(), 100);
-        assert_eq!(buffer[0], 2);
+        let read = |page: u64| {
+            let (file, offset) = pages.locate(page);
+            let mut buffer = vec![0u8; 4096];
+            let n = File::open(&pages.files[file].0).unwrap().read_at(&mut buffer, offset).unwrap();
+            (n, buffer[0])
+        };
+        assert_eq!(read(2), (10, 1));
+        assert_eq!(read(3), (100, 2));
         assert!(cold_preads(&files, 64, 4, 1, false).unwrap() > 0.0);
+    }
+
+    /// Dependent loads over a map larger than the CPU's caches are slower than over one that
+    /// fits them (the reference measures memory latency, not a loop's arithmetic).
+    #[test]
+    fn dependent_loads_slow_down_once_the_map_outgrows_the_caches() {
+        let small = warm_dependent_loads(16 << 10, 200_000, 7).unwrap();
+        let large = warm_dependent_loads(256 << 20, 200_000, 7).unwrap();
+        assert!(small > 0.0 && large > 0.0);
+        assert!(large < small, "{large} loads/s over 256 MiB, {small} over 16 KiB");
     }
 
     /// The raw copy reads back what it wrote, and leaves no file behind.

@@ -6,7 +6,9 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use super::disk::DiskCheck;
-use super::measure::{BATCH, COLD_BATCHES, COLD_QD32_READS, COLD_READS, ScaleMeasured};
+use super::measure::{
+    BATCH, COLD_BATCHES, COLD_QD32_READS, COLD_READS, DEPENDENT_LOADS, ScaleMeasured,
+};
 use super::physical::{CacheDrop, QUEUE_DEPTH};
 use super::{LARGEST_FOR_ALL, ROW_SHAPE};
 use crate::bench::FLUSH_EVERY;
@@ -141,7 +143,11 @@ impl ScaleReport {
              the best of those, with the ratio on/off). A verified memmap row reads two pages \
              (the row's and its checksum row's, in two files); the `checksums not verified` row \
              reads one. Every read sample's tensors have their first and last byte read (a \
-             zero-copy get returns before reading its row). \
+             zero-copy get returns before reading its row). The dependent-load reference \
+             makes {} random 8-byte loads, each address computed from the value the one before \
+             read (as a lookup's slot, key and row follow one another), over an anonymous \
+             map of the finished cache's size (at most 4 GiB; 4 KiB pages, every page written \
+             first; the best of three passes): `per get` is how many of them a warm get's time would buy. \
              At small sizes the cache is a few MB, so cold reads soon find their pages \
              cached: the cold targets mean most at the largest size.\n",
             ROW_SHAPE[0],
@@ -152,6 +158,7 @@ impl ScaleReport {
             COLD_BATCHES,
             count(COLD_READS),
             count(COLD_QD32_READS),
+            count(DEPENDENT_LOADS),
         );
         let _ = writeln!(text, "{}\n", self.disk.summary().trim_start_matches("scale: "));
         let mut writes = vec![header(&[
@@ -164,6 +171,7 @@ impl ScaleReport {
             "resume RSS",
             "resume first get",
             "finalize",
+            "finalize peak anon",
             "open",
             "open RSS",
             "first get",
@@ -181,6 +189,7 @@ impl ScaleReport {
             "cold get_batch",
             "QD1 4 KiB reads/s",
             "QD32 4 KiB reads/s",
+            "dependent loads/s (warm map of the cache's size)",
         ])];
         let mut notes = Vec::new();
         for size in &self.sizes {
@@ -190,6 +199,7 @@ impl ScaleReport {
                     "raw copy (warm map)".into(),
                     keys.clone(),
                     rate_text(rate),
+                    String::new(),
                     String::new(),
                     String::new(),
                     String::new(),
@@ -212,6 +222,7 @@ impl ScaleReport {
                             mib_text(m.resume_open_rss_mib),
                             ms_text(m.resume_first_get_ms),
                             ms_text(m.finalize_ms),
+                            mib_text(m.finalize_peak_anon_mib),
                             ms_text(m.open_ms),
                             mib_text(m.open_rss_mib),
                             ms_text(m.first_get_ms),
@@ -235,6 +246,7 @@ impl ScaleReport {
                             of(m.cold_batch_rows_per_s, Some(m.qd32_reads_per_s), "QD32"),
                             rate_text(m.qd1_reads_per_s),
                             rate_text(m.qd32_reads_per_s),
+                            dependent_loads_text(m),
                         ]);
                         if let Some(off) = &m.advice {
                             reads.push(vec![
@@ -256,6 +268,7 @@ impl ScaleReport {
                                 of(off.cold_batch_rows_per_s, Some(m.qd32_reads_per_s), "QD32"),
                                 String::new(),
                                 String::new(),
+                                String::new(),
                             ]);
                             reads.push(vec![
                                 format!("{} (checksums not verified)", entry.backend),
@@ -274,6 +287,7 @@ impl ScaleReport {
                                 ),
                                 String::new(),
                                 String::new(),
+                                String::new(),
                             ]);
                         }
                     }
@@ -286,7 +300,7 @@ impl ScaleReport {
                 }
             }
         }
-        text.push_str("Writes and opens (open: median of 3 read-only opens with the page cache warm; RSS: resident memory the open added, page cache of its maps included; write peak anon: the most anonymous memory (`RssAnon`: heap, without mapped pages) the writer added, sampled after each flush; times in ms):\n\n");
+        text.push_str("Writes and opens (open: median of 3 read-only opens with the page cache warm; RSS: resident memory the open added, page cache of its maps included; write peak anon: the most anonymous memory (`RssAnon`: heap, without mapped pages) the writer added, sampled every 5 ms while it wrote, resumed and finalized; finalize peak anon: the same, while it resumed and finalized only; times in ms):\n\n");
         text.push_str(&render(&writes));
         text.push_str("\nReads (rows per second; in parentheses the fraction of the physical reference of the same size in the same run):\n\n");
         text.push_str(&render(&reads));
@@ -443,13 +457,30 @@ fn targets(sizes: &[SizeReport], backend: &'static str) -> Vec<TargetResult> {
         0.8,
         &base_label,
     ));
-    results.push(ratio(
+    let mut warm = ratio(
         "warm random get",
         m.warm_get_rows_per_s,
         base_of(|b| b.warm_get_rows_per_s),
         0.5,
         &base_label,
-    ));
+    );
+    if let (Some(now), Some(then)) =
+        (m.dependent_loads_per_s, base.and_then(|b| b.dependent_loads_per_s))
+    {
+        let _ = write!(
+            warm.measured,
+            "; dependent loads over a warm map of the cache's size: {:.2}x ({} / {}), a get \
+             costs the time of {:.1} of them at {} keys, {:.1} at {}",
+            now / then,
+            rate_text(now),
+            rate_text(then),
+            now / m.warm_get_rows_per_s,
+            count(at.unwrap_or(LARGEST_FOR_ALL)),
+            base.map_or(0.0, |b| then / b.warm_get_rows_per_s),
+            count(BASE_KEYS),
+        );
+    }
+    results.push(warm);
     results.push(ratio(
         "cold get_batch of 1,024",
         m.cold_batch_rows_per_s,
@@ -465,6 +496,17 @@ fn targets(sizes: &[SizeReport], backend: &'static str) -> Vec<TargetResult> {
         "QD1",
     ));
     results
+}
+
+/// The dependent-load reference of `m`, with how many of its loads a warm get costs.
+fn dependent_loads_text(m: &ScaleMeasured) -> String {
+    match m.dependent_loads_per_s {
+        Some(loads) if m.warm_get_rows_per_s > 0.0 => {
+            format!("{} ({:.1} per get)", rate_text(loads), loads / m.warm_get_rows_per_s)
+        }
+        Some(loads) => rate_text(loads),
+        None => "not measured".into(),
+    }
 }
 
 /// A markdown header row with its rule.
@@ -541,6 +583,7 @@ mod tests {
             resume_open_rss_mib: Some(1.0),
             resume_first_get_ms: 0.1,
             finalize_ms: 1.0,
+            finalize_peak_anon_mib: Some(6.0),
             open_ms,
             open_rss_mib: Some(2.0),
             first_get_ms: 0.1,
@@ -548,6 +591,7 @@ mod tests {
             cold_first_get_ms: 0.2,
             warm_get_rows_per_s: rate,
             warm_batch_rows_per_s: rate,
+            dependent_loads_per_s: Some(rate * 4.0),
             cold_get_rows_per_s: 1_000.0,
             cold_batch_rows_per_s: 1_000.0,
             qd1_reads_per_s: 1_000.0,
@@ -596,6 +640,12 @@ mod tests {
             ("write rate >= 0.8x the 100,000 rate at 10,000,000 keys".into(), Verdict::Fail)
         );
         assert_eq!(v[6].1, Verdict::Pass, "0.6x >= 0.5x");
+        let warm = &targets(&sizes, "npy")[6].measured;
+        assert!(
+            warm.contains("dependent loads over a warm map of the cache's size: 0.60x")
+                && warm.contains("4.0 of them at 10,000,000 keys, 4.0 at 100,000"),
+            "{warm}"
+        );
         assert_eq!(v[7].1, Verdict::Fail, "0.1x QD32");
         assert_eq!(v[8].1, Verdict::Pass, "1.0x QD1");
     }
