@@ -245,7 +245,10 @@ impl NpyBackend {
         // writes _COMPLETE, so a marker read first never describes more than the log read after
         // it, while a log read first may be older than a marker read after it.
         let marker = CommitMarker::read(&layout.complete_marker())?;
-        let (runs, index_note) = match Runs::open(&layout) {
+        // A reader's lookups land on random pages of the runs and the log: each cold one reads
+        // its page alone, not the kernel's read-around (unless the advice is off).
+        let random = options.cold_read_advice != ColdReadAdvice::Never;
+        let (runs, index_note) = match Runs::open(&layout, random) {
             Ok(runs) => (runs, None),
             Err(why) => (None, Some(why)),
         };
@@ -274,7 +277,8 @@ impl NpyBackend {
         remove_killed_writers_temps(&layout)?;
         // Empty marker directories may be missing (a copy that dropped empty folders, e.g. git).
         make_layout_dirs(&layout)?;
-        let (runs, index_note) = match Runs::open(&layout) {
+        // A writer's merges stream through its runs: the kernel's read-around serves them.
+        let (runs, index_note) = match Runs::open(&layout, false) {
             Ok(runs) => (runs, None),
             Err(why) => (None, Some(why)),
         };
@@ -668,7 +672,7 @@ impl NpyBackend {
             return Ok(open);
         }
         let path = self.layout.data_file(self.index.file_uid(file));
-        let opened = CollectionFile::open(&path)?;
+        let opened = CollectionFile::open_with(&path, self.reads_at_random())?;
         let (dtype, slot_shape) = slot_of(&self.meta.schema, field);
         let header = opened.header();
         if !same_storage(&header.descr, dtype)
@@ -729,10 +733,24 @@ impl NpyBackend {
         Ok(tensor)
     }
 
+    /// Whether this handle maps the key index runs and the log for random access
+    /// ([`Runs::set_random_access`]): a reader whose cold-read advice is on.
+    pub(crate) fn reads_at_random(&self) -> bool {
+        self.writer.is_none() && self.options.cold_read_advice != ColdReadAdvice::Never
+    }
+
     pub(crate) fn metadata(&self) -> &CacheMetadata {
         &self.meta
     }
 }
+
+/// Most threads a cold `get_batch` opens its collection files with: the device serves about
+/// 32 reads at once (the scale suite's queue-depth-32 reference), and each thread mostly waits
+/// for one.
+pub(crate) const OPEN_THREADS: usize = 32;
+
+/// Fewest unopened collection files for which a `get_batch` opens them on several threads.
+pub(crate) const PARALLEL_OPENS: usize = 4;
 
 /// Whether a `.npy` descr stores `dtype` as stowage does: little-endian or native order. A
 /// big-endian descr is refused, because a flipped `<` would otherwise pass the checksum (which
@@ -825,31 +843,31 @@ impl Reader for NpyBackend {
         self.layout.root()
     }
 
+    /// A reader tells the kernel which pages of the collection files the get will read when
+    /// they may be missing ([`NpyOptions::cold_read_advice`]; the runs' slots too when there are
+    /// several), and maps the runs and the log for random access: a cold get reads each page it
+    /// needs, one after another, never the kernel's read-around of a large file.
     fn get(&self, key: &str) -> Result<Option<Sample>> {
-        let verify = self.options.verify_checksums;
-        let Some(found) = self.index.find(key) else { return self.get_from_runs(key) };
-        let mut sample = Sample::new();
-        for (i, field) in self.meta.schema.fields.iter().enumerate() {
-            let slot = self.index.slot(&found, i);
-            let tensor = self
-                .read_slot(i, &slot, verify)
-                .map_err(|e| in_field(e, &field.name).for_key(key))?;
-            sample.insert(self.field_names[i].clone(), Value::Tensor(tensor));
+        if self.writer.is_none() && self.advisor.get_wants_probe() {
+            self.advise_get(key);
         }
-        Ok(Some(sample))
+        self.get_unadvised(key)
     }
 
     /// The batch's pages are told to the kernel before they are read, while reads find pages
     /// missing ([`NpyOptions::cold_read_advice`]): the runs' slots of every key the tail does
-    /// not hold, then every candidate's log record, then every row, each round's reads in
-    /// flight together instead of three page faults one after another per key.
+    /// not hold, then every candidate's log record, then the collection files the batch needs
+    /// and this handle has not opened yet are opened (and their headers read) by up to 32
+    /// threads at once, then every row, each round's reads in flight together
+    /// instead of four dependent reads one after another per key.
     /// A writer's batch is not advised (its rows may still be in its write batches).
     fn get_batch(&self, keys: &[&str]) -> Result<Vec<Option<Sample>>> {
-        if self.writer.is_none() {
-            self.advise_lookups(keys);
+        if self.writer.is_none() && self.advisor.policy() != ColdReadAdvice::Never {
+            let cold = self.advise_lookups(keys);
+            self.open_files_of(keys, cold);
             self.advisor.before_batch_rows(keys.len(), |i, plan| self.plan_rows(keys[i], plan));
         }
-        keys.iter().map(|key| self.get(key)).collect()
+        keys.iter().map(|key| self.get_unadvised(key)).collect()
     }
 
     fn contains(&self, key: &str) -> Result<bool> {
@@ -1049,32 +1067,62 @@ impl NpyBackend {
     }
 
     /// The sample of `key` from the runs (after the tail missed).
-    /// Before a batch: advises the runs' home slots of `keys` the tail does not hold, then the
-    /// log records their slots name (unconfirmed: a slot is read either way), when the advisor
-    /// finds them cold. Nothing for a cache whose keys are all in memory.
-    fn advise_lookups(&self, keys: &[&str]) {
-        let Some(runs) = self.runs.as_ref().filter(|r| !r.runs().is_empty()) else { return };
-        let cold = match self.advisor.policy() {
-            ColdReadAdvice::Always => true,
-            ColdReadAdvice::Adaptive => self.advisor.is_cold(),
-            ColdReadAdvice::Never => false,
-        };
-        if !cold {
-            return;
+    /// [`Reader::get`] without advice.
+    fn get_unadvised(&self, key: &str) -> Result<Option<Sample>> {
+        let verify = self.options.verify_checksums;
+        let Some(found) = self.index.find(key) else { return self.get_from_runs(key) };
+        let mut sample = Sample::new();
+        for (i, field) in self.meta.schema.fields.iter().enumerate() {
+            let slot = self.index.slot(&found, i);
+            let tensor = self
+                .read_slot(i, &slot, verify)
+                .map_err(|e| in_field(e, &field.name).for_key(key))?;
+            sample.insert(self.field_names[i].clone(), Value::Tensor(tensor));
         }
+        Ok(Some(sample))
+    }
+
+    /// Before a single get that probes ([`ColdReadAdvisor::get_wants_probe`]): the home slot of
+    /// `key` in every run at once when there are several (a lookup reads them newest first,
+    /// each a dependent read when cold), then the rows of every field together
+    /// ([`ColdReadAdvisor::before_get`]).
+    fn advise_get(&self, key: &str) {
+        if let Some(runs) = self.runs.as_ref().filter(|r| r.runs().len() > 1)
+            && self.index.find(key).is_none()
+        {
+            let hash = key_hash(key.as_bytes());
+            let mut slots = PagePlan::with_capacity(runs.runs().len());
+            for run in runs.runs() {
+                let (bytes, slot) = run.home_slot(hash);
+                let _ = slots.add(bytes, slot);
+            }
+            self.advisor.before_get(&mut slots);
+        }
+        let mut rows = PagePlan::with_capacity(self.meta.schema.fields.len());
+        self.plan_rows(key, &mut rows);
+        self.advisor.before_get(&mut rows);
+    }
+
+    /// Before a batch: advises the runs' home slots of `keys` the tail does not hold, then the
+    /// log records their slots name (unconfirmed: a slot is read either way), when a `mincore`
+    /// sample of the slots finds pages missing (or always, with [`ColdReadAdvice::Always`]).
+    /// Whether the slots were advised; false for a cache whose keys are all in memory.
+    fn advise_lookups(&self, keys: &[&str]) -> bool {
+        let Some(runs) = self.runs.as_ref().filter(|r| !r.runs().is_empty()) else { return false };
         let hashes: Vec<u64> = keys
             .iter()
             .filter(|key| self.index.find(key).is_none())
             .map(|key| key_hash(key.as_bytes()))
             .collect();
-        let mut slots = PagePlan::with_capacity(hashes.len() * runs.runs().len());
-        for &hash in &hashes {
+        let slots = self.advisor.before_batch_rows(hashes.len(), |i, plan| {
             for run in runs.runs() {
-                let (bytes, slot) = run.home_slot(hash);
-                let _ = slots.add(bytes, slot);
+                let (bytes, slot) = run.home_slot(hashes[i]);
+                let _ = plan.add(bytes, slot);
             }
+        });
+        if slots.runs_advised == 0 {
+            return false;
         }
-        self.advisor.before_batch(&mut slots);
         let mut records = PagePlan::with_capacity(hashes.len());
         for &hash in &hashes {
             for run in runs.runs() {
@@ -1087,23 +1135,67 @@ impl NpyBackend {
             }
         }
         self.advisor.before_batch(&mut records);
+        true
     }
 
-    /// Adds the rows `key`'s latest record points to (every field's slot) to `plan`; nothing
+    /// Opens the collection files the rows of `keys` are in that this handle has not opened
+    /// yet, each on one of up to [`OPEN_THREADS`] threads, when there are at least
+    /// [`PARALLEL_OPENS`] of them and the batch was found `cold` (or its keys are all in memory,
+    /// where finding their files costs no read): a cold open reads the directory entry, the
+    /// inode and the header, three dependent reads, which one thread would wait for file after
+    /// file. Errors are left to the reads, which open the file again.
+    fn open_files_of(&self, keys: &[&str], cold: bool) {
+        let all_in_memory = self.runs.as_ref().is_none_or(|r| r.runs().is_empty());
+        if !(cold || all_in_memory) || self.files.iter().all(|cell| cell.get().is_some()) {
+            return;
+        }
+        let mut wanted: Vec<(u32, usize)> = keys
+            .iter()
+            .flat_map(|key| self.rows_of(key))
+            .filter(|&(_, file, _)| self.files[file as usize].get().is_none())
+            .map(|(field, file, _)| (file, field))
+            .collect();
+        wanted.sort_unstable();
+        wanted.dedup();
+        if wanted.len() < PARALLEL_OPENS {
+            return;
+        }
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let open = || {
+            while let Some(&(file, field)) =
+                wanted.get(next.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+            {
+                let _ = self.collection(file, field);
+            }
+        };
+        std::thread::scope(|scope| {
+            for _ in 1..wanted.len().min(OPEN_THREADS) {
+                // A thread that cannot be started leaves its share to the others and this one.
+                if std::thread::Builder::new().spawn_scoped(scope, open).is_err() {
+                    break;
+                }
+            }
+            open();
+        });
+    }
+
+    /// (field, collection file id, slot index) of every field of `key`'s latest record; empty
     /// for a key not found or a record that does not parse (its read says why).
-    fn plan_rows<'a>(&'a self, key: &str, plan: &mut PagePlan<'a>) {
-        let records = match self.index.find(key) {
+    fn rows_of(&self, key: &str) -> Vec<(usize, u32, u64)> {
+        match self.index.find(key) {
             Some(found) => (0..self.meta.schema.fields.len())
                 .map(|i| {
                     let slot = self.index.slot(&found, i);
                     (i, slot.file, u64::from(slot.index))
                 })
-                .collect::<Vec<_>>(),
+                .collect(),
             None => {
-                let Some(runs) = &self.runs else { return };
-                let Some((_, payload)) = runs.find(key) else { return };
+                let Some(runs) = &self.runs else { return Vec::new() };
+                let Some((_, payload)) = runs.find(key) else { return Vec::new() };
                 let fields = self.meta.schema.fields.len();
-                let Some(records) = runs::entry_records(payload, fields) else { return };
+                let Some(records) = runs::entry_records(payload, fields) else {
+                    return Vec::new();
+                };
                 records
                     .iter()
                     .enumerate()
@@ -1113,8 +1205,13 @@ impl NpyBackend {
                     })
                     .collect()
             }
-        };
-        for (field, file, index) in records {
+        }
+    }
+
+    /// Adds the rows `key`'s latest record points to (every field's slot) to `plan`; nothing
+    /// for a key not found or a record that does not parse (its read says why).
+    fn plan_rows<'a>(&'a self, key: &str, plan: &mut PagePlan<'a>) {
+        for (field, file, index) in self.rows_of(key) {
             if let Some((map, range)) =
                 self.collection(file, field).ok().and_then(|f| f.slot_range(index))
             {
@@ -1328,5 +1425,138 @@ impl FirstPut {
             }
         }
         self.keys.push(key.to_owned());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use stowage_core::{DType, ShapeRule, Tensor};
+
+    fn schema() -> Schema {
+        Schema::new().tensor("x", DType::U32, ShapeRule::Fixed(vec![2])).tensor(
+            "y",
+            DType::U8,
+            ShapeRule::Max(vec![3]),
+        )
+    }
+
+    fn sample(value: u32) -> Sample {
+        Sample::new()
+            .with("x", Tensor::from_slice(&[2], &[value, value + 1]).unwrap())
+            .with("y", Tensor::from_slice(&[1], &[value as u8]).unwrap())
+    }
+
+    /// A finished cache of 400 keys in files of 16 slots: 25 files per field.
+    fn cache() -> (tempfile::TempDir, Vec<String>) {
+        let dir = tempfile::tempdir().unwrap();
+        let options = NpyOptions { collection_size: 16, ..NpyOptions::default() };
+        let mut cache = NpyBackend::create(dir.path(), &schema(), options).unwrap();
+        let keys: Vec<String> = (0..400u32).map(|i| format!("k{i}")).collect();
+        for (i, key) in keys.iter().enumerate() {
+            cache.put(key, &sample(i as u32)).unwrap();
+        }
+        cache.finalize().unwrap();
+        (dir, keys)
+    }
+
+    fn reader(dir: &Path, advice: ColdReadAdvice) -> NpyBackend {
+        let options = NpyOptions { cold_read_advice: advice, ..NpyOptions::default() };
+        NpyBackend::open_read_only(dir, options).unwrap()
+    }
+
+    fn opened(cache: &NpyBackend) -> usize {
+        cache.files.iter().filter(|cell| cell.get().is_some()).count()
+    }
+
+    #[test]
+    fn a_cold_batch_opens_its_files_before_reading_and_a_warm_one_leaves_them_to_the_reads() {
+        let (dir, keys) = cache();
+        let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+        let batch = &keys[..100]; // files 0..7 of each field
+        let cache = reader(dir.path(), ColdReadAdvice::Always);
+        assert!(cache.runs.as_ref().is_some_and(|r| !r.runs().is_empty()), "read from a run");
+        assert_eq!(opened(&cache), 0);
+        // Not cold: the runs would have to be read to find the files.
+        cache.open_files_of(batch, false);
+        assert_eq!(opened(&cache), 0);
+        assert!(cache.advise_lookups(batch), "Always advises the lookups");
+        cache.open_files_of(batch, true);
+        assert_eq!(opened(&cache), 2 * 7, "every file of the batch, of both fields");
+        let (first, last) = (cache.rows_of("k0"), cache.rows_of("k399"));
+        assert_eq!(first.iter().map(|r| (r.0, r.2)).collect::<Vec<_>>(), [(0, 0), (1, 0)]);
+        assert!(first.iter().chain(&last).all(|r| r.1 < 50));
+        assert!(cache.rows_of("missing").is_empty());
+        assert_eq!(cache.get_batch(batch).unwrap()[99], Some(sample(99)));
+    }
+
+    #[test]
+    fn a_get_advises_the_pages_of_every_field_of_its_row() {
+        let (dir, _) = cache();
+        let cache = reader(dir.path(), ColdReadAdvice::Always);
+        let mut plan = PagePlan::new();
+        cache.plan_rows("k37", &mut plan);
+        let page = stowage_core::cold_reads::page_size();
+        let expected: Vec<std::ops::Range<usize>> = cache
+            .rows_of("k37")
+            .into_iter()
+            .map(|(field, file, index)| {
+                let (map, range) =
+                    cache.collection(file, field).unwrap().slot_range(index).unwrap();
+                let start = (map.as_ptr() as usize + range.start) & !(page - 1);
+                let end = (map.as_ptr() as usize + range.end).div_ceil(page) * page;
+                start..end
+            })
+            .collect();
+        assert_eq!(expected.len(), 2, "one slot in each field's file");
+        // Pages, not runs: two maps' pages that touch merge into one run.
+        let pages = |runs: &[std::ops::Range<usize>]| {
+            let mut pages: Vec<usize> = runs.iter().flat_map(|r| r.clone().step_by(page)).collect();
+            pages.sort_unstable();
+            pages.dedup();
+            pages
+        };
+        assert_eq!(pages(&plan.runs()), pages(&expected));
+        assert_eq!(cache.get("k37").unwrap(), Some(sample(37)));
+    }
+
+    #[test]
+    fn a_large_collection_file_is_opened_reading_its_header_alone_and_reads_the_same() {
+        let dir = tempfile::tempdir().unwrap();
+        let schema = Schema::new().tensor("x", DType::U32, ShapeRule::Fixed(vec![1024]));
+        let options = NpyOptions { collection_size: 80, ..NpyOptions::default() };
+        let mut cache = NpyBackend::create(dir.path(), &schema, options).unwrap();
+        let row = |i: u32| -> Vec<u32> { (0..1024).map(|j| i * 7 + j).collect() };
+        for i in 0..100u32 {
+            let tensor = Tensor::from_slice(&[1024], &row(i)).unwrap();
+            cache.put(&format!("k{i}"), &Sample::new().with("x", tensor)).unwrap();
+        }
+        cache.finalize().unwrap();
+        drop(cache);
+        for advice in [ColdReadAdvice::Adaptive, ColdReadAdvice::Never] {
+            let cache = reader(dir.path(), advice);
+            let file = cache.collection(0, 0).unwrap();
+            assert!(
+                file.slot_range(0).unwrap().0.len() > crate::collection::READ_WHOLE,
+                "a large file"
+            );
+            for i in [0u32, 79, 80, 99] {
+                let got = cache.get(&format!("k{i}")).unwrap().unwrap();
+                assert_eq!(got.tensor("x").unwrap().to_vec::<u32>().unwrap(), row(i));
+            }
+        }
+    }
+
+    #[test]
+    fn never_advises_nothing_and_opens_files_only_as_it_reads() {
+        let (dir, keys) = cache();
+        let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+        let cache = reader(dir.path(), ColdReadAdvice::Never);
+        assert!(!cache.reads_at_random());
+        assert!(!cache.advise_lookups(&keys), "Never advises no lookup");
+        let got = cache.get_batch(&keys[..20]).unwrap();
+        assert_eq!(got[19], Some(sample(19)));
+        assert_eq!(opened(&cache), 2 * 2, "the files of keys 0..20 only, by the reads");
+        assert!(reader(dir.path(), ColdReadAdvice::Adaptive).reads_at_random());
     }
 }

@@ -14,6 +14,11 @@ use crate::error::NpyError;
 use crate::record::Numpy10Record;
 use stowage_core::npy_header::{self, NpyHeader};
 
+/// Collection files up to this size are read whole by the page fault that reads their header
+/// (the kernel's read-around); larger ones read the header's page alone when the cold-read
+/// advice is on ([`CollectionFile::open_with`]).
+pub(crate) const READ_WHOLE: usize = 256 << 10;
+
 /// A memory-mapped, read-only collection file.
 ///
 /// Reads hand out tensors that share the map where the sample is contiguous inside its slot
@@ -44,7 +49,16 @@ impl CollectionFile {
     /// The file must not be modified or truncated while it is open (see the safety note in the
     /// source): NUMPY_10 data files are never changed in place after they are committed.
     pub fn open(path: impl AsRef<Path>) -> Result<CollectionFile> {
-        let path = path.as_ref();
+        CollectionFile::open_with(path.as_ref(), false)
+    }
+
+    /// [`CollectionFile::open`]; with `header_alone`, a file larger than [`READ_WHOLE`] is
+    /// mapped `MADV_RANDOM` while its header is read, so that a cold open reads the header's
+    /// page, not the kernel's read-around of it (up to `read_ahead_kb`, 8 MiB on the scale
+    /// suite's disk, for the one row a get wants), then handed back to the default advice (rows
+    /// are advised by the reads, `stowage_core::cold_reads`). A smaller file is read whole by its
+    /// first fault, in one request, rows included.
+    pub(crate) fn open_with(path: &Path, header_alone: bool) -> Result<CollectionFile> {
         let file = match File::open(path) {
             Ok(file) => file,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -62,7 +76,18 @@ impl CollectionFile {
         // never writes through it, and callers are documented not to open a file that a writer is
         // still filling. Within those rules the mapped bytes are immutable for the map's lifetime.
         let map = unsafe { Mmap::map(&file) }.at(path)?;
-        let header = npy_header::parse(&map).map_err(|e| e.into_error(path))?;
+        let header_alone = header_alone && map.len() > READ_WHOLE;
+        #[cfg(unix)]
+        if header_alone {
+            // Hints only: a refusal leaves the default read-around, and reads stay the same.
+            let _ = map.advise(memmap2::Advice::Random);
+        }
+        let header = npy_header::parse(&map).map_err(|e| e.into_error(path));
+        #[cfg(unix)]
+        if header_alone {
+            let _ = map.advise(memmap2::Advice::Normal);
+        }
+        let header = header?;
         if header.shape.is_empty() {
             return Err(NpyError::NoSlots { path: path.to_path_buf() }.into());
         }

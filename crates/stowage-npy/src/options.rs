@@ -15,10 +15,21 @@ pub struct NpyOptions {
     pub collection_size: usize,
     /// Recompute every sample's xxh64 on `get` and refuse mismatches (on by default).
     pub verify_checksums: bool,
-    /// Whether `get_batch` tells the kernel the pages it will read (the key index runs' slots,
-    /// the log records, the rows) before reading them, so that a cold batch's reads are in
-    /// flight together instead of one page fault at a time (`stowage_core::cold_reads`):
-    /// adaptive by default (only when a `mincore` sample finds pages missing).
+    /// How a reader reads pages that are not in the page cache (`stowage_core::cold_reads`).
+    /// Unless [`ColdReadAdvice::Never`]:
+    /// - the key index runs and `records.log`, when larger than 64 MiB, are mapped
+    ///   `MADV_RANDOM`, so that a cold lookup reads the page it needs, not the kernel's
+    ///   read-around (`read_ahead_kb` around it; smaller ones are read whole by a few faults);
+    /// - `get_batch` tells the kernel the pages it will read before reading them (the runs'
+    ///   slots, then the log records, then the rows) and opens the collection files it needs on
+    ///   several threads, so that a cold batch's reads are in flight together instead of one
+    ///   after another;
+    /// - a single `get` tells the kernel its rows' pages (every field's) before reading them,
+    ///   and a collection file larger than 256 KiB is opened reading its header's page alone.
+    ///
+    /// Adaptive by default: advice is given only when a `mincore` sample finds pages missing.
+    /// `Never` reads as before any of this (every map with the kernel's default read-around,
+    /// files opened one at a time), for comparison.
     pub cold_read_advice: ColdReadAdvice,
 }
 

@@ -48,3 +48,62 @@ fn a_batch_reads_what_get_reads_under_every_advice_policy() {
         assert_eq!(batch[k9], Some(sample(1009)), "an overwrite's latest value");
     }
 }
+
+/// The `VmFlags` of every map of a file under `dir` whose name starts with `prefix`, from
+/// `/proc/self/smaps` (`rr`: `MADV_RANDOM`).
+fn map_flags(dir: &std::path::Path, prefix: &str) -> Vec<String> {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+    let mut flags = Vec::new();
+    let mut current: Option<bool> = None;
+    for line in smaps.lines() {
+        if let Some(rest) = line.strip_prefix("VmFlags:") {
+            if current == Some(true) {
+                flags.push(rest.trim().to_owned());
+            }
+            current = None;
+        } else if current.is_none() && line.contains('-') && line.contains(' ') {
+            let path = line.split_whitespace().nth(5).map(std::path::Path::new);
+            current = Some(path.is_some_and(|p| {
+                p.starts_with(dir)
+                    && p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(prefix))
+            }));
+        }
+    }
+    flags
+}
+
+fn random(flags: &[String]) -> Vec<bool> {
+    flags.iter().map(|f| f.split_whitespace().any(|flag| flag == "rr")).collect()
+}
+
+#[test]
+#[cfg(target_os = "linux")]
+fn a_small_cache_keeps_the_read_around_and_validate_leaves_the_advice_as_it_was() {
+    use stowage_core::ValidationLevel;
+    let dir = tempfile::tempdir().unwrap();
+    let dir = dir.path().canonicalize().unwrap();
+    let mut cache = NpyBackend::create(&dir, &schema(), options(ColdReadAdvice::Never)).unwrap();
+    for i in 0..300u32 {
+        cache.put(&format!("k{i}"), &sample(i)).unwrap();
+    }
+    cache.finalize().unwrap();
+    drop(cache);
+
+    // Runs and logs of at most 64 MiB are read whole by a few faults' read-around
+    // (`MADV_RANDOM` is for larger ones: the runs module's unit tests): no `rr` on any map.
+    for advice in [ColdReadAdvice::Always, ColdReadAdvice::Adaptive, ColdReadAdvice::Never] {
+        let reader = NpyBackend::open_read_only(&dir, options(advice)).unwrap();
+        assert_eq!(random(&map_flags(&dir, "records.log")), [false]);
+        assert_eq!(random(&map_flags(&dir, "run_")), [false]);
+        assert!(reader.validate(ValidationLevel::Full).unwrap().problems.is_empty());
+        assert_eq!(random(&map_flags(&dir, "run_")), [false]);
+        assert_eq!(reader.get("k7").unwrap(), Some(sample(7)));
+        reader.get_batch(&["k1", "k200"]).unwrap();
+        let maps = random(&map_flags(&dir, ""));
+        assert!(maps.len() >= 6 && maps.iter().all(|&r| !r), "{maps:?}");
+        drop(reader);
+    }
+    let writer = NpyBackend::open_append(&dir, options(ColdReadAdvice::Always)).unwrap();
+    assert_eq!(random(&map_flags(&dir, "run_")), [false]);
+    drop(writer);
+}
