@@ -62,6 +62,8 @@ impl Kind {
 
 /// One open cache of one backend.
 #[allow(missing_debug_implementations)] // not every backend handle is Debug
+// A bench holds one or two at a time, never a collection: boxing would only add a pointer.
+#[allow(clippy::large_enum_variant)]
 pub enum Subject {
     /// See [`Kind::Npy`].
     Npy(NpyBackend),
