@@ -300,38 +300,28 @@ impl Covered {
 
     /// The row of `key` among the covered rows.
     pub(crate) fn find(&self, key: &str, format: &RowFormat) -> Lookup {
-        let hash = key_hash(key.as_bytes());
-        let mut unsure = false;
-        for (_, run) in self.runs.iter().rev() {
-            let found = run.find(hash, |payload| {
-                let Some(row) = (payload as usize).checked_sub(1) else { return false };
-                match self.entry(row, format) {
-                    Some(entry) => &*entry.path == key,
-                    None => {
-                        unsure = true;
-                        false
-                    }
-                }
-            });
-            if let Some(payload) = found {
-                return Lookup::Found(payload as usize - 1);
-            }
-        }
-        if unsure { Lookup::Unsure } else { Lookup::Absent }
+        self.find_except(key, None, format)
     }
 
     /// A covered row other than `row` that holds `key` (a key stored twice), for `validate`: the
     /// runs' slots of `key`'s hash, `row`'s own skipped without reading its line, every other
     /// candidate confirmed by its line. [`Lookup::Unsure`] when such a candidate's line is damaged.
     pub(crate) fn find_other(&self, key: &str, row: usize, format: &RowFormat) -> Lookup {
+        self.find_except(key, Some(row), format)
+    }
+
+    /// The covered row holding `key`, `except` skipped; [`Lookup::Unsure`] when a candidate's
+    /// line is damaged and none confirmed.
+    fn find_except(&self, key: &str, except: Option<usize>, format: &RowFormat) -> Lookup {
         let hash = key_hash(key.as_bytes());
         let mut unsure = false;
-        for (_, run) in &self.runs {
+        for (_, run) in self.runs.iter().rev() {
             let found = run.find(hash, |payload| {
-                let Some(other) = (payload as usize).checked_sub(1).filter(|&r| r != row) else {
+                let Some(row) = (payload as usize).checked_sub(1).filter(|&r| Some(r) != except)
+                else {
                     return false;
                 };
-                match self.entry(other, format) {
+                match self.entry(row, format) {
                     Some(entry) => &*entry.path == key,
                     None => {
                         unsure = true;

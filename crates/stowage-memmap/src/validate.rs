@@ -118,18 +118,7 @@ pub fn validate(backend: &MemmapBackend, level: ValidationLevel) -> ValidationRe
                 }
             }
         }
-        if missing_rows > MISSING_LISTED {
-            let detail = format!(
-                "{} more rows stowage committed have no checksum row (rows {}; the first \
-                 {MISSING_LISTED} are listed by key)",
-                missing_rows - MISSING_LISTED,
-                coverage::describe_runs(&missing)
-            );
-            report.problem(Some(&backend.layout().checksums()), None, detail);
-        }
-        if !unchecked.is_empty() {
-            report.unchecked.push(backend.unchecked_report(&unchecked));
-        }
+        report_unchecked_rows(&mut report, backend, missing_rows, &missing, &unchecked);
     }
     if level == ValidationLevel::Full {
         for (i, row) in rows.iter().enumerate() {
@@ -217,17 +206,30 @@ fn check_streamed_rows(
     for error in backend.checksum_file_problems() {
         problem(report, None, error);
     }
+    report_unchecked_rows(report, backend, missing_rows, &missing, &unchecked);
+}
+
+/// After the rows: the committed rows without a checksum row past the first
+/// [`MISSING_LISTED`] (listed by key already), as one problem naming their row runs, and the
+/// rows left unchecked.
+fn report_unchecked_rows(
+    report: &mut ValidationReport,
+    backend: &MemmapBackend,
+    missing_rows: usize,
+    missing: &[std::ops::Range<usize>],
+    unchecked: &[std::ops::Range<usize>],
+) {
     if missing_rows > MISSING_LISTED {
         let detail = format!(
             "{} more rows stowage committed have no checksum row (rows {}; the first \
              {MISSING_LISTED} are listed by key)",
             missing_rows - MISSING_LISTED,
-            coverage::describe_runs(&missing)
+            coverage::describe_runs(missing)
         );
         report.problem(Some(&backend.layout().checksums()), None, detail);
     }
     if !unchecked.is_empty() {
-        report.unchecked.push(backend.unchecked_report(&unchecked));
+        report.unchecked.push(backend.unchecked_report(unchecked));
     }
 }
 
