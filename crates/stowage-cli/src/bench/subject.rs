@@ -61,9 +61,9 @@ impl Kind {
 }
 
 /// One open cache of one backend.
-#[allow(missing_debug_implementations)] // not every backend handle is Debug
-// A bench holds one or two at a time, never a collection: boxing would only add a pointer.
-#[allow(clippy::large_enum_variant)]
+// Not every backend handle is Debug; a bench holds one or two at a time, never a collection,
+// so boxing the largest variant would only add a pointer.
+#[allow(missing_debug_implementations, clippy::large_enum_variant)]
 pub enum Subject {
     /// See [`Kind::Npy`].
     Npy(NpyBackend),
