@@ -221,11 +221,15 @@ impl CacheReader {
 
     /// Makes segment `position` (newer than every indexed one) findable: its sidecar, or one
     /// built in memory when it has none or a damaged one (or is another writer's), goes first in
-    /// the lookup order. Costs the segment's own rows only, however many keys the cache holds.
+    /// the lookup order. Costs the segment's own rows only, however many keys the cache holds;
+    /// the segment is opened for it and closed again (a read opens it when it needs it).
     fn index_segment(&mut self, position: usize) -> Result<()> {
         let foreign = self.segments[position].origin.is_foreign();
-        let segment = self.segment(position)?;
-        let segment = &segment.segment;
+        // Checked as a read would check it, but not kept open: a writer indexes every segment it
+        // commits, and each open segment keeps its parsed metadata on the heap (about 12 KiB),
+        // which grew a writer's heap with its segment count (60 MiB at 10 M keys).
+        let open = self.open_segment(position)?;
+        let segment = &open.segment;
         let keys = segment.keys()?;
         let sidecar_path = key_sidecar::sidecar_path(segment.path());
         let sidecar = (!foreign)
@@ -388,7 +392,7 @@ impl CacheReader {
         *self.len.get_or_init(|| {
             let mut new_keys: HashSet<String> = HashSet::new();
             for (position, _) in &self.recent {
-                // Read when indexed, so its keys read.
+                // Opened and read when indexed, so its keys read.
                 let Ok(segment) = self.segment(*position) else { continue };
                 let keys = segment.segment.keys().unwrap_or_default();
                 new_keys.extend(keys.into_iter().map(str::to_owned));

@@ -368,6 +368,22 @@ fn the_merged_index_is_built_in_the_background_and_its_loss_is_reported() {
     assert!(writer.validate(stowage_core::ValidationLevel::Full).unwrap().is_clean());
 }
 
+/// A writer indexes every segment it commits without keeping it open: each open segment keeps
+/// its parsed metadata on the heap, so a writer that kept them grew with the cache (60 MiB of
+/// heap at 10 M keys). Reads open what they read.
+#[test]
+fn a_writer_keeps_no_segment_open_that_it_did_not_read() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = ArrowOptions { flush_every: 5, merge_after: 1000, ..options() };
+    let mut cache = ArrowBackend::create(dir.path(), &schema(), options).unwrap();
+    put_range(&mut cache, 0..100);
+    cache.flush().unwrap();
+    assert_eq!(committed_segments(dir.path()), 20);
+    assert_eq!(cache.reader().open_segment_count(), 0);
+    check_range(&cache, 0..10);
+    assert_eq!(cache.reader().open_segment_count(), 2, "the two segments read");
+}
+
 /// A key the key index run covers, in a segment that no longer reads, is an error naming the
 /// key and the segment, never "absent": `get`, `contains` and `get_batch` say the cache is
 /// damaged instead of letting the caller recompute over it. Keys of healthy segments still read.
