@@ -272,10 +272,7 @@ impl KeyIndex {
     ///
     /// Errors: `key_of`'s, for a segment that does not read while confirming a candidate.
     pub fn find(&self, key: &str, key_of: KeyOf<'_>) -> Result<Option<Location>> {
-        match self.tail.get(key) {
-            Some((location, _)) => Ok(Some(*location)),
-            None => self.find_in_runs(key, key_of),
-        }
+        self.find_confirmed(key, |location| Ok(key_of(location)?.as_deref() == Some(key)))
     }
 
     fn find_in_runs(&self, key: &str, key_of: KeyOf<'_>) -> Result<Option<Location>> {
