@@ -140,6 +140,7 @@
 //! missed costs (the advisor then turns cold for single reads); a cache that fits in memory many
 //! times over and is read once whole may prefer [`ColdReadAdvice::Never`].
 
+use bytes::Bytes;
 use std::marker::PhantomData;
 use std::ops::Range;
 use std::sync::OnceLock;
@@ -239,6 +240,9 @@ pub struct PagePlan<'a> {
     runs: Vec<Run>,
     /// Whether `runs` is sorted and coalesced.
     planned: bool,
+    /// The shared maps of ranges added by [`PagePlan::add_shared`], kept mapped while the plan
+    /// lives (a bounded set of open files may close theirs meanwhile).
+    kept: Vec<Bytes>,
     maps: PhantomData<&'a [u8]>,
 }
 
@@ -268,12 +272,17 @@ impl Run {
 impl<'a> PagePlan<'a> {
     /// An empty plan.
     pub fn new() -> PagePlan<'a> {
-        PagePlan { runs: Vec::new(), planned: true, maps: PhantomData }
+        PagePlan { runs: Vec::new(), planned: true, kept: Vec::new(), maps: PhantomData }
     }
 
     /// An empty plan with room for `ranges` ranges (a batch's rows times the files per row).
     pub fn with_capacity(ranges: usize) -> PagePlan<'a> {
-        PagePlan { runs: Vec::with_capacity(ranges), planned: true, maps: PhantomData }
+        PagePlan {
+            runs: Vec::with_capacity(ranges),
+            planned: true,
+            kept: Vec::new(),
+            maps: PhantomData,
+        }
     }
 
     /// Adds every byte of `bytes` (a whole map, or any slice of one): [`PagePlan::add`] of its
@@ -296,6 +305,34 @@ impl<'a> PagePlan<'a> {
     /// Errors: [`Error::InvalidArgument`] naming the range and the map's length when the range
     /// ends past the map or starts after its end (nothing is added).
     pub fn add(&mut self, map: &'a [u8], range: Range<usize>) -> Result<()> {
+        self.add_range(map, range)
+    }
+
+    /// [`PagePlan::add`] of a shared map that need not outlive the plan: the plan keeps a
+    /// reference to it, so its pages stay mapped until they are advised (a file closed by a
+    /// bounded set of open files while a batch is planned stays mapped).
+    ///
+    /// ```
+    /// use stowage_core::cold_reads::{PagePlan, page_size};
+    /// let mut plan = PagePlan::new();
+    /// {
+    ///     let map = bytes::Bytes::from(vec![0u8; 4 * page_size()]);
+    ///     plan.add_shared(&map, page_size()..page_size() + 1)?;
+    /// } // dropped here, kept by the plan
+    /// assert_eq!(plan.runs().len(), 1);
+    /// # Ok::<(), stowage_core::Error>(())
+    /// ```
+    pub fn add_shared(&mut self, map: &Bytes, range: Range<usize>) -> Result<()> {
+        let empty = range.is_empty();
+        self.add_range(map, range)?;
+        if !empty && self.kept.last().is_none_or(|kept| kept.as_ptr() != map.as_ptr()) {
+            self.kept.push(map.clone());
+        }
+        Ok(())
+    }
+
+    /// [`PagePlan::add`], for a map that the caller keeps mapped while the plan lives.
+    fn add_range(&mut self, map: &[u8], range: Range<usize>) -> Result<()> {
         if range.start > range.end || range.end > map.len() {
             return Err(Error::invalid(format!(
                 "byte range {}..{} is outside a map of {} bytes",

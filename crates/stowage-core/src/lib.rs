@@ -15,6 +15,7 @@ pub mod foreign;
 pub mod key_runs;
 pub mod key_table;
 pub mod npy_header;
+pub mod open_set;
 pub mod prefetch;
 pub mod process_limits;
 pub mod quote;

@@ -11,15 +11,16 @@ use crate::ownership::OwnedFiles;
 use crate::record::{Numpy10Record, RecordRef};
 use crate::runs::{self, Runs};
 use crate::{NpyOptions, validate};
-use std::collections::HashMap;
+use lru::LruCache;
 use std::path::Path;
-use std::sync::{Mutex, OnceLock};
+use std::sync::Mutex;
 use stowage_core::cold_reads::{ColdReadAdvice, ColdReadAdvisor, PagePlan};
 use stowage_core::file_safety::{
     AppendLog, WriterLock, atomic_write, create_dir_within_durably, fsync_dir, open_no_follow,
 };
 use stowage_core::key_runs::key_hash;
 use stowage_core::npy_header::storage_descr;
+use stowage_core::open_set::{OpenSet, Opened};
 use stowage_core::write_behind::BackgroundWriter;
 use stowage_core::{
     Backend, Capabilities, DType, Error, FieldKind, Format, IoResultExt, OpenMode, Reader, Result,
@@ -149,11 +150,13 @@ pub struct NpyBackend {
     field_dtypes: Vec<DType>,
     /// Each field's name, shared by every sample `get` returns.
     field_names: Vec<std::sync::Arc<str>>,
-    /// Collection files by the index's file id, opened on first use and shared by reader threads.
-    files: Vec<OnceLock<CollectionFile>>,
+    /// Collection files by the index's file id, opened on first use and shared by reader
+    /// threads; at most [`NpyOptions::max_open_files`] mapped once there are more.
+    files: OpenSet<CollectionFile>,
     /// Collection files no record of this cache points into (another writer's, read through
-    /// [`NpyBackend::read_record`]), by uid, opened on first use.
-    foreign_files: Mutex<HashMap<String, CollectionFile>>,
+    /// [`NpyBackend::read_record`]), by uid, opened on first use; the most recently used
+    /// [`NpyOptions::max_open_files`] stay mapped.
+    foreign_files: Mutex<LruCache<String, CollectionFile>>,
     /// Whether `get_batch` advises the kernel of the pages it will read.
     advisor: ColdReadAdvisor,
 }
@@ -208,6 +211,7 @@ impl NpyBackend {
         fsync_dir(parent.unwrap_or(Path::new(".")))?;
         let columns = column_writers(&meta)?;
         let state = WriteState::writable(BACKEND_NAME, layout.root(), false);
+        let max_open_files = options.max_open_files;
         Ok(NpyBackend {
             field_dtypes: field_dtypes(&meta),
             field_names: meta.schema.fields.iter().map(|f| f.name.as_str().into()).collect(),
@@ -223,8 +227,8 @@ impl NpyBackend {
             capabilities,
             state,
             writer: Some(Writer::new(lock, log, owned, columns)),
-            files: Vec::new(),
-            foreign_files: Mutex::default(),
+            files: OpenSet::new(0, max_open_files),
+            foreign_files: Mutex::new(foreign_files(max_open_files)),
         })
     }
 
@@ -388,6 +392,7 @@ impl NpyBackend {
             None => None,
         };
         let advisor = ColdReadAdvisor::new(options.cold_read_advice);
+        let max_open_files = options.max_open_files;
         let backend = NpyBackend {
             field_dtypes: field_dtypes(&meta),
             field_names: meta.schema.fields.iter().map(|f| f.name.as_str().into()).collect(),
@@ -403,8 +408,8 @@ impl NpyBackend {
             index_note,
             index_tail_entries: runs::TAIL_BOUND,
             writer,
-            files: (0..index_files).map(|_| OnceLock::new()).collect(),
-            foreign_files: Mutex::default(),
+            files: OpenSet::new(index_files, max_open_files),
+            foreign_files: Mutex::new(foreign_files(max_open_files)),
         };
         if backend.state.is_finalized()
             && backend.state.is_writable()
@@ -641,6 +646,7 @@ impl NpyBackend {
         if let Some(open) = files.get(uid) {
             return Ok(open.clone());
         }
+        drop(files); // not held while the file is mapped and its header read
         let path = self.layout.data_file(uid);
         let opened = CollectionFile::open(&path)?;
         let (dtype, slot_shape) = slot_of(&self.meta.schema, field);
@@ -656,7 +662,9 @@ impl NpyBackend {
             }
             .into());
         }
-        files.insert(uid.to_owned(), opened.clone());
+        let mut files =
+            self.foreign_files.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        files.put(uid.to_owned(), opened.clone());
         Ok(opened)
     }
 
@@ -665,12 +673,14 @@ impl NpyBackend {
     }
 
     /// The collection file with id `file`, opened (and its header checked against field `field`)
-    /// on first use and shared afterwards.
-    pub(crate) fn collection(&self, file: u32, field: usize) -> Result<&CollectionFile> {
-        let cell = &self.files[file as usize];
-        if let Some(open) = cell.get() {
-            return Ok(open);
-        }
+    /// on first use and shared afterwards (while it stays among the
+    /// [`NpyOptions::max_open_files`] most recently used).
+    pub(crate) fn collection(&self, file: u32, field: usize) -> Result<Opened<'_, CollectionFile>> {
+        self.files.get_or_open(file as usize, || self.open_collection(file, field))
+    }
+
+    /// Maps collection file `file` and checks its header against field `field`.
+    fn open_collection(&self, file: u32, field: usize) -> Result<CollectionFile> {
         let path = self.layout.data_file(self.index.file_uid(file));
         let opened = CollectionFile::open_with(&path, self.reads_at_random())?;
         let (dtype, slot_shape) = slot_of(&self.meta.schema, field);
@@ -690,9 +700,7 @@ impl NpyBackend {
             }
             .into());
         }
-        // Another reader thread may have won the race; either copy maps the same file.
-        let _ = cell.set(opened);
-        Ok(cell.get().expect("set just now or by the winner"))
+        Ok(opened)
     }
 
     /// Reads field `field` of a sample from its slot, verifying its checksum when `verify`.
@@ -959,7 +967,7 @@ impl Backend for NpyBackend {
         writer.pending_ends.push(writer.pending.len());
         writer.pending_hashes.push(stowage_core::key_runs::key_hash(key.as_bytes()));
         writer.pending_ordinals.push(ordinal);
-        files.resize_with(index.file_uids().len(), OnceLock::new);
+        files.grow_to(index.file_uids().len());
         Ok(())
     }
 
@@ -1146,13 +1154,13 @@ impl NpyBackend {
     /// file. Errors are left to the reads, which open the file again.
     fn open_files_of(&self, keys: &[&str], cold: bool) {
         let all_in_memory = self.runs.as_ref().is_none_or(|r| r.runs().is_empty());
-        if !(cold || all_in_memory) || self.files.iter().all(|cell| cell.get().is_some()) {
+        if !(cold || all_in_memory) || self.files.open_count() == self.files.len() {
             return;
         }
         let mut wanted: Vec<(u32, usize)> = keys
             .iter()
             .flat_map(|key| self.rows_of(key))
-            .filter(|&(_, file, _)| self.files[file as usize].get().is_none())
+            .filter(|&(_, file, _)| self.files.get_if_open(file as usize).is_none())
             .map(|(field, file, _)| (file, field))
             .collect();
         wanted.sort_unstable();
@@ -1210,12 +1218,12 @@ impl NpyBackend {
 
     /// Adds the rows `key`'s latest record points to (every field's slot) to `plan`; nothing
     /// for a key not found or a record that does not parse (its read says why).
-    fn plan_rows<'a>(&'a self, key: &str, plan: &mut PagePlan<'a>) {
+    fn plan_rows(&self, key: &str, plan: &mut PagePlan<'_>) {
         for (field, file, index) in self.rows_of(key) {
-            if let Some((map, range)) =
-                self.collection(file, field).ok().and_then(|f| f.slot_range(index))
-            {
-                let _ = plan.add(map, range);
+            let Ok(file) = self.collection(file, field) else { continue };
+            if let Some((map, range)) = file.slot_range(index) {
+                // Kept by the plan: the bounded set may close the file before the advice.
+                let _ = plan.add_shared(map, range);
             }
         }
     }
@@ -1428,6 +1436,12 @@ impl FirstPut {
     }
 }
 
+/// The bounded set of foreign collection files a handle keeps mapped
+/// ([`NpyOptions::max_open_files`]).
+fn foreign_files(max_open_files: usize) -> LruCache<String, CollectionFile> {
+    LruCache::new(std::num::NonZeroUsize::new(max_open_files.max(1)).expect("at least 1"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1466,7 +1480,7 @@ mod tests {
     }
 
     fn opened(cache: &NpyBackend) -> usize {
-        cache.files.iter().filter(|cell| cell.get().is_some()).count()
+        cache.files.open_count()
     }
 
     #[test]
@@ -1501,8 +1515,8 @@ mod tests {
             .rows_of("k37")
             .into_iter()
             .map(|(field, file, index)| {
-                let (map, range) =
-                    cache.collection(file, field).unwrap().slot_range(index).unwrap();
+                let file = cache.collection(file, field).unwrap();
+                let (map, range) = file.slot_range(index).unwrap();
                 let start = (map.as_ptr() as usize + range.start) & !(page - 1);
                 let end = (map.as_ptr() as usize + range.end).div_ceil(page) * page;
                 start..end
@@ -1518,6 +1532,47 @@ mod tests {
         };
         assert_eq!(pages(&plan.runs()), pages(&expected));
         assert_eq!(cache.get("k37").unwrap(), Some(sample(37)));
+    }
+
+    #[test]
+    fn a_reader_keeps_at_most_max_open_files_mapped_and_reads_every_key() {
+        let (dir, keys) = cache();
+        for advice in [ColdReadAdvice::Always, ColdReadAdvice::Never] {
+            let options =
+                NpyOptions { cold_read_advice: advice, max_open_files: 3, ..NpyOptions::default() };
+            let cache = NpyBackend::open_read_only(dir.path(), options).unwrap();
+            assert!(cache.files.len() > 3 * 10, "{} files", cache.files.len());
+            for (i, key) in keys.iter().enumerate() {
+                assert_eq!(cache.get(key).unwrap(), Some(sample(i as u32)), "{key}");
+                assert!(opened(&cache) <= 3, "{} open after {key}", opened(&cache));
+            }
+            let batch: Vec<&str> = keys.iter().rev().map(String::as_str).collect();
+            let got = cache.get_batch(&batch).unwrap();
+            assert!(
+                got.iter()
+                    .zip(batch)
+                    .all(|(got, key)| { *got == Some(sample(key[1..].parse().unwrap())) })
+            );
+            assert!(opened(&cache) <= 3);
+        }
+    }
+
+    #[test]
+    fn a_plan_keeps_the_maps_of_files_the_bounded_set_closed() {
+        let (dir, keys) = cache();
+        let options = NpyOptions { max_open_files: 1, ..NpyOptions::default() };
+        let cache = NpyBackend::open_read_only(dir.path(), options).unwrap();
+        let mut plan = PagePlan::new();
+        // Two fields: each row's second file closes its first; the last key's files are
+        // past every earlier one's.
+        for key in [&keys[0], &keys[399]] {
+            cache.plan_rows(key, &mut plan);
+        }
+        assert_eq!(opened(&cache), 1);
+        // Every planned page is still mapped: madvise refuses a run with an unmapped page.
+        let runs = plan.run_count();
+        assert!(runs >= 1);
+        assert_eq!(plan.advise(), runs, "every run of both keys' four files was advised");
     }
 
     #[test]

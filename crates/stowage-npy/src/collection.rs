@@ -169,12 +169,12 @@ impl CollectionFile {
 
     /// The map and the byte range of slot `index` in it (`None` past the file's slots): what a
     /// read of that slot touches, for planning a batch's page reads.
-    pub(crate) fn slot_range(&self, index: u64) -> Option<(&[u8], std::ops::Range<usize>)> {
+    pub(crate) fn slot_range(&self, index: u64) -> Option<(&Bytes, std::ops::Range<usize>)> {
         let row = usize::try_from(index).ok().filter(|&i| i < self.rows())?;
         let item = self.header.dtype.item_size();
         let slot_len = shape::byte_count(self.slot_shape(), item).ok()?;
         let start = self.header.data_offset + row * slot_len;
-        Some((&self.map[..], start..start + slot_len))
+        Some((&self.map, start..start + slot_len))
     }
 
     /// Like [`CollectionFile::read_slot`], naming the sample as `what` in errors (formatted only

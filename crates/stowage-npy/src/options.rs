@@ -8,6 +8,7 @@ use stowage_core::cold_reads::ColdReadAdvice;
 /// let opts = stowage_npy::NpyOptions { collection_size: 10, ..Default::default() };
 /// assert!(opts.verify_checksums);
 /// assert_eq!(opts.cold_read_advice, stowage_core::cold_reads::ColdReadAdvice::Adaptive);
+/// assert!(opts.max_open_files >= 64);
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NpyOptions {
@@ -31,6 +32,12 @@ pub struct NpyOptions {
     /// `Never` reads as before any of this (every map with the kernel's default read-around,
     /// files opened one at a time), for comparison.
     pub cold_read_advice: ColdReadAdvice,
+    /// The most collection files a handle keeps mapped once it has read more than that (0
+    /// counts as 1): the least recently used is closed when another is opened. A cache of 100 M keys
+    /// in collections of 1,000 has 100,000 files per field, more than the kernel lets a process
+    /// map (`vm.max_map_count`). By default a quarter of that limit
+    /// ([`stowage_core::open_set::default_bound`]).
+    pub max_open_files: usize,
 }
 
 impl Default for NpyOptions {
@@ -39,6 +46,7 @@ impl Default for NpyOptions {
             collection_size: 1000,
             verify_checksums: true,
             cold_read_advice: ColdReadAdvice::Adaptive,
+            max_open_files: stowage_core::open_set::default_bound(1),
         }
     }
 }

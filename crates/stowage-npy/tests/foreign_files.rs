@@ -39,6 +39,8 @@ const OPTIONS: NpyOptions = NpyOptions {
     collection_size: 4,
     verify_checksums: true,
     cold_read_advice: stowage_core::cold_reads::ColdReadAdvice::Adaptive,
+    // Fewer files mapped than the caches have: reads close and reopen them.
+    max_open_files: 4,
 };
 
 /// A collection file of `rows` slots of `dtype` `slot`, written as another writer would, with

@@ -37,6 +37,8 @@ const OPTIONS: NpyOptions = NpyOptions {
     collection_size: 4,
     verify_checksums: true,
     cold_read_advice: stowage_core::cold_reads::ColdReadAdvice::Adaptive,
+    // Fewer files mapped than the caches have: reads close and reopen them.
+    max_open_files: 8,
 };
 
 /// The real hangar, driven through its peer script.
