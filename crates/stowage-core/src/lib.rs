@@ -2,6 +2,7 @@
 #![deny(missing_docs)]
 
 pub mod backend;
+pub mod background_merge;
 pub mod capabilities;
 pub mod check_plan;
 pub mod cold_reads;

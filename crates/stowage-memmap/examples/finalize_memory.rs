@@ -38,13 +38,31 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             let schema = Schema::new().tensor("x", DType::F32, ShapeRule::Fixed(vec![4]));
             let mut cache = MemmapBackend::create(dir, &schema, MemmapOptions::default())?;
             let started = Instant::now();
+            // Time in put and in flush per block of rows, to see which grows with the cache.
+            let block = (rows / 10).max(1);
+            let (mut in_put, mut in_flush) = (0.0f64, 0.0f64);
             for i in 0..rows {
                 let x = i as f32;
                 let sample =
                     Sample::new().with("x", Tensor::from_slice(&[4], &[x, x + 1.0, x + 2.0, x])?);
-                cache.put(&format!("f32x4/{i}"), &sample)?;
+                let key = format!("f32x4/{i}");
+                let put = Instant::now();
+                cache.put(&key, &sample)?;
+                in_put += put.elapsed().as_secs_f64();
                 if (i + 1) % 2048 == 0 {
+                    let flush = Instant::now();
                     cache.flush()?;
+                    in_flush += flush.elapsed().as_secs_f64();
+                }
+                if (i + 1) % block == 0 {
+                    println!(
+                        "rows {:>10}..{:>10}: put {:.2} us/row, flush {:.2} us/row",
+                        i + 1 - block,
+                        i + 1,
+                        in_put * 1e6 / block as f64,
+                        in_flush * 1e6 / block as f64
+                    );
+                    (in_put, in_flush) = (0.0, 0.0);
                 }
             }
             cache.flush()?;

@@ -1238,6 +1238,10 @@ impl MemmapBackend {
             let cache = self.layout.root().to_path_buf();
             return Err(MemmapError::FinalizeEmpty { cache }.into());
         }
+        if let Some(tail) = &mut self.tail {
+            // The commit removes every run: no merge may write one after that.
+            tail.covered.stop_merge();
+        }
         let stats = match self.commit(fingerprint) {
             // The rows themselves are wrong (a key stored twice, a damaged manifest line): found
             // while they stream, before any file a reader uses is published, so the handle

@@ -8,7 +8,11 @@
 //! - `tail_lines.bin`: per row covered, 16 bytes: the manifest byte offset of its line (u64), the
 //!   line's length without its newline (u32) and the low 32 bits of the line's xxh3 (u32). A run's
 //!   hash match is confirmed by reading the line there, checking its checksum and parsing it.
-//! - `tail-<first>-<through>.run`: runs, payload `row + 1`; merged geometrically (`plan_merge`).
+//! - `tail-<first>-<through>.run`: runs, payload `row + 1`; merged geometrically (`plan_merge`)
+//!   off the flush, on a background thread (core `background_merge`): a flush writes the run of
+//!   its tail alone (work that grows with the flushed rows, never with the cache) and installs a
+//!   merge that finished; until then the merge's inputs answer lookups. A flush waits for a
+//!   running merge only when [`MAX_RUNS`] runs have piled up.
 //! - `tail_state`: the runs in use (name and header checksum), the rows and manifest bytes they
 //!   cover, the xxh3 of the manifest line ending there, and the rows among them whose line another
 //!   writer wrote; one JSON line, then the xxh3 of that line. Replaced atomically after the lines
@@ -22,7 +26,11 @@ use std::ops::Range;
 use std::path::{Path, PathBuf};
 
 use memmap2::Mmap;
+use std::sync::Arc;
+use std::sync::atomic::AtomicBool;
 use stowage_core::file_safety::{atomic_write, fsync_dir, open_no_follow};
+
+use stowage_core::background_merge::BackgroundMerge;
 use stowage_core::key_runs::{KeyRun, RunSpec, key_hash, plan_merge, write_run_file};
 use stowage_core::{Error, IoResultExt, Result};
 use xxhash_rust::xxh3::xxh3_64;
@@ -35,6 +43,10 @@ use crate::row_format::RowFormat;
 
 /// Rows since the last run after which a flush writes a run (about 8 MB of tail in memory).
 pub(crate) const TAIL_BOUND: usize = 65_536;
+
+/// Runs after which a flush that writes a run waits for the background merge (if one runs)
+/// instead of letting runs pile up.
+const MAX_RUNS: usize = 16;
 
 /// Bytes per row of `tail_lines.bin`.
 const LINE_LOC: usize = 16;
@@ -96,8 +108,10 @@ pub(crate) struct Covered {
     manifest_bytes: u64,
     /// xxh3 of the line of row `rows - 1` (0 without rows).
     last_line: u64,
-    /// Oldest first: file name and run.
-    runs: Vec<(String, KeyRun)>,
+    /// Oldest first, each named `tail-<first>-<through>.run`.
+    runs: Vec<Arc<KeyRun>>,
+    /// The merge running in the background, a writer's.
+    merge: Option<BackgroundMerge>,
     /// Rows among `0..rows` whose line another writer wrote.
     foreign: Vec<Range<usize>>,
     lines: Option<File>,
@@ -136,6 +150,7 @@ impl Covered {
             manifest_bytes: 0,
             last_line: 0,
             runs: Vec::new(),
+            merge: None,
             foreign: Vec::new(),
             lines: None,
             manifest: None,
@@ -241,7 +256,7 @@ impl Covered {
             if Some(opened.header().header_checksum) != header {
                 return Err(format!("{name} is not the run recorded"));
             }
-            covered.runs.push((name.to_string(), opened));
+            covered.runs.push(Arc::new(opened));
         }
         Ok(Some(covered))
     }
@@ -250,9 +265,9 @@ impl Covered {
     /// their checksum, and every covered row's line location against its line and row number.
     pub(crate) fn check(&self, format: &RowFormat) -> Vec<String> {
         let mut problems = Vec::new();
-        for (name, run) in &self.runs {
+        for run in &self.runs {
             if let Err(e) = run.verify() {
-                problems.push(format!("{name}: {e}"));
+                problems.push(format!("{}: {e}", run_name(run)));
             }
         }
         if let Some(row) = (0..self.rows).find(|&row| self.entry(row, format).is_none()) {
@@ -314,8 +329,13 @@ impl Covered {
     /// line is damaged and none confirmed.
     fn find_except(&self, key: &str, except: Option<usize>, format: &RowFormat) -> Lookup {
         let hash = key_hash(key.as_bytes());
+        if self.runs.len() > 1 {
+            // Every run's slot is asked for at once: a put's duplicate check (a miss in every
+            // run) then waits about one memory latency, not one per run.
+            self.runs.iter().for_each(|run| run.prefetch(hash));
+        }
         let mut unsure = false;
-        for (_, run) in self.runs.iter().rev() {
+        for run in self.runs.iter().rev() {
             let found = run.find(hash, |payload| {
                 let Some(row) = (payload as usize).checked_sub(1).filter(|&r| Some(r) != except)
                 else {
@@ -339,8 +359,10 @@ impl Covered {
     /// Turns the tail into a run: `locs` and `hashes` (key hash per row) of rows
     /// `self.rows..self.rows + locs.len()`, committed in the manifest, whose bytes through
     /// `manifest_bytes` hold them; `foreign` every row range another writer's line holds.
-    /// Order: the line locations (fdatasynced), the run (merged with the newest runs no larger
-    /// than what it gathers), the state (atomically), then the replaced runs are removed.
+    /// Order: the line locations (fdatasynced), a background merge that finished put in place of
+    /// its inputs (waited for when [`MAX_RUNS`] runs piled up), the run of these rows alone, the
+    /// state (atomically), then the runs a merge replaced are removed and the next merge starts
+    /// when [`plan_merge`] finds runs to fold together.
     pub(crate) fn write_run(
         &mut self,
         locs: &[LineLoc],
@@ -380,24 +402,19 @@ impl Covered {
         write_all_at(&lines, &bytes, start).at(&lines_path)?;
         lines.sync_data().at(&lines_path)?;
         let new_rows = self.rows + locs.len();
-        let keys: Vec<u64> = self.runs.iter().map(|(_, r)| r.keys()).collect();
-        let taken = plan_merge(&keys, locs.len() as u64);
-        let inputs: Vec<&KeyRun> =
-            self.runs[self.runs.len() - taken..].iter().map(|(_, r)| r).collect();
-        let first = inputs.first().map_or(self.rows as u64, |r| r.first());
+        let replaced = self.install_merge(self.runs.len() >= MAX_RUNS)?;
         let fresh: Vec<(u64, u64)> =
             hashes.iter().enumerate().map(|(i, h)| (*h, (self.rows + i) as u64 + 1)).collect();
-        let name = format!("tail-{first}-{}.run", new_rows - 1);
+        let name = format!("tail-{}-{}.run", self.rows, new_rows - 1);
         let path = self.dir.join(&name);
-        let spec = RunSpec { first, through: new_rows as u64 - 1, stamp: last_line };
+        let spec =
+            RunSpec { first: self.rows as u64, through: new_rows as u64 - 1, stamp: last_line };
         // Keys are distinct (put refuses a stored key): equal hashes are different keys.
-        let header =
-            write_run_file(&path, &inputs, &fresh, spec, |a, b| a == b, |_, _| false, None)?;
-        let mut runs: Vec<(String, u64)> = self.runs[..self.runs.len() - taken]
-            .iter()
-            .map(|(n, r)| (n.clone(), r.header().header_checksum))
-            .collect();
-        runs.push((name.clone(), header.header_checksum));
+        write_run_file(&path, &[], &fresh, spec, |a, b| a == b, |_, _| false, None)?;
+        let opened = Arc::new(KeyRun::from_bytes(&path, RunBytes(map(&path)?))?);
+        let mut runs: Vec<(String, u64)> =
+            self.runs.iter().map(|r| (run_name(r), r.header().header_checksum)).collect();
+        runs.push((name, opened.header().header_checksum));
         let foreign: Vec<[usize; 2]> = foreign
             .iter()
             .filter(|r| r.start < new_rows)
@@ -413,22 +430,72 @@ impl Covered {
         .to_string();
         let text = format!("{body}\n{:016x}\n", xxh3_64(body.as_bytes()));
         atomic_write(self.dir.join(STATE_NAME), text.as_bytes())?;
-        let replaced: Vec<String> =
-            self.runs.drain(self.runs.len() - taken..).map(|(n, _)| n).collect();
         for old in replaced {
-            if old != name {
-                let _ = std::fs::remove_file(self.dir.join(old));
-            }
+            // Readers that mapped it keep their map.
+            let _ = std::fs::remove_file(old);
         }
-        let opened = KeyRun::from_bytes(&path, RunBytes(map(&path)?))?;
-        self.runs.push((name, opened));
+        self.runs.push(opened);
         self.rows = new_rows;
         self.manifest_bytes = manifest_bytes;
         self.last_line = last_line;
         self.foreign = foreign.iter().map(|[a, b]| *a..*b).collect();
         self.lines = Some(lines);
+        if self.merge.is_none() {
+            self.start_merge();
+        }
         Ok(())
     }
+
+    /// Puts the background merge's run in place of its inputs when it finished (or, with
+    /// `wait`, once it does); returns the inputs' paths, to remove once the state no longer
+    /// names them.
+    fn install_merge(&mut self, wait: bool) -> Result<Vec<PathBuf>> {
+        if !wait && !self.merge.as_ref().is_some_and(BackgroundMerge::is_finished) {
+            return Ok(Vec::new());
+        }
+        let Some(merge) = self.merge.take() else { return Ok(Vec::new()) };
+        merge.install_into(&mut self.runs)
+    }
+
+    /// Starts merging the newest runs in the background when the newest run is at least as
+    /// large as the runs before it that [`plan_merge`] would fold into it.
+    fn start_merge(&mut self) {
+        let Some((newest, older)) = self.runs.split_last() else { return };
+        let keys: Vec<u64> = older.iter().map(|run| run.keys()).collect();
+        let taken = plan_merge(&keys, newest.keys());
+        if taken == 0 {
+            return;
+        }
+        let inputs = self.runs[self.runs.len() - 1 - taken..].to_vec();
+        let dir = self.dir.clone();
+        let merge = move |runs: &[Arc<KeyRun>], stop: &AtomicBool| merge_runs(&dir, runs, stop);
+        self.merge = Some(BackgroundMerge::start("stowage-memmap-merge", inputs, merge));
+    }
+
+    /// Stops the background merge, if one runs, and removes its run (finalize removes every
+    /// file of the module; nothing may be written into `stowage_index/` after that).
+    pub(crate) fn stop_merge(&mut self) {
+        if let Some(merge) = self.merge.take() {
+            merge.cancel();
+        }
+    }
+}
+
+/// The file name of `run`.
+fn run_name(run: &KeyRun) -> String {
+    run.path().file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+}
+
+/// Merges `inputs` (consecutive runs) into one run in `dir`, written through a small buffer and
+/// made durable, stopping once `cancel` is set; returns it, mapped.
+fn merge_runs(dir: &Path, inputs: &[Arc<KeyRun>], cancel: &AtomicBool) -> Result<KeyRun> {
+    let (first, last) = (&inputs[0], &inputs[inputs.len() - 1]);
+    let spec = RunSpec { first: first.first(), through: last.through(), stamp: last.stamp() };
+    let path = dir.join(format!("tail-{}-{}.run", spec.first, spec.through));
+    let inputs: Vec<&KeyRun> = inputs.iter().map(|run| &**run).collect();
+    // Keys are distinct (put refuses a stored key): equal hashes are different keys.
+    write_run_file(&path, &inputs, &[], spec, |a, b| a == b, |_, _| false, Some(cancel))?;
+    KeyRun::from_bytes(&path, RunBytes(map(&path)?))
 }
 
 /// Removes every file of this module from `stowage_index/` (the state first): for a writer
@@ -458,13 +525,13 @@ pub(crate) fn remove_all(layout: &Layout) -> Result<()> {
 pub(crate) fn remove_unused(layout: &Layout, covered: Option<&Covered>) {
     let dir = dir(layout);
     let Ok(entries) = std::fs::read_dir(&dir) else { return };
-    let used: Vec<&str> =
-        covered.map(|c| c.runs.iter().map(|(n, _)| n.as_str()).collect()).unwrap_or_default();
+    let used: Vec<String> =
+        covered.map(|c| c.runs.iter().map(|run| run_name(run)).collect()).unwrap_or_default();
     for entry in entries.flatten() {
         let name = entry.file_name();
         let Some(name) = name.to_str() else { continue };
         let stale_run =
-            name.starts_with("tail-") && name.ends_with(".run") && !used.contains(&name);
+            name.starts_with("tail-") && name.ends_with(".run") && !used.iter().any(|u| u == name);
         if stale_run || name.starts_with(".tail-") || name.starts_with(".tail_") {
             let _ = std::fs::remove_file(entry.path());
         }

@@ -184,3 +184,39 @@ fn validate_checks_the_runs_and_line_locations() {
         }
     }
 }
+
+/// The run file names `stowage_index/tail_state` lists.
+fn named_runs(dir: &Path) -> Vec<String> {
+    let text = std::fs::read_to_string(dir.join("stowage_index/tail_state")).unwrap();
+    let body: serde_json::Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    body["runs"].as_array().unwrap().iter().map(|r| r[0].as_str().unwrap().to_owned()).collect()
+}
+
+#[test]
+fn merges_run_beside_the_flushes_and_keep_the_runs_few() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path();
+    // A run per flush: 300 runs unless merged.
+    let mut cache = MemmapBackend::create(dir, &dnanet(1, 2), options(1)).unwrap();
+    put_rows(&mut cache, 0, 300, 1);
+    let named = named_runs(dir);
+    // A flush waits for a running merge once 16 runs piled up: at most 17 named.
+    assert!(named.len() <= 17, "{} runs: {named:?}", named.len());
+    let on_disk = run_files(dir);
+    assert!(named.iter().all(|n| on_disk.contains(n)), "{named:?} vs {on_disk:?}");
+    check_rows(&cache, 300);
+    drop(cache); // stops a running merge: its run is named nowhere
+
+    let mut writer = MemmapBackend::open_append(dir, options(1)).unwrap();
+    let mut named = named_runs(dir);
+    named.sort();
+    assert_eq!(run_files(dir), named, "the next writer removes runs the state does not name");
+    put_rows(&mut writer, 300, 400, 1);
+    check_rows(&writer, 400);
+    // Finalize stops the merge that the last flushes started before it removes the runs.
+    writer.finalize().unwrap();
+    assert!(run_files(dir).is_empty());
+    drop(writer);
+    let reader = MemmapBackend::open_read_only(dir, MemmapOptions::default()).unwrap();
+    check_rows(&reader, 400);
+}

@@ -32,11 +32,11 @@
 use std::borrow::Cow;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::thread::JoinHandle;
+use std::sync::atomic::AtomicBool;
 
 use memmap2::Mmap;
 use serde::{Deserialize, Serialize};
+use stowage_core::background_merge::BackgroundMerge;
 use stowage_core::file_safety::{AppendLog, atomic_write, create_dir_within_durably};
 use stowage_core::key_runs::{KeyRun, RunSpec, key_hash, plan_merge, write_run_file};
 use stowage_core::{Error, IoResultExt, Result};
@@ -105,75 +105,7 @@ pub(crate) struct Runs {
     /// Whether the record that ends at L is the finalize record.
     finalized: bool,
     /// The merge running in the background, a writer's.
-    merge: Option<Merge>,
-}
-
-/// A merge of consecutive runs on a background thread. Dropping it waits for the thread (so
-/// that no run is written after the writer lock is released).
-#[derive(Debug)]
-struct Merge {
-    /// The runs merged, oldest first: a slice of the handle's runs (later runs are only appended
-    /// after them).
-    inputs: Vec<Arc<KeyRun>>,
-    thread: Option<JoinHandle<Result<KeyRun>>>,
-    /// The outcome of a merge done on the caller's thread (no thread could be started).
-    done: Option<Result<KeyRun>>,
-    /// Set to stop the merge at its next buffer written (finalize merges everything anyway).
-    cancel: Arc<AtomicBool>,
-}
-
-impl Merge {
-    /// Starts merging `inputs` into `index/run_<first>_<through>.bin`.
-    fn start(layout: &Layout, inputs: Vec<Arc<KeyRun>>) -> Merge {
-        let (log_path, dir) = (layout.records_log(), index_dir(layout));
-        let work = inputs.clone();
-        let cancel = Arc::new(AtomicBool::new(false));
-        let stop = Arc::clone(&cancel);
-        let spawned = std::thread::Builder::new()
-            .name("stowage-npy-merge".into())
-            .spawn(move || merge_runs(&log_path, &dir, &work, &stop));
-        match spawned {
-            Ok(thread) => Merge { inputs, thread: Some(thread), done: None, cancel },
-            Err(_) => {
-                let done = merge_runs(&layout.records_log(), &index_dir(layout), &inputs, &cancel);
-                Merge { inputs, thread: None, done: Some(done), cancel }
-            }
-        }
-    }
-
-    /// Stops the merge and waits for its thread; its run, partial or (had it just finished)
-    /// whole, is removed: no `current` names it.
-    fn cancel(self) {
-        self.cancel.store(true, Ordering::Relaxed);
-        if let Ok(run) = self.wait() {
-            let _ = std::fs::remove_file(run.path());
-        }
-    }
-
-    fn is_finished(&self) -> bool {
-        self.thread.as_ref().is_none_or(JoinHandle::is_finished)
-    }
-
-    /// Waits for the merged run.
-    fn wait(mut self) -> Result<KeyRun> {
-        if let Some(done) = self.done.take() {
-            return done;
-        }
-        let thread = self.thread.take().expect("a merge runs on a thread or is done");
-        match thread.join() {
-            Ok(outcome) => outcome,
-            Err(panic) => std::panic::resume_unwind(panic),
-        }
-    }
-}
-
-impl Drop for Merge {
-    fn drop(&mut self) {
-        if let Some(thread) = self.thread.take() {
-            // Its run, if written, is named by no `current`: the next writer removes it.
-            let _ = thread.join();
-        }
-    }
+    merge: Option<BackgroundMerge>,
 }
 
 /// Merges `inputs` (consecutive runs over the log at `log_path`) into one run in `dir`, written
@@ -420,7 +352,7 @@ impl Runs {
         // A finished merge is installed; a running one is waited for when runs piled up, and
         // cancelled at finalize (which merges its inputs with everything else).
         if all
-            && !self.merge.as_ref().is_some_and(Merge::is_finished)
+            && !self.merge.as_ref().is_some_and(BackgroundMerge::is_finished)
             && let Some(merge) = self.merge.take()
         {
             merge.cancel();
@@ -521,34 +453,22 @@ impl Runs {
             return;
         }
         let inputs = self.runs[self.runs.len() - 1 - taken..].to_vec();
-        self.merge = Some(Merge::start(layout, inputs));
+        let (log_path, dir) = (layout.records_log(), index_dir(layout));
+        self.merge =
+            Some(BackgroundMerge::start("stowage-npy-merge", inputs, move |runs, stop| {
+                merge_runs(&log_path, &dir, runs, stop)
+            }));
     }
 
     /// Waits for the background merge, if one runs, and names its run in `index/current` in
     /// place of its inputs (`current`'s log coverage unchanged); returns the inputs' paths, for
     /// removal once the caller is done. With `wait` false, only a finished merge is installed.
     fn install(&mut self, layout: &Layout, wait: bool) -> Result<Vec<PathBuf>> {
-        if !wait && !self.merge.as_ref().is_some_and(Merge::is_finished) {
+        if !wait && !self.merge.as_ref().is_some_and(BackgroundMerge::is_finished) {
             return Ok(Vec::new());
         }
         let Some(merge) = self.merge.take() else { return Ok(Vec::new()) };
-        let inputs = merge.inputs.clone();
-        let run = merge.wait()?;
-        let at = self.runs.iter().position(|run| Arc::ptr_eq(run, &inputs[0]));
-        let Some(at) = at.filter(|&at| {
-            self.runs.len() >= at + inputs.len()
-                && self.runs[at..at + inputs.len()]
-                    .iter()
-                    .zip(&inputs)
-                    .all(|(a, b)| Arc::ptr_eq(a, b))
-        }) else {
-            unreachable!("a merge's inputs stay in place until it is installed");
-        };
-        let replaced: Vec<PathBuf> = self
-            .runs
-            .splice(at..at + inputs.len(), [Arc::new(run)])
-            .map(|run| run.path().to_path_buf())
-            .collect();
+        let replaced = merge.install_into(&mut self.runs)?;
         let current = self.current.clone();
         if let Some(last) = current.last_record {
             let covered = (current.log_end, current.log_records, last);
