@@ -38,7 +38,31 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
 
 use crate::Result;
-use crate::key_runs::KeyRun;
+use crate::key_runs::{KeyRun, plan_merge};
+
+/// The runs to merge next, oldest first: the newest run of `runs` (oldest first) and the runs
+/// before it that [`plan_merge`] folds into it (those no larger than what they gather); `None`
+/// when there are none (the newest run is smaller than the one before it, or alone).
+///
+/// ```
+/// use std::sync::Arc;
+/// use stowage_core::background_merge::runs_to_merge;
+/// use stowage_core::key_runs::{KeyRun, RunSpec, build_run};
+/// let run = |n: u64| -> stowage_core::Result<Arc<KeyRun>> {
+///     let entries: Vec<(u64, u64)> = (1..=n).map(|i| (i, i)).collect();
+///     let spec = RunSpec { first: 0, through: 0, stamp: 0 };
+///     Ok(Arc::new(KeyRun::from_bytes("r", build_run(&[], &entries, spec, |a, b| a == b, |_, _| false)?)?))
+/// };
+/// assert!(runs_to_merge(&[run(8)?, run(2)?]).is_none(), "smaller than the run before it");
+/// assert_eq!(runs_to_merge(&[run(8)?, run(2)?, run(2)?]).map(|r| r.len()), Some(2));
+/// # Ok::<(), stowage_core::Error>(())
+/// ```
+pub fn runs_to_merge(runs: &[Arc<KeyRun>]) -> Option<Vec<Arc<KeyRun>>> {
+    let (newest, older) = runs.split_last()?;
+    let keys: Vec<u64> = older.iter().map(|run| run.keys()).collect();
+    let taken = plan_merge(&keys, newest.keys());
+    (taken > 0).then(|| runs[runs.len() - 1 - taken..].to_vec())
+}
 
 /// A merge of consecutive runs, running on its own thread (or done on the caller's when no
 /// thread could be started). Dropping it stops the merge at its next buffer written and waits

@@ -30,8 +30,8 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use stowage_core::file_safety::{atomic_write, fsync_dir, open_no_follow};
 
-use stowage_core::background_merge::BackgroundMerge;
-use stowage_core::key_runs::{KeyRun, RunSpec, key_hash, plan_merge, write_run_file};
+use stowage_core::background_merge::{BackgroundMerge, runs_to_merge};
+use stowage_core::key_runs::{KeyRun, RunSpec, key_hash, write_run_file};
 use stowage_core::{Error, IoResultExt, Result};
 use xxhash_rust::xxh3::xxh3_64;
 
@@ -362,7 +362,7 @@ impl Covered {
     /// Order: the line locations (fdatasynced), a background merge that finished put in place of
     /// its inputs (waited for when [`MAX_RUNS`] runs piled up), the run of these rows alone, the
     /// state (atomically), then the runs a merge replaced are removed and the next merge starts
-    /// when [`plan_merge`] finds runs to fold together.
+    /// when [`stowage_core::key_runs::plan_merge`] finds runs to fold together.
     pub(crate) fn write_run(
         &mut self,
         locs: &[LineLoc],
@@ -458,15 +458,9 @@ impl Covered {
     }
 
     /// Starts merging the newest runs in the background when the newest run is at least as
-    /// large as the runs before it that [`plan_merge`] would fold into it.
+    /// large as the runs before it that [`stowage_core::key_runs::plan_merge`] would fold into it.
     fn start_merge(&mut self) {
-        let Some((newest, older)) = self.runs.split_last() else { return };
-        let keys: Vec<u64> = older.iter().map(|run| run.keys()).collect();
-        let taken = plan_merge(&keys, newest.keys());
-        if taken == 0 {
-            return;
-        }
-        let inputs = self.runs[self.runs.len() - 1 - taken..].to_vec();
+        let Some(inputs) = runs_to_merge(&self.runs) else { return };
         let dir = self.dir.clone();
         let merge = move |runs: &[Arc<KeyRun>], stop: &AtomicBool| merge_runs(&dir, runs, stop);
         self.merge = Some(BackgroundMerge::start("stowage-memmap-merge", inputs, merge));

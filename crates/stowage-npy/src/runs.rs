@@ -21,7 +21,7 @@
 //!
 //! A writer turns the tail into a run of its own at a flush once it holds [`TAIL_BOUND`] entries
 //! (work that grows with the tail, never with the cache), then merges runs off the flush: on a
-//! background thread, the newest runs that are no larger than what they gather ([`plan_merge`])
+//! background thread, the newest runs that are no larger than what they gather ([`stowage_core::key_runs::plan_merge`])
 //! are merged into one run (a streaming merge in hash order, written through a small buffer:
 //! [`build_run_to`]), which later flushes install: `current` names it in place of its inputs.
 //! Until then the inputs keep answering lookups. One merge runs at a time; a flush waits for it
@@ -36,9 +36,9 @@ use std::sync::atomic::AtomicBool;
 
 use memmap2::Mmap;
 use serde::{Deserialize, Serialize};
-use stowage_core::background_merge::BackgroundMerge;
+use stowage_core::background_merge::{BackgroundMerge, runs_to_merge};
 use stowage_core::file_safety::{AppendLog, atomic_write, create_dir_within_durably};
-use stowage_core::key_runs::{KeyRun, RunSpec, key_hash, plan_merge, write_run_file};
+use stowage_core::key_runs::{KeyRun, RunSpec, key_hash, write_run_file};
 use stowage_core::{Error, IoResultExt, Result};
 
 use crate::layout::Layout;
@@ -336,7 +336,7 @@ impl Runs {
     /// one at byte offset `last_offset`), listing `uids`. The log up to `log_end` must be durable.
     ///
     /// Without `all` the run holds `fresh` alone (work that grows with the tail), a finished
-    /// background merge is installed first, and a new one is started when [`plan_merge`] finds
+    /// background merge is installed first, and a new one is started when [`stowage_core::key_runs::plan_merge`] finds
     /// runs to fold together. With `all` (finalize) the background merge is cancelled and every
     /// run is merged with `fresh` into one. Runs replaced are removed.
     pub(crate) fn write(
@@ -444,15 +444,9 @@ impl Runs {
     }
 
     /// Starts merging the newest runs in the background when the newest run is at least as
-    /// large as the runs before it that [`plan_merge`] would fold into it.
+    /// large as the runs before it that [`stowage_core::key_runs::plan_merge`] would fold into it.
     fn start_merge(&mut self, layout: &Layout) {
-        let Some((newest, older)) = self.runs.split_last() else { return };
-        let keys: Vec<u64> = older.iter().map(|run| run.keys()).collect();
-        let taken = plan_merge(&keys, newest.keys());
-        if taken == 0 {
-            return;
-        }
-        let inputs = self.runs[self.runs.len() - 1 - taken..].to_vec();
+        let Some(inputs) = runs_to_merge(&self.runs) else { return };
         let (log_path, dir) = (layout.records_log(), index_dir(layout));
         self.merge =
             Some(BackgroundMerge::start("stowage-npy-merge", inputs, move |runs, stop| {
