@@ -197,6 +197,7 @@ pub enum Command {
     #[command(after_help = format!("{INSPECT_HELP}\n\n{EXIT_STATUS}"))]
     Inspect {
         /// The cache (a directory, or an aenet HDF5 file), or a directory holding caches
+        #[arg(value_parser = parse_cache_path)]
         path: PathBuf,
 
         /// Print the same as one JSON document (an array when PATH holds several caches)
@@ -208,6 +209,7 @@ pub enum Command {
     #[command(after_help = format!("{VERIFY_HELP}\n\n{EXIT_STATUS}"))]
     Verify {
         /// The cache (a directory, or an aenet HDF5 file)
+        #[arg(value_parser = parse_cache_path)]
         path: PathBuf,
 
         /// Check only this fraction of the keys' samples, chosen by a seeded hash (0 < F <= 1);
@@ -229,6 +231,7 @@ pub enum Command {
     #[command(after_help = format!("{ADOPT_HELP}\n\n{EXIT_STATUS}"))]
     Adopt {
         /// The cache (a directory, or an aenet HDF5 file)
+        #[arg(value_parser = parse_cache_path)]
         path: PathBuf,
     },
 
@@ -236,6 +239,7 @@ pub enum Command {
     #[command(after_help = format!("{KEYS_HELP}\n\n{EXIT_STATUS}"))]
     Keys {
         /// The cache directory
+        #[arg(value_parser = parse_cache_path)]
         path: PathBuf,
     },
 
@@ -246,9 +250,11 @@ pub enum Command {
     #[command(after_help = format!("{CONVERT_HELP}\n\n{EXIT_STATUS}"))]
     Convert {
         /// The cache to read (any kind with keys)
+        #[arg(value_parser = parse_cache_path)]
         src: PathBuf,
 
         /// The cache to write: a new or empty directory, or one an interrupted convert left
+        #[arg(value_parser = parse_cache_path)]
         dst: PathBuf,
 
         /// The backend to write: a registered backend's name
@@ -279,6 +285,7 @@ pub enum Command {
     #[command(after_help = format!("{EXPLAIN_HELP}\n\n{EXIT_STATUS}"))]
     Explain {
         /// The cache (a directory, or an aenet HDF5 file)
+        #[arg(value_parser = parse_cache_path)]
         path: PathBuf,
 
         /// The configuration, a JSON file: the config payload DNANet fingerprints, or aenet's
@@ -387,6 +394,7 @@ pub enum BenchFormat {
 )]
 pub struct GetArgs {
     /// The cache directory (with KEY), or a directory holding data/10/UID.npy (with --record)
+    #[arg(value_parser = parse_cache_path)]
     pub path: PathBuf,
 
     /// The key of the sample to write
@@ -433,6 +441,14 @@ pub fn parse_backend(text: &str) -> Result<bench::subject::Kind, String> {
 /// The cores this process may use (1 when the system does not say).
 pub fn available_cores() -> usize {
     std::thread::available_parallelism().map_or(1, usize::from)
+}
+
+/// A cache's path, refusing a URL (`s3://bucket/cache` would otherwise name a local directory
+/// `s3:`): [`stowage_core::location::refuse_url`].
+pub fn parse_cache_path(text: &str) -> Result<PathBuf, String> {
+    let path = PathBuf::from(text);
+    stowage_core::location::refuse_url(&path).map_err(|e| e.to_string())?;
+    Ok(path)
 }
 
 /// A fraction in (0, 1], for `--sample`.

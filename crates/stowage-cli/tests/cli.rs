@@ -128,6 +128,46 @@ fn bad_arguments_are_one_line_errors() {
 }
 
 #[test]
+fn a_url_is_never_taken_for_a_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = build_cache(dir.path(), true);
+    let cache = cache.to_str().unwrap();
+    // Run where a `s3:` directory would appear if the URL were taken for a relative path.
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(common::BIN)
+            .args(args)
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        common::Run {
+            code: out.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    };
+    for args in [
+        &["convert", cache, "s3://bucket/cache", "--to", "arrow"][..],
+        &["convert", "gs://bucket/cache", "out", "--to", "arrow"],
+        &["inspect", "s3://bucket/cache"],
+        &["verify", "az://container/cache"],
+        &["keys", "memory://cache"],
+        &["get", "file:///tmp/cache", "key", "--out", "o"],
+    ] {
+        let got = run(args);
+        assert_error_line(&got, &["is a URL", "caches are local directories"]);
+    }
+    let left: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(!left.iter().any(|n| n.ends_with(':') || n == "out"), "created {left:?}");
+    // A path that only looks like one is given as ./ and is a path.
+    let got = run(&["convert", cache, "./s3://x", "--to", "arrow"]);
+    assert_eq!(got.code, 0, "{got:?}");
+    assert!(dir.path().join("s3:/x").is_dir());
+}
+
+#[test]
 fn inspect_describes_a_finalized_cache() {
     let dir = tempfile::tempdir().unwrap();
     let cache = build_cache(dir.path(), true);

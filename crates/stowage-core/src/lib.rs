@@ -15,6 +15,7 @@ pub mod file_safety;
 pub mod foreign;
 pub mod key_runs;
 pub mod key_table;
+pub mod location;
 pub mod npy_header;
 pub mod open_set;
 pub mod prefetch;

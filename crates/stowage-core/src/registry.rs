@@ -14,6 +14,9 @@ use std::sync::Arc;
 /// let registry = Registry::new();
 /// let opened = registry.open(std::path::Path::new("/definitely/not/here"));
 /// assert!(matches!(opened, Err(stowage_core::Error::NotFound { .. })));
+/// // A URL is refused by name, never looked for as a relative path `s3:/bucket/cache`.
+/// let opened = registry.open(std::path::Path::new("s3://bucket/cache"));
+/// assert!(matches!(opened, Err(stowage_core::Error::Unsupported { .. })));
 /// ```
 #[derive(Clone, Default)]
 pub struct Registry {
@@ -63,6 +66,7 @@ impl Registry {
     /// none does. A factory's error (a marker that claims its format but is unreadable) stops the
     /// search: it is never guessed around.
     pub fn recognize(&self, path: &Path) -> Result<Option<(&dyn BackendFactory, &'static Format)>> {
+        crate::location::refuse_url(path)?;
         for factory in self.factories() {
             if let Some(format) = factory.recognize(path)? {
                 return Ok(Some((factory, format)));
@@ -73,7 +77,8 @@ impl Registry {
 
     /// Opens the cache at `path` read-only with the first factory that recognizes it.
     ///
-    /// Errors: `Error::NotFound` for a missing path or one no factory recognizes, listing what
+    /// Errors: `Error::Unsupported` for a URL (`s3://...`, [`crate::location::refuse_url`]);
+    /// `Error::NotFound` for a missing path or one no factory recognizes, listing what
     /// each format looks for; `Error::Incompatible` for a stowage cache whose format no factory
     /// registered; otherwise the factory's error.
     pub fn open(&self, path: &Path) -> Result<Box<DynReader>> {
