@@ -563,6 +563,65 @@ fn compaction_keeps_winners_drops_shadowed_rows_and_never_breaks_open_readers() 
     assert_eq!(arrow_files, 3, "the second compaction's output and the two segments it replaced");
 }
 
+/// The segment files under `segments/`, sorted.
+fn segment_files(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = walk(&dir.join("segments"))
+        .iter()
+        .map(|p| p.file_name().unwrap().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn compaction_streams_kept_rows_into_bounded_segments() {
+    let dir = tempfile::tempdir().unwrap();
+    // About 25 rows of 64 floats per segment.
+    let options = ArrowOptions { flush_every: 10, max_segment_bytes: 25 * 280, ..options() };
+    let mut cache = ArrowBackend::create(dir.path(), &schema(), options.clone()).unwrap();
+    put_range(&mut cache, 0..100);
+    cache.flush().unwrap();
+    let report = cache.compact(u64::MAX).unwrap();
+    assert_eq!(report.removed.len(), 10);
+    assert_eq!((report.rows_kept, report.rows_dropped), (100, 0));
+    assert!(report.written.len() >= 4, "written as bounded segments: {report:?}");
+    check_range(&cache, 0..100);
+    drop(cache);
+    let reader = ArrowBackend::open(dir.path(), OpenMode::ReadOnly, options).unwrap();
+    check_range(&reader, 0..100);
+    assert!(reader.validate(stowage_core::ValidationLevel::Full).unwrap().is_clean());
+}
+
+#[test]
+fn a_kept_row_that_does_not_read_stops_compaction_and_leaves_no_new_segment() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = ArrowOptions { flush_every: 10, max_segment_bytes: 25 * 280, ..options() };
+    let mut cache = ArrowBackend::create(dir.path(), &schema(), options.clone()).unwrap();
+    put_range(&mut cache, 0..60);
+    cache.flush().unwrap();
+    // The last row checksum of segment 4 (keys 40..50), read after segments 0..3 were gathered
+    // and some written.
+    let layout = stowage_arrow::test_support::layout::Layout::new(dir.path());
+    let sums = layout.segment(4).with_extension("sums");
+    let mut bytes = std::fs::read(&sums).unwrap();
+    *bytes.last_mut().unwrap() ^= 0x40;
+    std::fs::write(&sums, &bytes).unwrap();
+    let before = segment_files(dir.path());
+
+    let err = cache.compact(u64::MAX).unwrap_err();
+    assert!(matches!(&err, Error::Corrupted { key: Some(k), .. } if *k == key(49)), "{err}");
+    assert_eq!(segment_files(dir.path()), before, "the segments written for it are removed");
+    // The handle goes on writing, and the cache is as it was.
+    put_range(&mut cache, 60..70);
+    cache.flush().unwrap();
+    check_range(&cache, 0..40);
+    check_range(&cache, 50..70);
+    drop(cache);
+    let reader = ArrowBackend::open(dir.path(), OpenMode::ReadOnly, options).unwrap();
+    check_range(&reader, 50..70);
+    assert!(reader.get(&key(49)).is_err(), "the damaged row is still reported");
+}
+
 #[test]
 fn the_sample_cache_never_serves_a_value_written_over() {
     let dir = tempfile::tempdir().unwrap();

@@ -561,10 +561,14 @@ impl ArrowBackend {
     /// segments an earlier compaction replaced. Pending samples are flushed first. Readers in
     /// other processes are never blocked: replaced segments' files stay until the next compaction.
     ///
+    /// The kept rows stream from the replaced segments into the new ones, so a compaction's
+    /// memory does not grow with the cache (at most 32 MiB of payload or 131,072 rows gathered
+    /// at once).
+    ///
     /// Errors: `Unsupported` on a read-only handle or a rank other than the writer rank;
     /// `Poisoned` after a failed write; `Corrupted` when a row to keep fails its checksum
-    /// (nothing is written then, and the handle goes on writing); a failed write, which poisons
-    /// the handle.
+    /// (nothing is committed then, the segments written for it are removed, and the handle goes
+    /// on writing); a failed write, which poisons the handle.
     pub fn compact(&mut self, small_bytes: u64) -> Result<Compaction> {
         self.check_write("compact")?;
         self.flush()?;
@@ -572,8 +576,13 @@ impl ArrowBackend {
             unreachable!("check_write refuses every handle but the writer")
         };
         self.state.poison_on_error(writer.settle(&mut self.reader))?;
-        let plan = writer.plan_compaction(&self.reader, small_bytes)?;
-        let report = self.state.poison_on_error(writer.compact(&mut self.reader, plan))?;
+        let plan = writer.plan_compaction(small_bytes)?;
+        let report = match writer.compact(&mut self.reader, plan) {
+            // A row to keep that does not read: nothing was committed, the new segments are
+            // gone, and the handle goes on writing.
+            Err(e @ Error::Corrupted { .. }) => return Err(e),
+            result => self.state.poison_on_error(result)?,
+        };
         if !report.removed.is_empty() {
             self.reload_reader()?;
             if let Role::Writer(writer) = &mut self.role {

@@ -10,16 +10,30 @@
 //!    from here on find keys through the sidecars until the writer merges again;
 //! 3. the replaced segments' files stay, so readers that opened before keep reading them; the
 //!    next compaction deletes them.
+//!
+//! The kept rows stream: the replaced segments are read one after another and their winning
+//! rows written into new segments as they gather (at most [`BATCH_BYTES`] of payload or
+//! [`BATCH_ROWS`] rows in memory at once), so a compaction's memory does not grow with the
+//! cache. A kept row that does not read (it fails its checksum) stops the compaction before its
+//! record: the new segments written so far are removed, and the cache and the writer are as they
+//! were.
 
 use stowage_core::{Error, Result};
 
 use super::Writer;
-use crate::commit_log::{ArrowRecord, CompactedEntry, Record};
+use crate::commit_log::{ArrowRecord, CompactedEntry, Record, SegmentEntry};
 use crate::layout::Layout;
 use crate::pending::Pending;
 use crate::reader::CacheReader;
 use crate::segment::Segment;
-use crate::segment_writer::write_next_segment;
+use crate::segment_writer::{SegmentFormat, write_next_segment};
+
+/// Payload bytes of kept rows gathered before they are written as a segment (fewer when
+/// `ArrowOptions::max_segment_bytes` is smaller).
+pub const BATCH_BYTES: u64 = 32 << 20;
+/// Kept rows gathered before they are written as a segment: small rows cost more memory than
+/// their payload (each is a decoded sample).
+pub const BATCH_ROWS: usize = 131_072;
 
 /// What a compaction did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -36,34 +50,59 @@ pub struct Compaction {
     pub files_deleted: u64,
 }
 
-/// What a compaction keeps, read before anything is written: the segments it replaces and the
-/// winning rows of their keys.
+/// The segments a compaction replaces.
 #[derive(Debug)]
 pub struct CompactionPlan {
     /// The segments replaced, ascending.
     victims: Vec<u64>,
-    /// Each of their keys' winning row, read through the checksums.
-    kept: Pending,
-    /// Rows kept.
-    rows_kept: u64,
-    /// Shadowed rows dropped.
-    rows_dropped: u64,
+}
+
+/// Kept rows gathered, and the new segments written from them so far (uncommitted).
+struct KeptRows<'a> {
+    format: &'a SegmentFormat,
+    next_id: &'a std::sync::atomic::AtomicU64,
+    max_segment_bytes: u64,
+    batch: Pending,
+    written: Vec<SegmentEntry>,
+}
+
+impl KeptRows<'_> {
+    fn push(&mut self, key: &str, sample: &stowage_core::Sample) -> Result<()> {
+        self.batch.insert(key, sample);
+        if self.batch.bytes() >= self.max_segment_bytes.min(BATCH_BYTES)
+            || self.batch.len() >= BATCH_ROWS
+        {
+            self.write_batch()?;
+        }
+        Ok(())
+    }
+
+    /// Writes the gathered rows as new segments (one per `max_segment_bytes`).
+    fn write_batch(&mut self) -> Result<()> {
+        let batch = std::mem::take(&mut self.batch);
+        for chunk in batch.chunks(self.max_segment_bytes) {
+            let (id, path) = write_next_segment(self.format, self.next_id, &chunk)?;
+            let bytes = std::fs::metadata(&path).map_err(|e| Error::io(&path, e))?.len();
+            self.written.push(SegmentEntry::synced(id, chunk.len() as u64, bytes));
+        }
+        Ok(())
+    }
+
+    /// Removes the segments written so far (none is committed).
+    fn remove_written(&self) {
+        for entry in &self.written {
+            let _ = delete_segment_files(&self.format.layout, entry.id);
+        }
+    }
 }
 
 impl Writer {
-    /// Reads what a compaction of every committed segment smaller than `small_bytes` keeps
-    /// (never an adopted segment, whose file is another writer's); `None` when fewer than two
-    /// are that small. Writes nothing, so a failure (a row to keep that fails its checksum)
-    /// leaves the writer as it was. `reader` must see every committed segment (the caller
-    /// settled the writer).
+    /// The committed segments smaller than `small_bytes` (never an adopted segment, whose file
+    /// is another writer's); `None` when fewer than two are that small. Reads the segments'
+    /// sizes only.
     ///
-    /// Errors: `Corrupted` naming the segment and key of a row to keep that does not read;
-    /// `Io` naming a segment whose size cannot be read.
-    pub fn plan_compaction(
-        &self,
-        reader: &CacheReader,
-        small_bytes: u64,
-    ) -> Result<Option<CompactionPlan>> {
+    /// Errors: `Io` naming a segment whose size cannot be read.
+    pub fn plan_compaction(&self, small_bytes: u64) -> Result<Option<CompactionPlan>> {
         let mut victims = Vec::new();
         for &id in self.committed.iter().filter(|id| !self.adopted.contains(id)) {
             let path = self.layout.segment(id);
@@ -72,32 +111,19 @@ impl Writer {
                 victims.push(id);
             }
         }
-        if victims.len() < 2 {
-            return Ok(None);
-        }
-        let mut plan =
-            CompactionPlan { victims, kept: Pending::default(), rows_kept: 0, rows_dropped: 0 };
-        for &id in &plan.victims {
-            let segment = Segment::open(id, &self.layout.segment(id))?;
-            for (row, key) in segment.keys()?.into_iter().enumerate() {
-                if reader.locate(key)? == Some((id, row)) {
-                    // Read through the checksums: a compaction never copies damage forward.
-                    plan.kept.insert(key, &reader.read_row(key, id, row)?);
-                    plan.rows_kept += 1;
-                } else {
-                    plan.rows_dropped += 1;
-                }
-            }
-        }
-        Ok(Some(plan))
+        Ok((victims.len() >= 2).then_some(CompactionPlan { victims }))
     }
 
     /// Deletes the files earlier compactions replaced, then carries out `plan` (from
-    /// [`Writer::plan_compaction`], with no write since): writes the kept rows as new segments
-    /// and commits them in place of the replaced ones. `reader` must see every committed
-    /// segment; afterwards the caller opens a new one (the segment list changed).
+    /// [`Writer::plan_compaction`], with no write since): writes the winning rows of the
+    /// replaced segments' keys as new segments, streaming, and commits them in place of the
+    /// replaced ones. `reader` must see every committed segment (the caller settled the writer);
+    /// afterwards the caller opens a new one (the segment list changed).
     ///
-    /// Errors: any failed write, after which what reached the disk is unknown (the handle
+    /// Errors: `Corrupted` naming the segment and key of a row to keep that does not read
+    /// (read through the checksums: a compaction never copies damage forward); nothing is
+    /// committed then and the new segments are removed, so the writer goes on as before. Any
+    /// other error is a failed write, after which what reached the disk is unknown (the handle
     /// poisons itself).
     pub fn compact(
         &mut self,
@@ -106,20 +132,26 @@ impl Writer {
     ) -> Result<Compaction> {
         let mut report =
             Compaction { files_deleted: self.delete_replaced()?, ..Compaction::default() };
-        let Some(CompactionPlan { victims, kept, rows_kept, rows_dropped }) = plan else {
+        let Some(CompactionPlan { victims }) = plan else {
             return Ok(report);
         };
-        report.rows_kept = rows_kept;
-        report.rows_dropped = rows_dropped;
-        let mut segments = Vec::new();
         // Synced even in a cache written without fsync: the `compacted` record is synced and
         // the replaced segments go, so the new ones must survive a power cut.
         let format = self.format.synced();
-        for chunk in kept.chunks(self.format.max_segment_bytes) {
-            let (id, path) = write_next_segment(&format, &self.next_id, &chunk)?;
-            let bytes = std::fs::metadata(&path).map_err(|e| Error::io(&path, e))?.len();
-            segments.push(crate::commit_log::SegmentEntry::synced(id, chunk.len() as u64, bytes));
+        let mut kept = KeptRows {
+            format: &format,
+            next_id: &self.next_id,
+            max_segment_bytes: self.format.max_segment_bytes,
+            batch: Pending::default(),
+            written: Vec::new(),
+        };
+        let gathered = gather_kept(&self.layout, reader, &victims, &mut kept, &mut report)
+            .and_then(|()| kept.write_batch());
+        if let Err(e) = gathered {
+            kept.remove_written();
+            return Err(e);
         }
+        let segments = kept.written;
         report.written = segments.iter().map(|s| s.id).collect();
         let record = CompactedEntry { segments, removed: victims.clone() };
         self.submit_record(Record::Own(ArrowRecord::Compacted(record)));
@@ -151,6 +183,29 @@ impl Writer {
         }
         Ok(deleted)
     }
+}
+
+/// Reads `victims` one after another and hands each key's winning row (read through the
+/// checksums) to `kept`, counting kept and shadowed rows in `report`.
+fn gather_kept(
+    layout: &Layout,
+    reader: &CacheReader,
+    victims: &[u64],
+    kept: &mut KeptRows<'_>,
+    report: &mut Compaction,
+) -> Result<()> {
+    for &id in victims {
+        let segment = Segment::open(id, &layout.segment(id))?;
+        for (row, key) in segment.keys()?.into_iter().enumerate() {
+            if reader.locate(key)? == Some((id, row)) {
+                kept.push(key, &reader.read_row(key, id, row)?)?;
+                report.rows_kept += 1;
+            } else {
+                report.rows_dropped += 1;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Deletes a segment and its sidecars, whichever are there; returns how many were.
