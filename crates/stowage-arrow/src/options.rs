@@ -32,6 +32,12 @@ pub struct ArrowOptions {
     /// Segments in no key index run after which the writer merges them into one, on a
     /// background thread (a lookup probes one table per unmerged segment).
     pub merge_after: usize,
+    /// Keys of segments in no key index run that one merge gathers at most (131,072 by
+    /// default): a merge holds them in memory, about 100 bytes each, so a merge over more (a
+    /// rebuild after a compaction, or the final merge of a cache whose runs are gone) is done in
+    /// steps of this many, each recorded as a background merge is. A segment larger than this
+    /// is merged alone.
+    pub merge_rows: u64,
     /// Check every row against its checksum on `get` (on by default).
     pub verify_checksums: bool,
     /// Segments a reader keeps mapped once the cache has more: the least recently used is
@@ -59,7 +65,7 @@ pub struct ArrowOptions {
     pub compression: Option<Compression>,
     /// The output structure a new cache is written in, so that torchcachex returns samples as
     /// that structure (a tuple or list of the fields `item0`, `item1`, …, say); `None`, the
-    /// default, infers it from the schema ([`crate::encode::columns_with`]). Used by `create`
+    /// default, infers it from the schema (`columns_with`). Used by `create`
     /// only: an existing cache keeps the structure its commit log records, and `attach` takes
     /// torchcachex's.
     pub output_structure: Option<OutputStructure>,
@@ -97,6 +103,7 @@ impl Default for ArrowOptions {
             durable: true,
             background_flush: false,
             merge_after: 32,
+            merge_rows: 131_072,
             verify_checksums: true,
             max_open_segments: crate::open_segments::default_max_open_segments(),
             cold_read_advice: ColdReadAdvice::Adaptive,
@@ -146,6 +153,9 @@ impl ArrowOptions {
         }
         if self.merge_after == 0 {
             return Err(Error::invalid("ArrowOptions::merge_after must be at least 1"));
+        }
+        if self.merge_rows == 0 {
+            return Err(Error::invalid("ArrowOptions::merge_rows must be at least 1"));
         }
         if self.blob_encoding == BlobEncoding::Raw {
             return Err(Error::invalid(

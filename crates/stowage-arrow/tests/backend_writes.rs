@@ -622,6 +622,41 @@ fn a_kept_row_that_does_not_read_stops_compaction_and_leaves_no_new_segment() {
     assert!(reader.get(&key(49)).is_err(), "the damaged row is still reported");
 }
 
+/// How many key index run records the commit log holds (each merge that was recorded).
+fn run_records(dir: &Path) -> usize {
+    let log = std::fs::read(dir.join("stowage.log")).unwrap();
+    log.windows(7).filter(|w| w == b"{\"run\":").count()
+}
+
+#[test]
+fn a_merge_over_more_keys_than_merge_rows_goes_in_steps() {
+    let dir = tempfile::tempdir().unwrap();
+    // No background merge; merges of at most 45 fresh keys (4 segments of 10).
+    let options = ArrowOptions { flush_every: 10, merge_after: 1000, merge_rows: 45, ..options() };
+    let mut cache = ArrowBackend::create(dir.path(), &schema(), options.clone()).unwrap();
+    put_range(&mut cache, 0..200);
+    cache.finalize().unwrap();
+    let log = commit_log::read(&dir.path().join("stowage.log")).unwrap();
+    let runs: Vec<_> = log.own.runs.iter().map(|r| (r.first, r.through, r.keys)).collect();
+    assert_eq!(runs, [(0, 19, 200)], "finalize ends with one run over every segment");
+    assert!(run_records(dir.path()) >= 5, "{} merges recorded", run_records(dir.path()));
+    check_range(&cache, 0..200);
+    drop(cache);
+    let reader = ArrowBackend::open(dir.path(), OpenMode::ReadOnly, options.clone()).unwrap();
+    assert_eq!(reader.reader().unmerged_segments(), 0);
+    check_range(&reader, 0..200);
+    assert!(reader.validate(stowage_core::ValidationLevel::Full).unwrap().is_clean());
+    drop(reader);
+    // A compaction's rebuild goes in steps too.
+    let before = run_records(dir.path());
+    let options = ArrowOptions { max_segment_bytes: 25 * 280, ..options };
+    let mut cache = ArrowBackend::open(dir.path(), OpenMode::Append, options).unwrap();
+    let report = cache.compact(u64::MAX).unwrap();
+    assert!(report.written.len() >= 8, "{report:?}");
+    assert!(run_records(dir.path()) >= before + 2, "the rebuild was recorded in steps");
+    check_range(&cache, 0..200);
+}
+
 #[test]
 fn the_sample_cache_never_serves_a_value_written_over() {
     let dir = tempfile::tempdir().unwrap();

@@ -270,6 +270,7 @@ impl ArrowBackend {
             format,
             background: backend.options.background_flush,
             merge_after: backend.options.merge_after,
+            merge_rows: backend.options.merge_rows,
             next_id,
             committed: ids,
             adopted,
@@ -465,7 +466,7 @@ impl ArrowBackend {
     /// this).
     ///
     /// Errors: `Unsupported` on a read-only handle or a rank other than the writer rank;
-    /// `Poisoned` after a failed write; as [`crate::merged_index::merge_run`] (which poisons the
+    /// `Poisoned` after a failed write; as `merge_run` (which poisons the
     /// handle: what reached the disk is unknown).
     pub fn merge_index(&mut self) -> Result<()> {
         self.check_write("merge the key index")?;
@@ -562,7 +563,7 @@ impl ArrowBackend {
     /// other processes are never blocked: replaced segments' files stay until the next compaction.
     ///
     /// The kept rows stream from the replaced segments into the new ones, so a compaction's
-    /// memory does not grow with the cache (at most 32 MiB of payload or 131,072 rows gathered
+    /// memory does not grow with the cache (at most 16 MiB of payload or 65,536 rows gathered
     /// at once).
     ///
     /// Errors: `Unsupported` on a read-only handle or a rank other than the writer rank;
@@ -577,7 +578,16 @@ impl ArrowBackend {
         };
         self.state.poison_on_error(writer.settle(&mut self.reader))?;
         let plan = writer.plan_compaction(small_bytes)?;
-        let report = match writer.compact(&mut self.reader, plan) {
+        // The kept rows are read through a reader of its own that keeps few segments open:
+        // each replaced segment is read once, and this handle's reader would keep up to
+        // `max_open_segments` of them (and their heap) open until it is reloaded below.
+        let bounded =
+            ArrowOptions { max_open_segments: COMPACTION_OPEN_SEGMENTS, ..self.options.clone() };
+        let mut reading = self.current_reader(&bounded)?;
+        let Role::Writer(writer) = &mut self.role else {
+            unreachable!("check_write refuses every handle but the writer")
+        };
+        let report = match writer.compact(&mut reading, plan) {
             // A row to keep that does not read: nothing was committed, the new segments are
             // gone, and the handle goes on writing.
             Err(e @ Error::Corrupted { .. }) => return Err(e),
@@ -596,16 +606,25 @@ impl ArrowBackend {
     /// segments this handle reads (after a compaction or an adoption changed the segment list;
     /// the writer has no work in flight).
     fn reload_reader(&mut self) -> Result<()> {
+        self.reader = self.current_reader(&self.options)?;
+        Ok(())
+    }
+
+    /// A reader of the commit log as it now stands, with `options`, keeping the other writers'
+    /// segments this handle reads.
+    fn current_reader(&self, options: &ArrowOptions) -> Result<CacheReader> {
         let committed = lost_segments::read(&self.layout)?;
         let foreign = self.foreign_segments();
         let survey = Survey {
             foreign: foreign.into_iter().filter(|f| !committed.ids().contains(&f.id)).collect(),
             ..Survey::default()
         };
-        self.reader = cache_reader(&self.layout, &committed, &survey, &self.schema, &self.options)?;
-        Ok(())
+        cache_reader(&self.layout, &committed, &survey, &self.schema, options)
     }
 }
+
+/// Segments the reader a compaction reads its kept rows through keeps open.
+const COMPACTION_OPEN_SEGMENTS: usize = 64;
 
 /// The reader of the segments `committed` lists and the other writers' segments of `survey`.
 fn cache_reader(

@@ -30,10 +30,10 @@ use crate::segment_writer::{SegmentFormat, write_next_segment};
 
 /// Payload bytes of kept rows gathered before they are written as a segment (fewer when
 /// `ArrowOptions::max_segment_bytes` is smaller).
-pub const BATCH_BYTES: u64 = 32 << 20;
+pub const BATCH_BYTES: u64 = 16 << 20;
 /// Kept rows gathered before they are written as a segment: small rows cost more memory than
 /// their payload (each is a decoded sample).
-pub const BATCH_ROWS: usize = 131_072;
+pub const BATCH_ROWS: usize = 65_536;
 
 /// What a compaction did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -25,6 +25,7 @@ use crate::segment_writer::SegmentFormat;
 
 mod adoption;
 mod compaction;
+
 pub use adoption::Checked;
 pub use compaction::Compaction;
 pub(crate) use compaction::delete_segment_files;
@@ -36,6 +37,9 @@ pub struct Writer {
     format: SegmentFormat,
     committer: Committer,
     merge_after: usize,
+    /// Fresh keys (rows of segments no run covers) one merge gathers at most
+    /// ([`crate::ArrowOptions::merge_rows`]): a merge holds them in memory.
+    merge_rows: u64,
     /// The id the next segment gets (or above, when another writer took it), shared with the
     /// committer.
     next_id: Arc<AtomicU64>,
@@ -86,6 +90,8 @@ pub struct WriterSetup {
     pub background: bool,
     /// Unmerged segments that start a merge.
     pub merge_after: usize,
+    /// Fresh keys one merge gathers at most.
+    pub merge_rows: u64,
     /// The id of the next segment: above every id in the log and in `segments/`.
     pub next_id: u64,
     /// The committed segments, ascending.
@@ -113,6 +119,7 @@ impl Writer {
             format: setup.format.clone(),
             committer: Committer::new(setup.format, setup.log, next_id.clone(), setup.background),
             merge_after: setup.merge_after,
+            merge_rows: setup.merge_rows.max(1),
             next_id,
             committed: setup.committed,
             adopted: setup.adopted,
@@ -215,10 +222,22 @@ impl Writer {
         if self.merging.is_some() || reader.unmerged_segments() < self.merge_after {
             return;
         }
-        let run_keys: Vec<u64> = self.runs.iter().map(|run| run.keys).collect();
-        let taken = plan_merge(&run_keys, reader.unmerged_rows());
-        let job = self.merge_job(taken);
+        let job = self.bounded_merge_job(reader.unmerged_rows());
         self.merging = Some(std::thread::spawn(move || job.run()));
+    }
+
+    /// The next merge of the segments no run covers (`fresh_rows` keys): all of them when they
+    /// hold at most `merge_rows` keys, else the first ones that do (at least one segment),
+    /// with the newest runs no larger than what it gathers ([`plan_merge`]).
+    fn bounded_merge_job(&self, fresh_rows: u64) -> MergeJob {
+        let run_keys: Vec<u64> = self.runs.iter().map(|run| run.keys).collect();
+        if fresh_rows <= self.merge_rows {
+            return self.merge_job(plan_merge(&run_keys, fresh_rows));
+        }
+        let (segments, rows) = self.merge_job(0).fresh_within(self.merge_rows);
+        let mut job = self.merge_job(plan_merge(&run_keys, rows));
+        job.fresh.truncate(segments);
+        job
     }
 
     /// The merge of the `taken` newest runs and every segment no run covers.
@@ -283,11 +302,23 @@ impl Writer {
 
     /// Merges every committed segment and run into one run now, on this thread (nothing to do
     /// when one run already covers them all).
+    ///
+    /// Fresh segments of more than `merge_rows` keys are first folded in steps (each recorded
+    /// like a background merge), so that no merge holds more fresh keys than that in memory;
+    /// the last step merges every run (streamed) with the last of them.
     pub fn merge_now(&mut self, reader: &mut CacheReader) -> Result<()> {
         self.settle(reader)?;
         let Some(&through) = self.committed.last() else { return Ok(()) };
         if self.runs.len() == 1 && self.runs[0].through == through {
             return Ok(());
+        }
+        loop {
+            let job = self.bounded_merge_job(reader.unmerged_rows());
+            if job.fresh.last().is_none_or(|&last| last == through) {
+                break;
+            }
+            let run = job.run()?;
+            self.record_run(run, reader)?;
         }
         let run = self.merge_job(self.runs.len()).run()?;
         self.record_run(run, reader)
@@ -326,6 +357,23 @@ struct MergeJob {
 }
 
 impl MergeJob {
+    /// How many of the first fresh segments hold at most `most` keys together (at least one,
+    /// when there is one), and their keys. A segment whose key sidecar does not read counts as
+    /// `most` (the merge reads it and reports it).
+    fn fresh_within(&self, most: u64) -> (usize, u64) {
+        let mut rows = 0;
+        for (taken, &id) in self.fresh.iter().enumerate() {
+            let sidecar = crate::key_sidecar::sidecar_path(&self.layout.segment(id));
+            let its =
+                crate::key_sidecar::KeySidecar::open(&sidecar).map_or(most, |s| s.rows() as u64);
+            if taken > 0 && rows + its > most {
+                return (taken, rows);
+            }
+            rows += its;
+        }
+        (self.fresh.len(), rows)
+    }
+
     /// Builds and writes the run ([`merge_run`]). An input run that does not open as recorded
     /// or fails its checksum is rebuilt from its segments instead, and a damaged older run makes
     /// it a rebuild of the whole index: a merge never carries damage forward.
