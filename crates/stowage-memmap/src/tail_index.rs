@@ -24,13 +24,12 @@
 use std::fs::{File, OpenOptions};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
-
-use memmap2::Mmap;
 use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
-use stowage_core::file_safety::{atomic_write, fsync_dir, open_no_follow};
 
+use memmap2::Mmap;
 use stowage_core::background_merge::{BackgroundMerge, runs_to_merge};
+use stowage_core::file_safety::{atomic_write, fsync_dir, open_no_follow};
 use stowage_core::key_runs::{KeyRun, RunSpec, key_hash, write_run_file};
 use stowage_core::{Error, IoResultExt, Result};
 use xxhash_rust::xxh3::xxh3_64;
