@@ -11,6 +11,7 @@ use stowage_core::{
     Backend, DType, OpenMode, Reader, Sample, Schema, ShapeRule, Tensor, ValidationLevel,
 };
 use stowage_hdf5::{Hdf5Backend, Hdf5Options};
+use stowage_test_support::process::{descriptors, maps_where, set_descriptor_limit};
 
 const LIMIT: u64 = 256;
 /// More segments than this limit, and than the usual default limit (1,024), where the issue saw
@@ -37,26 +38,9 @@ fn sample(i: usize, version: u32) -> Sample {
     Sample::new().with("x", Tensor::from_slice(&[values.len()], &values).unwrap())
 }
 
-fn set_descriptor_limit(limit: u64) {
-    let mut current = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-    // SAFETY: getrlimit/setrlimit read and write one rlimit of ours.
-    unsafe {
-        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &raw mut current), 0);
-        current.rlim_cur = limit;
-        assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &raw const current), 0);
-        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &raw mut current), 0);
-    }
-    assert_eq!(current.rlim_cur, limit);
-}
-
-fn descriptors() -> usize {
-    std::fs::read_dir("/proc/self/fd").unwrap().count()
-}
-
 /// Memory maps of segment files in this process.
 fn mapped_segments() -> usize {
-    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
-    maps.lines().filter(|line| line.contains("/segments/segment_")).count()
+    maps_where(|line| line.contains("/segments/segment_"))
 }
 
 /// The process holds no more descriptors and maps than the bound allows (`at` says where).

@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use stowage_core::ValidationLevel;
 use stowage_core::{Backend, DType, OpenMode, Reader, Sample, Schema, ShapeRule, Tensor};
 use stowage_npy::{NpyBackend, NpyOptions};
+use stowage_test_support::process::{descriptors, maps_where, set_descriptor_limit};
 
 const LIMIT: u64 = 256;
 /// Samples, each in a collection file of its own (one slot per file): more files than the limit
@@ -31,26 +32,9 @@ fn sample(i: usize, version: u32) -> Sample {
     Sample::new().with("x", Tensor::from_slice(&[4], &values).unwrap())
 }
 
-fn set_descriptor_limit(limit: u64) {
-    let mut current = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
-    // SAFETY: getrlimit/setrlimit read and write one rlimit of ours.
-    unsafe {
-        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &raw mut current), 0);
-        current.rlim_cur = limit;
-        assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &raw const current), 0);
-        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &raw mut current), 0);
-    }
-    assert_eq!(current.rlim_cur, limit);
-}
-
-fn descriptors() -> usize {
-    std::fs::read_dir("/proc/self/fd").unwrap().count()
-}
-
 /// Memory maps of collection files in this process.
 fn mapped_collections() -> usize {
-    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
-    maps.lines().filter(|line| line.contains("/data/") && line.ends_with(".npy")).count()
+    maps_where(|line| line.contains("/data/") && line.ends_with(".npy"))
 }
 
 /// The process holds no more descriptors and maps than the bounds allow (`at` says where).

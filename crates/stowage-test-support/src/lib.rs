@@ -1,5 +1,6 @@
 #![doc = include_str!("../README.md")]
 #![deny(missing_docs)]
 
+pub mod process;
 pub mod python;
 pub mod reference;

@@ -1,0 +1,47 @@
+//! This process's resources, for tests that bound them: the soft descriptor limit a test sets for
+//! itself, and the descriptors and memory maps it holds (Linux `/proc/self`).
+//!
+//! A test binary that sets the limit should hold that one test only: the limit is the whole
+//! process's.
+
+/// Sets this process's soft limit on open file descriptors (`RLIMIT_NOFILE`) to `limit`.
+///
+/// # Panics
+/// When the limit cannot be read or set (above the hard limit, say).
+///
+/// ```no_run
+/// stowage_test_support::process::set_descriptor_limit(256);
+/// ```
+pub fn set_descriptor_limit(limit: u64) {
+    let mut current = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit/setrlimit read and write one rlimit of ours.
+    unsafe {
+        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &raw mut current), 0);
+        current.rlim_cur = limit;
+        assert_eq!(libc::setrlimit(libc::RLIMIT_NOFILE, &raw const current), 0);
+        assert_eq!(libc::getrlimit(libc::RLIMIT_NOFILE, &raw mut current), 0);
+    }
+    assert_eq!(current.rlim_cur, limit);
+}
+
+/// The file descriptors this process holds now (entries of `/proc/self/fd`).
+///
+/// ```
+/// # #[cfg(target_os = "linux")]
+/// assert!(stowage_test_support::process::descriptors() >= 3);
+/// ```
+pub fn descriptors() -> usize {
+    std::fs::read_dir("/proc/self/fd").map_or(0, Iterator::count)
+}
+
+/// The memory maps of this process whose line in `/proc/self/maps` satisfies `wanted` (a file's
+/// path, say).
+///
+/// ```
+/// # #[cfg(target_os = "linux")]
+/// assert!(stowage_test_support::process::maps_where(|line| !line.is_empty()) > 0);
+/// ```
+pub fn maps_where(wanted: impl Fn(&str) -> bool) -> usize {
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
+    maps.lines().filter(|line| wanted(line)).count()
+}
