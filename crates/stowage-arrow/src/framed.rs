@@ -57,6 +57,17 @@ impl Framed {
     ///
     /// Errors: [`Error::Corrupted`] naming the file; [`Error::Io`] (`NotFound` included).
     pub(crate) fn open(path: &Path, magic: &[u8; 8], what: &str) -> Result<Framed> {
+        Framed::open_advised(path, magic, what, |_| {})
+    }
+
+    /// [`Framed::open`], calling `advise` with the whole map before its header is read (to ask
+    /// the kernel for pages with `madvise(MADV_WILLNEED)`, say).
+    pub(crate) fn open_advised(
+        path: &Path,
+        magic: &[u8; 8],
+        what: &str,
+        advise: impl FnOnce(&[u8]),
+    ) -> Result<Framed> {
         let file = std::fs::File::open(path).at(path)?;
         // SAFETY: these files are written whole under a temporary name and renamed into place,
         // never modified afterwards; the map is read-only.
@@ -65,6 +76,7 @@ impl Framed {
         // the kernel's read-around (8 MiB on some disks) of a sequential reader.
         #[cfg(unix)]
         let _ = map.advise(memmap2::Advice::Random);
+        advise(&map);
         Framed::check(map, path, magic, what)
     }
 

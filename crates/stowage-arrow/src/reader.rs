@@ -98,7 +98,7 @@ impl CacheReader {
     /// ([`BlobEncoding::VerbatimPickles`]: the pickle itself, `b""` as null).
     ///
     /// Key index runs are taken from the directory (those that verify and chain from the first
-    /// segment, see [`discover_runs`]).
+    /// segment, see `discover_runs`).
     ///
     /// Errors: [`Error::Corrupted`] naming the segment when a segment no key index run covers is
     /// not a valid Arrow IPC file or has no `key` column; [`Error::Io`] naming the path that
@@ -135,7 +135,7 @@ impl CacheReader {
 
     /// Opens the segments of a cache stowage writes: `segments` (id, who wrote it), ascending
     /// ids, with the cache's output structure and blob encoding and the key index runs `runs`
-    /// its commit log vouches for. Another writer's segment ([`SegmentOrigin::Foreign`]) is read
+    /// its commit log vouches for. Another writer's segment (`SegmentOrigin::Foreign`) is read
     /// without checksums and its sidecar files are ignored; the runs never cover it.
     ///
     /// Errors: as [`CacheReader::open_segments`].
@@ -228,7 +228,7 @@ impl CacheReader {
         // Checked as a read would check it, but not kept open: a writer indexes every segment it
         // commits, and each open segment keeps its parsed metadata on the heap (about 12 KiB),
         // which grew a writer's heap with its segment count (60 MiB at 10 M keys).
-        let open = self.open_segment(position)?;
+        let open = self.open_segment(position, false)?;
         let segment = &open.segment;
         let keys = segment.keys()?;
         let sidecar_path = key_sidecar::sidecar_path(segment.path());
@@ -517,13 +517,15 @@ impl CacheReader {
         let checked = self.verify_checksums
             && self.segments[position].origin.is_stowage()
             && matches!(open.sums, Ok(Some(_)));
+        // The open segment is passed on: in a bounded set, looking it up again would take the
+        // set's lock a second time.
         if !checked || row >= open.segment.rows() {
             return match open.segment.key(row) == Some(key) {
-                true => self.read_row(key, id, row).map(Some),
+                true => self.read_open_row(key, position, &open, row).map(Some),
                 false => Ok(None),
             };
         }
-        match self.read_row(key, id, row) {
+        match self.read_open_row(key, position, &open, row) {
             Ok(sample) => Ok(Some(sample)),
             Err(e) if open.segment.key(row) == Some(key) => Err(e),
             Err(_) => Ok(None),
@@ -597,11 +599,7 @@ impl CacheReader {
         closed.sort_unstable();
         closed.dedup();
         if closed.len() <= self.open.bound() {
-            for &p in &closed {
-                Segment::will_open(&self.segments[p].path);
-                Segment::will_open(&row_sums::sums_path(&self.segments[p].path));
-            }
-            closed.iter().for_each(|&p| drop(self.segment(p)));
+            self.open_together(&closed);
         }
         let candidates: Vec<(Opened<'_, OpenSegment>, usize)> = first
             .iter()
@@ -638,6 +636,15 @@ impl CacheReader {
             }
         });
         if outcome.runs_advised == 0 {
+            // The offsets and checksums are in memory, which says little of the values: the
+            // decoder read every offset when the segment opened, and the values of a segment
+            // larger than the kernel's read-around may be on disk. They are probed on their own.
+            self.advisor.before_batch_rows(opened.len(), |i, plan| {
+                let (open, row) = &opened[i];
+                if let Some((batch, at)) = open.segment.locate(*row) {
+                    crate::decode::plan_values(batch, at, &open.groups, plan);
+                }
+            });
             return;
         }
         let mut plan = PagePlan::with_capacity(opened.len());
@@ -683,9 +690,20 @@ impl CacheReader {
     /// for a row stowage did not write, against the schema given to [`CacheReader::with_schema`]).
     pub(crate) fn read_row(&self, key: &str, id: u64, row: usize) -> Result<Sample> {
         let position = self.position(id).expect("located in a listed segment");
-        let origin = self.segments[position].origin;
         let open = self.segment(position).map_err(|e| e.for_key(key))?;
-        let OpenSegment { segment, groups, sums } = &*open;
+        self.read_open_row(key, position, &open, row)
+    }
+
+    /// [`CacheReader::read_row`] of segment `position`, open as `open`.
+    fn read_open_row(
+        &self,
+        key: &str,
+        position: usize,
+        open: &OpenSegment,
+        row: usize,
+    ) -> Result<Sample> {
+        let origin = self.segments[position].origin;
+        let OpenSegment { segment, groups, sums } = open;
         let (batch, at) = segment.locate(row).expect("located rows exist");
         let sample = decode_row(batch, at, groups).map_err(|e| match e {
             DecodeError::Damaged(why) => {
@@ -746,18 +764,69 @@ impl CacheReader {
 
     /// Segment `position`, its column groups and row checksums: open, or opened now.
     fn segment(&self, position: usize) -> Result<Opened<'_, OpenSegment>> {
-        self.open.get_or_open(position, || self.open_segment(position))
+        self.open.get_or_open(position, || self.open_segment(position, false))
     }
 
-    /// Opens segment `position` with its column groups and row checksums.
-    fn open_segment(&self, position: usize) -> Result<OpenSegment> {
+    /// Segments `positions` (not open, at most the bound of the open set), opened before a
+    /// cold batch reads them: on up to [`OPEN_THREADS`] threads when there are at least
+    /// [`PARALLEL_OPENS`], so that their cold reads (directory entries, inodes, each file's
+    /// read-around and its checksums) are in flight together rather than one file after
+    /// another. A segment that does not open is left closed: the read that needs it opens it
+    /// again and reports why.
+    fn open_together(&self, positions: &[usize]) {
+        if positions.len() < PARALLEL_OPENS {
+            for &p in positions {
+                Segment::will_open(&self.segments[p].path);
+                Segment::will_open(&row_sums::sums_path(&self.segments[p].path));
+            }
+            positions.iter().for_each(|&p| drop(self.segment(p)));
+            return;
+        }
+        let next = std::sync::atomic::AtomicUsize::new(0);
+        let work = || {
+            loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some(&position) = positions.get(i) else { break };
+                drop(self.open.get_or_open(position, || self.open_segment(position, true)));
+            }
+        };
+        std::thread::scope(|scope| {
+            for _ in 1..OPEN_THREADS.min(positions.len()) {
+                // A thread that cannot start leaves its share to the others and this one.
+                if std::thread::Builder::new().spawn_scoped(scope, work).is_err() {
+                    break;
+                }
+            }
+            work();
+        });
+    }
+
+    /// Opens segment `position` with its column groups and row checksums. A checksum file of
+    /// at most [`row_sums::READ_WHOLE`] bytes is asked for whole before its header is read when
+    /// `cold` (a cold batch's opens), or when the advisor's probe of it finds it missing (a
+    /// single read's open: probed at every open while reads are cold, at one in
+    /// [`stowage_core::cold_reads::GET_PROBE_EVERY`] while warm, so that the reopens of a
+    /// bounded set of open segments pay no system call for it).
+    fn open_segment(&self, position: usize, cold: bool) -> Result<OpenSegment> {
         let slot = &self.segments[position];
         let segment = Segment::open(slot.id, &slot.path)?;
         let groups =
             self.groups_of(&segment).map_err(|why| Error::corrupted(segment.path(), why))?;
         let sums_path = row_sums::sums_path(&slot.path);
+        let advise = |map: &[u8]| {
+            if map.len() > row_sums::READ_WHOLE {
+                return;
+            }
+            let mut plan = PagePlan::new();
+            plan.add_whole(map);
+            if cold && self.advisor.policy() != ColdReadAdvice::Never {
+                plan.advise();
+            } else if self.advisor.get_wants_probe() {
+                self.advisor.before_get(&mut plan);
+            }
+        };
         // Another writer's segment has no checksums; a sidecar file beside it is not vouched for.
-        let opened = (!slot.origin.is_foreign()).then(|| RowSums::open(&sums_path));
+        let opened = (!slot.origin.is_foreign()).then(|| RowSums::open_advised(&sums_path, advise));
         let sums = match opened {
             None => Ok(None),
             Some(Ok(sums)) if sums.rows() == segment.rows() => Ok(Some(sums)),
@@ -831,6 +900,14 @@ enum LookupStage {
     KeyBytes,
 }
 
+/// Threads a cold batch opens its segments on ([`CacheReader::open_together`]): the
+/// queue-depth-32 reference's depth; each thread waits on one file's dependent reads at a time.
+const OPEN_THREADS: usize = 32;
+
+/// Segments to open below which a cold batch opens them on its own thread (after asking for
+/// their ends together), not on [`OPEN_THREADS`].
+const PARALLEL_OPENS: usize = 4;
+
 /// Items between two prefetch stages of a pipelined loop: far enough for a load from memory to
 /// land, near enough for what it brings to stay in the L1 cache.
 const PREFETCH_DISTANCE: usize = 4;
@@ -901,6 +978,100 @@ mod tests {
             assert_eq!(reader.read_if_key("a", id, 7).unwrap(), None, "no such row");
             assert_eq!(reader.read_if_key("a", id + 100, 0).unwrap(), None, "no such segment");
             assert_eq!(reader.get("a").unwrap(), Some(sample(1)));
+        }
+    }
+
+    /// A finished cache of `segments` segments of 10 keys each (`k<i>`, `x` = [i]), one key
+    /// index run over all of them.
+    fn cache_of_segments(dir: &Path, segments: usize) -> Vec<Sample> {
+        use stowage_core::{Backend, DType, ShapeRule, Tensor};
+        let schema = stowage_core::Schema::new().tensor("x", DType::U32, ShapeRule::Fixed(vec![1]));
+        let options = crate::ArrowOptions { rank: Some(0), flush_every: 10, ..Default::default() };
+        let mut cache = crate::ArrowBackend::create(dir, &schema, options).unwrap();
+        let samples: Vec<Sample> = (0..segments as u32 * 10)
+            .map(|v| Sample::new().with("x", Tensor::from_slice(&[1], &[v]).unwrap()))
+            .collect();
+        for (i, sample) in samples.iter().enumerate() {
+            cache.put(&format!("k{i}"), sample).unwrap();
+        }
+        cache.finalize().unwrap();
+        samples
+    }
+
+    /// A cold batch opens the segments its keys' candidates lie in before reading them (on
+    /// threads, [`CacheReader::open_together`]), all of them when they read; one that does not
+    /// is left closed, and the batch that needs it reports it, never another row.
+    #[test]
+    fn a_cold_batch_opens_its_segments_together_and_a_damaged_one_is_its_reads_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let samples = cache_of_segments(dir.path(), 12);
+        let keys: Vec<String> = (0..samples.len()).map(|i| format!("k{i}")).collect();
+        let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+        let open = |advice| CacheReader::open(dir.path()).unwrap().with_cold_read_advice(advice);
+        let reader = open(ColdReadAdvice::Always);
+        assert_eq!((reader.runs.len(), reader.open_segment_count()), (1, 0));
+        reader.advise_lookups(&keys);
+        assert_eq!(reader.open_segment_count(), 12, "every segment of the batch opened first");
+        let read = reader.get_batch(&keys).unwrap();
+        assert_eq!(read, samples.iter().cloned().map(Some).collect::<Vec<_>>());
+        // Never: the batch opens them as its reads come to them.
+        let reader = open(ColdReadAdvice::Never);
+        reader.advise_lookups(&keys);
+        assert_eq!(reader.open_segment_count(), 0);
+        assert_eq!(reader.get_batch(&keys).unwrap().len(), keys.len());
+
+        let damaged = reader.segments[5].path.clone();
+        let bytes = std::fs::read(&damaged).unwrap();
+        std::fs::write(&damaged, &bytes[..bytes.len() / 2]).unwrap();
+        for advice in [ColdReadAdvice::Always, ColdReadAdvice::Adaptive, ColdReadAdvice::Never] {
+            let reader = open(advice);
+            reader.open_together(&(0..12).collect::<Vec<usize>>());
+            assert_eq!(reader.open_segment_count(), 11, "{advice:?}");
+            let err = reader.get_batch(&keys).unwrap_err();
+            assert!(matches!(err, Error::Corrupted { ref path, .. } if *path == damaged), "{err}");
+            let rest: Vec<&str> = keys
+                .iter()
+                .copied()
+                .filter(|k| !(50..60).contains(&k[1..].parse::<usize>().unwrap()))
+                .collect();
+            let read = reader.get_batch(&rest).unwrap();
+            assert_eq!(read.len(), rest.len());
+            for (key, got) in rest.iter().zip(read) {
+                assert_eq!(got.as_ref(), Some(&samples[key[1..].parse::<usize>().unwrap()]));
+            }
+        }
+    }
+
+    /// A segment's row checksums, asked for whole when it opens cold (`row_sums::READ_WHOLE`),
+    /// still decide: a damaged checksum is the get's error, whatever the advice, and a row whose
+    /// checksum holds reads.
+    #[test]
+    fn checksums_read_whole_still_decide_every_get() {
+        let dir = tempfile::tempdir().unwrap();
+        let samples = cache_of_segments(dir.path(), 3);
+        let open = |advice| CacheReader::open(dir.path()).unwrap().with_cold_read_advice(advice);
+        for advice in [ColdReadAdvice::Always, ColdReadAdvice::Never] {
+            let reader = open(advice);
+            assert_eq!(reader.get("k12").unwrap().as_ref(), Some(&samples[12]), "{advice:?}");
+            assert_eq!(reader.open_segment_count(), 1);
+            assert!(matches!(reader.segment(1).unwrap().sums, Ok(Some(_))), "checksums opened");
+        }
+        // Row 2 of segment 1 (key k12) checksummed as another value.
+        let sums = row_sums::sums_path(&open(ColdReadAdvice::Never).segments[1].path);
+        let mut bytes = std::fs::read(&sums).unwrap();
+        let at = bytes.len() - 8 * 8;
+        bytes[at] ^= 1;
+        std::fs::write(&sums, &bytes).unwrap();
+        for advice in [ColdReadAdvice::Always, ColdReadAdvice::Never] {
+            let reader = open(advice);
+            let err = reader.get("k12").unwrap_err();
+            assert!(matches!(err, Error::Corrupted { .. }), "{advice:?}: {err}");
+            assert_eq!(reader.get("k11").unwrap().as_ref(), Some(&samples[11]), "{advice:?}");
+        }
+        std::fs::remove_file(&sums).unwrap();
+        for advice in [ColdReadAdvice::Always, ColdReadAdvice::Never] {
+            let err = open(advice).requiring_checksums().get("k12").unwrap_err();
+            assert!(matches!(err, Error::Corrupted { .. }), "{advice:?}: {err}");
         }
     }
 

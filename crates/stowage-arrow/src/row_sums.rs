@@ -21,6 +21,12 @@ use crate::framed::{self, Framed, HEADER};
 
 const MAGIC: &[u8; 8] = b"STWSUMS2";
 
+/// Checksum files of at most this many bytes (131,072 rows) are asked for whole when a reader
+/// opens them cold (a flush of 2,048 rows writes 16 KiB): one request for the header and every
+/// row's checksum, where the random reads of the map would make two dependent ones (the header,
+/// then the row's page).
+pub const READ_WHOLE: usize = 1 << 20;
+
 /// The checksum file's path beside its segment: `segment_<id>.sums`.
 pub fn sums_path(segment: &Path) -> PathBuf {
     segment.with_extension("sums")
@@ -151,7 +157,16 @@ impl RowSums {
     /// Errors: [`Error::Corrupted`](stowage_core::Error::Corrupted) naming the file;
     /// [`Error::Io`](stowage_core::Error::Io) (`NotFound` included).
     pub fn open(path: &Path) -> Result<RowSums> {
-        let file = Framed::open(path, MAGIC, "checksum file")?;
+        RowSums::open_advised(path, |_| {})
+    }
+
+    /// [`RowSums::open`], calling `advise` with the whole map (mapped for random reads) before
+    /// its header is read: a reader asks for a small file whole when it is cold (see
+    /// [`READ_WHOLE`]).
+    ///
+    /// Errors: as [`RowSums::open`].
+    pub fn open_advised(path: &Path, advise: impl FnOnce(&[u8])) -> Result<RowSums> {
+        let file = Framed::open_advised(path, MAGIC, "checksum file", advise)?;
         let rows = file.field(0);
         let Some(rows) =
             usize::try_from(rows).ok().filter(|r| r.checked_mul(8) == Some(file.body().len()))

@@ -23,7 +23,7 @@ impl CacheReader {
     /// its winning row, and each key index run finds every key of the segments it covers at its
     /// winning row and counts them right. Damage is a [`stowage_core::Problem`] in the report,
     /// not an error; only a directory that cannot be listed is. A segment another writer added
-    /// ([`crate::ownership::SegmentOrigin::Foreign`]) is one [`Unchecked`] entry: its rows are
+    /// (`SegmentOrigin::Foreign`) is one [`Unchecked`] entry: its rows are
     /// decoded (and checked against the schema given to [`CacheReader::with_schema`]), a failure
     /// being a problem, but no checksum covers them.
     pub fn validate(&self) -> Result<ValidationReport> {
