@@ -1240,7 +1240,7 @@ impl MemmapBackend {
         }
         if let Some(tail) = &mut self.tail {
             // The commit removes every run: no merge may write one after that.
-            tail.covered.stop_merge();
+            tail.covered.finish_merge();
         }
         let stats = match self.commit(fingerprint) {
             // The rows themselves are wrong (a key stored twice, a damaged manifest line): found

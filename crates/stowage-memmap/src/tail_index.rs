@@ -10,9 +10,10 @@
 //!   hash match is confirmed by reading the line there, checking its checksum and parsing it.
 //! - `tail-<first>-<through>.run`: runs, payload `row + 1`; merged geometrically (`plan_merge`)
 //!   off the flush, on a background thread (core `background_merge`): a flush writes the run of
-//!   its tail alone (work that grows with the flushed rows, never with the cache) and installs a
-//!   merge that finished; until then the merge's inputs answer lookups. A flush waits for a
-//!   running merge only when [`MAX_RUNS`] runs have piled up.
+//!   its tail alone (work that grows with the flushed rows, never with the cache) and starts the
+//!   merge, which runs while the next tail gathers; the next run's flush installs it (waiting
+//!   for it if need be), and until then its inputs answer lookups. So the runs, the merges and
+//!   the files they write are the same whatever the timing (the fault campaign counts them).
 //! - `tail_state`: the runs in use (name and header checksum), the rows and manifest bytes they
 //!   cover, the xxh3 of the manifest line ending there, and the rows among them whose line another
 //!   writer wrote; one JSON line, then the xxh3 of that line. Replaced atomically after the lines
@@ -42,10 +43,6 @@ use crate::row_format::RowFormat;
 
 /// Rows since the last run after which a flush writes a run (about 8 MB of tail in memory).
 pub(crate) const TAIL_BOUND: usize = 65_536;
-
-/// Runs after which a flush that writes a run waits for the background merge (if one runs)
-/// instead of letting runs pile up.
-const MAX_RUNS: usize = 16;
 
 /// Bytes per row of `tail_lines.bin`.
 const LINE_LOC: usize = 16;
@@ -358,8 +355,8 @@ impl Covered {
     /// Turns the tail into a run: `locs` and `hashes` (key hash per row) of rows
     /// `self.rows..self.rows + locs.len()`, committed in the manifest, whose bytes through
     /// `manifest_bytes` hold them; `foreign` every row range another writer's line holds.
-    /// Order: the line locations (fdatasynced), a background merge that finished put in place of
-    /// its inputs (waited for when [`MAX_RUNS`] runs piled up), the run of these rows alone, the
+    /// Order: the line locations (fdatasynced), the background merge the previous run started put
+    /// in place of its inputs (waited for if it still runs), the run of these rows alone, the
     /// state (atomically), then the runs a merge replaced are removed and the next merge starts
     /// when [`stowage_core::key_runs::plan_merge`] finds runs to fold together.
     pub(crate) fn write_run(
@@ -401,7 +398,7 @@ impl Covered {
         write_all_at(&lines, &bytes, start).at(&lines_path)?;
         lines.sync_data().at(&lines_path)?;
         let new_rows = self.rows + locs.len();
-        let replaced = self.install_merge(self.runs.len() >= MAX_RUNS)?;
+        let replaced = self.install_merge()?;
         let fresh: Vec<(u64, u64)> =
             hashes.iter().enumerate().map(|(i, h)| (*h, (self.rows + i) as u64 + 1)).collect();
         let name = format!("tail-{}-{}.run", self.rows, new_rows - 1);
@@ -439,19 +436,13 @@ impl Covered {
         self.last_line = last_line;
         self.foreign = foreign.iter().map(|[a, b]| *a..*b).collect();
         self.lines = Some(lines);
-        if self.merge.is_none() {
-            self.start_merge();
-        }
+        self.start_merge();
         Ok(())
     }
 
-    /// Puts the background merge's run in place of its inputs when it finished (or, with
-    /// `wait`, once it does); returns the inputs' paths, to remove once the state no longer
-    /// names them.
-    fn install_merge(&mut self, wait: bool) -> Result<Vec<PathBuf>> {
-        if !wait && !self.merge.as_ref().is_some_and(BackgroundMerge::is_finished) {
-            return Ok(Vec::new());
-        }
+    /// Puts the background merge's run in place of its inputs, once it is done; returns the
+    /// inputs' paths, to remove once the state no longer names them.
+    fn install_merge(&mut self) -> Result<Vec<PathBuf>> {
         let Some(merge) = self.merge.take() else { return Ok(Vec::new()) };
         merge.install_into(&mut self.runs)
     }
@@ -465,11 +456,14 @@ impl Covered {
         self.merge = Some(BackgroundMerge::start("stowage-memmap-merge", inputs, merge));
     }
 
-    /// Stops the background merge, if one runs, and removes its run (finalize removes every
-    /// file of the module; nothing may be written into `stowage_index/` after that).
-    pub(crate) fn stop_merge(&mut self) {
-        if let Some(merge) = self.merge.take() {
-            merge.cancel();
+    /// Waits for the background merge, if one runs, and removes its run: finalize removes every
+    /// file of the module, and nothing may be written into `stowage_index/` after that. Waited
+    /// for, not cancelled, so that finalize writes the same files whatever the timing.
+    pub(crate) fn finish_merge(&mut self) {
+        if let Some(merge) = self.merge.take()
+            && let Ok(run) = merge.wait()
+        {
+            let _ = std::fs::remove_file(run.path());
         }
     }
 }
