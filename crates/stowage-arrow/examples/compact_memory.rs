@@ -20,17 +20,9 @@ use std::time::{Duration, Instant};
 
 use stowage_arrow::{ArrowBackend, ArrowOptions};
 use stowage_core::{OpenMode, Reader};
+use stowage_test_support::process::status_kib;
 
 const GETS: usize = 200_000;
-
-fn status_kib(field: &str) -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find(|line| line.starts_with(field))
-        .and_then(|line| line.split_whitespace().nth(1)?.parse().ok())
-        .unwrap_or(0)
-}
 
 /// A splitmix64 step: the random key order.
 fn next(state: &mut u64) -> u64 {

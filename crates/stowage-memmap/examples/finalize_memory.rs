@@ -19,15 +19,7 @@ use std::time::Instant;
 
 use stowage_core::{Backend, DType, Sample, Schema, ShapeRule, Tensor, ValidationLevel};
 use stowage_memmap::{MemmapBackend, MemmapOptions};
-
-fn status_kib(field: &str) -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find(|line| line.starts_with(field))
-        .and_then(|line| line.split_whitespace().nth(1)?.parse().ok())
-        .unwrap_or(0)
-}
+use stowage_test_support::process::status_kib;
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().skip(1).collect();

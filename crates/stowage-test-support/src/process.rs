@@ -1,5 +1,6 @@
-//! This process's resources, for tests that bound them: the soft descriptor limit a test sets for
-//! itself, and the descriptors and memory maps it holds (Linux `/proc/self`).
+//! This process's resources, for tests and measuring examples that bound them: the soft
+//! descriptor limit a test sets for itself, the descriptors and memory maps it holds, and its
+//! memory figures (Linux `/proc/self`).
 //!
 //! A test binary that sets the limit should hold that one test only: the limit is the whole
 //! process's.
@@ -44,4 +45,20 @@ pub fn descriptors() -> usize {
 pub fn maps_where(wanted: impl Fn(&str) -> bool) -> usize {
     let maps = std::fs::read_to_string("/proc/self/maps").unwrap_or_default();
     maps.lines().filter(|line| wanted(line)).count()
+}
+
+/// A field of `/proc/self/status` in KiB (`RssAnon:`, the heap without mapped pages; `VmHWM:`,
+/// the peak resident memory), 0 where it cannot be read.
+///
+/// ```
+/// # #[cfg(target_os = "linux")]
+/// assert!(stowage_test_support::process::status_kib("VmRSS:") > 0);
+/// ```
+pub fn status_kib(field: &str) -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find(|line| line.starts_with(field))
+        .and_then(|line| line.split_whitespace().nth(1)?.parse().ok())
+        .unwrap_or(0)
 }
