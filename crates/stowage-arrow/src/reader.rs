@@ -28,7 +28,9 @@ use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
-use stowage_core::cold_reads::{ColdReadAdvice, ColdReadAdvisor, PagePlan};
+use stowage_core::cold_reads::{
+    ColdReadAdvice, ColdReadAdvisor, PARALLEL_OPENS, PagePlan, each_on_threads,
+};
 use stowage_core::{DType, Error, Result, Sample, Schema, Tensor, Value};
 
 use crate::blob_encoding::BlobEncoding;
@@ -768,7 +770,7 @@ impl CacheReader {
     }
 
     /// Segments `positions` (not open, at most the bound of the open set), opened before a
-    /// cold batch reads them: on up to [`OPEN_THREADS`] threads when there are at least
+    /// cold batch reads them: on up to [`stowage_core::cold_reads::OPEN_THREADS`] threads when there are at least
     /// [`PARALLEL_OPENS`], so that their cold reads (directory entries, inodes, each file's
     /// read-around and its checksums) are in flight together rather than one file after
     /// another. A segment that does not open is left closed: the read that needs it opens it
@@ -782,22 +784,8 @@ impl CacheReader {
             positions.iter().for_each(|&p| drop(self.segment(p)));
             return;
         }
-        let next = std::sync::atomic::AtomicUsize::new(0);
-        let work = || {
-            loop {
-                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                let Some(&position) = positions.get(i) else { break };
-                drop(self.open.get_or_open(position, || self.open_segment(position, true)));
-            }
-        };
-        std::thread::scope(|scope| {
-            for _ in 1..OPEN_THREADS.min(positions.len()) {
-                // A thread that cannot start leaves its share to the others and this one.
-                if std::thread::Builder::new().spawn_scoped(scope, work).is_err() {
-                    break;
-                }
-            }
-            work();
+        each_on_threads(positions, |&position| {
+            drop(self.open.get_or_open(position, || self.open_segment(position, true)));
         });
     }
 
@@ -899,14 +887,6 @@ enum LookupStage {
     /// That key's bytes.
     KeyBytes,
 }
-
-/// Threads a cold batch opens its segments on ([`CacheReader::open_together`]): the
-/// queue-depth-32 reference's depth; each thread waits on one file's dependent reads at a time.
-const OPEN_THREADS: usize = 32;
-
-/// Segments to open below which a cold batch opens them on its own thread (after asking for
-/// their ends together), not on [`OPEN_THREADS`].
-const PARALLEL_OPENS: usize = 4;
 
 /// Items between two prefetch stages of a pipelined loop: far enough for a load from memory to
 /// land, near enough for what it brings to stay in the L1 cache.

@@ -14,7 +14,9 @@ use crate::{NpyOptions, validate};
 use lru::LruCache;
 use std::path::Path;
 use std::sync::Mutex;
-use stowage_core::cold_reads::{ColdReadAdvice, ColdReadAdvisor, PagePlan};
+use stowage_core::cold_reads::{
+    ColdReadAdvice, ColdReadAdvisor, PARALLEL_OPENS, PagePlan, each_on_threads,
+};
 use stowage_core::file_safety::{
     AppendLog, WriterLock, atomic_write, create_dir_within_durably, fsync_dir, open_no_follow,
 };
@@ -752,14 +754,6 @@ impl NpyBackend {
     }
 }
 
-/// Most threads a cold `get_batch` opens its collection files with: the device serves about
-/// 32 reads at once (the scale suite's queue-depth-32 reference), and each thread mostly waits
-/// for one.
-pub(crate) const OPEN_THREADS: usize = 32;
-
-/// Fewest unopened collection files for which a `get_batch` opens them on several threads.
-pub(crate) const PARALLEL_OPENS: usize = 4;
-
 /// Whether a `.npy` descr stores `dtype` as stowage does: little-endian or native order. A
 /// big-endian descr is refused, because a flipped `<` would otherwise pass the checksum (which
 /// covers the stored bytes) and hand out byte-swapped values.
@@ -1147,7 +1141,7 @@ impl NpyBackend {
     }
 
     /// Opens the collection files the rows of `keys` are in that this handle has not opened
-    /// yet, each on one of up to [`OPEN_THREADS`] threads, when there are at least
+    /// yet, each on one of up to [`stowage_core::cold_reads::OPEN_THREADS`] threads, when there are at least
     /// [`PARALLEL_OPENS`] of them and the batch was found `cold` (or its keys are all in memory,
     /// where finding their files costs no read): a cold open reads the directory entry, the
     /// inode and the header, three dependent reads, which one thread would wait for file after
@@ -1168,22 +1162,8 @@ impl NpyBackend {
         if wanted.len() < PARALLEL_OPENS {
             return;
         }
-        let next = std::sync::atomic::AtomicUsize::new(0);
-        let open = || {
-            while let Some(&(file, field)) =
-                wanted.get(next.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
-            {
-                let _ = self.collection(file, field);
-            }
-        };
-        std::thread::scope(|scope| {
-            for _ in 1..wanted.len().min(OPEN_THREADS) {
-                // A thread that cannot be started leaves its share to the others and this one.
-                if std::thread::Builder::new().spawn_scoped(scope, open).is_err() {
-                    break;
-                }
-            }
-            open();
+        each_on_threads(&wanted, |&(file, field)| {
+            let _ = self.collection(file, field);
         });
     }
 
