@@ -245,25 +245,16 @@ fn plan_open_reads(bytes: &[u8]) {
     };
     let page = stowage_core::cold_reads::page_size();
     advise(&mut [0..len.min(page), len.saturating_sub(END_READS)..len].into_iter());
-    let trailer = len - 10;
-    let Ok(footer_len) = read_footer_length(bytes[trailer..].try_into().expect("10 bytes")) else {
-        return;
-    };
-    let Some(footer_start) = trailer.checked_sub(footer_len) else { return };
-    advise(&mut std::iter::once(footer_start..trailer));
-    let Ok(footer) = arrow_ipc::root_as_footer(&bytes[footer_start..trailer]) else { return };
+    let Ok(footer_range) = footer_range(bytes) else { return };
+    advise(&mut std::iter::once(footer_range.clone()));
+    let Ok(footer) = arrow_ipc::root_as_footer(&bytes[footer_range]) else { return };
     let Some(schema) = footer.schema() else { return };
     // (metadata, body) of each block that lies inside the file.
     let parts: Vec<(std::ops::Range<usize>, std::ops::Range<usize>)> = footer
         .recordBatches()
         .into_iter()
         .flatten()
-        .filter_map(|block| {
-            let start = usize::try_from(block.offset()).ok()?;
-            let body = start.checked_add(usize::try_from(block.metaDataLength()).ok()?)?;
-            let end = body.checked_add(usize::try_from(block.bodyLength()).ok()?)?;
-            (end <= len).then_some((start..body, body..end))
-        })
+        .filter_map(|block| block_ranges(block, len))
         .collect();
     advise(&mut parts.iter().map(|(meta, _)| meta.clone()));
     let dictionaries = footer.dictionaries().is_some_and(|d| !d.is_empty());
@@ -375,11 +366,7 @@ fn decode(bytes: &Bytes) -> std::result::Result<(SchemaRef, Vec<RecordBatch>), S
         return Err(format!("not an Arrow IPC file ({len} bytes, magic missing at either end)"));
     }
     let buffer = Buffer::from(bytes.clone());
-    let trailer = len - 10;
-    let footer_len = read_footer_length(buffer[trailer..].try_into().expect("10 bytes"))
-        .map_err(|e| format!("bad footer length: {e}"))?;
-    let footer_start = trailer.checked_sub(footer_len).ok_or("footer longer than the file")?;
-    let footer = arrow_ipc::root_as_footer(&buffer[footer_start..trailer])
+    let footer = arrow_ipc::root_as_footer(&buffer[footer_range(&buffer)?])
         .map_err(|e| format!("bad footer: {e}"))?;
     let schema = footer.schema().ok_or("the footer has no schema")?;
     let schema = std::sync::Arc::new(
@@ -387,12 +374,12 @@ fn decode(bytes: &Bytes) -> std::result::Result<(SchemaRef, Vec<RecordBatch>), S
     );
     let mut decoder = FileDecoder::new(schema.clone(), footer.version());
     for block in footer.dictionaries().iter().flatten() {
-        let data = block_data(&buffer, block.offset(), block.metaDataLength(), block.bodyLength())?;
+        let data = block_data(&buffer, block)?;
         decoder.read_dictionary(block, &data).map_err(|e| format!("bad dictionary: {e}"))?;
     }
     let mut batches = Vec::new();
     for (i, block) in footer.recordBatches().iter().flatten().enumerate() {
-        let data = block_data(&buffer, block.offset(), block.metaDataLength(), block.bodyLength())?;
+        let data = block_data(&buffer, block)?;
         if let Some(batch) =
             decoder.read_record_batch(block, &data).map_err(|e| format!("record batch {i}: {e}"))?
         {
@@ -402,22 +389,39 @@ fn decode(bytes: &Bytes) -> std::result::Result<(SchemaRef, Vec<RecordBatch>), S
     Ok((schema, batches))
 }
 
+/// Where the footer of the IPC file in `bytes` lies (at least 10 bytes long: its trailer is the
+/// footer's length and the closing magic).
+fn footer_range(bytes: &[u8]) -> std::result::Result<std::ops::Range<usize>, String> {
+    let trailer = bytes.len().checked_sub(10).ok_or("shorter than a footer's trailer")?;
+    let footer_len = read_footer_length(bytes[trailer..].try_into().expect("10 bytes"))
+        .map_err(|e| format!("bad footer length: {e}"))?;
+    let footer_start = trailer.checked_sub(footer_len).ok_or("footer longer than the file")?;
+    Ok(footer_start..trailer)
+}
+
+/// The (metadata, body) byte ranges of a footer block in a file of `len` bytes; `None` when the
+/// block does not lie inside it.
+fn block_ranges(
+    block: &arrow_ipc::Block,
+    len: usize,
+) -> Option<(std::ops::Range<usize>, std::ops::Range<usize>)> {
+    let start = usize::try_from(block.offset()).ok()?;
+    let body = start.checked_add(usize::try_from(block.metaDataLength()).ok()?)?;
+    let end = body.checked_add(usize::try_from(block.bodyLength()).ok()?)?;
+    (end <= len).then_some((start..body, body..end))
+}
+
 /// The bytes of one footer block, checked to lie inside the file.
-fn block_data(
-    buffer: &Buffer,
-    offset: i64,
-    meta: i32,
-    body: i64,
-) -> std::result::Result<Buffer, String> {
-    let range = usize::try_from(offset).ok().and_then(|start| {
-        let len = usize::try_from(meta).ok()?.checked_add(usize::try_from(body).ok()?)?;
-        let end = start.checked_add(len)?;
-        (end <= buffer.len()).then_some((start, len))
-    });
-    let (start, len) = range.ok_or_else(|| {
-        format!("a block at offset {offset} ({meta} + {body} bytes) lies outside the file")
+fn block_data(buffer: &Buffer, block: &arrow_ipc::Block) -> std::result::Result<Buffer, String> {
+    let (meta, body) = block_ranges(block, buffer.len()).ok_or_else(|| {
+        format!(
+            "a block at offset {} ({} + {} bytes) lies outside the file",
+            block.offset(),
+            block.metaDataLength(),
+            block.bodyLength()
+        )
     })?;
-    Ok(buffer.slice_with_length(start, len))
+    Ok(buffer.slice_with_length(meta.start, body.end - meta.start))
 }
 
 #[cfg(test)]
