@@ -5,14 +5,16 @@
 //!
 //! ```toml
 //! [package.metadata.stowage]
-//! role = "backend" # or core, toolkit, conformance, frontend, test-support, tooling
+//! role = "backend" # or core, toolkit, conformance, remote, frontend, test-support, tooling
 //! ```
 //!
 //! and every dependency edge between workspace crates (normal, build and dev alike) must keep
 //! these rules (a crate's dev-dependency on itself, for its own test features, is no edge):
 //! - a `core` crate depends on no other workspace crate;
-//! - a `backend` does not depend on another backend, nor on a `frontend` (the CLI) or `tooling`
-//!   (the reliability campaigns, xtask);
+//! - a `backend` does not depend on another backend, nor on a `remote` crate (object storage,
+//!   which builds on the backends), a `frontend` (the CLI) or `tooling` (the reliability
+//!   campaigns, xtask);
+//! - a `remote` crate does not depend on a `frontend` or `tooling`;
 //! - a `conformance` crate depends on `core` crates only, so any backend can run the suite;
 //! - a `toolkit` (the original tools' key schemes) depends on `core` crates only, so that any
 //!   backend may use it without depending on another backend.
@@ -31,7 +33,7 @@ use crate::{cargo, display_command};
 
 /// The roles a workspace crate may declare in `[package.metadata.stowage] role`.
 pub const ROLES: &[&str] =
-    &["core", "toolkit", "backend", "conformance", "frontend", "test-support", "tooling"];
+    &["core", "toolkit", "backend", "conformance", "remote", "frontend", "test-support", "tooling"];
 
 /// The role each existing crate must declare.
 pub const KNOWN_ROLES: &[(&str, &str)] = &[
@@ -42,6 +44,7 @@ pub const KNOWN_ROLES: &[(&str, &str)] = &[
     ("stowage-arrow", "backend"),
     ("stowage-hdf5", "backend"),
     ("stowage-example", "backend"),
+    ("stowage-remote", "remote"),
     ("stowage-conformance", "conformance"),
     ("stowage-test-support", "test-support"),
     ("stowage-cli", "frontend"),
@@ -143,8 +146,11 @@ pub fn check(crates: &[Crate]) -> Vec<Violation> {
             let rule = match (role, dep_role) {
                 (Some("core"), _) => "the core crate depends on no other workspace crate".into(),
                 (Some("backend"), Some("backend")) => "backends do not depend on each other".into(),
-                (Some("backend"), Some(to @ ("frontend" | "tooling"))) => {
+                (Some("backend"), Some(to @ ("remote" | "frontend" | "tooling"))) => {
                     format!("backends do not depend on the {to} crates")
+                }
+                (Some("remote"), Some(to @ ("frontend" | "tooling"))) => {
+                    format!("the remote crates do not depend on the {to} crates")
                 }
                 (Some("toolkit"), to) if to != Some("core") => {
                     "a toolkit depends only on the core crate among workspace crates".into()
@@ -261,7 +267,16 @@ mod tests {
                 "backend",
                 &[("stowage-core", Normal), ("stowage-conformance", Dev)],
             ),
-            krate("stowage-cli", "frontend", &[("stowage-npy", Normal), ("stowage-zarr", Normal)]),
+            krate(
+                "stowage-remote",
+                "remote",
+                &[("stowage-core", Normal), ("stowage-zarr", Normal)],
+            ),
+            krate(
+                "stowage-cli",
+                "frontend",
+                &[("stowage-npy", Normal), ("stowage-zarr", Normal), ("stowage-remote", Normal)],
+            ),
             krate("stowage-reliability", "tooling", &[("stowage-cli", Normal), ("cc", Build)]),
             krate("helpers", "test-support", &[("stowage-core", Normal)]),
             krate("xtask", "tooling", &[("serde_json", Normal)]),
@@ -337,6 +352,24 @@ mod tests {
                 "stowage-npy -> stowage-reliability (dev dependency): backends do not depend on \
                  the tooling crates",
             ]
+        );
+    }
+
+    #[test]
+    fn the_remote_crate_builds_on_backends_and_no_backend_on_it() {
+        let violations = with("stowage-npy", &[("stowage-remote", DepKind::Dev)]);
+        let text: Vec<String> = violations.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            text,
+            ["stowage-npy -> stowage-remote (dev dependency): backends do not depend on the \
+              remote crates"]
+        );
+        let violations = with("stowage-remote", &[("stowage-cli", DepKind::Normal)]);
+        let text: Vec<String> = violations.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            text,
+            ["stowage-remote -> stowage-cli (normal dependency): the remote crates do not depend \
+              on the frontend crates"]
         );
     }
 

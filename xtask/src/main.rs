@@ -32,8 +32,8 @@ Commands:
                        `cargo xtask architecture`
                     1. prerequisites: libhdf5-dev and pkg-config for stowage-hdf5 (apt-get
                        install -y when missing; the error names them when apt-get fails),
-                       python3 with numpy, xxhash, pyarrow, tables and h5py (installed with
-                       pip when missing), a venv with hangar 0.5.2 for the NUMPY_10
+                       python3 with numpy, xxhash, pyarrow, tables, h5py and moto[server]
+                       (installed with pip when missing), a venv with hangar 0.5.2 for the NUMPY_10
                        mixed-writer tests (target/hangar-venv, made when missing; the tests
                        get its python in STOWAGE_HANGAR_PYTHON), rustfmt and clippy (rustup
                        component add when missing), the reference caches (required when CI

@@ -13,6 +13,10 @@ pub const PYTHON: &str = "python3";
 
 const PYTHON_INTEROP: &str = "the Python interop tests";
 
+/// moto's S3 server, which the object-storage tests run against (pinned: its S3 semantics, such
+/// as conditional puts, are what the tests rely on).
+const S3_SERVER: &str = "the object-storage tests (moto's S3 server)";
+
 /// stowage-hdf5 links the system libhdf5 (found through pkg-config) at build time.
 const HDF5_BACKEND: &str = "the HDF5 backend (stowage-hdf5 links libhdf5)";
 
@@ -70,6 +74,7 @@ pub const PREREQUISITES: &[Prerequisite] = &[
     pip("pyarrow", "pyarrow", PYTHON_INTEROP),
     pip("tables", "tables", PYTHON_INTEROP),
     pip("h5py", "h5py", PYTHON_INTEROP),
+    pip("moto[server]==5.2.1", "moto.server", S3_SERVER),
 ];
 
 /// Checks every prerequisite in `wanted` and installs the missing ones, saying so.
