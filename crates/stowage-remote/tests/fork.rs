@@ -5,30 +5,8 @@
 
 use stowage_core::bytes::Bytes;
 use stowage_remote::{RemoteStore, runtime};
+use stowage_test_support::fork::{Ended, fork_child, wait_child};
 use stowage_test_support::moto::MotoServer;
-
-/// Forks; the child runs `work` (with a 30 s alarm, so that a hang fails instead of stalling)
-/// and exits 0 when it returns `true`. Returns whether the child exited 0.
-fn in_forked_child(work: impl FnOnce() -> bool) -> bool {
-    // SAFETY: the child only runs `work` and then `_exit`s; no other test runs in this binary.
-    match unsafe { libc::fork() } {
-        -1 => panic!("fork failed: {}", std::io::Error::last_os_error()),
-        0 => {
-            // SAFETY: plain libc calls in the child.
-            unsafe { libc::alarm(30) };
-            let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)).unwrap_or(false);
-            // SAFETY: ends the child without running the parent's destructors or test harness.
-            unsafe { libc::_exit(if ok { 0 } else { 1 }) }
-        }
-        child => {
-            let mut status = 0;
-            // SAFETY: waits for the child made above.
-            let waited = unsafe { libc::waitpid(child, &mut status, 0) };
-            assert_eq!(waited, child);
-            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0
-        }
-    }
-}
 
 fn use_across_fork(store: &RemoteStore) {
     let data = Bytes::from_static(b"written by the parent before the fork");
@@ -37,13 +15,19 @@ fn use_across_fork(store: &RemoteStore) {
     let parent = std::process::id();
     assert_eq!(runtime::made_in(), Some(parent));
 
-    let child_ok = in_forked_child(|| {
+    let child = fork_child(30, || {
         let read = store.get("objects/parent").ok() == Some(data.clone());
         let wrote = store.put_new("objects/child", Bytes::from_static(b"child")).is_ok();
         let own_runtime = runtime::made_in() == Some(std::process::id());
-        read && wrote && own_runtime
+        i32::from(!(read && wrote && own_runtime))
     });
-    assert!(child_ok, "{}: the forked child could not read and write", store.url());
+    let ended = wait_child(child);
+    assert_eq!(
+        ended,
+        Ended::Exited(0),
+        "{}: the forked child could not read and write",
+        store.url()
+    );
     // The parent's runtime and client are untouched by the child's.
     assert_eq!(runtime::made_in(), Some(parent));
     assert_eq!(store.get("objects/child").unwrap().as_ref(), b"child", "{}", store.url());
