@@ -6,13 +6,15 @@
 //! - [`RemoteUrl`]: which store a cache URL names and the prefix the cache lives under;
 //! - [`RemoteStore`]: blocking reads and conditional writes of the cache's objects, on one async
 //!   runtime per process, made again after a fork ([`runtime`]);
+//! - [`manifest::Manifest`] and [`versions`]: versions created once, the newest found in three
+//!   requests at any count;
 //! - [`node_cache::NodeCache`]: verified copies of remote objects in a local directory with a
 //!   byte budget, shared by every process on the machine;
 //! - [`faults::FaultyStore`]: a store wrapper that injects the network's faults, for tests.
 //!
-//! Still to come: the cache layout on a store (immutable data objects and versioned manifests),
-//! row-by-row reads of Arrow and npy caches, commits from many writers,
-//! and the registry and CLI entries that take a URL wherever they take a path.
+//! Still to come: rank commits and their deterministic merge into versions, row-by-row reads of
+//! Arrow and npy caches, and the registry and CLI entries that take a URL wherever they take a
+//! path.
 //!
 //! ```
 //! use stowage_remote::RemoteStore;
@@ -27,10 +29,12 @@
 
 pub mod coalesce;
 pub mod faults;
+pub mod manifest;
 pub mod node_cache;
 pub mod remote_url;
 pub mod runtime;
 pub mod store;
+pub mod versions;
 
 pub use remote_url::{RemoteUrl, Scheme};
 pub use store::{Created, ObjectInfo, RemoteStore, StoreMaker};

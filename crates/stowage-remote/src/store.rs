@@ -20,8 +20,11 @@ use std::ops::Range;
 use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 
 use futures_util::{StreamExt, TryStreamExt};
+#[cfg(feature = "cloud")]
 use object_store::aws::AmazonS3Builder;
+#[cfg(feature = "cloud")]
 use object_store::azure::MicrosoftAzureBuilder;
+#[cfg(feature = "cloud")]
 use object_store::gcp::GoogleCloudStorageBuilder;
 use object_store::local::LocalFileSystem;
 use object_store::memory::InMemory;
@@ -160,12 +163,27 @@ impl RemoteStore {
     /// Errors: [`Error::NotFound`] naming its URL; [`Error::Io`] when the store fails
     /// ([`READ_ATTEMPTS`] tries) or returns a body of another length than the object's.
     pub fn get(&self, name: &str) -> Result<Bytes> {
+        self.get_at_most(name, u64::MAX)
+    }
+
+    /// The whole object `name`, refused before its body is read when the store says it is
+    /// larger than `max` bytes (a bound on what a hostile store can make a reader allocate).
+    ///
+    /// Errors: as [`RemoteStore::get`]; [`Error::Corrupted`] naming the object when it is larger
+    /// than `max`.
+    pub fn get_at_most(&self, name: &str, max: u64) -> Result<Bytes> {
         let path = self.url.object(name)?;
         let client = self.client()?;
         self.read_retrying(name, || async {
             let result = client.get(&path).await?;
+            if result.meta.size > max {
+                return Ok(Err(Error::corrupted(
+                    self.url.object_url(name),
+                    format!("{} bytes, above the {max} this object may have", result.meta.size),
+                )));
+            }
             let expected = result.range.end - result.range.start;
-            Ok((result.bytes().await?, expected))
+            Ok(Ok((result.bytes().await?, expected)))
         })
     }
 
@@ -179,7 +197,7 @@ impl RemoteStore {
         let client = self.client()?;
         let expected = range.end - range.start;
         self.read_retrying(name, || async {
-            Ok((client.get_range(&path, range.clone()).await?, expected))
+            Ok(Ok((client.get_range(&path, range.clone()).await?, expected)))
         })
     }
 
@@ -247,6 +265,11 @@ impl RemoteStore {
         let listed: Vec<object_store::ObjectMeta> =
             block_on(client.list(Some(&path)).try_collect())?
                 .map_err(|e| store_error(&self.url, under, e))?;
+        Ok(self.infos(listed))
+    }
+
+    /// Listed objects as [`ObjectInfo`]s named relative to the prefix, sorted by name.
+    fn infos(&self, listed: Vec<object_store::ObjectMeta>) -> Vec<ObjectInfo> {
         let prefix_parts = self.url.prefix().parts().count();
         let mut objects: Vec<ObjectInfo> = listed
             .into_iter()
@@ -261,7 +284,33 @@ impl RemoteStore {
             })
             .collect();
         objects.sort_by(|a, b| a.name.cmp(&b.name));
-        Ok(objects)
+        objects
+    }
+
+    /// The objects under `under` whose names sort after `after` (a name under `under`), sorted:
+    /// one request on S3 (`StartAfter`), whatever came before.
+    ///
+    /// Errors: as [`RemoteStore::list`].
+    pub fn list_after(&self, under: &str, after: &str) -> Result<Vec<ObjectInfo>> {
+        let path = self.url.object(under)?;
+        let offset = self.url.object(after)?;
+        let client = self.client()?;
+        let listed: Vec<object_store::ObjectMeta> =
+            block_on(client.list_with_offset(Some(&path), &offset).try_collect())?
+                .map_err(|e| store_error(&self.url, under, e))?;
+        Ok(self.infos(listed))
+    }
+
+    /// Writes object `name`, replacing any object of that name: only for stowage's advisory
+    /// pointers (such as `latest`), which readers check and never trust alone.
+    ///
+    /// Errors: [`Error::Io`] when the store fails.
+    pub fn put_pointer(&self, name: &str, bytes: Bytes) -> Result<()> {
+        let path = self.url.object(name)?;
+        let client = self.client()?;
+        block_on(client.put(&path, PutPayload::from(bytes)))?
+            .map(|_| ())
+            .map_err(|e| store_error(&self.url, name, e))
     }
 
     /// Creates object `name` holding `bytes` only if no object has that name (`PutMode::Create`:
@@ -313,18 +362,19 @@ impl RemoteStore {
         Error::AlreadyExists { path: self.url.object_url(name).into() }
     }
 
-    /// Runs `read` (which returns the body and the length it must have) up to [`READ_ATTEMPTS`]
-    /// times until it returns a whole body.
+    /// Runs `read` (which returns the body and the length it must have, or an error of its own
+    /// that ends the read) up to [`READ_ATTEMPTS`] times until it returns a whole body.
     fn read_retrying<F, Fut>(&self, name: &str, read: F) -> Result<Bytes>
     where
         F: Fn() -> Fut,
-        Fut: Future<Output = object_store::Result<(Bytes, u64)>>,
+        Fut: Future<Output = object_store::Result<Result<(Bytes, u64)>>>,
     {
         let mut last_error = None;
         for _ in 0..READ_ATTEMPTS {
             match block_on(read())? {
-                Ok((body, expected)) if body.len() as u64 == expected => return Ok(body),
-                Ok((body, expected)) => {
+                Ok(Err(refused)) => return Err(refused),
+                Ok(Ok((body, expected))) if body.len() as u64 == expected => return Ok(body),
+                Ok(Ok((body, expected))) => {
                     last_error = Some(short_body(&self.url, name, expected, body.len()))
                 }
                 Err(e) if is_final(&e) => return Err(store_error(&self.url, name, e)),
@@ -375,6 +425,9 @@ fn store_error(url: &RemoteUrl, name: &str, error: object_store::Error) -> Error
 
 /// The object_store client for `url`, configured from the environment and then `options`.
 fn make_client(url: &RemoteUrl, options: &[(String, String)]) -> Result<Arc<dyn ObjectStore>> {
+    #[cfg(feature = "cloud")]
+    let config_error =
+        |e: object_store::Error| Error::invalid(format!("{}: {e}", url.store_name()));
     let refuse_options = || -> Result<()> {
         match options.first() {
             None => Ok(()),
@@ -385,9 +438,19 @@ fn make_client(url: &RemoteUrl, options: &[(String, String)]) -> Result<Arc<dyn 
             ))),
         }
     };
-    let config_error =
-        |e: object_store::Error| Error::invalid(format!("{}: {e}", url.store_name()));
     let client: Arc<dyn ObjectStore> = match url.scheme() {
+        #[cfg(not(feature = "cloud"))]
+        Scheme::S3 | Scheme::Gcs | Scheme::Azure => {
+            return Err(Error::unsupported(
+                "remote",
+                format!(
+                    "{}: stowage-remote was built without its `cloud` feature, which serves \
+                     s3://, gs:// and az://",
+                    url.as_str()
+                ),
+            ));
+        }
+        #[cfg(feature = "cloud")]
         Scheme::S3 => {
             let mut builder = AmazonS3Builder::from_env().with_url(url.as_str());
             for (key, value) in options {
@@ -395,6 +458,7 @@ fn make_client(url: &RemoteUrl, options: &[(String, String)]) -> Result<Arc<dyn 
             }
             Arc::new(builder.build().map_err(config_error)?)
         }
+        #[cfg(feature = "cloud")]
         Scheme::Gcs => {
             let mut builder = GoogleCloudStorageBuilder::from_env().with_url(url.as_str());
             for (key, value) in options {
@@ -402,6 +466,7 @@ fn make_client(url: &RemoteUrl, options: &[(String, String)]) -> Result<Arc<dyn 
             }
             Arc::new(builder.build().map_err(config_error)?)
         }
+        #[cfg(feature = "cloud")]
         Scheme::Azure => {
             let mut builder = MicrosoftAzureBuilder::from_env().with_url(url.as_str());
             for (key, value) in options {

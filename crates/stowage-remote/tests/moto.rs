@@ -87,3 +87,44 @@ fn a_remote_store_on_s3_reads_ranges_lists_and_creates_once() {
     // Another prefix in the same bucket sees none of it.
     assert!(open(&moto, "s3://stowage/caches/two").list("").unwrap().is_empty());
 }
+
+#[test]
+fn on_s3_the_newest_version_costs_three_requests_and_versions_are_created_once() {
+    use std::sync::Arc;
+    use stowage_remote::faults::{FaultyStore, Operation};
+    use stowage_remote::manifest::Manifest;
+    use stowage_remote::{RemoteUrl, versions};
+
+    let Some(moto) = MotoServer::start("on_s3_the_newest_version_costs_three_requests") else {
+        return;
+    };
+    moto.create_bucket("versions");
+    let options = options(&moto);
+    let s3 = {
+        let mut builder = AmazonS3Builder::new().with_bucket_name("versions");
+        for (key, value) in &options {
+            builder = builder.with_config(key.parse().unwrap(), value);
+        }
+        Arc::new(builder.build().unwrap())
+    };
+    let faulty = FaultyStore::new(s3);
+    let for_maker = Arc::clone(&faulty);
+    let store = RemoteStore::with_maker(
+        RemoteUrl::parse("s3://versions/cache").unwrap(),
+        Arc::new(move || Ok(Arc::clone(&for_maker) as Arc<dyn ObjectStore>)),
+    );
+    let mut manifest = Manifest::empty("arrow");
+    for version in 1..=5 {
+        manifest.version = version;
+        assert_eq!(versions::commit(&store, &manifest).unwrap(), Created::New);
+    }
+    let mut other = manifest.clone();
+    other.format = "npy".into();
+    let err = versions::commit(&store, &other).unwrap_err();
+    assert!(matches!(err, Error::AlreadyExists { .. }), "{err}");
+
+    faulty.clear_log();
+    assert_eq!(versions::newest(&store).unwrap().unwrap(), manifest);
+    let kinds: Vec<Operation> = faulty.requests().iter().map(|r| r.operation).collect();
+    assert_eq!(kinds, [Operation::Get, Operation::List, Operation::Get]);
+}

@@ -38,6 +38,7 @@ fn main() {
     from_backends(&mut seeds, work.path());
     attributes(&mut seeds);
     pickles(&mut seeds);
+    remote_manifests(&mut seeds);
     println!("wrote {} seeds under {}", seeds.written, seeds.corpus.display());
 }
 
@@ -342,4 +343,22 @@ fn pickles(seeds: &mut Seeds) {
         "object",
         b"\x80\x04\x95\x22\0\0\0\0\0\0\0\x8c\x0bcollections\x94\x8c\x0bOrderedDict\x94\x93\x94)R\x94.",
     );
+}
+
+/// Manifests of stowage-remote: an empty version and one with parts from two ranks.
+fn remote_manifests(seeds: &mut Seeds) {
+    use stowage_remote::manifest::{Manifest, ObjectRef, PartRef};
+    let empty = Manifest::empty("arrow");
+    seeds.add("remote_manifest", "empty.json", &empty.to_bytes());
+    let mut manifest = Manifest::empty("npy");
+    manifest.version = 3;
+    for (rank, seq) in [("rank-0", 1), ("rank-1", 1), ("rank-0", 2)] {
+        let name = format!("ranks/{rank}/commits/{seq:020}.json");
+        let commit = ObjectRef::of(&name, name.as_bytes());
+        manifest.parts.push(PartRef { rank: rank.into(), seq, commit });
+    }
+    manifest.watermarks = [("rank-0".to_owned(), 2), ("rank-1".to_owned(), 1)].into();
+    manifest.keys = 12;
+    manifest.duplicates = 1;
+    seeds.add("remote_manifest", "parts.json", &manifest.to_bytes());
 }
