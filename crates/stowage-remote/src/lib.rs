@@ -8,12 +8,14 @@
 //!   runtime per process, made again after a fork ([`runtime`]);
 //! - [`manifest::Manifest`] and [`versions`]: versions created once, the newest found in three
 //!   requests at any count;
+//! - [`commits`] and [`merge`]: each rank commits under its own prefix, and a lock-free,
+//!   deterministic merge folds the commits into the next version;
 //! - [`node_cache::NodeCache`]: verified copies of remote objects in a local directory with a
 //!   byte budget, shared by every process on the machine;
 //! - [`faults::FaultyStore`]: a store wrapper that injects the network's faults, for tests.
 //!
-//! Still to come: rank commits and their deterministic merge into versions, row-by-row reads of
-//! Arrow and npy caches, and the registry and CLI entries that take a URL wherever they take a
+//! Still to come: the row tables and key index runs a commit carries, row-by-row reads of Arrow
+//! and npy caches, and the registry and CLI entries that take a URL wherever they take a
 //! path.
 //!
 //! ```
@@ -28,8 +30,10 @@
 //! ```
 
 pub mod coalesce;
+pub mod commits;
 pub mod faults;
 pub mod manifest;
+pub mod merge;
 pub mod node_cache;
 pub mod remote_url;
 pub mod runtime;

@@ -5,7 +5,9 @@
 //! either the old version or the new one, never a mix. The manifest lists the *parts* the
 //! version folds in (each a rank's commit, in precedence order: for a key in two parts, the
 //! first wins), and per rank the last commit folded (its *watermark*), from which the next merge
-//! goes on.
+//! goes on. Parts are kept sorted by (rank, sequence), whatever order the merges folded them in,
+//! so the content after a set of commits does not depend on timing; for a key that several parts
+//! hold, the first part in that order wins.
 //!
 //! Manifests come from the store, so they are untrusted: [`Manifest::parse`] checks every field
 //! and every relation between fields, and refuses unknown fields, so that a manifest written by a
@@ -73,7 +75,8 @@ impl ObjectRef {
     }
 }
 
-/// One part a version folds in: a rank's commit.
+/// One part a version folds in: a rank's commit, with what a reader needs of it (so that
+/// opening a version reads no commit object).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PartRef {
@@ -83,6 +86,10 @@ pub struct PartRef {
     pub seq: u64,
     /// The commit object.
     pub commit: ObjectRef,
+    /// The rows it committed.
+    pub rows: u64,
+    /// The data objects it holds.
+    pub objects: Vec<ObjectRef>,
 }
 
 /// A cache version's manifest (see the module docs).
@@ -95,15 +102,13 @@ pub struct Manifest {
     pub version: u64,
     /// The backend format of the cache's parts, e.g. `"arrow"`.
     pub format: String,
-    /// The parts, in precedence order.
+    /// The parts, sorted by (rank, sequence): the precedence order.
     pub parts: Vec<PartRef>,
     /// Per rank, the sequence number of its last commit folded into this version or an
     /// earlier one.
     pub watermarks: BTreeMap<String, u64>,
-    /// The keys the version holds.
-    pub keys: u64,
-    /// Rows of committed keys that an earlier part already held, dropped by the merges.
-    pub duplicates: u64,
+    /// The rows the parts committed (a key that several parts hold counts once per part).
+    pub rows: u64,
 }
 
 impl Manifest {
@@ -115,8 +120,7 @@ impl Manifest {
             format: format.to_owned(),
             parts: Vec::new(),
             watermarks: BTreeMap::new(),
-            keys: 0,
-            duplicates: 0,
+            rows: 0,
         }
     }
 
@@ -198,7 +202,19 @@ impl Manifest {
         {
             return Err(format!("format {:?} is not a backend name", self.format));
         }
-        let mut seen = BTreeMap::<(&str, u64), usize>::new();
+        let mut rows: u64 = 0;
+        for (i, pair) in self.parts.windows(2).enumerate() {
+            if (&pair[0].rank, pair[0].seq) >= (&pair[1].rank, pair[1].seq) {
+                return Err(format!(
+                    "parts {i} and {} are out of order: (rank, commit) ({}, {}) then ({}, {})",
+                    i + 1,
+                    pair[0].rank,
+                    pair[0].seq,
+                    pair[1].rank,
+                    pair[1].seq
+                ));
+            }
+        }
         for (i, part) in self.parts.iter().enumerate() {
             check_rank(&part.rank)?;
             if part.seq == 0 {
@@ -207,14 +223,11 @@ impl Manifest {
                     part.rank
                 ));
             }
-            if let Some(first) = seen.insert((&part.rank, part.seq), i) {
-                return Err(format!(
-                    "parts {first} and {i} are both commit {} of rank {}",
-                    part.seq, part.rank
-                ));
+            for object in std::iter::once(&part.commit).chain(&part.objects) {
+                check_object_name(&object.name).map_err(|e| format!("part {i}: {e}"))?;
+                object.digest().map_err(|e| format!("part {i}: {e}"))?;
             }
-            check_object_name(&part.commit.name).map_err(|e| format!("part {i}: {e}"))?;
-            part.commit.digest().map_err(|e| format!("part {i}: {e}"))?;
+            rows = rows.checked_add(part.rows).ok_or_else(|| format!("part {i}: rows overflow"))?;
             match self.watermarks.get(&part.rank) {
                 Some(mark) if *mark >= part.seq => {}
                 Some(mark) => {
@@ -228,6 +241,9 @@ impl Manifest {
         }
         for rank in self.watermarks.keys() {
             check_rank(rank)?;
+        }
+        if rows != self.rows {
+            return Err(format!("rows {} but the parts hold {rows}", self.rows));
         }
         Ok(())
     }
@@ -244,7 +260,10 @@ pub fn check_rank(rank: &str) -> std::result::Result<(), String> {
     if valid { Ok(()) } else { Err(format!("rank {rank:?} is not 1-64 of [A-Za-z0-9._-]")) }
 }
 
-fn check_object_name(name: &str) -> std::result::Result<(), String> {
+/// A relative object name: no empty, `.` or `..` part, printable ASCII.
+///
+/// Errors: what is wrong with `name`.
+pub fn check_object_name(name: &str) -> std::result::Result<(), String> {
     let parts_ok = !name.is_empty()
         && name.split('/').all(|p| !p.is_empty() && p != "." && p != "..")
         && name.bytes().all(|b| b.is_ascii_graphic());
@@ -262,16 +281,19 @@ mod tests {
     fn sample() -> Manifest {
         let mut manifest = Manifest::empty("arrow");
         manifest.version = 3;
-        for (rank, seq) in [("r0", 1), ("r1", 1), ("r0", 2)] {
-            let name = format!("ranks/{rank}/commits/{seq:020}.json");
+        for (rank, seq) in [("r0", 1), ("r0", 2), ("r1", 1)] {
+            let name = format!("commits/{rank}/{seq:020}.json");
+            let data = format!("ranks/{rank}/objects/{seq}");
             manifest.parts.push(PartRef {
                 rank: rank.into(),
                 seq,
                 commit: ObjectRef::of(&name, name.as_bytes()),
+                rows: 5,
+                objects: vec![ObjectRef::of(&data, data.as_bytes())],
             });
         }
         manifest.watermarks = [("r0".to_owned(), 2), ("r1".to_owned(), 1)].into();
-        manifest.keys = 10;
+        manifest.rows = 15;
         manifest
     }
 
@@ -291,8 +313,17 @@ mod tests {
         m.version = 0;
         cases.push((m, "version 0"));
         let mut m = sample();
-        m.parts[2].seq = 1;
-        cases.push((m, "both commit 1 of rank r0"));
+        m.parts[1].seq = 1;
+        cases.push((m, "out of order: (rank, commit) (r0, 1) then (r0, 1)"));
+        let mut m = sample();
+        m.parts.swap(0, 2);
+        cases.push((m, "out of order"));
+        let mut m = sample();
+        m.rows = 14;
+        cases.push((m, "rows 14 but the parts hold 15"));
+        let mut m = sample();
+        m.parts[2].objects[0].name = "a//b".into();
+        cases.push((m, "not a relative object name"));
         let mut m = sample();
         m.watermarks.insert("r0".into(), 1);
         cases.push((m, "past its watermark 1"));
@@ -300,14 +331,17 @@ mod tests {
         m.watermarks.remove("r1");
         cases.push((m, "rank r1 has no watermark"));
         let mut m = sample();
+        m.watermarks.insert("r1".into(), 0);
+        cases.push((m, "past its watermark 0"));
+        let mut m = sample();
         m.parts[0].commit.xxh3_128 = "XYZ".into();
         cases.push((m, "not 32 lowercase hex"));
         let mut m = sample();
         m.parts[1].commit.name = "../escape".into();
         cases.push((m, "not a relative object name"));
         let mut m = sample();
-        m.parts[1].rank = "a/b".into();
-        m.watermarks.insert("a/b".into(), 1);
+        m.parts[2].rank = "r1/b".into();
+        m.watermarks.insert("r1/b".into(), 1);
         cases.push((m, "is not 1-64"));
         let mut m = sample();
         m.format = "arrow; rm".into();

@@ -27,7 +27,14 @@ fn manifest(version: u64, rank: &str) -> Manifest {
     let mut m = Manifest::empty("arrow");
     m.version = version;
     let name = format!("ranks/{rank}/commits/{version:020}.json");
-    m.parts.push(PartRef { rank: rank.into(), seq: version, commit: ObjectRef::of(&name, b"c") });
+    m.parts.push(PartRef {
+        rank: rank.into(),
+        seq: version,
+        commit: ObjectRef::of(&name, b"c"),
+        rows: 1,
+        objects: Vec::new(),
+    });
+    m.rows = 1;
     m.watermarks.insert(rank.into(), version);
     m
 }

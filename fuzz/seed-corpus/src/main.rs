@@ -352,13 +352,14 @@ fn remote_manifests(seeds: &mut Seeds) {
     seeds.add("remote_manifest", "empty.json", &empty.to_bytes());
     let mut manifest = Manifest::empty("npy");
     manifest.version = 3;
-    for (rank, seq) in [("rank-0", 1), ("rank-1", 1), ("rank-0", 2)] {
-        let name = format!("ranks/{rank}/commits/{seq:020}.json");
+    for (rank, seq) in [("rank-0", 1), ("rank-0", 2), ("rank-1", 1)] {
+        let name = format!("commits/{rank}/{seq:020}.json");
         let commit = ObjectRef::of(&name, name.as_bytes());
-        manifest.parts.push(PartRef { rank: rank.into(), seq, commit });
+        let data = format!("ranks/{rank}/objects/{seq}");
+        let objects = vec![ObjectRef::of(&data, data.as_bytes())];
+        manifest.parts.push(PartRef { rank: rank.into(), seq, commit, rows: 4, objects });
     }
     manifest.watermarks = [("rank-0".to_owned(), 2), ("rank-1".to_owned(), 1)].into();
-    manifest.keys = 12;
-    manifest.duplicates = 1;
+    manifest.rows = 12;
     seeds.add("remote_manifest", "parts.json", &manifest.to_bytes());
 }
