@@ -79,6 +79,19 @@ A cache that cannot be opened at all is an error (exit 2) naming the file. For a
 data directory it checks each collection file's header and size, and that every marker has
 its data file (without records there are no checksums to check).";
 
+const COMPACT_HELP: &str = "\
+Example:
+  stowage compact ./cache; stowage compact ./cache --below 1GiB
+
+Every flush of an Arrow cache commits a segment, so a cache written in small flushes holds many
+small segments (4,883 at 10 million keys with the default flushes): gets then reopen segments
+beyond the bounded set kept open, and a cold get reads a whole small segment. compact takes the
+writer lock and rewrites every stowage segment smaller than --below (at least two) into segments
+of up to 256 MiB, keeping each key's winning row and dropping shadowed ones; the key index is
+merged again. Readers in other processes go on reading: replaced segments' files stay until the
+next compaction deletes them. Segments torchcachex added are never rewritten. Other kinds of
+cache are refused (exit 2).";
+
 const ADOPT_HELP: &str = "\
 Example:
   stowage verify ./cache; stowage adopt ./cache && stowage verify ./cache
@@ -233,6 +246,18 @@ pub enum Command {
         /// The cache (a directory, or an aenet HDF5 file)
         #[arg(value_parser = parse_cache_path)]
         path: PathBuf,
+    },
+
+    /// Rewrite a stowage Arrow cache's small segments into few large ones
+    #[command(after_help = format!("{COMPACT_HELP}\n\n{EXIT_STATUS}"))]
+    Compact {
+        /// The stowage Arrow cache directory
+        #[arg(value_parser = parse_cache_path)]
+        path: PathBuf,
+
+        /// Rewrite the segments smaller than this (bytes, or with KiB, MiB, GiB)
+        #[arg(long, value_name = "SIZE", default_value = "64MiB", value_parser = parse_byte_size)]
+        below: u64,
     },
 
     /// Print every key, one per line
@@ -458,6 +483,21 @@ pub fn parse_fraction(text: &str) -> Result<f64, String> {
         Ok(f) => Err(format!("{f} is not in (0, 1]: give the fraction of keys to check, as 0.1")),
         Err(e) => Err(format!("{text:?} is not a number ({e})")),
     }
+}
+
+/// A byte count: digits, optionally followed by `KiB`, `MiB` or `GiB` (`64MiB`, `1GiB`, `4096`).
+///
+/// Errors: anything else, or a count that overflows.
+pub fn parse_byte_size(text: &str) -> Result<u64, String> {
+    let trimmed = text.trim();
+    let (digits, factor) = [("KiB", 1u64 << 10), ("MiB", 1 << 20), ("GiB", 1 << 30)]
+        .into_iter()
+        .find_map(|(unit, factor)| trimmed.strip_suffix(unit).map(|d| (d.trim(), factor)))
+        .unwrap_or((trimmed, 1));
+    let number: u64 = digits
+        .parse()
+        .map_err(|_| format!("{text:?} is not a size: give bytes, or e.g. 512KiB, 64MiB, 1GiB"))?;
+    number.checked_mul(factor).ok_or_else(|| format!("{text:?} is too large"))
 }
 
 /// clap's multi-line error text as one line: the message, its continuation lines (such as the

@@ -34,6 +34,7 @@ mod adopt;
 mod bench;
 mod builtin;
 mod command_line;
+mod compact;
 mod convert;
 mod convert_record;
 mod error;
@@ -132,6 +133,7 @@ fn dispatch(
             verify::run(registry, &path, options, out, notes)
         }
         Command::Adopt { path } => adopt::run(registry, &path, out),
+        Command::Compact { path, below } => compact::run(registry, &path, below, out),
         Command::Keys { path } => keys::run(registry, &path, out),
         Command::Get(args) => match (&args.key, &args.record) {
             (Some(key), None) => get::by_key(registry, &args.path, key, &args.out, out, notes),
