@@ -36,6 +36,8 @@ pub mod manifest;
 pub mod merge;
 pub mod node_cache;
 pub mod remote_url;
+pub mod row_record;
+pub mod row_table;
 pub mod runtime;
 pub mod store;
 pub mod versions;
