@@ -1,8 +1,24 @@
 //! stowage caches on object storage: S3, Google Cloud Storage, Azure Blob Storage, and the local
 //! and in-memory stores, through the [`object_store`] crate.
 //!
-//! This crate is being built in steps (issue 18). What it has today is the layer every later
-//! step stands on:
+//! This crate is being built in steps (issue 18).
+//!
+//! # Layout 1 of a cache on a store
+//!
+//! ```text
+//! <prefix>/versions/<20 digits>.json        a version's manifest, created once
+//! <prefix>/latest                           advisory pointer to the newest version
+//! <prefix>/commits/<rank>/<20 digits>.json  a rank's commits, created once
+//! <prefix>/ranks/<rank>/...                 a rank's data objects and row tables, immutable
+//! ```
+//!
+//! Data objects hold row records in this crate's own layout ([`row_record`]), whatever backend
+//! the samples came from, so that every cache on a store reads row by row: a cold get is one
+//! range read of the key's record, checked against the xxh3-64 its part's row table
+//! ([`row_table`]) keeps. Row tables are fetched whole into the node cache and searched there.
+//! Converting a cache to a store, and back, goes through samples.
+//!
+//! # What is here
 //! - [`RemoteUrl`]: which store a cache URL names and the prefix the cache lives under;
 //! - [`RemoteStore`]: blocking reads and conditional writes of the cache's objects, on one async
 //!   runtime per process, made again after a fork ([`runtime`]);
@@ -10,13 +26,13 @@
 //!   requests at any count;
 //! - [`commits`] and [`merge`]: each rank commits under its own prefix, and a lock-free,
 //!   deterministic merge folds the commits into the next version;
+//! - [`row_record`] and [`row_table`]: the formats of the read path;
 //! - [`node_cache::NodeCache`]: verified copies of remote objects in a local directory with a
 //!   byte budget, shared by every process on the machine;
 //! - [`faults::FaultyStore`]: a store wrapper that injects the network's faults, for tests.
 //!
-//! Still to come: the row tables and key index runs a commit carries, row-by-row reads of Arrow
-//! and npy caches, and the registry and CLI entries that take a URL wherever they take a
-//! path.
+//! Still to come: the writer and reader handles (the `Backend` and `Reader` traits) over these
+//! parts, and the registry and CLI entries that take a URL wherever they take a path.
 //!
 //! ```
 //! use stowage_remote::RemoteStore;
