@@ -3,22 +3,10 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use common::*;
 use stowage_core::{Backend, Reader};
-
-/// A stowage Arrow cache of 40 keys in 4 segments (a flush every 10 puts), not finalized.
-fn build_arrow(dir: &Path) -> PathBuf {
-    let path = dir.join("arrow");
-    let options = stowage_arrow::ArrowOptions { flush_every: 10, ..Default::default() };
-    let mut cache = stowage_arrow::ArrowBackend::create(&path, &mixed_schema(), options).unwrap();
-    for i in 0..40 {
-        cache.put(&format!("k{i:02}"), &mixed_sample(i)).unwrap();
-    }
-    cache.flush().unwrap();
-    path
-}
 
 fn segment_files(cache: &Path) -> usize {
     std::fs::read_dir(cache.join("segments"))
@@ -51,7 +39,7 @@ fn every_key_reads_as_written(cache: &Path) {
 #[test]
 fn compact_rewrites_small_segments_and_every_key_reads_the_same() {
     let dir = tempfile::tempdir().unwrap();
-    let cache = build_arrow(dir.path());
+    let cache = build_arrow(dir.path(), false);
     assert_eq!(segment_files(&cache), 4);
     let run = stowage(args(&[&"compact", &cache]));
     assert_eq!(run.code, 0, "{run:?}");
@@ -81,7 +69,7 @@ fn compact_rewrites_small_segments_and_every_key_reads_the_same() {
 #[test]
 fn a_finalized_cache_is_compacted_too() {
     let dir = tempfile::tempdir().unwrap();
-    let cache = build_arrow(dir.path());
+    let cache = build_arrow(dir.path(), false);
     let options = stowage_arrow::ArrowOptions::default();
     let mut handle =
         stowage_arrow::ArrowBackend::open(&cache, stowage_core::OpenMode::Append, options).unwrap();

@@ -5,7 +5,7 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use common::*;
 use stowage_core::{Backend, Value};
@@ -229,18 +229,6 @@ fn inspect_walks_every_reference_set_as_one_json_array() {
     }
 }
 
-/// A stowage Arrow cache of 40 keys in 4 segments, finalized.
-fn build_arrow(dir: &Path) -> PathBuf {
-    let path = dir.join("arrow");
-    let options = stowage_arrow::ArrowOptions { flush_every: 10, ..Default::default() };
-    let mut cache = stowage_arrow::ArrowBackend::create(&path, &mixed_schema(), options).unwrap();
-    for i in 0..40 {
-        cache.put(&format!("k{i:02}"), &mixed_sample(i)).unwrap();
-    }
-    cache.finalize().unwrap();
-    path
-}
-
 /// Checks that `get` of every key of `cache` writes `mixed_sample`'s fields.
 fn assert_gets_arrow_samples(cache: &Path, dir: &Path, keys: usize) {
     for i in (0..keys).step_by(7) {
@@ -274,7 +262,7 @@ fn assert_gets_arrow_samples(cache: &Path, dir: &Path, keys: usize) {
 #[test]
 fn a_stowage_arrow_cache_goes_through_every_command() {
     let dir = tempfile::tempdir().unwrap();
-    let cache = build_arrow(dir.path());
+    let cache = build_arrow(dir.path(), true);
     let run = stowage(args(&[&"keys", &cache]));
     let want: Vec<String> = (0..40).map(|i| format!("k{i:02}")).collect();
     assert_eq!(run.stdout.lines().collect::<Vec<_>>(), want);

@@ -14,7 +14,9 @@ use serde::{Deserialize, Serialize};
 use stowage_core::bytes::Bytes;
 use stowage_core::{Error, Result};
 
-use crate::manifest::{LAYOUT, MAX_MANIFEST_BYTES, ObjectRef, check_object_name, check_rank};
+use crate::manifest::{
+    LAYOUT, MAX_MANIFEST_BYTES, ObjectRef, check_object_name, check_rank, sequence_of,
+};
 use crate::store::{Created, RemoteStore};
 
 /// A rank's commit, as stored.
@@ -48,12 +50,7 @@ impl CommitRecord {
 
     /// The sequence number a commit's object name (under `commits/<rank>/`) stands for.
     pub fn seq_of(rank: &str, name: &str) -> Option<u64> {
-        let digits = name.strip_prefix("commits/")?.strip_prefix(rank)?.strip_prefix('/')?;
-        let digits = digits.strip_suffix(".json")?;
-        if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
-            return None;
-        }
-        digits.parse().ok().filter(|s| *s >= 1)
+        sequence_of(name.strip_prefix("commits/")?.strip_prefix(rank)?.strip_prefix('/')?)
     }
 
     /// The record's bytes: deterministic JSON.

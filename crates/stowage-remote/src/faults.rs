@@ -20,6 +20,8 @@ use object_store::{
     ObjectStore, PutMultipartOptions, PutOptions, PutPayload, PutResult, RenameOptions,
 };
 
+use crate::{RemoteStore, RemoteUrl};
+
 /// The kinds of request a fault can be aimed at.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Operation {
@@ -115,14 +117,11 @@ pub struct Request {
 /// use std::sync::Arc;
 /// use stowage_core::bytes::Bytes;
 /// use stowage_remote::faults::{Fault, FaultyStore, Operation, Rule};
-/// use stowage_remote::{Created, RemoteStore, RemoteUrl};
+/// use stowage_remote::{Created, RemoteUrl};
 ///
 /// let faulty = FaultyStore::new(Arc::new(object_store::memory::InMemory::new()));
 /// faulty.inject(Rule::once(Operation::Put, "versions/1", Fault::LoseResponse));
-/// let store = RemoteStore::with_maker(
-///     RemoteUrl::parse("memory://faulty-doc/cache").unwrap(),
-///     { let faulty = Arc::clone(&faulty); Arc::new(move || Ok(Arc::clone(&faulty) as _)) },
-/// );
+/// let store = faulty.store(RemoteUrl::parse("memory://faulty-doc/cache").unwrap());
 /// // The put took effect but its answer was lost: reading back finds it, nothing is put twice.
 /// let created = store.put_new("versions/1", Bytes::from_static(b"m")).unwrap();
 /// assert_eq!(created, Created::AlreadyThere);
@@ -138,6 +137,16 @@ impl FaultyStore {
     /// Wraps `inner`, with no fault injected yet.
     pub fn new(inner: Arc<dyn ObjectStore>) -> Arc<FaultyStore> {
         Arc::new(FaultyStore { inner, rules: Mutex::new(Vec::new()), log: Mutex::new(Vec::new()) })
+    }
+
+    /// A [`RemoteStore`] for `url` whose every request goes through this store (in every
+    /// process: a forked child keeps this wrapper, as it keeps an in-memory store).
+    pub fn store(self: &Arc<Self>, url: RemoteUrl) -> RemoteStore {
+        let faulty = Arc::clone(self);
+        RemoteStore::with_maker(
+            url,
+            Arc::new(move || Ok(Arc::clone(&faulty) as Arc<dyn ObjectStore>)),
+        )
     }
 
     /// Adds `rule`; rules are tried in the order they were added, and the first that matches a

@@ -142,11 +142,7 @@ impl Manifest {
     /// assert_eq!(Manifest::version_of("versions/7.json"), None);
     /// ```
     pub fn version_of(name: &str) -> Option<u64> {
-        let digits = name.strip_prefix("versions/")?.strip_suffix(".json")?;
-        if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
-            return None;
-        }
-        digits.parse().ok().filter(|v| *v >= 1)
+        sequence_of(name.strip_prefix("versions/")?)
     }
 
     /// The manifest's bytes: deterministic JSON (the same manifest is the same bytes).
@@ -247,6 +243,16 @@ impl Manifest {
         }
         Ok(())
     }
+}
+
+/// The number `tail` names when it is `<20 digits>.json` with a number from 1: versions and
+/// commits are named so, so that names sort as numbers do.
+pub(crate) fn sequence_of(tail: &str) -> Option<u64> {
+    let digits = tail.strip_suffix(".json")?;
+    if digits.len() != 20 || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok().filter(|n| *n >= 1)
 }
 
 /// A rank's name: 1 to 64 of `[A-Za-z0-9._-]`, not `.` or `..` (it is an object path part).

@@ -447,6 +447,18 @@ fn make_client(url: &RemoteUrl, options: &[(String, String)]) -> Result<Arc<dyn 
     #[cfg(feature = "cloud")]
     let config_error =
         |e: object_store::Error| Error::invalid(format!("{}: {e}", url.store_name()));
+    // A cloud store's builder from the environment and the URL, then `options` over them (the
+    // three builders share these calls, not a trait).
+    #[cfg(feature = "cloud")]
+    macro_rules! configured {
+        ($builder:ty) => {{
+            let mut builder = <$builder>::from_env().with_url(url.as_str());
+            for (key, value) in options {
+                builder = builder.with_config(key.parse().map_err(config_error)?, value);
+            }
+            Arc::new(builder.build().map_err(config_error)?)
+        }};
+    }
     let refuse_options = || -> Result<()> {
         match options.first() {
             None => Ok(()),
@@ -470,29 +482,11 @@ fn make_client(url: &RemoteUrl, options: &[(String, String)]) -> Result<Arc<dyn 
             ));
         }
         #[cfg(feature = "cloud")]
-        Scheme::S3 => {
-            let mut builder = AmazonS3Builder::from_env().with_url(url.as_str());
-            for (key, value) in options {
-                builder = builder.with_config(key.parse().map_err(config_error)?, value);
-            }
-            Arc::new(builder.build().map_err(config_error)?)
-        }
+        Scheme::S3 => configured!(AmazonS3Builder),
         #[cfg(feature = "cloud")]
-        Scheme::Gcs => {
-            let mut builder = GoogleCloudStorageBuilder::from_env().with_url(url.as_str());
-            for (key, value) in options {
-                builder = builder.with_config(key.parse().map_err(config_error)?, value);
-            }
-            Arc::new(builder.build().map_err(config_error)?)
-        }
+        Scheme::Gcs => configured!(GoogleCloudStorageBuilder),
         #[cfg(feature = "cloud")]
-        Scheme::Azure => {
-            let mut builder = MicrosoftAzureBuilder::from_env().with_url(url.as_str());
-            for (key, value) in options {
-                builder = builder.with_config(key.parse().map_err(config_error)?, value);
-            }
-            Arc::new(builder.build().map_err(config_error)?)
-        }
+        Scheme::Azure => configured!(MicrosoftAzureBuilder),
         Scheme::File => {
             refuse_options()?;
             // Synced: a put that returned is on disk, file and directory entry alike.

@@ -2,9 +2,10 @@
 //! how the commits were merged, a lost answer or a lost race loses nothing, and hostile commits
 //! are errors or skipped, never folded.
 
+mod common;
+
 use std::sync::Arc;
 
-use object_store::ObjectStore;
 use object_store::memory::InMemory;
 use stowage_core::Error;
 use stowage_core::bytes::Bytes;
@@ -16,30 +17,7 @@ use stowage_remote::{Created, RemoteStore, RemoteUrl, versions};
 
 fn faulty_store(name: &str) -> (RemoteStore, Arc<FaultyStore>) {
     let faulty = FaultyStore::new(Arc::new(InMemory::new()));
-    let for_maker = Arc::clone(&faulty);
-    let store = RemoteStore::with_maker(
-        RemoteUrl::parse(&format!("memory://{name}/cache")).unwrap(),
-        Arc::new(move || Ok(Arc::clone(&for_maker) as Arc<dyn ObjectStore>)),
-    );
-    (store, faulty)
-}
-
-/// Rank `rank` uploads one data object and commits it as its next commit.
-fn commit_one(store: &RemoteStore, rank: &str) -> u64 {
-    let seq = commits::next_seq(store, rank).unwrap();
-    let name = format!("ranks/{rank}/objects/{seq}.bin");
-    let data = format!("{rank} rows of commit {seq}");
-    store.put_new(&name, Bytes::from(data.clone())).unwrap();
-    let record = CommitRecord {
-        layout: 1,
-        rank: rank.into(),
-        seq,
-        format: "arrow".into(),
-        rows: 10 + seq,
-        objects: vec![ObjectRef::of(&name, data.as_bytes())],
-    };
-    assert_eq!(commits::commit(store, &record).unwrap(), Created::New);
-    seq
+    (faulty.store(RemoteUrl::parse(&format!("memory://{name}/cache")).unwrap()), faulty)
 }
 
 /// A manifest's content without its version number.
@@ -53,7 +31,7 @@ fn the_content_after_a_set_of_commits_does_not_depend_on_how_they_were_merged() 
     // Merged after every commit.
     let (eager, _) = faulty_store("merge-eager");
     for rank in schedule {
-        commit_one(&eager, rank);
+        common::commit_one(&eager, rank);
         assert!(matches!(
             merge::merge(&eager, "arrow").unwrap(),
             Merged::Version { folded: 1, .. }
@@ -62,7 +40,7 @@ fn the_content_after_a_set_of_commits_does_not_depend_on_how_they_were_merged() 
     // Merged once at the end.
     let (lazy, _) = faulty_store("merge-lazy");
     for rank in schedule {
-        commit_one(&lazy, rank);
+        common::commit_one(&lazy, rank);
     }
     assert_eq!(merge::merge(&lazy, "arrow").unwrap(), Merged::Version { version: 1, folded: 8 });
     assert_eq!(merge::merge(&lazy, "arrow").unwrap(), Merged::NothingPending { version: Some(1) });
@@ -85,8 +63,8 @@ fn the_content_after_a_set_of_commits_does_not_depend_on_how_they_were_merged() 
 #[test]
 fn mergers_of_the_same_commits_agree_and_a_lost_answer_loses_nothing() {
     let (store, faulty) = faulty_store("merge-race");
-    commit_one(&store, "r0");
-    commit_one(&store, "r1");
+    common::commit_one(&store, "r0");
+    common::commit_one(&store, "r1");
     // Two mergers that read the same base fold the same commits into the same bytes.
     let pending = merge::pending(&store, None).unwrap();
     let first = merge::fold(None, "arrow", &pending).unwrap();
@@ -94,11 +72,11 @@ fn mergers_of_the_same_commits_agree_and_a_lost_answer_loses_nothing() {
     assert_eq!(versions::commit(&store, &first).unwrap(), Created::AlreadyThere);
 
     // The version's create takes effect but its answer is lost: the merge reads it back.
-    commit_one(&store, "r0");
+    common::commit_one(&store, "r0");
     faulty.inject(Rule::once(Operation::Put, "versions/", Fault::LoseResponse));
     assert_eq!(merge::merge(&store, "arrow").unwrap(), Merged::Version { version: 2, folded: 1 });
     // A 503 on the version's create: the merge sends it again.
-    commit_one(&store, "r1");
+    common::commit_one(&store, "r1");
     faulty.inject(Rule::once(Operation::Put, "versions/", Fault::Unavailable));
     assert_eq!(merge::merge(&store, "arrow").unwrap(), Merged::Version { version: 3, folded: 1 });
     let newest = versions::newest(&store).unwrap().unwrap();
@@ -108,7 +86,7 @@ fn mergers_of_the_same_commits_agree_and_a_lost_answer_loses_nothing() {
 #[test]
 fn a_gap_in_a_ranks_commits_waits_and_other_writers_objects_are_never_folded() {
     let (store, _) = faulty_store("merge-gap");
-    commit_one(&store, "r0");
+    common::commit_one(&store, "r0");
     // Commit 3 of r0 exists while 2 is still being created: only 1 is folded.
     let record = |seq: u64, objects: Vec<ObjectRef>| CommitRecord {
         layout: 1,
@@ -166,7 +144,7 @@ fn hostile_or_misnamed_commits_are_errors_naming_them() {
 
     // A commit of another format into an arrow cache is incompatible.
     let (store, _) = faulty_store("merge-format");
-    commit_one(&store, "r0");
+    common::commit_one(&store, "r0");
     merge::merge(&store, "arrow").unwrap();
     commits::commit(&store, &CommitRecord { rank: "r1".into(), format: "npy".into(), ..honest })
         .unwrap();

@@ -5,39 +5,25 @@
 //!
 //! One test in a binary of its own: it forks.
 
+mod common;
+
 use std::io::Write;
 use std::time::Duration;
 
-use stowage_core::bytes::Bytes;
-use stowage_remote::commits::{self, CommitRecord};
-use stowage_remote::manifest::{Manifest, ObjectRef};
+use stowage_remote::commits;
+use stowage_remote::manifest::Manifest;
 use stowage_remote::{RemoteStore, merge, versions};
 use stowage_test_support::fork::{Ended, fork_child, kill_child, wait_child};
 
 const RANKS: usize = 8;
 const COMMITS: u64 = 6;
 
-/// Rank `rank`'s loop: commit (data object, then commit object), merge, note the commit as
-/// acknowledged, until it has `COMMITS` commits. A restarted rank goes on from its last commit.
+/// Rank `rank`'s loop: commit, merge, note the commit as acknowledged, until it has `COMMITS`
+/// commits. A restarted rank goes on from its last commit.
 fn writer(url: &str, rank: &str, acks: &std::path::Path) -> i32 {
     let store = RemoteStore::open(url).unwrap();
-    loop {
-        let seq = commits::next_seq(&store, rank).unwrap();
-        if seq > COMMITS {
-            return 0;
-        }
-        let name = format!("ranks/{rank}/objects/{seq}.bin");
-        let data = format!("rows of {rank}, commit {seq}");
-        store.put_new(&name, Bytes::from(data.clone())).unwrap();
-        let record = CommitRecord {
-            layout: 1,
-            rank: rank.into(),
-            seq,
-            format: "arrow".into(),
-            rows: seq,
-            objects: vec![ObjectRef::of(&name, data.as_bytes())],
-        };
-        commits::commit(&store, &record).unwrap();
+    while commits::next_seq(&store, rank).unwrap() <= COMMITS {
+        let seq = common::commit_one(&store, rank);
         let mut file = std::fs::OpenOptions::new().create(true).append(true).open(acks).unwrap();
         writeln!(file, "{seq}").unwrap();
         // A merge that keeps losing races leaves the commit for the next one.
@@ -46,6 +32,7 @@ fn writer(url: &str, rank: &str, acks: &std::path::Path) -> i32 {
         // kills below land mid-run.
         std::thread::sleep(Duration::from_millis(50));
     }
+    0
 }
 
 #[test]
@@ -91,7 +78,7 @@ fn eight_writers_with_kills_lose_no_acknowledged_commit() {
             assert!(seqs.contains(&seq), "{rank}: acknowledged commit {seq} lost");
         }
     }
-    assert_eq!(newest.rows, RANKS as u64 * (1..=COMMITS).sum::<u64>());
+    assert_eq!(newest.rows, RANKS as u64 * (1..=COMMITS).map(|seq| 10 + seq).sum::<u64>());
     // Whatever merges happened, the content is one merge of every commit.
     let all = merge::fold(None, "arrow", &merge::pending(&store, None).unwrap()).unwrap();
     let strip = |m: &Manifest| Manifest { version: 0, ..m.clone() }.to_bytes();

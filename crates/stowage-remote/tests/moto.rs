@@ -108,11 +108,7 @@ fn on_s3_the_newest_version_costs_three_requests_and_versions_are_created_once()
         Arc::new(builder.build().unwrap())
     };
     let faulty = FaultyStore::new(s3);
-    let for_maker = Arc::clone(&faulty);
-    let store = RemoteStore::with_maker(
-        RemoteUrl::parse("s3://versions/cache").unwrap(),
-        Arc::new(move || Ok(Arc::clone(&for_maker) as Arc<dyn ObjectStore>)),
-    );
+    let store = faulty.store(RemoteUrl::parse("s3://versions/cache").unwrap());
     let mut manifest = Manifest::empty("arrow");
     for version in 1..=5 {
         manifest.version = version;

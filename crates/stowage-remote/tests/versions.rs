@@ -3,7 +3,6 @@
 
 use std::sync::Arc;
 
-use object_store::ObjectStore;
 use object_store::memory::InMemory;
 use stowage_core::Error;
 use stowage_core::bytes::Bytes;
@@ -14,12 +13,7 @@ use stowage_remote::{Created, RemoteStore, RemoteUrl};
 
 fn faulty_store() -> (RemoteStore, Arc<FaultyStore>) {
     let faulty = FaultyStore::new(Arc::new(InMemory::new()));
-    let for_maker = Arc::clone(&faulty);
-    let store = RemoteStore::with_maker(
-        RemoteUrl::parse("memory://versions/cache").unwrap(),
-        Arc::new(move || Ok(Arc::clone(&for_maker) as Arc<dyn ObjectStore>)),
-    );
-    (store, faulty)
+    (faulty.store(RemoteUrl::parse("memory://versions/cache").unwrap()), faulty)
 }
 
 /// Version `version` with one part from rank `rank`.

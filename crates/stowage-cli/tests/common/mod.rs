@@ -3,7 +3,7 @@
 
 use std::ffi::{OsStr, OsString};
 use std::io::Read;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -137,4 +137,21 @@ pub fn mixed_sample(i: usize) -> Sample {
         sample.insert("ragged", Tensor::from_slice(&[rows, 2], &values).unwrap());
     }
     sample
+}
+
+/// A stowage Arrow cache of 40 keys of [`mixed_sample`] (`k00` to `k39`) in 4 segments (a flush
+/// every 10 puts) in `dir/arrow`, finalized or only flushed.
+pub fn build_arrow(dir: &Path, finalize: bool) -> PathBuf {
+    let path = dir.join("arrow");
+    let options = stowage_arrow::ArrowOptions { flush_every: 10, ..Default::default() };
+    let mut cache = stowage_arrow::ArrowBackend::create(&path, &mixed_schema(), options).unwrap();
+    for i in 0..40 {
+        stowage_core::Backend::put(&mut cache, &format!("k{i:02}"), &mixed_sample(i)).unwrap();
+    }
+    if finalize {
+        stowage_core::Backend::finalize(&mut cache).unwrap();
+    } else {
+        stowage_core::Backend::flush(&mut cache).unwrap();
+    }
+    path
 }
