@@ -15,13 +15,15 @@
 //!
 //! The key index (key -> segment and row) is on disk: key index runs over most segments, plus the
 //! keys of the few newest segments read at open ([`crate::key_index`]). Segment files are opened
-//! through [`OpenSegments`]: at most [`Hdf5Options::max_open_segments`] at once, each hashed
-//! against the commit log on its first use by the handle.
+//! through [`OpenSegments`]: at most [`Hdf5Options::max_open_segments`] at once, each checked
+//! against the commit log on its first use by the handle (its metadata, `MetaRegions`; its rows
+//! by their checksums as they are read).
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use stowage_core::cold_reads::{self, ColdReadAdvice, ColdReadAdvisor, PagePlan};
 use stowage_core::file_safety::{
     AppendLog, WriterLock, create_dir_within, fsync_dir, refuse_symlink, remove_abandoned_temps,
 };
@@ -31,7 +33,7 @@ use stowage_core::{
 };
 
 use crate::Hdf5Options;
-use crate::commit_log::{self, Committed, FinalizedMarker, Hdf5Record, Record, SegmentEntry};
+use crate::commit_log::{self, Committed, FinalizedMarker, Hdf5Record, Record};
 use crate::error::BACKEND;
 use crate::formats::STOWAGE_HDF5;
 use crate::key_index::{KeyIndex, Location};
@@ -113,6 +115,8 @@ pub struct Hdf5Backend {
     pending_index: HashMap<String, usize>,
     /// Pending keys no committed segment holds.
     pending_new: usize,
+    /// Whether a batch's pages are advised before it reads them ([`Hdf5Backend::get_batch`]).
+    advisor: ColdReadAdvisor,
     /// The log and lock of a writing handle; `None` when read-only.
     log_writer: Option<LogWriter>,
     /// Read-only, poisoned, or refusing puts after its own finalize.
@@ -163,6 +167,7 @@ impl Hdf5Backend {
             pending: Vec::new(),
             pending_index: HashMap::new(),
             pending_new: 0,
+            advisor: ColdReadAdvisor::new(ColdReadAdvice::Adaptive),
             log_writer: Some(LogWriter { log, _lock: lock }),
             state: WriteState::writable(BACKEND, dir, false),
         })
@@ -240,16 +245,24 @@ impl Hdf5Backend {
             capabilities: capabilities(),
             committed: committed.clone(),
             segments: OpenSegments::new(dir, options),
-            index: KeyIndex::open(dir, &committed.own.runs),
+            // A reader's lookups are random: large runs are read a page per lookup. A writer's
+            // merges stream through its runs, with the read-around.
+            index: KeyIndex::open(dir, &committed.own.runs, mode == OpenMode::ReadOnly),
             pending: Vec::new(),
             pending_index: HashMap::new(),
             pending_new: 0,
+            advisor: ColdReadAdvisor::new(ColdReadAdvice::Adaptive),
             log_writer,
             state,
         };
         for _ in &committed.segments {
             backend.segments.push(None);
         }
+        // A reader of a cache larger than a few read-arounds reads its segments a row at a
+        // time; a smaller one is soon all in the page cache through the read-around.
+        let bytes: u64 = committed.segments.iter().map(|entry| entry.bytes).sum();
+        let large = bytes > crate::key_index::RANDOM_ACCESS_MIN_BYTES as u64;
+        backend.segments.set_random_access(mode == OpenMode::ReadOnly && large);
         let tail_first = backend.index.tail_first();
         let mut tail = Vec::new();
         for (number, entry) in committed.segments.iter().enumerate().skip(tail_first) {
@@ -343,6 +356,58 @@ impl Hdf5Backend {
         added
     }
 
+    /// Starts the reads a batch of `keys` will make, so that they wait together instead of one
+    /// after another; hints only, nothing is returned and nothing fails (the gets that follow
+    /// report every error): the key index run slots of every key are advised
+    /// ([`ColdReadAdvisor::before_batch`]: when a sample of them is not in the page cache),
+    /// every segment a candidate lies in that is not open is opened (on up to 32 threads when
+    /// there are several: each first use reads and checks the segment's metadata,
+    /// [`Segment::open`]), then, for segments read a row at a time, the pages each candidate row
+    /// starts with are advised the same way
+    /// ([`ColdReadAdvisor::before_batch_rows`]: sampled first).
+    fn prepare_batch(&self, keys: &[&str]) {
+        let mut plan = PagePlan::with_capacity(keys.len());
+        self.index.plan_slots(keys, &mut plan);
+        self.advisor.before_batch(&mut plan);
+        drop(plan);
+        let mut candidates: Vec<Location> = Vec::with_capacity(keys.len());
+        for key in keys.iter().filter(|key| !self.pending_index.contains_key(**key)) {
+            self.index.candidates(key, |location| candidates.push(location));
+        }
+        let entries = &self.committed.segments;
+        candidates.retain(|location| {
+            entries.get(location.segment).is_some_and(|entry| (location.row as u64) < entry.rows)
+        });
+        let mut numbers: Vec<usize> = candidates.iter().map(|location| location.segment).collect();
+        numbers.sort_unstable();
+        numbers.dedup();
+        let closed = self.segments.closed(&numbers);
+        let open = |&number: &usize| {
+            // An error here is the get's to report.
+            let _ = self.segments.get(number, &entries[number], &self.schema);
+        };
+        if closed.len() >= cold_reads::PARALLEL_OPENS {
+            cold_reads::each_on_threads(&closed, open);
+        } else {
+            closed.iter().for_each(open);
+        }
+        if !self.segments.random_access() {
+            return; // Segments read whole by their read-around: no row is advised.
+        }
+        let opened: Vec<(Arc<Segment>, usize)> = candidates
+            .iter()
+            .filter_map(|location| {
+                let entry = &entries[location.segment];
+                let segment = self.segments.get(location.segment, entry, &self.schema).ok()?;
+                Some((segment, location.row))
+            })
+            .collect();
+        self.advisor.before_batch_rows(opened.len(), |i, plan| {
+            let (segment, row) = &opened[i];
+            segment.plan_row(*row, plan);
+        });
+    }
+
     /// The location of `key`'s latest committed sample.
     ///
     /// Errors: a segment that does not read while a candidate is confirmed, naming `key`.
@@ -389,10 +454,9 @@ impl Hdf5Backend {
         segment::write(temp.path(), &self.schema, &rows)?;
         temp.after_libhdf5_closed()?;
         temp.publish(true)?;
-        let (bytes, xxh3, stamp) = segment::file_checksum(&path)?;
-        let entry = SegmentEntry { id, rows: rows.len() as u64, bytes, xxh3 };
+        let (entry, verified) = segment::commit_entry(&path, &self.schema, id, rows.len() as u64)?;
         let log = self.log();
-        log.append(&Record::Segment(entry).to_bytes())?;
+        log.append(&Record::Segment(entry.clone()).to_bytes())?;
         log.sync()?;
         self.committed.segments.push(entry);
         self.committed.records += 1;
@@ -400,7 +464,7 @@ impl Hdf5Backend {
         // Not opened: its keys are the pending ones, and its checksum was just computed from the
         // published file. Its first `get` opens it, through the bounded set.
         let number = self.committed.segments.len() - 1;
-        self.segments.push(Some(stamp));
+        self.segments.push(Some(verified));
         let keys: Vec<String> =
             std::mem::take(&mut self.pending).into_iter().map(|(key, _)| key).collect();
         self.index_segment(number, keys)?;
@@ -463,6 +527,17 @@ impl Reader for Hdf5Backend {
             }
             (None, _) => Ok(None),
         }
+    }
+
+    /// Each key as [`Reader::get`] reads it, after the batch's reads are started together:
+    /// every key's key index slots advised, the segments its candidates lie in opened (on up
+    /// to 32 threads), and, for a cache read a row at a time (its segments total more than
+    /// 64 MiB), every candidate row's pages advised. Errors are the gets'.
+    fn get_batch(&self, keys: &[&str]) -> Result<Vec<Option<Sample>>> {
+        if keys.len() > 1 {
+            self.prepare_batch(keys);
+        }
+        keys.iter().map(|key| self.get(key)).collect()
     }
 
     fn contains(&self, key: &str) -> Result<bool> {
@@ -559,5 +634,86 @@ impl Backend for Hdf5Backend {
         // This handle refuses puts from now on; reopening in append mode takes them again.
         self.state.set_finalized(true);
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use stowage_core::{ShapeRule, Tensor};
+
+    use super::*;
+
+    fn sample(i: u32) -> Sample {
+        Sample::new().with("x", Tensor::from_slice(&[2], &[0x6B1D_0000 + i, i]).unwrap())
+    }
+
+    /// A finished cache of 6 segments of 8 keys (`k<i>`, segment `i / 8`), opened read-only
+    /// with its segments read a row at a time (what a cache larger than 64 MiB gets).
+    fn row_at_a_time(dir: &Path) -> Hdf5Backend {
+        let schema = Schema::new().tensor("x", DType::U32, ShapeRule::Fixed(vec![2]));
+        let mut cache = Hdf5Backend::create(dir, &schema).unwrap();
+        for i in 0..48 {
+            cache.put(&format!("k{i}"), &sample(i)).unwrap();
+            if i % 8 == 7 {
+                cache.flush().unwrap();
+            }
+        }
+        cache.finalize().unwrap();
+        drop(cache);
+        let mut reader = Hdf5Backend::open(dir, OpenMode::ReadOnly).unwrap();
+        assert!(!reader.segments.random_access(), "a small cache is read whole");
+        reader.segments.set_random_access(true);
+        reader
+    }
+
+    /// Row-at-a-time segments read every sample as written through `get`, `get_batch` (segments
+    /// opened ahead on threads, rows advised) and `contains`, with every segment's metadata
+    /// only checked at first use, and its rows by their checksums.
+    #[test]
+    fn segments_read_a_row_at_a_time_read_every_sample_as_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let reader = row_at_a_time(dir.path());
+        let keys: Vec<String> = (0..48).rev().map(|i| format!("k{i}")).collect();
+        let keys: Vec<&str> = keys.iter().map(String::as_str).collect();
+        let batch = reader.get_batch(&keys).unwrap();
+        for (key, got) in keys.iter().zip(batch) {
+            assert_eq!(got, Some(sample(key[1..].parse().unwrap())), "{key}");
+        }
+        assert_eq!(
+            reader.get_batch(&["k3", "missing", "k3"]).unwrap(),
+            vec![Some(sample(3)), None, Some(sample(3))]
+        );
+        for i in 0..48 {
+            assert_eq!(reader.get(&format!("k{i}")).unwrap(), Some(sample(i)));
+            assert!(reader.contains(&format!("k{i}")).unwrap());
+        }
+        assert_eq!(reader.keys().unwrap().len(), 48);
+    }
+
+    /// A flipped byte of a row's value in a row-at-a-time segment: that row's `get`, and a batch
+    /// holding it, are `Error::Corrupted` naming the segment; the segment's other rows read.
+    #[test]
+    fn a_damaged_row_of_a_row_at_a_time_segment_is_an_error_naming_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let reader = row_at_a_time(dir.path());
+        drop(reader);
+        let path = segment_path(dir.path(), 3);
+        let mut bytes = std::fs::read(&path).unwrap();
+        let needle = (0x6B1D_0000u32 + 26).to_le_bytes();
+        let at = bytes.windows(4).position(|w| w == needle).unwrap();
+        bytes[at] ^= 0x02;
+        std::fs::write(&path, bytes).unwrap();
+        let mut reader = Hdf5Backend::open(dir.path(), OpenMode::ReadOnly).unwrap();
+        reader.segments.set_random_access(true);
+        let corrupted = |result: Result<_>| match result {
+            Err(Error::Corrupted { path: named, .. }) => assert_eq!(named, path),
+            other => panic!("expected Error::Corrupted naming {}, got {other:?}", path.display()),
+        };
+        corrupted(reader.get("k26").map(drop));
+        corrupted(reader.get_batch(&["k1", "k26", "k40"]).map(drop));
+        corrupted(reader.contains("k26").map(drop));
+        for i in (24..32).filter(|&i| i != 26) {
+            assert_eq!(reader.get(&format!("k{i}")).unwrap(), Some(sample(i)));
+        }
     }
 }

@@ -119,6 +119,40 @@ impl ColumnReader {
         self.rows
     }
 
+    /// Rows read directly are found on read, not a chunk at a time
+    /// ([`DirectReader::resolve_on_read`]): for columns whose rows are checked against a
+    /// checksum.
+    pub fn resolve_on_read(&mut self) {
+        if let Some(direct) = self.direct.as_mut() {
+            direct.resolve_on_read();
+        }
+    }
+
+    /// The file byte ranges stowage's direct reader parses for this column (its chunks and
+    /// collections, [`DirectReader::data_ranges`]); `None` when its rows of `element` are not
+    /// read directly or it is not detached. For a file this process just wrote.
+    pub fn data_ranges(&self, element: Element) -> Result<Option<Vec<std::ops::Range<u64>>>> {
+        match &self.direct {
+            Some(direct) if direct.converts_to(element) && self.dataset.is_none() => direct
+                .data_ranges()
+                .map(Some)
+                .map_err(|e| Error::corrupted(&self.file, format!("{}: {e}", self.name))),
+            _ => Ok(None),
+        }
+    }
+
+    /// Starts reading every stored chunk of the column ([`DirectReader::will_need_chunks`]).
+    pub fn will_need_chunks(&self) {
+        if let Some(direct) = &self.direct {
+            direct.will_need_chunks();
+        }
+    }
+
+    /// The file bytes a direct read of row `row` starts with ([`DirectReader::row_page`]).
+    pub fn row_page(&self, row: u64) -> Option<std::ops::Range<usize>> {
+        self.direct.as_ref()?.row_page(row)
+    }
+
     /// The dataset's libhdf5 id (for layout queries); `None` once detached.
     pub fn dataset_id(&self) -> Option<hdf5_sys::h5i::hid_t> {
         self.dataset.as_ref().map(|dataset| dataset.id())

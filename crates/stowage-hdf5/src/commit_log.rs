@@ -4,7 +4,8 @@
 //!
 //! ```text
 //! record 0   {"cache": {"format": "stowage-hdf5", "version": 1, "schema": {...}}}
-//! then       {"segment": {"id": 0, "rows": 2048, "bytes": 4251832, "xxh3": ...}}   per segment
+//! then       {"segment": {"id": 0, "rows": 2048, "bytes": 4251832, "xxh3": ...,
+//!                         "meta": {"ranges": [[0, 2048], ...], "xxh3": ...}}}   per segment
 //!            {"run": {"first": 0, "through": 31, "keys": 65536, "new_keys": 65536,
 //!                     "header_xxh3": ...}}             a key index run over segments 0..=31
 //!            {"finalized": null}                                      after finalize
@@ -37,7 +38,7 @@ pub fn new_header(schema: Schema) -> segment_log::CacheHeader<NoExtension> {
 }
 
 /// One committed segment.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SegmentEntry {
     /// `segments/segment_<id:06>.h5`.
     pub id: u64,
@@ -47,6 +48,34 @@ pub struct SegmentEntry {
     pub bytes: u64,
     /// xxh3-64 of the whole file, checked before libhdf5 parses it: libhdf5's global heap (where
     /// variable-length values live) has no checksum, and libhdf5 1.10 can crash on a damaged one.
+    /// Checked on a segment's first use when the entry has no [`SegmentEntry::meta`] (written
+    /// before it existed), and by every `validate`.
+    pub xxh3: u64,
+    /// What a first use checks instead of the whole file (absent in entries written before it
+    /// existed, and for segments of a layout stowage does not read itself): see [`MetaRegions`].
+    /// Absent from the record when `None`, so such records read as before; the code before it
+    /// reads records that have it (serde ignores the field) and checks the whole file.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub meta: Option<MetaRegions>,
+}
+
+/// The bytes of a segment file that anything parses before stowage's own checked readers take
+/// over, and their xxh3-64: every byte outside the global heap collections and the descriptor
+/// chunks of the variable-length columns (superblock, object headers, chunk indexes, the index
+/// table with the rows' checksums). A first use reads and hashes only these (about 10 KiB of a
+/// 330 KiB segment of 2,048 16-byte rows) before libhdf5 opens the file.
+///
+/// The bytes left out are never trusted unchecked: descriptor chunks are inflated by stowage
+/// (every size bounded, `crate::direct`) and only say where a row's values lie; collections are
+/// parsed by stowage's bounds-checked parser (`crate::direct::global_heap`); and what a row read
+/// returns (key, shape row, field bytes) is checked against the row's xxh3 in the index table,
+/// which is inside these regions. So a damaged byte there is an error when its row is read (or
+/// is in free space no read uses), never wrong data; `validate` hashes the whole file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MetaRegions {
+    /// File byte ranges `[start, end)`, sorted and disjoint.
+    pub ranges: Vec<[u64; 2]>,
+    /// xxh3-64 of the bytes of `ranges`, concatenated in order.
     pub xxh3: u64,
 }
 

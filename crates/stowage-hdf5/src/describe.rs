@@ -51,9 +51,10 @@ pub(crate) fn describe_stowage(cache: &Hdf5Backend) -> Result<Description> {
             }
         }
     });
-    description.checksums.scheme = "xxh3 per segment file (in stowage.log, checked before \
-                                    libhdf5 reads it) and per row (in the segment's index, \
-                                    under Fletcher32)"
+    description.checksums.scheme = "xxh3 per segment file (in stowage.log, checked by \
+                                    validate) and of its metadata (checked before libhdf5 \
+                                    reads it), and per row (in the segment's index, under \
+                                    Fletcher32)"
         .into();
     description.checksums.covered_files = committed
         .segments

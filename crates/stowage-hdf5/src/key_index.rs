@@ -21,6 +21,7 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
+use stowage_core::cold_reads::PagePlan;
 use stowage_core::file_safety::create_dir_within_durably;
 use stowage_core::key_runs::{KeyRun, RunSpec, key_hash, plan_merge, write_run_file};
 use stowage_core::{Error, IoResultExt, Result};
@@ -79,13 +80,27 @@ pub(crate) fn run_path(dir: &Path, first: u64, through: u64) -> PathBuf {
     dir.join(INDEX_DIR).join(format!("run_{first:06}_{through:06}.bin"))
 }
 
-/// Maps the run `entry` of the cache in `dir` and checks its header against the entry.
+/// Runs larger than this are mapped with `MADV_RANDOM` by a reader ([`open_run`]'s `random`):
+/// eight read-around windows of the scale suite's disk (`read_ahead_kb` 8192). A lookup in a
+/// larger run touches one slot page; with the default advice its fault reads 8 MiB around it
+/// (measured at 10 M keys, a 256 MiB run: 8,256 KiB read for the first cold get, ~1.2 MiB per
+/// get over 300 of them). A smaller run is read whole by a few such faults and then stays
+/// cached, which serves a small cache's random gets better than a page at a time (npy measured
+/// the same, `stowage_npy`'s runs).
+pub(crate) const RANDOM_ACCESS_MIN_BYTES: usize = 64 << 20;
+
+/// Maps the run `entry` of the cache in `dir` and checks its header against the entry; with
+/// `random` (a reader's random lookups) a run larger than [`RANDOM_ACCESS_MIN_BYTES`] is advised
+/// `MADV_RANDOM` (a fault reads its own page), else it keeps the kernel's read-around (a writer's
+/// merges and `validate` stream through runs).
 ///
 /// Errors: [`Error::Io`] when the file cannot be opened or mapped; [`Error::Corrupted`] naming
 /// it when its header is damaged or says something else than the record.
-pub(crate) fn open_run(dir: &Path, entry: &RunEntry) -> Result<KeyRun> {
+pub(crate) fn open_run(dir: &Path, entry: &RunEntry, random: bool) -> Result<KeyRun> {
     let path = run_path(dir, entry.first, entry.through);
-    let run = KeyRun::from_bytes(&path, map(&path)?)?;
+    let map = map(&path)?;
+    advise_run(&map, random);
+    let run = KeyRun::from_bytes(&path, map)?;
     let header = run.header();
     let found = (header.first, header.through, header.keys, header.new_keys);
     let recorded = (entry.first, entry.through, entry.keys, entry.new_keys);
@@ -110,6 +125,16 @@ pub(crate) fn open_run(dir: &Path, entry: &RunEntry) -> Result<KeyRun> {
         ));
     }
     Ok(run)
+}
+
+/// `MADV_RANDOM` on a run's map when `random` and it is larger than
+/// [`RANDOM_ACCESS_MIN_BYTES`] ([`open_run`]); nothing otherwise. A hint: refused, the map keeps
+/// its read-around and reads stay the same.
+fn advise_run(map: &memmap2::Mmap, random: bool) {
+    if random && map.len() > RANDOM_ACCESS_MIN_BYTES {
+        #[cfg(unix)]
+        let _ = map.advise(memmap2::Advice::Random);
+    }
 }
 
 /// A read-only map of the run file at `path`.
@@ -193,10 +218,10 @@ impl KeyIndex {
     /// The runs `entries` (the commit log's, oldest first) of the cache in `dir`, as far as each
     /// opens as recorded: a run that does not is not used, nor any newer one. The tail is empty;
     /// the caller adds the segments from [`KeyIndex::tail_first`] on.
-    pub fn open(dir: &Path, entries: &[RunEntry]) -> KeyIndex {
+    pub fn open(dir: &Path, entries: &[RunEntry], random: bool) -> KeyIndex {
         let runs: Vec<(RunEntry, KeyRun)> = entries
             .iter()
-            .map_while(|entry| open_run(dir, entry).ok().map(|run| (*entry, run)))
+            .map_while(|entry| open_run(dir, entry, random).ok().map(|run| (*entry, run)))
             .collect();
         let tail_first = runs.last().map_or(0, |(entry, _)| entry.through as usize + 1);
         KeyIndex { runs, tail_first, ..KeyIndex::default() }
@@ -290,6 +315,34 @@ impl KeyIndex {
         match self.tail.get(key) {
             Some((location, _)) => Ok(Some(*location)),
             None => self.find_in_runs_confirmed(key, confirm),
+        }
+    }
+
+    /// Calls `each` with every location a lookup of `key` could confirm (its tail location, or
+    /// every run candidate, unconfirmed): the segments a batch will read, to open them first.
+    pub fn candidates(&self, key: &str, mut each: impl FnMut(Location)) {
+        if let Some((location, _)) = self.tail.get(key) {
+            return each(*location);
+        }
+        let hash = key_hash(key.as_bytes());
+        for (_, run) in self.runs.iter().rev() {
+            run.find(hash, |payload| {
+                each(Location::of_payload(payload));
+                false
+            });
+        }
+    }
+
+    /// Adds to `plan` the run slots lookups of `keys` read first (each key's home slot in every
+    /// run; tail keys read none): a batch advises them together before its lookups.
+    pub fn plan_slots<'a>(&'a self, keys: &[&str], plan: &mut PagePlan<'a>) {
+        for key in keys.iter().filter(|key| !self.tail.contains_key(**key)) {
+            let hash = key_hash(key.as_bytes());
+            for (_, run) in &self.runs {
+                let (bytes, slot) = run.home_slot(hash);
+                // In the run: the run computed it.
+                let _ = plan.add(bytes, slot);
+            }
         }
     }
 
@@ -402,7 +455,7 @@ impl KeyIndex {
     ///
     /// Errors: as [`open_run`]; the index is then unchanged.
     pub fn install(&mut self, dir: &Path, entry: RunEntry) -> Result<()> {
-        let run = open_run(dir, &entry)?;
+        let run = open_run(dir, &entry, false)?;
         let replaced: Vec<RunEntry> = self
             .runs
             .iter()
@@ -470,7 +523,7 @@ mod tests {
         index.install(dir.path(), all).unwrap();
         assert!(!run_path(dir.path(), 0, 1).exists(), "the replaced run is deleted");
         // Reopened from the records: the same answers without the tail.
-        let reopened = KeyIndex::open(dir.path(), &[all]);
+        let reopened = KeyIndex::open(dir.path(), &[all], true);
         assert_eq!((reopened.tail_first(), reopened.len()), (3, 200));
         let find = |key: &str| reopened.find(key, &key_of).unwrap();
         assert_eq!(find("k7"), Some(Location { segment: 2, row: 7 }));
@@ -528,15 +581,55 @@ mod tests {
         // plan_merge folded the first two segments' runs, not the third (smaller than 20 keys).
         let ranges: Vec<(u64, u64)> = entries.iter().map(|e| (e.first, e.through)).collect();
         assert_eq!(ranges, [(0, 1), (2, 2)]);
-        assert_eq!(KeyIndex::open(dir.path(), &entries).tail_first(), 3);
+        assert_eq!(KeyIndex::open(dir.path(), &entries, true).tail_first(), 3);
         let tampered = |at: usize| {
             let mut tampered = entries.clone();
             tampered[at].header_xxh3 ^= 1;
-            KeyIndex::open(dir.path(), &tampered).tail_first()
+            KeyIndex::open(dir.path(), &tampered, true).tail_first()
         };
         assert_eq!(tampered(1), 2, "the newest run alone is dropped");
         assert_eq!(tampered(0), 0, "the oldest is dropped with every newer one");
         std::fs::remove_file(run_path(dir.path(), entries[0].first, entries[0].through)).unwrap();
-        assert_eq!(KeyIndex::open(dir.path(), &entries).tail_first(), 0);
+        assert_eq!(KeyIndex::open(dir.path(), &entries, true).tail_first(), 0);
+    }
+
+    /// Whether the map at `address` is advised `MADV_RANDOM` (`rr` in its `VmFlags`).
+    fn advised_random(address: usize) -> bool {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let mut inside = false;
+        for line in smaps.lines() {
+            if let Some((range, _)) = line.split_once(' ')
+                && let Some((start, end)) = range.split_once('-')
+                && let (Ok(start), Ok(end)) =
+                    (usize::from_str_radix(start, 16), usize::from_str_radix(end, 16))
+            {
+                inside = (start..end).contains(&address);
+            } else if inside && let Some(flags) = line.strip_prefix("VmFlags:") {
+                return flags.split_whitespace().any(|flag| flag == "rr");
+            }
+        }
+        panic!("no map at {address:#x}");
+    }
+
+    /// A reader's large run reads a page per lookup; a small one, and any run a writer maps,
+    /// keep the read-around.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn only_a_readers_large_runs_are_advised_random() {
+        let dir = tempfile::tempdir().unwrap();
+        let map_of = |name: &str, len: usize| {
+            let path = dir.path().join(name);
+            std::fs::File::create(&path).unwrap().set_len(len as u64).unwrap();
+            map(&path).unwrap()
+        };
+        let large = map_of("large", RANDOM_ACCESS_MIN_BYTES + 4096);
+        let small = map_of("small", RANDOM_ACCESS_MIN_BYTES);
+        let written = map_of("written", RANDOM_ACCESS_MIN_BYTES + 4096);
+        advise_run(&large, true);
+        advise_run(&small, true);
+        advise_run(&written, false);
+        assert!(advised_random(large.as_ptr() as usize));
+        assert!(!advised_random(small.as_ptr() as usize), "read whole by its read-around");
+        assert!(!advised_random(written.as_ptr() as usize), "a writer's merges stream through");
     }
 }

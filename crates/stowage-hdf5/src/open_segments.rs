@@ -9,22 +9,24 @@
 //! opens it, closing the least recently used (holding a file, when that is the bound reached),
 //! and a segment evicted and used again is opened again.
 //!
-//! Integrity on first use: a segment's whole-file xxh3 is checked against the commit log when it
-//! is first opened (`Segment::open`), and what it was checked under is remembered as a
-//! [`FileStamp`]: reopened after eviction, a file with the same stamp is not hashed again, one
-//! whose stamp changed is. Readers share a segment through an `Arc`, so one evicted while a
+//! Integrity on first use: a segment's metadata regions (or, for an entry without them, the
+//! whole file) are checked against the commit log when it is first opened (`Segment::open`), and
+//! what was checked and under which [`crate::segment::FileStamp`] is remembered
+//! ([`Verified`]): reopened after eviction, a file with the same stamp is not checked again,
+//! one whose stamp changed is. Readers share a segment through an `Arc`, so one evicted while a
 //! `get` reads it closes when that read ends.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
+use stowage_core::cold_reads::{ColdReadAdvice, ColdReadAdvisor};
 use stowage_core::{Result, Schema};
 
 use crate::Hdf5Options;
 use crate::backend::segment_path;
 use crate::commit_log::SegmentEntry;
-use crate::segment::{FileStamp, Segment};
+use crate::segment::{Segment, Verified};
 
 /// The open segments of one handle, and the stamps their checksums were verified under.
 pub(crate) struct OpenSegments {
@@ -36,6 +38,9 @@ pub(crate) struct OpenSegments {
     state: Mutex<State>,
     /// Signalled when an open ends: a `get` waiting for a free place tries again.
     opened: Condvar,
+    /// Set when segments are opened for reads of a row at a time ([`Segment::open`]'s
+    /// `random`): the advisor they share.
+    random: Option<Arc<ColdReadAdvisor>>,
 }
 
 #[derive(Default)]
@@ -49,7 +54,7 @@ struct State {
     /// Segments being opened now, outside the lock: each holds a place within the bound.
     opening: usize,
     /// By segment number: the stamp under which its checksum last matched, if it did.
-    verified: Vec<Option<FileStamp>>,
+    verified: Vec<Option<Verified>>,
 }
 
 /// A place within the bound held while a segment is opened outside the lock. `get` gives it back
@@ -79,6 +84,7 @@ impl OpenSegments {
             bound: options.max_mapped_segments.max(1),
             state: Mutex::default(),
             opened: Condvar::new(),
+            random: None,
         }
     }
 
@@ -88,10 +94,27 @@ impl OpenSegments {
         self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
+    /// Segments opened from now on are read a row at a time (`random`) or with the kernel's
+    /// read-around ([`Segment::open`]).
+    pub fn set_random_access(&mut self, random: bool) {
+        self.random = random.then(|| Arc::new(ColdReadAdvisor::new(ColdReadAdvice::Adaptive)));
+    }
+
+    /// Whether segments are opened for reads of a row at a time.
+    pub fn random_access(&self) -> bool {
+        self.random.is_some()
+    }
+
+    /// Those of the segments `numbers` that are not open now.
+    pub fn closed(&self, numbers: &[usize]) -> Vec<usize> {
+        let state = self.state();
+        numbers.iter().copied().filter(|number| !state.open.contains_key(number)).collect()
+    }
+
     /// Adds the next committed segment (number = segments added so far), its checksum verified
     /// under `stamp` when known (the writer hashed the file it just published).
-    pub fn push(&self, stamp: Option<FileStamp>) {
-        self.state().verified.push(stamp);
+    pub fn push(&self, verified: Option<Verified>) {
+        self.state().verified.push(verified);
     }
 
     /// Segment `number`, committed as `entry`: the open one, or opened now (checked as
@@ -132,7 +155,7 @@ impl OpenSegments {
         drop(state);
         let mut place = Opening { segments: self, given_back: false };
         let path = segment_path(&self.dir, entry.id);
-        let opened = Segment::open(&path, schema, entry, verified);
+        let opened = Segment::open(&path, schema, entry, verified, false, self.random.as_ref());
         let mut state = self.state();
         // The place becomes the open segment's, in this same critical section (or is free).
         state.opening -= 1;
@@ -312,8 +335,10 @@ mod tests {
         opened(&segments, 1, &entries[1], &schema); // closes segment 0
         // A commit log entry that no longer matches the file: not noticed while the file keeps
         // the stamp it was verified under (no second hash)...
-        let wrong = SegmentEntry { xxh3: entries[0].xxh3 ^ 1, ..entries[0] };
-        opened(&segments, 0, &wrong, &schema);
+        let wrong = SegmentEntry { xxh3: entries[0].xxh3 ^ 1, meta: None, ..entries[0].clone() };
+        let segment = segments.get(0, &wrong, &schema).unwrap();
+        assert_eq!(segment.key(0).unwrap(), "k0", "a key read alone is checked by its row");
+        drop(segment);
         // ...and noticed by a handle that has not verified it.
         let fresh = OpenSegments::new(dir.path(), &bounds(1, 1));
         fresh.push(None);

@@ -15,14 +15,16 @@
 //! Fletcher32-protected index) covers them, so damaged bytes are never returned as data.
 
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
 
 use hdf5::{Group, H5Type};
 use stowage_core::bytes::Bytes;
+use stowage_core::cold_reads::{ColdReadAdvisor, PagePlan};
 use stowage_core::{DType, Error, FieldKind, IoResultExt, Result, Sample, Schema, Tensor, Value};
 use xxhash_rust::xxh3::Xxh3;
 
 use crate::columns::{ColumnReader, ColumnWriter, i64s, le_bytes_i64};
-use crate::commit_log::SegmentEntry;
+use crate::commit_log::{MetaRegions, SegmentEntry};
 use crate::direct::{HeapFile, MappedFile};
 use crate::error::{read_error, write_error};
 use crate::ffi::{self, Element};
@@ -193,6 +195,90 @@ impl FileStamp {
     }
 }
 
+/// What a handle checked of a segment file, and the stamp it holds for: its whole-file xxh3
+/// (`whole`), or only its [`MetaRegions`] (its rows are then checked as they are read).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Verified {
+    pub stamp: FileStamp,
+    pub whole: bool,
+}
+
+/// The commit log entry of segment `id` of `rows` rows just published at `path` (by this
+/// process): its size and whole-file xxh3, and its [`MetaRegions`] when every column is read by
+/// stowage (the file is opened to find its chunks and collections). Also what was checked.
+pub(crate) fn commit_entry(
+    path: &Path,
+    schema: &Schema,
+    id: u64,
+    rows: u64,
+) -> Result<(SegmentEntry, Verified)> {
+    let (bytes, xxh3, stamp) = file_checksum(path)?;
+    let mut entry = SegmentEntry { id, rows, bytes, xxh3, meta: None };
+    let verified = Verified { stamp, whole: true };
+    let (segment, _) = Segment::open(path, schema, &entry, Some(verified), false, None)?;
+    if let Some(data) = segment.data_ranges()? {
+        let ranges = complement(data, bytes);
+        let mut file = open_std(path)?;
+        let xxh3 = hash_ranges(&mut file, path, &ranges)?;
+        entry.meta = Some(MetaRegions { ranges, xxh3 });
+    }
+    Ok((entry, verified))
+}
+
+/// The ranges of `0..len` that none of `data` covers, sorted.
+fn complement(mut data: Vec<std::ops::Range<u64>>, len: u64) -> Vec<[u64; 2]> {
+    data.sort_unstable_by_key(|range| range.start);
+    let mut ranges = Vec::new();
+    let mut at = 0;
+    for range in data {
+        if range.start > at {
+            ranges.push([at, range.start.min(len)]);
+        }
+        at = at.max(range.end);
+    }
+    if at < len {
+        ranges.push([at, len]);
+    }
+    ranges.retain(|[start, end]| start < end);
+    ranges
+}
+
+/// xxh3-64 of the bytes of `ranges` (sorted, within the file) of `file`, concatenated in order.
+/// The kernel is asked for every range first (`POSIX_FADV_WILLNEED`), so that the few small
+/// ranges of a cold segment are read together, not one after another.
+fn hash_ranges(file: &mut std::fs::File, path: &Path, ranges: &[[u64; 2]]) -> Result<u64> {
+    use std::os::unix::fs::FileExt;
+    use std::os::unix::io::AsRawFd;
+    for &[start, end] in ranges {
+        let len = end.saturating_sub(start);
+        // SAFETY: a hint on a descriptor this function borrows; no memory is passed.
+        unsafe {
+            libc::posix_fadvise(
+                file.as_raw_fd(),
+                start as libc::off_t,
+                len as libc::off_t,
+                libc::POSIX_FADV_WILLNEED,
+            );
+        }
+    }
+    let mut hasher = Xxh3::new();
+    let mut buffer = Vec::new();
+    for &[start, end] in ranges {
+        let len = usize::try_from(end.saturating_sub(start))
+            .map_err(|_| Error::corrupted(path, format!("range {start}..{end} is too large")))?;
+        buffer.resize(len, 0);
+        file.read_exact_at(&mut buffer, start).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                Error::corrupted(path, format!("bytes {start}..{end} lie past the file's end"))
+            } else {
+                Error::io(path, e)
+            }
+        })?;
+        hasher.update(&buffer);
+    }
+    Ok(hasher.digest())
+}
+
 /// The size and xxh3-64 of the file at `path`, streamed, and its stamp (taken before the bytes
 /// are read, so a change while they are read shows as a changed stamp later).
 pub(crate) fn file_checksum(path: &Path) -> Result<(u64, u64, FileStamp)> {
@@ -200,6 +286,23 @@ pub(crate) fn file_checksum(path: &Path) -> Result<(u64, u64, FileStamp)> {
     let stamp = FileStamp::of(&file.metadata().at(path)?);
     let (bytes, xxh3) = hash(&mut file, path)?;
     Ok((bytes, xxh3, stamp))
+}
+
+/// Checks that `file` (named `path`, read from its current offset) holds `entry.bytes` bytes
+/// with xxh3 `entry.xxh3`.
+fn check_whole(file: &mut std::fs::File, path: &Path, entry: &SegmentEntry) -> Result<()> {
+    let (bytes, xxh3) = hash(file, path)?;
+    if (bytes, xxh3) != (entry.bytes, entry.xxh3) {
+        return Err(Error::corrupted(
+            path,
+            format!(
+                "segment of {bytes} bytes with xxh3 {xxh3:016x}, the commit log records {} bytes \
+                 with xxh3 {:016x}",
+                entry.bytes, entry.xxh3
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// The size and xxh3-64 of the bytes of `file` (named `path`), from its current offset.
@@ -224,6 +327,17 @@ fn hash(file: &mut std::fs::File, path: &Path) -> Result<(u64, u64)> {
 /// backend keeps a bounded set of each.
 pub(crate) struct Segment {
     path: PathBuf,
+    /// The file's stamp when it was opened, and the size and whole-file xxh3 the commit log
+    /// records: a read of every key checks the whole file first unless `whole` says it was.
+    stamp: FileStamp,
+    recorded: (u64, u64),
+    /// Set once the whole file's xxh3 matched (at open, or before every key was read).
+    whole: OnceLock<()>,
+    /// Set when the segment is read a row at a time (see [`Segment::open`]'s `random`): the
+    /// handle's advisor, which says when a row's pages are advised before it is read.
+    advisor: Option<Arc<ColdReadAdvisor>>,
+    /// The map the direct readers share, for advice; `None` when libhdf5 reads the rows.
+    mapped: Option<Arc<MappedFile>>,
     checksums: Vec<u64>,
     keys: ColumnReader,
     shapes: ColumnReader,
@@ -234,10 +348,19 @@ pub(crate) struct Segment {
 }
 
 impl Segment {
-    /// Opens the segment at `path` committed as `entry`. Its size, and its whole-file xxh3
-    /// unless the file still has the stamp `verified` (of the last time its checksum matched),
-    /// are checked before libhdf5 parses it, then that it holds `entry.rows` samples of
-    /// `schema`. Returns the segment and the stamp its checksum now holds for.
+    /// Opens the segment at `path` committed as `entry`. Its size, and (unless the file still
+    /// has the stamp of `verified`, the last check that passed) what the commit log records of
+    /// its bytes, are checked before libhdf5 parses it: the xxh3 of its [`MetaRegions`] when
+    /// the entry has them and `whole` is false (its rows are then checked as they are read, and
+    /// every key before [`Segment::keys`] reads them all), else the whole file's xxh3. Then that
+    /// it holds `entry.rows` samples of `schema`. Returns the segment and what its check now
+    /// holds for.
+    ///
+    /// With `random` (a reader of a cache too large to be read whole soon: the handle's advisor,
+    /// shared by its segments), a detached segment is read a row at a time: its map advised `MADV_RANDOM`, its rows found one at a time
+    /// ([`ColumnReader::resolve_on_read`]), its descriptor chunks advised now and each row's
+    /// pages before the row is read. Without it the first fault's read-around brings the whole
+    /// file in, and a chunk's rows are all resolved at its first read (faster warm reads).
     ///
     /// Errors: `Error::Corrupted` for damage; `Error::Io` when the operating system refuses the
     /// file (missing, no permission, no descriptor left, libhdf5's lock held elsewhere).
@@ -245,8 +368,10 @@ impl Segment {
         path: &Path,
         schema: &Schema,
         entry: &SegmentEntry,
-        verified: Option<FileStamp>,
-    ) -> Result<(Segment, FileStamp)> {
+        verified: Option<Verified>,
+        whole: bool,
+        random: Option<&Arc<ColdReadAdvisor>>,
+    ) -> Result<(Segment, Verified)> {
         let mut opened = open_std(path)?;
         let stamp = FileStamp::of(&opened.metadata().at(path)?);
         if stamp.size != entry.bytes {
@@ -255,19 +380,31 @@ impl Segment {
                 format!("segment holds {} bytes, the commit log says {}", stamp.size, entry.bytes),
             ));
         }
-        if verified != Some(stamp) {
-            let (bytes, xxh3) = hash(&mut opened, path)?;
-            if (bytes, xxh3) != (entry.bytes, entry.xxh3) {
-                return Err(Error::corrupted(
-                    path,
-                    format!(
-                        "segment of {bytes} bytes with xxh3 {xxh3:016x}, the commit log records \
-                         {} bytes with xxh3 {:016x}",
-                        entry.bytes, entry.xxh3
-                    ),
-                ));
-            }
-        }
+        let verified = match verified.filter(|v| v.stamp == stamp && (v.whole || !whole)) {
+            Some(verified) => verified,
+            None => match entry.meta.as_ref().filter(|_| !whole) {
+                Some(meta) => {
+                    let xxh3 = hash_ranges(&mut opened, path, &meta.ranges)?;
+                    if xxh3 != meta.xxh3 {
+                        let bytes: u64 = meta.ranges.iter().map(|[s, e]| e - s).sum();
+                        return Err(Error::corrupted(
+                            path,
+                            format!(
+                                "the segment's metadata ({bytes} bytes in {} ranges) has xxh3 \
+                                 {xxh3:016x}, the commit log records {:016x}",
+                                meta.ranges.len(),
+                                meta.xxh3
+                            ),
+                        ));
+                    }
+                    Verified { stamp, whole: false }
+                }
+                None => {
+                    check_whole(&mut opened, path, entry)?;
+                    Verified { stamp, whole: true }
+                }
+            },
+        };
         // Closed before libhdf5 opens the file: one descriptor per open segment, not two.
         drop(opened);
         let file = open_hdf5(path, "the segment")?;
@@ -313,8 +450,17 @@ impl Segment {
         }
         // Every group closed: once the columns detach, nothing of the file is open in libhdf5.
         drop((fields, section));
+        let whole_checked = OnceLock::new();
+        if verified.whole {
+            let _ = whole_checked.set(());
+        }
         let mut segment = Segment {
             path: path.to_path_buf(),
+            stamp,
+            recorded: (entry.bytes, entry.xxh3),
+            whole: whole_checked,
+            advisor: random.cloned(),
+            mapped,
             checksums: index.iter().map(|r| r.checksum).collect(),
             keys,
             shapes,
@@ -322,7 +468,68 @@ impl Segment {
             _file: Some(file),
         };
         segment.detach()?;
-        Ok((segment, stamp))
+        if !segment.is_detached() {
+            segment.advisor = None;
+        }
+        if segment.advisor.is_some() {
+            // Rows are found one at a time, each checked by its checksum: a get reads its
+            // row's pages, not the segment (see `MetaRegions`).
+            for column in segment.all_columns_mut() {
+                column.resolve_on_read();
+            }
+            if let Some(mapped) = &segment.mapped {
+                mapped.advise_random();
+            }
+            // The descriptor chunks a get reads next, read now together (a few KiB each,
+            // beside the metadata just read).
+            segment.shapes.will_need_chunks();
+            segment.columns.iter().for_each(|(column, _)| column.will_need_chunks());
+        }
+        Ok((segment, verified))
+    }
+
+    /// Every column: keys, shapes, fields.
+    fn all_columns_mut(&mut self) -> impl Iterator<Item = &mut ColumnReader> {
+        [&mut self.keys, &mut self.shapes]
+            .into_iter()
+            .chain(self.columns.iter_mut().map(|(column, _)| column))
+    }
+
+    /// The file byte ranges stowage's own readers parse (every chunk and collection of every
+    /// column), `None` when a column is read through libhdf5. For a file this process wrote.
+    fn data_ranges(&self) -> Result<Option<Vec<std::ops::Range<u64>>>> {
+        let mut ranges = Vec::new();
+        let columns = [(&self.keys, Element::U8), (&self.shapes, Element::I64)]
+            .into_iter()
+            .chain(self.columns.iter().map(|(column, element)| (column, *element)));
+        for (column, element) in columns {
+            match column.data_ranges(element)? {
+                Some(found) => ranges.extend(found),
+                None => return Ok(None),
+            }
+        }
+        Ok(Some(ranges))
+    }
+
+    /// Checks the whole file's xxh3 against the commit log, unless done already (at open, or
+    /// before): what a read of every key needs, as its keys are not read with their rows.
+    fn check_whole(&self) -> Result<()> {
+        if self.whole.get().is_some() {
+            return Ok(());
+        }
+        let mut file = open_std(&self.path)?;
+        let stamp = FileStamp::of(&file.metadata().at(&self.path)?);
+        if stamp != self.stamp {
+            return Err(Error::corrupted(
+                &self.path,
+                "the segment file changed since it was opened (its size, times or inode)",
+            ));
+        }
+        let (bytes, xxh3) = self.recorded;
+        let entry = SegmentEntry { id: 0, rows: 0, bytes, xxh3, meta: None };
+        check_whole(&mut file, &self.path, &entry)?;
+        let _ = self.whole.set(());
+        Ok(())
     }
 
     /// Closes the libhdf5 file when every column reads from the map alone (stowage's own
@@ -345,8 +552,14 @@ impl Segment {
         self._file.is_none()
     }
 
-    /// The keys, by row, read from the segment.
+    /// The keys, by row, read from the segment, once the whole file's xxh3 matched the commit
+    /// log (keys read alone are covered by no other check). The file is then in the page cache
+    /// (its map is advised to be read whole: it was advised `MADV_RANDOM`).
     pub fn keys(&self) -> Result<Vec<String>> {
+        self.check_whole()?;
+        if let Some(mapped) = &self.mapped {
+            mapped.will_need(0..mapped.len());
+        }
         let path = &self.path;
         self.keys
             .read_all(Element::U8)?
@@ -359,14 +572,68 @@ impl Segment {
             .collect()
     }
 
-    /// The key of row `row`, read from the segment.
+    /// The key of row `row`, read from the segment: checked against the row's checksum (with
+    /// the row's shape row and values) unless the whole file was checked.
     ///
-    /// Errors: `Error::Corrupted` naming the segment when the row is missing or the key is not
-    /// UTF-8.
+    /// Errors: `Error::Corrupted` naming the segment when the row is missing or damaged or the
+    /// key is not UTF-8.
     pub fn key(&self, row: usize) -> Result<String> {
         let bytes = self.keys.read(row as u64, Element::U8, "key row")?;
+        if self.whole.get().is_none() {
+            let (shape_bytes, fields) = self.row_bytes(row, None)?;
+            let stored = *self.checksums.get(row).ok_or_else(|| {
+                Error::corrupted(&self.path, format!("row {row} is past the index table"))
+            })?;
+            let computed = checksum(&bytes, &shape_bytes, &fields);
+            if computed != stored {
+                return Err(Error::corrupted(
+                    &self.path,
+                    format!(
+                        "row {row}: checksum {computed:016x} of the stored key and values != \
+                         recorded {stored:016x}"
+                    ),
+                ));
+            }
+        }
         String::from_utf8(bytes)
             .map_err(|_| Error::corrupted(&self.path, format!("key of row {row} is not UTF-8")))
+    }
+
+    /// Adds to `plan` the pages a read of row `row` starts with (each column's collection
+    /// page; the columns' chunks are decoded now, read from the map): a batch advises every
+    /// row's together before reading them.
+    pub fn plan_row<'a>(&'a self, row: usize, plan: &mut PagePlan<'a>) {
+        let Some(mapped) = &self.mapped else { return };
+        let columns = std::iter::once(&self.shapes).chain(self.columns.iter().map(|(c, _)| c));
+        for column in columns {
+            if let Some(range) = column.row_page(row as u64) {
+                let _ = plan.add(mapped.whole(), range);
+            }
+        }
+    }
+
+    /// Row `row`'s shape row and field bytes as stored (unchecked), its pages advised together
+    /// first when they may be cold ([`ColdReadAdvisor`]: each column's collection page).
+    fn row_bytes(&self, row: usize, schema: Option<&Schema>) -> Result<(Vec<u8>, Vec<Vec<u8>>)> {
+        if let Some(advisor) = self.advisor.as_ref().filter(|a| a.get_wants_probe()) {
+            let mut plan = PagePlan::with_capacity(1 + self.columns.len());
+            self.plan_row(row, &mut plan);
+            advisor.before_get(&mut plan);
+        }
+        let fields: Vec<Vec<u8>> = self
+            .columns
+            .iter()
+            .enumerate()
+            .map(|(i, (column, element))| {
+                let what = match schema.and_then(|schema| schema.fields.get(i)) {
+                    Some(spec) => format!("field {:?}", spec.name),
+                    None => format!("field {i}"),
+                };
+                column.read(row as u64, *element, &what)
+            })
+            .collect::<Result<_>>()?;
+        let shape_bytes = self.shapes.read(row as u64, Element::I64, "shape row")?;
+        Ok((shape_bytes, fields))
     }
 
     /// The sample of row `row`, whose key is `key` (as [`Segment::keys`] read it), checked
@@ -394,15 +661,7 @@ impl Segment {
     /// [`Segment::read`], its errors not yet naming the key.
     fn read_row(&self, schema: &Schema, row: usize, key: &str) -> Result<Sample> {
         let corrupted = |detail: String| Error::corrupted(&self.path, detail);
-        let fields: Vec<Vec<u8>> = self
-            .columns
-            .iter()
-            .zip(&schema.fields)
-            .map(|((column, element), spec)| {
-                column.read(row as u64, *element, &format!("field {:?}", spec.name))
-            })
-            .collect::<Result<_>>()?;
-        let shape_bytes = self.shapes.read(row as u64, Element::I64, "shape row")?;
+        let (shape_bytes, fields) = self.row_bytes(row, Some(schema))?;
         let stored = self.checksums[row];
         let computed = checksum(key.as_bytes(), &shape_bytes, &fields);
         if computed != stored {
@@ -451,6 +710,178 @@ mod tests {
         Sample::new().with("x", Tensor::from_slice(&[1], &[value]).unwrap())
     }
 
+    fn advisor() -> Arc<ColdReadAdvisor> {
+        Arc::new(ColdReadAdvisor::new(stowage_core::cold_reads::ColdReadAdvice::Adaptive))
+    }
+
+    /// A segment of 3 rows of `x: u32[1]` whose values are `0xA5A5_0000 + row`, written and
+    /// committed as the writer does; its path, schema and entry.
+    fn committed(dir: &Path) -> (PathBuf, Schema, SegmentEntry) {
+        let path = dir.join("segment_000000.h5");
+        let schema = Schema::new().tensor("x", DType::U32, ShapeRule::Fixed(vec![1]));
+        let samples: Vec<Sample> = (0..3).map(|row| sample(0xA5A5_0000 + row)).collect();
+        let rows: Vec<(String, &Sample)> =
+            samples.iter().enumerate().map(|(row, s)| (format!("key{row}"), s)).collect();
+        let rows: Vec<(&str, &Sample)> = rows.iter().map(|(k, s)| (k.as_str(), *s)).collect();
+        write(&path, &schema, &rows).unwrap();
+        let (entry, verified) = commit_entry(&path, &schema, 0, 3).unwrap();
+        assert!(verified.whole, "the writer hashed the whole file");
+        (path, schema, entry)
+    }
+
+    /// Flips one bit of byte `at` of the file at `path` (a rewrite in place: a new stamp).
+    fn flip(path: &Path, at: usize) {
+        let mut bytes = std::fs::read(path).unwrap();
+        bytes[at] ^= 0x10;
+        std::fs::write(path, bytes).unwrap();
+    }
+
+    /// Where row `row`'s value (`0xA5A5_0000 + row`, little-endian) lies in the file.
+    fn value_at(path: &Path, row: u32) -> usize {
+        let bytes = std::fs::read(path).unwrap();
+        let value = (0xA5A5_0000u32 + row).to_le_bytes();
+        let found: Vec<usize> =
+            bytes.windows(4).enumerate().filter(|(_, w)| *w == value).map(|(i, _)| i).collect();
+        assert_eq!(found.len(), 1, "row {row}'s value is stored once");
+        found[0]
+    }
+
+    fn corrupted_naming(result: Result<impl std::fmt::Debug>, path: &Path, what: &str) {
+        match result {
+            Err(Error::Corrupted { path: named, detail, .. }) => {
+                assert_eq!(named, path, "{detail}");
+                assert!(detail.contains(what), "{detail}");
+            }
+            other => panic!("expected Error::Corrupted naming {}, got {other:?}", path.display()),
+        }
+    }
+
+    /// The writer records the metadata regions: the heap collections and descriptor chunks
+    /// (what stowage's own readers parse) are outside them, the superblock and the index table
+    /// inside, and the row values of a 3-row segment are not hashed at first use.
+    #[test]
+    fn meta_regions_leave_out_the_rows_and_cover_the_rest() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, _, entry) = committed(dir.path());
+        let meta = entry.meta.as_ref().expect("stowage's own layout has meta regions");
+        let inside = |at: u64| meta.ranges.iter().any(|[s, e]| (*s..*e).contains(&at));
+        assert!(inside(0), "the superblock is metadata");
+        assert!(inside(entry.bytes - 1), "the file's last byte (metadata) is covered");
+        for row in 0..3 {
+            assert!(!inside(value_at(&path, row) as u64), "row {row}'s value is row data");
+        }
+        assert!(meta.ranges.windows(2).all(|w| w[0][1] < w[1][0]), "sorted, disjoint");
+        let hashed: u64 = meta.ranges.iter().map(|[s, e]| e - s).sum();
+        assert!(hashed < entry.bytes, "{hashed} of {} bytes", entry.bytes);
+    }
+
+    /// A flipped byte in the metadata is an error at first use, before libhdf5 opens the file,
+    /// naming the file.
+    #[test]
+    fn a_damaged_metadata_byte_is_an_error_at_first_use() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, schema, entry) = committed(dir.path());
+        let meta = entry.meta.clone().unwrap();
+        // A byte in every metadata range in turn (its middle), each on a fresh copy.
+        let original = std::fs::read(&path).unwrap();
+        for [start, end] in meta.ranges {
+            std::fs::write(&path, &original).unwrap();
+            flip(&path, ((start + end) / 2) as usize);
+            let opened =
+                Segment::open(&path, &schema, &entry, None, false, Some(&advisor())).map(drop);
+            corrupted_naming(opened, &path, "metadata");
+        }
+    }
+
+    /// A flipped byte in a row's value, outside the metadata: the segment opens (only its
+    /// metadata is checked), the damaged row is `Error::Corrupted` naming the file when read
+    /// (its key's lookup, its key, every key), the other rows read as written, and the whole
+    /// file check (`validate`'s, and an old entry's without meta regions) fails at open.
+    #[test]
+    fn a_damaged_row_byte_is_an_error_when_its_row_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, schema, entry) = committed(dir.path());
+        flip(&path, value_at(&path, 1));
+        let (segment, verified) =
+            Segment::open(&path, &schema, &entry, None, false, Some(&advisor())).unwrap();
+        assert!(!verified.whole);
+        assert_eq!(segment.read(&schema, 0, "key0").unwrap(), sample(0xA5A5_0000));
+        assert_eq!(segment.read(&schema, 2, "key2").unwrap(), sample(0xA5A5_0002));
+        corrupted_naming(segment.read(&schema, 1, "key1"), &path, "checksum");
+        corrupted_naming(segment.read_if_key(&schema, 1, "key1"), &path, "checksum");
+        assert_eq!(segment.key(0).unwrap(), "key0");
+        corrupted_naming(segment.key(1), &path, "checksum");
+        corrupted_naming(segment.keys(), &path, "xxh3");
+
+        corrupted_naming(
+            Segment::open(&path, &schema, &entry, None, true, Some(&advisor())).map(drop),
+            &path,
+            "xxh3",
+        );
+        let old = SegmentEntry { meta: None, ..entry.clone() };
+        corrupted_naming(
+            Segment::open(&path, &schema, &old, None, false, Some(&advisor())).map(drop),
+            &path,
+            "xxh3",
+        );
+    }
+
+    /// A damaged key byte (outside the metadata): reading the key checks its row's checksum.
+    #[test]
+    fn a_damaged_key_byte_is_an_error_when_the_key_is_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, schema, entry) = committed(dir.path());
+        let bytes = std::fs::read(&path).unwrap();
+        let at = bytes.windows(4).position(|w| w == b"key2").unwrap();
+        assert!(
+            !entry
+                .meta
+                .as_ref()
+                .unwrap()
+                .ranges
+                .iter()
+                .any(|[s, e]| (*s..*e).contains(&(at as u64)))
+        );
+        flip(&path, at + 3);
+        let (segment, _) =
+            Segment::open(&path, &schema, &entry, None, false, Some(&advisor())).unwrap();
+        corrupted_naming(segment.key(2), &path, "checksum");
+        // The row's own values, checked with the key asked for, are intact: read as written.
+        assert_eq!(segment.read_if_key(&schema, 2, "key2").unwrap(), Some(sample(0xA5A5_0002)));
+        assert_eq!(segment.key(0).unwrap(), "key0");
+    }
+
+    /// Old entries (no meta regions) still open, checked whole; entries written now still read
+    /// as the code before them read entries (the new field is ignored).
+    #[test]
+    fn entries_without_meta_regions_open_and_new_entries_read_as_old_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, schema, entry) = committed(dir.path());
+        let old = SegmentEntry { meta: None, ..entry.clone() };
+        let (segment, verified) =
+            Segment::open(&path, &schema, &old, None, false, Some(&advisor())).unwrap();
+        assert!(verified.whole);
+        assert_eq!(segment.keys().unwrap(), ["key0", "key1", "key2"]);
+
+        let json = serde_json::to_string(&entry).unwrap();
+        assert!(json.contains("\"meta\""), "{json}");
+        let old_json = serde_json::to_string(&old).unwrap();
+        assert!(!old_json.contains("meta"), "absent when None: {old_json}");
+        assert_eq!(serde_json::from_str::<SegmentEntry>(&old_json).unwrap(), old);
+        /// The segment entry of the code before meta regions.
+        #[derive(serde::Deserialize, Debug, PartialEq)]
+        struct Previous {
+            id: u64,
+            rows: u64,
+            bytes: u64,
+            xxh3: u64,
+        }
+        let previous: Previous = serde_json::from_str(&json).unwrap();
+        let expected =
+            Previous { id: entry.id, rows: entry.rows, bytes: entry.bytes, xxh3: entry.xxh3 };
+        assert_eq!(previous, expected);
+    }
+
     /// `read_if_key` confirms a candidate row by its checksum: the row of the key asked for is
     /// returned, another key's row is `None`, and a damaged row of the key asked for is an error
     /// naming it, never `None` (a lookup would then call a present key absent).
@@ -462,8 +893,9 @@ mod tests {
         let (a, b) = (sample(7), sample(9));
         write(&path, &schema, &[("a", &a), ("b", &b)]).unwrap();
         let (bytes, xxh3) = hash(&mut std::fs::File::open(&path).unwrap(), &path).unwrap();
-        let entry = SegmentEntry { id: 0, rows: 2, bytes, xxh3 };
-        let (mut segment, _) = Segment::open(&path, &schema, &entry, None).unwrap();
+        let entry = SegmentEntry { id: 0, rows: 2, bytes, xxh3, meta: None };
+        let (mut segment, _) =
+            Segment::open(&path, &schema, &entry, None, false, Some(&advisor())).unwrap();
 
         assert_eq!(segment.read_if_key(&schema, 0, "a").unwrap(), Some(a));
         assert_eq!(segment.read_if_key(&schema, 1, "b").unwrap(), Some(b));

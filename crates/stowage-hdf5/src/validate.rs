@@ -60,7 +60,7 @@ pub(crate) fn validate(dir: &Path, level: ValidationLevel) -> Result<ValidationR
         let path = super::backend::segment_path(dir, entry.id);
         report.files_checked += 1;
         // Always hashed here, whatever a handle verified before: validate re-reads from disk.
-        let opened = Segment::open(&path, schema, entry, None)
+        let opened = Segment::open(&path, schema, entry, None, true, None)
             .and_then(|(segment, _)| Ok((segment.keys()?, segment)));
         let (keys, segment) = match opened {
             Ok(opened) => opened,
@@ -135,7 +135,7 @@ fn check_runs(
     for entry in entries {
         let path = run_path(dir, entry.first, entry.through);
         report.files_checked += 1;
-        let run = match open_run(dir, entry) {
+        let run = match open_run(dir, entry, false) {
             Ok(run) => run,
             Err(e) => {
                 let why = "readers do not use it, and read its segments' keys at open instead";

@@ -22,9 +22,15 @@ fn records() -> Vec<Record> {
         .bytes("b");
     vec![
         Record::Cache(commit_log::new_header(schema)),
-        Record::Segment(SegmentEntry { id: 0, rows: 3, bytes: 4096, xxh3: 0x0123_4567_89ab_cdef }),
+        Record::Segment(SegmentEntry {
+            id: 0,
+            rows: 3,
+            bytes: 4096,
+            xxh3: 0x0123_4567_89ab_cdef,
+            meta: None,
+        }),
         Record::Finalized,
-        Record::Segment(SegmentEntry { id: 1, rows: 2, bytes: 2048, xxh3: u64::MAX }),
+        Record::Segment(SegmentEntry { id: 1, rows: 2, bytes: 2048, xxh3: u64::MAX, meta: None }),
         Record::Finalized,
     ]
 }

@@ -3,6 +3,7 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 use hdf5::Dataset;
@@ -15,13 +16,50 @@ use crate::ffi::{self, Element};
 
 /// A decoded chunk: where each of its rows' values lie in the file, or nothing for a chunk never
 /// written (every row empty, the fill value).
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 enum Chunk {
     Unwritten,
+    /// The chunk's descriptors as stored (16 bytes per row), each row's heap object found when
+    /// the row is first read ([`DirectReader::resolve_on_read`]) and where it lies kept in
+    /// `resolved` (by row of the chunk: [`pack`]ed file offset and length, 0 until found), so a
+    /// warm read is one load, as with [`Chunk::Rows`].
+    Descriptors {
+        descriptors: Box<[u8]>,
+        resolved: Box<[AtomicU64]>,
+    },
     /// By row of the chunk: the file offset and length of its values, every descriptor followed
     /// to its heap object once, when the chunk was decoded (a read is then one index, not a
     /// collection lookup). A row whose object does not resolve is [`BAD_ROW`].
     Rows(Box<[(u64, u64)]>),
+}
+
+impl Clone for Chunk {
+    fn clone(&self) -> Chunk {
+        match self {
+            Chunk::Unwritten => Chunk::Unwritten,
+            Chunk::Descriptors { descriptors, resolved } => Chunk::Descriptors {
+                descriptors: descriptors.clone(),
+                resolved: resolved
+                    .iter()
+                    .map(|w| AtomicU64::new(w.load(Ordering::Relaxed)))
+                    .collect(),
+            },
+            Chunk::Rows(rows) => Chunk::Rows(rows.clone()),
+        }
+    }
+}
+
+/// A row's file offset and length as one word for [`Chunk::Descriptors`]' `resolved`: offset
+/// below 2^40, length from 1 to 2^24 - 1 (never 0: 0 means not resolved); `None` otherwise (the
+/// row is then found again at every read).
+fn pack(start: usize, len: usize) -> Option<u64> {
+    let (start, len) = (u64::try_from(start).ok()?, u64::try_from(len).ok()?);
+    (start < 1 << 40 && (1..1 << 24).contains(&len)).then_some(start << 24 | len)
+}
+
+/// The file offset and length of a [`pack`]ed word.
+fn unpack(word: u64) -> (usize, usize) {
+    ((word >> 24) as usize, (word & ((1 << 24) - 1)) as usize)
 }
 
 /// The [`Chunk::Rows`] entry of a row whose descriptor or heap object is damaged: its read
@@ -42,6 +80,10 @@ pub(crate) struct DirectReader {
     /// The chunks kept once decoded, by number: as many as the file could hold written chunks
     /// (see [`kept_chunks`]); chunks past them are decoded on every read.
     chunks: Box<[OnceLock<Chunk>]>,
+    /// Chunks keep their descriptors and each read finds its row's heap object
+    /// ([`DirectReader::resolve_on_read`]), instead of resolving every row of a chunk when it is
+    /// decoded.
+    lazy: bool,
 }
 
 /// Where a reader finds its chunks.
@@ -91,6 +133,7 @@ impl DirectReader {
             pipeline,
             element,
             chunks: (0..chunks).map(|_| OnceLock::new()).collect(),
+            lazy: false,
         }))
     }
 
@@ -114,6 +157,73 @@ impl DirectReader {
             .collect::<Result<Box<[_]>, String>>()?;
         self.locations = Locations::Detached(locations);
         Ok(true)
+    }
+
+    /// From now on a chunk is decoded to its descriptors only, and a read walks its row's
+    /// collection to the row's object ([`super::global_heap::find`]): a cold read of one row
+    /// touches its chunk and its own collection, not the collection of every row of the chunk
+    /// (a 2,048-row chunk of 16-byte rows points into 16 collections, most of a segment). A
+    /// warm read pays the walk (up to a few hundred object headers of a 4 KiB collection). For
+    /// readers whose rows are checked against a checksum: the walk stops at the object and does
+    /// not check the rest of the collection (an index listed twice reads the first).
+    pub fn resolve_on_read(&mut self) {
+        self.lazy = true;
+    }
+
+    /// The file byte ranges of this dataset's stored chunks and of every global heap collection
+    /// its rows point to (each chunk decoded, each collection parsed): the bytes stowage's own
+    /// readers parse, as opposed to libhdf5's metadata. Only for a file this process trusts
+    /// (one it just wrote): nothing is kept.
+    ///
+    /// Errors: what is wrong with a chunk or a collection.
+    pub fn data_ranges(&self) -> Result<Vec<std::ops::Range<u64>>, String> {
+        let Locations::Detached(locations) = &self.locations else {
+            return Err("the dataset is not detached".into());
+        };
+        let mut ranges = Vec::new();
+        let mut collections = std::collections::HashSet::new();
+        for (number, location) in locations.iter().enumerate() {
+            let Some(location) = location else { continue };
+            ranges.push(self.file.file_range(location.address, location.size)?);
+            let Some(descriptors) = self.chunk_descriptors(number as u64)? else { continue };
+            for descriptor in descriptors.chunks_exact(DESCRIPTOR) {
+                let Descriptor { count, address, .. } = Descriptor::decode(descriptor);
+                if count != 0 && collections.insert(address) {
+                    ranges.push(self.file.collection_span(address)?);
+                }
+            }
+        }
+        Ok(ranges)
+    }
+
+    /// Advises the kernel to read the stored bytes of every chunk now
+    /// ([`MappedFile::will_need`]): they are read together, not one fault each later.
+    pub fn will_need_chunks(&self) {
+        if let Locations::Detached(locations) = &self.locations {
+            for location in locations.iter().flatten() {
+                if let Ok(range) = self.file.file_range(location.address, location.size) {
+                    self.file.will_need(range);
+                }
+            }
+        }
+    }
+
+    /// The file bytes a read of row `row` will start with: the first page of the collection
+    /// its object lies in (a lazy reader's, its chunk decoded now; `None` otherwise, or for an
+    /// empty or damaged row). A read of several columns' rows advises these together first.
+    pub fn row_page(&self, row: u64) -> Option<std::ops::Range<usize>> {
+        if !self.lazy || row >= self.rows {
+            return None;
+        }
+        let chunk = self.chunk(row / self.chunk_rows).ok()?;
+        let Chunk::Descriptors { descriptors, .. } = chunk.as_ref() else { return None };
+        let at = (row % self.chunk_rows) as usize * DESCRIPTOR;
+        let Descriptor { count, address, .. } = Descriptor::decode(&descriptors[at..]);
+        if count == 0 {
+            return None;
+        }
+        let start = self.file.file_range(address, 16).ok()?.start as usize;
+        Some(start..(start + 4096).min(self.file.len() as usize))
     }
 
     /// Whether rows can be returned as `element` values (the stored type, or a float of the
@@ -154,8 +264,31 @@ impl DirectReader {
         }
         let number = row / self.chunk_rows;
         let chunk = self.chunk(number)?;
-        let Chunk::Rows(rows) = chunk.as_ref() else {
-            return Ok(&[]);
+        let rows = match chunk.as_ref() {
+            Chunk::Unwritten => return Ok(&[]),
+            Chunk::Descriptors { descriptors, resolved } => {
+                let at = (row % self.chunk_rows) as usize;
+                let word = resolved[at].load(Ordering::Relaxed);
+                if word != 0 {
+                    // Packed from a range of this map at its first read: in bounds.
+                    let (start, len) = unpack(word);
+                    return Ok(self.file.range(start..start + len));
+                }
+                let size = self.element.size();
+                let bytes =
+                    row_object(row, &descriptors[at * DESCRIPTOR..], size, |address, index| {
+                        self.file.find_object(address, index)
+                    })?;
+                if !bytes.is_empty() {
+                    // A slice of the map (an empty row is not: it is never kept).
+                    let start = bytes.as_ptr() as usize - self.file.whole().as_ptr() as usize;
+                    if let Some(word) = pack(start, bytes.len()) {
+                        resolved[at].store(word, Ordering::Relaxed);
+                    }
+                }
+                return Ok(bytes);
+            }
+            Chunk::Rows(rows) => rows,
         };
         let (start, len) = rows[(row % self.chunk_rows) as usize];
         if (start, len) != BAD_ROW {
@@ -188,6 +321,13 @@ impl DirectReader {
         let Some(descriptors) = self.chunk_descriptors(number)? else {
             return Ok(Chunk::Unwritten);
         };
+        if self.lazy {
+            let resolved = (0..self.chunk_rows).map(|_| AtomicU64::new(0)).collect();
+            return Ok(Chunk::Descriptors {
+                descriptors: descriptors.into_boxed_slice(),
+                resolved,
+            });
+        }
         let size = self.element.size();
         let mut collections: HashMap<u64, Result<Collection, String>> = HashMap::new();
         let rows = descriptors

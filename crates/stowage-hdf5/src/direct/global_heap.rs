@@ -116,6 +116,86 @@ pub(crate) fn parse(file: &[u8], at: u64) -> Result<Collection, String> {
     Ok(Collection { objects })
 }
 
+/// The file bytes of the whole collection at byte `at` of `file` (header included), once it
+/// parses ([`parse`]): what a writer lists as a segment's data, not its metadata.
+pub(crate) fn span(file: &[u8], at: u64) -> Result<Range<usize>, String> {
+    parse(file, at)?;
+    let start = at as usize; // In the file: parse checked it.
+    Ok(start..start + u64_at(file, start + 8) as usize)
+}
+
+/// The file byte range of object `index` of the collection at byte `at` of `file`, found by
+/// walking the collection from its start to the object as [`parse`] walks it (every header on
+/// the way checked the same way), without parsing the rest or keeping anything: a cold read of
+/// one row touches the collection's pages up to its object, not every collection of its chunk.
+/// Unlike [`parse`], an index listed twice is not an error (the first is returned): callers
+/// check what they read against a checksum.
+pub(crate) fn find(file: &[u8], at: u64, index: u32) -> Result<Range<usize>, String> {
+    let start = usize::try_from(at).ok().filter(|&s| s.saturating_add(HEADER) <= file.len());
+    let Some(start) = start else {
+        return Err(format!(
+            "global heap collection at byte {at} lies past the file's end ({} bytes)",
+            file.len()
+        ));
+    };
+    let header = &file[start..start + HEADER];
+    if &header[..4] != b"GCOL" || header[4] != 1 {
+        return Err(format!("no global heap collection (GCOL version 1) at byte {at}"));
+    }
+    let size = u64_at(header, 8);
+    let end = usize::try_from(size)
+        .ok()
+        .and_then(|size| start.checked_add(size))
+        .filter(|&end| end <= file.len() && end >= start + HEADER);
+    let Some(end) = end else {
+        return Err(format!(
+            "global heap collection at byte {at} claims {size} bytes; the file holds {}",
+            file.len()
+        ));
+    };
+    let wanted = u16::try_from(index).ok().filter(|&i| i != 0);
+    let body = &file[start..end];
+    let mut p = HEADER;
+    while let Some(wanted) = wanted {
+        if body.len() - p < HEADER {
+            break;
+        }
+        let found = u16::from_le_bytes([body[p], body[p + 1]]);
+        let object_size = u64_at(body, p + 8);
+        let data = p + HEADER;
+        let next = if found == 0 {
+            usize::try_from(object_size)
+                .ok()
+                .filter(|&step| step > 0)
+                .and_then(|step| p.checked_add(step))
+                .filter(|&next| next <= body.len())
+        } else {
+            usize::try_from(object_size)
+                .ok()
+                .and_then(|n| data.checked_add(n))
+                .filter(|&data_end| data_end <= body.len())
+                .map(|_| (data + (object_size as usize).next_multiple_of(8)).min(body.len()))
+        };
+        let Some(next) = next else {
+            return Err(format!(
+                "global heap collection at byte {at}: {} of {object_size} bytes at byte {} runs \
+                 past the collection's {} bytes",
+                if found == 0 { "free space".to_owned() } else { format!("object {found}") },
+                start + p,
+                body.len()
+            ));
+        };
+        if found == wanted {
+            return Ok(start + data..start + data + object_size as usize);
+        }
+        if next >= body.len() {
+            break;
+        }
+        p = next;
+    }
+    Err(format!("global heap collection at byte {at} holds no object {index}"))
+}
+
 /// The collections of one file read so far, each parsed once.
 ///
 /// Collections may overlap in a hostile file (one inside another's data), so what is kept is
@@ -323,6 +403,41 @@ pub(crate) mod tests {
         let missing = heap.object(&file, 8, 4).unwrap_err();
         assert!(missing.contains("holds no object 4"), "{missing}");
         assert!(heap.object(&file, 8, 70_000).is_err());
+    }
+
+    /// `find` walks to the object `parse` lists, and `span` is the whole collection; on damage
+    /// both `find` and `parse` fail or `find` returns a range inside the collection, never a
+    /// panic or a read outside the file.
+    #[test]
+    fn find_agrees_with_parse_and_damage_is_an_error() {
+        let mut file = vec![0xAA; 8];
+        file.extend(collection(&[(1, b"abc"), (2, b""), (3, &[7; 16])], Some(4096)));
+        file.extend(collection(&[(1, b"second")], None));
+        let parsed = parse(&file, 8).unwrap();
+        for index in 1..=3 {
+            assert_eq!(find(&file, 8, index).unwrap(), parsed.object(index).unwrap());
+        }
+        assert_eq!(&file[find(&file, 8 + 4096, 1).unwrap()], b"second");
+        assert_eq!(span(&file, 8).unwrap(), 8..8 + 4096);
+        assert!(find(&file, 8, 4).unwrap_err().contains("holds no object 4"));
+        assert!(find(&file, 8, 0).is_err(), "index 0 is free space, never an object");
+        assert!(find(&file, 8, 70_000).is_err());
+        let good = collection(&[(1, b"abcdefgh"), (2, b"xy")], Some(64));
+        for at in 0..good.len() {
+            for value in [0x00, 0xFF, 0x80, 0x01] {
+                let mut bad = good.clone();
+                bad[at] = value;
+                for index in 0..4 {
+                    if let Ok(range) = find(&bad, 0, index) {
+                        assert!(range.end <= bad.len());
+                    }
+                }
+            }
+            let _ = find(&good[..at], 0, 1);
+        }
+        let mut past = good.clone();
+        past[16 + 8..16 + 16].copy_from_slice(&1000u64.to_le_bytes());
+        assert!(find(&past, 0, 2).unwrap_err().contains("runs past"));
     }
 
     #[test]

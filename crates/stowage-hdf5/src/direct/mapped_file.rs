@@ -42,6 +42,11 @@ impl MappedFile {
         Ok(Some(Arc::new(MappedFile { map, base, heap: GlobalHeap::default() })))
     }
 
+    /// The whole map (for advice: reads go through the checked accessors).
+    pub fn whole(&self) -> &[u8] {
+        &self.map
+    }
+
     /// Bytes in the file (the user block included).
     pub fn len(&self) -> u64 {
         self.map.len() as u64
@@ -70,6 +75,53 @@ impl MappedFile {
     /// The data of global heap object `index` of the collection at HDF5 `address`.
     pub fn heap_object(&self, address: u64, index: u32) -> Result<&[u8], String> {
         self.heap.object(&self.map, self.offset(address)?, index)
+    }
+
+    /// The data of object `index` of the collection at HDF5 `address`, found by walking the
+    /// collection to it, nothing parsed or kept ([`global_heap::find`]).
+    pub fn find_object(&self, address: u64, index: u32) -> Result<&[u8], String> {
+        let range = global_heap::find(&self.map, self.offset(address)?, index)?;
+        Ok(&self.map[range])
+    }
+
+    /// The file bytes of the whole collection at HDF5 `address` ([`global_heap::span`]).
+    pub fn collection_span(&self, address: u64) -> Result<std::ops::Range<u64>, String> {
+        let range = global_heap::span(&self.map, self.offset(address)?)?;
+        Ok(range.start as u64..range.end as u64)
+    }
+
+    /// The file byte range of the `len` bytes at HDF5 `address`, when they lie in the file.
+    pub fn file_range(&self, address: u64, len: u64) -> Result<std::ops::Range<u64>, String> {
+        let start = self.offset(address)?;
+        self.bytes(address, len)?;
+        Ok(start..start + len)
+    }
+
+    /// Advises the map `MADV_RANDOM`: a page fault reads its own page, not the kernel's
+    /// read-around (up to `read_ahead_kb`, which for a segment file is the whole file). For a
+    /// file whose reads are single rows, each found through bytes already read. A hint: a
+    /// refusal changes nothing that is read.
+    pub fn advise_random(&self) {
+        #[cfg(unix)]
+        let _ = self.map.advise(memmap2::Advice::Random);
+    }
+
+    /// Asks the kernel to start reading the pages of file bytes `range` (`MADV_WILLNEED`) and
+    /// returns without waiting: several ranges advised together are read at once. A hint, as
+    /// [`MappedFile::advise_random`]; a range past the end is clamped.
+    pub fn will_need(&self, range: std::ops::Range<u64>) {
+        let len = self.map.len() as u64;
+        let (start, end) = (range.start.min(len), range.end.min(len));
+        let page = stowage_core::cold_reads::page_size() as u64;
+        let start = start / page * page;
+        if end > start {
+            #[cfg(unix)]
+            let _ = self.map.advise_range(
+                memmap2::Advice::WillNeed,
+                start as usize,
+                (end - start) as usize,
+            );
+        }
     }
 
     /// The collection at HDF5 `address`, parsed now and not kept: for a caller that resolves
