@@ -46,6 +46,7 @@ mod ownership;
 mod pending;
 mod pickled_index;
 mod reader;
+mod row_layout;
 mod row_sums;
 mod sample_cache;
 mod schema_json;

@@ -26,7 +26,7 @@
 
 use std::collections::HashSet;
 use std::path::{Path, PathBuf};
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use stowage_core::cold_reads::{
     ColdReadAdvice, ColdReadAdvisor, PARALLEL_OPENS, PagePlan, each_on_threads,
@@ -42,9 +42,10 @@ use crate::layout::Layout;
 use crate::merged_index::{MergedIndex, discover_runs};
 use crate::open_segments::{OpenSegments, Opened, default_max_open_segments};
 use crate::ownership::SegmentOrigin;
+use crate::row_layout::RowLayout;
 use crate::row_sums::{self, RowSums};
 use crate::schema_json::{OutputStructure, SchemaJson};
-use crate::segment::Segment;
+use crate::segment::{MappedSegment, Segment};
 
 /// One segment file (opened on first use, in [`CacheReader::open`]).
 #[derive(Debug)]
@@ -59,9 +60,59 @@ struct SegmentSlot {
 /// by every get from the segment, which can then not be vouched for).
 #[derive(Debug)]
 struct OpenSegment {
-    segment: Segment,
+    /// The segment as opened: row by row when it has checksums, else decoded whole.
+    first: Segment,
     groups: Vec<ColumnGroup>,
     sums: std::result::Result<Option<RowSums>, (PathBuf, String)>,
+    /// The segment decoded whole once [`DECODE_AFTER`] of its rows have been read row by row
+    /// (`None`: it did not decode, and stays read row by row).
+    whole: OnceLock<Option<Segment>>,
+    /// Rows read row by row so far (counted up to [`DECODE_AFTER`]).
+    row_reads: std::sync::atomic::AtomicU32,
+}
+
+/// Bytes by which a segment may differ in length from the last one opened row by row for that
+/// one's layout to guess where a row lies (see [`CacheReader::open_segment`]).
+const TEMPLATE_SLACK: usize = 256;
+
+/// Rows read from a segment row by row after which it is decoded whole. A row read row by row
+/// builds and checks its own arrays (about 4 us more than a read of a decoded segment), a whole
+/// decode costs about 36 us for the scale suite's 2,048-row segments: a segment read this often
+/// is worth decoding (ski rental), one read a few times (a cold or random read of a large cache,
+/// the reopens of a bounded set) is not, and its file is not read whole.
+const DECODE_AFTER: u32 = 8;
+
+impl OpenSegment {
+    /// The segment: decoded whole when it has been, else as opened.
+    fn segment(&self) -> &Segment {
+        match self.whole.get() {
+            Some(Some(whole)) => whole,
+            _ => &self.first,
+        }
+    }
+
+    /// The segment to read a row from: [`OpenSegment::segment`], decoded whole now when this
+    /// is the [`DECODE_AFTER`]th row read row by row.
+    fn segment_for_row(&self) -> &Segment {
+        let segment = self.segment();
+        if segment.by_rows().is_none() || self.whole.get().is_some() {
+            return segment;
+        }
+        use std::sync::atomic::Ordering::Relaxed;
+        if self.row_reads.fetch_add(1, Relaxed) + 1 < DECODE_AFTER {
+            return segment;
+        }
+        let decode = || {
+            // A whole decode reads the keys and every offsets buffer; the map reads at random
+            // (row by row), so they are asked for in one request rather than fault by fault.
+            segment.will_need();
+            segment.decode_whole().ok()
+        };
+        match self.whole.get_or_init(decode) {
+            Some(whole) => whole,
+            None => segment,
+        }
+    }
 }
 
 /// A read-only view of a torchcachex cache directory (`<cache_dir>/<module_id>`).
@@ -92,6 +143,9 @@ pub struct CacheReader {
     /// Tells the kernel which pages a batch will read when they are not in the page cache
     /// ([`crate::ArrowOptions::cold_read_advice`]).
     advisor: ColdReadAdvisor,
+    /// The layout of the last segment opened row by row, and its file's length (see
+    /// [`CacheReader::open_segment`]).
+    template: std::sync::Mutex<Option<(usize, Arc<RowLayout>)>>,
 }
 
 impl CacheReader {
@@ -180,6 +234,7 @@ impl CacheReader {
             checksums_required: false,
             expected_runs,
             advisor: ColdReadAdvisor::new(ColdReadAdvice::default()),
+            template: std::sync::Mutex::new(None),
         };
         reader.load_runs();
         for position in 0..reader.segments.len() {
@@ -230,8 +285,8 @@ impl CacheReader {
         // Checked as a read would check it, but not kept open: a writer indexes every segment it
         // commits, and each open segment keeps its parsed metadata on the heap (about 12 KiB),
         // which grew a writer's heap with its segment count (60 MiB at 10 M keys).
-        let open = self.open_segment(position, false)?;
-        let segment = &open.segment;
+        let open = self.open_segment(position, false, None)?;
+        let segment = open.segment();
         let keys = segment.keys()?;
         let sidecar_path = key_sidecar::sidecar_path(segment.path());
         let sidecar = (!foreign)
@@ -384,7 +439,7 @@ impl CacheReader {
         match (self.structure, self.segments.is_empty()) {
             (Some(structure), _) => Ok(structure),
             (None, true) => Ok(OutputStructure::Tensor),
-            (None, false) => Ok(infer_structure(&self.segment(0)?.segment)),
+            (None, false) => Ok(infer_structure(self.segment(0)?.segment())),
         }
     }
 
@@ -396,7 +451,7 @@ impl CacheReader {
             for (position, _) in &self.recent {
                 // Opened and read when indexed, so its keys read.
                 let Ok(segment) = self.segment(*position) else { continue };
-                let keys = segment.segment.keys().unwrap_or_default();
+                let keys = segment.segment().keys().unwrap_or_default();
                 new_keys.extend(keys.into_iter().map(str::to_owned));
             }
             // A key whose runs' candidate does not read counts as new here (`len` cannot fail);
@@ -427,7 +482,7 @@ impl CacheReader {
                 Err(_) if foreign => continue,
                 other => other?,
             };
-            let segment_keys = match open.segment.keys() {
+            let segment_keys = match open.segment().keys() {
                 Err(_) if foreign => continue,
                 other => other?,
             };
@@ -515,21 +570,21 @@ impl CacheReader {
     /// Errors: as [`CacheReader::read_row`] for a row holding `key`; the segment does not read.
     fn read_if_key(&self, key: &str, id: u64, row: usize) -> Result<Option<Sample>> {
         let Some(position) = self.position(id) else { return Ok(None) };
-        let open = self.segment(position).map_err(|e| e.for_key(key))?;
+        let open = self.segment_for_row(position, row).map_err(|e| e.for_key(key))?;
         let checked = self.verify_checksums
             && self.segments[position].origin.is_stowage()
             && matches!(open.sums, Ok(Some(_)));
         // The open segment is passed on: in a bounded set, looking it up again would take the
         // set's lock a second time.
-        if !checked || row >= open.segment.rows() {
-            return match open.segment.key(row) == Some(key) {
+        if !checked || row >= open.segment().rows() {
+            return match open.segment().key(row) == Some(key) {
                 true => self.read_open_row(key, position, &open, row).map(Some),
                 false => Ok(None),
             };
         }
         match self.read_open_row(key, position, &open, row) {
             Ok(sample) => Ok(Some(sample)),
-            Err(e) if open.segment.key(row) == Some(key) => Err(e),
+            Err(e) if open.segment().key(row) == Some(key) => Err(e),
             Err(_) => Ok(None),
         }
     }
@@ -593,13 +648,13 @@ impl CacheReader {
             .collect();
         // Segments not open yet: the parts their opening reads, asked for together, then
         // opened (each open waits only for its own reads, already under way).
-        let mut closed: Vec<usize> = first
+        let mut closed: Vec<(usize, Option<usize>)> = first
             .iter()
-            .map(|&(position, _)| position)
-            .filter(|&p| self.open.get_if_open(p).is_none())
+            .filter(|&&(p, _)| self.open.get_if_open(p).is_none())
+            .map(|&(position, row)| (position, Some(row)))
             .collect();
         closed.sort_unstable();
-        closed.dedup();
+        closed.dedup_by_key(|(position, _)| *position);
         if closed.len() <= self.open.bound() {
             self.open_together(&closed);
         }
@@ -610,7 +665,7 @@ impl CacheReader {
         for bytes in [false, true] {
             let mut plan = PagePlan::with_capacity(candidates.len());
             for (open, row) in &candidates {
-                open.segment.plan_key(*row, bytes, &mut plan);
+                open.segment().plan_key(*row, bytes, &mut plan);
             }
             plan.advise();
         }
@@ -631,7 +686,8 @@ impl CacheReader {
             .collect();
         let outcome = self.advisor.before_batch_rows(opened.len(), |i, plan| {
             let (open, row) = &opened[i];
-            let Some((batch, at)) = open.segment.locate(*row) else { return };
+            open.segment().plan_row(*row, false, plan);
+            let Some((batch, at)) = open.segment().locate(*row) else { return };
             crate::decode::plan_offsets(batch, at, &open.groups, plan);
             if let Ok(Some(sums)) = &open.sums {
                 sums.plan(*row, plan);
@@ -643,7 +699,8 @@ impl CacheReader {
             // larger than the kernel's read-around may be on disk. They are probed on their own.
             self.advisor.before_batch_rows(opened.len(), |i, plan| {
                 let (open, row) = &opened[i];
-                if let Some((batch, at)) = open.segment.locate(*row) {
+                open.segment().plan_row(*row, true, plan);
+                if let Some((batch, at)) = open.segment().locate(*row) {
                     crate::decode::plan_values(batch, at, &open.groups, plan);
                 }
             });
@@ -651,7 +708,8 @@ impl CacheReader {
         }
         let mut plan = PagePlan::with_capacity(opened.len());
         for (open, row) in &opened {
-            if let Some((batch, at)) = open.segment.locate(*row) {
+            open.segment().plan_row(*row, true, &mut plan);
+            if let Some((batch, at)) = open.segment().locate(*row) {
                 crate::decode::plan_values(batch, at, &open.groups, &mut plan);
             }
         }
@@ -670,19 +728,22 @@ impl CacheReader {
             return;
         };
         let Some(open) = self.position(id).and_then(|p| self.open.get_if_open(p)) else { return };
-        open.segment.prefetch_key(row, stage == LookupStage::KeyBytes);
+        open.segment().prefetch_key(row, stage == LookupStage::KeyBytes);
     }
 
     /// Prefetches the offsets (or, with `values`, the values and checksum) of row `row` of
     /// segment `id` (see [`CacheReader::get_batch`]).
     fn prefetch_read(&self, id: u64, row: usize, values: bool) {
         let Some(open) = self.position(id).and_then(|p| self.open.get_if_open(p)) else { return };
-        let Some((batch, at)) = open.segment.locate(row) else { return };
+        if values && let Ok(Some(sums)) = &open.sums {
+            sums.prefetch(row);
+        }
+        if open.segment().by_rows().is_some() {
+            return open.segment().prefetch_row(row, values);
+        }
+        let Some((batch, at)) = open.segment().locate(row) else { return };
         if values {
             crate::decode::prefetch_values(batch, at, &open.groups);
-            if let Ok(Some(sums)) = &open.sums {
-                sums.prefetch(row);
-            }
         } else {
             crate::decode::prefetch_offsets(batch, at, &open.groups);
         }
@@ -705,12 +766,41 @@ impl CacheReader {
         row: usize,
     ) -> Result<Sample> {
         let origin = self.segments[position].origin;
-        let OpenSegment { segment, groups, sums } = open;
-        let (batch, at) = segment.locate(row).expect("located rows exist");
-        let sample = decode_row(batch, at, groups).map_err(|e| match e {
+        let (segment, groups, sums) = (open.segment_for_row(), &open.groups, &open.sums);
+        if segment.by_rows().is_some() && self.advisor.get_wants_probe() {
+            // A cold row read row by row: its offsets, where its values lie when its batch's rows
+            // are of one size, and its checksum, asked for together (one round, not three).
+            let mut plan = PagePlan::new();
+            segment.plan_row(row, false, &mut plan);
+            if let Ok(Some(sums)) = sums {
+                sums.plan(row, &mut plan);
+            }
+            // Not `before_get`: its test for a sequential scan would take the row's pages, just
+            // after the checksum file's header it probed at the open, for one.
+            let runs = plan.run_count();
+            if self.advisor.policy() != ColdReadAdvice::Never && plan.missing_in_sample(runs) > 0 {
+                plan.advise();
+            }
+        }
+        let (batch, at) = segment
+            .row(row)
+            .map_err(|why| {
+                Error::corrupted(segment.path(), format!("row {row}: {why}")).for_key(key)
+            })?
+            .expect("located rows exist");
+        // Stowage stores only pickles of bytes: in a row it wrote and checksummed, another
+        // pickle is damage (the checksum, over the decoded row, cannot be computed to say so).
+        let checksummed =
+            self.verify_checksums && origin.is_stowage() && matches!(sums, Ok(Some(_)));
+        let sample = decode_row(&batch, at, groups).map_err(|e| match e {
             DecodeError::Damaged(why) => {
                 Error::corrupted(segment.path(), format!("row {row}: {why}")).for_key(key)
             }
+            DecodeError::Unsupported(why) if checksummed => Error::corrupted(
+                segment.path(),
+                format!("row {row}: {why}, in a row stowage wrote (it stores pickles of bytes)"),
+            )
+            .for_key(key),
             DecodeError::Unsupported(why) => Error::unsupported(
                 crate::BACKEND_NAME,
                 format!(
@@ -757,7 +847,7 @@ impl CacheReader {
     fn key_is(&self, id: u64, row: usize, key: &str) -> Result<bool> {
         let Some(position) = self.position(id) else { return Ok(false) };
         let open = self.segment(position).map_err(|e| e.for_key(key))?;
-        Ok(open.segment.key(row) == Some(key))
+        Ok(open.segment().key(row) == Some(key))
     }
 
     fn position(&self, id: u64) -> Option<usize> {
@@ -766,7 +856,14 @@ impl CacheReader {
 
     /// Segment `position`, its column groups and row checksums: open, or opened now.
     fn segment(&self, position: usize) -> Result<Opened<'_, OpenSegment>> {
-        self.open.get_or_open(position, || self.open_segment(position, false))
+        self.open.get_or_open(position, || self.open_segment(position, false, None))
+    }
+
+    /// [`CacheReader::segment`] for a read of row `row`: a cold open asks for the row's pages
+    /// with the segment's ends and checksums, where the last segment opened row by row of the
+    /// same size has them (see [`CacheReader::open_segment`]).
+    fn segment_for_row(&self, position: usize, row: usize) -> Result<Opened<'_, OpenSegment>> {
+        self.open.get_or_open(position, || self.open_segment(position, false, Some(row)))
     }
 
     /// Segments `positions` (not open, at most the bound of the open set), opened before a
@@ -774,18 +871,19 @@ impl CacheReader {
     /// [`PARALLEL_OPENS`], so that their cold reads (directory entries, inodes, each file's
     /// read-around and its checksums) are in flight together rather than one file after
     /// another. A segment that does not open is left closed: the read that needs it opens it
-    /// again and reports why.
-    fn open_together(&self, positions: &[usize]) {
+    /// again and reports why. Each position comes with the row the batch reads first there, if
+    /// known: its pages are asked for with the segment's (see [`CacheReader::open_segment`]).
+    fn open_together(&self, positions: &[(usize, Option<usize>)]) {
         if positions.len() < PARALLEL_OPENS {
-            for &p in positions {
+            for &(p, _) in positions {
                 Segment::will_open(&self.segments[p].path);
                 Segment::will_open(&row_sums::sums_path(&self.segments[p].path));
             }
-            positions.iter().for_each(|&p| drop(self.segment(p)));
+            positions.iter().for_each(|&(p, _)| drop(self.segment(p)));
             return;
         }
-        each_on_threads(positions, |&position| {
-            drop(self.open.get_or_open(position, || self.open_segment(position, true)));
+        each_on_threads(positions, |&(position, row)| {
+            drop(self.open.get_or_open(position, || self.open_segment(position, true, row)));
         });
     }
 
@@ -795,18 +893,38 @@ impl CacheReader {
     /// single read's open: probed at every open while reads are cold, at one in
     /// [`stowage_core::cold_reads::GET_PROBE_EVERY`] while warm, so that the reopens of a
     /// bounded set of open segments pay no system call for it).
-    fn open_segment(&self, position: usize, cold: bool) -> Result<OpenSegment> {
+    ///
+    /// With `row` (a single read's open), the pages of that row are asked for in the same
+    /// request, where the last segment opened row by row (`template`) has them when this one is
+    /// as long: a writer's segments of as many rows of one size are laid out alike, so a cold get
+    /// waits for one round of reads (ends, checksums and row together) instead of three (ends
+    /// and checksums, then the row's offsets, then its values). A hint only: the row is read
+    /// through its own metadata and checked as any other.
+    fn open_segment(&self, position: usize, cold: bool, row: Option<usize>) -> Result<OpenSegment> {
         let slot = &self.segments[position];
-        let segment = Segment::open(slot.id, &slot.path)?;
-        let groups =
-            self.groups_of(&segment).map_err(|why| Error::corrupted(segment.path(), why))?;
+        let mapped = MappedSegment::open(slot.id, &slot.path)?;
         let sums_path = row_sums::sums_path(&slot.path);
+        // The segment's ends (footer, batch metadata) are asked for in the same request as the
+        // checksums: one round for both files.
         let advise = |map: &[u8]| {
             if map.len() > row_sums::READ_WHOLE {
                 return;
             }
             let mut plan = PagePlan::new();
             plan.add_whole(map);
+            mapped.plan_open(&mut plan);
+            let template = self.template.lock().map(|t| t.clone()).ok().flatten();
+            // Segments of one writer differ by a few bytes (the id in their metadata): the
+            // guess is widened by the difference.
+            if let (Some(row), Some((len, template))) = (row, template)
+                && len.abs_diff(mapped.file_len()) <= TEMPLATE_SLACK
+            {
+                let slack = len.abs_diff(mapped.file_len());
+                template.row_file_ranges(row, |range| {
+                    let end = range.end.saturating_add(slack).min(mapped.file_len());
+                    let _ = plan.add(mapped.bytes(), range.start.saturating_sub(slack)..end);
+                });
+            }
             if cold && self.advisor.policy() != ColdReadAdvice::Never {
                 plan.advise();
             } else if self.advisor.get_wants_probe() {
@@ -815,6 +933,20 @@ impl CacheReader {
         };
         // Another writer's segment has no checksums; a sidecar file beside it is not vouched for.
         let opened = (!slot.origin.is_foreign()).then(|| RowSums::open_advised(&sums_path, advise));
+        // A segment with row checksums is read row by row: opening it parses its footer and
+        // metadata only, and each row read is checked for structure, then against its checksum,
+        // which covers all a read returns (`MappedSegment::by_rows`). Without checksums (another
+        // writer's, torchcachex's) it is decoded and checked whole.
+        let len = mapped.file_len();
+        let segment = match opened {
+            Some(Ok(_)) => mapped.by_rows()?,
+            _ => mapped.decode()?,
+        };
+        if let (Some(layout), Ok(mut template)) = (segment.by_rows(), self.template.lock()) {
+            *template = Some((len, layout.clone()));
+        }
+        let groups =
+            self.groups_of(&segment).map_err(|why| Error::corrupted(segment.path(), why))?;
         let sums = match opened {
             None => Ok(None),
             Some(Ok(sums)) if sums.rows() == segment.rows() => Ok(Some(sums)),
@@ -829,7 +961,13 @@ impl CacheReader {
             }
             Some(Err(e)) => Err((sums_path, e.to_string())),
         };
-        Ok(OpenSegment { segment, groups, sums })
+        Ok(OpenSegment {
+            first: segment,
+            groups,
+            sums,
+            whole: OnceLock::new(),
+            row_reads: 0.into(),
+        })
     }
 }
 
@@ -1005,7 +1143,7 @@ mod tests {
         std::fs::write(&damaged, &bytes[..bytes.len() / 2]).unwrap();
         for advice in [ColdReadAdvice::Always, ColdReadAdvice::Adaptive, ColdReadAdvice::Never] {
             let reader = open(advice);
-            reader.open_together(&(0..12).collect::<Vec<usize>>());
+            reader.open_together(&(0..12).map(|p| (p, None)).collect::<Vec<_>>());
             assert_eq!(reader.open_segment_count(), 11, "{advice:?}");
             let err = reader.get_batch(&keys).unwrap_err();
             assert!(matches!(err, Error::Corrupted { ref path, .. } if *path == damaged), "{err}");
@@ -1052,6 +1190,201 @@ mod tests {
         for advice in [ColdReadAdvice::Always, ColdReadAdvice::Never] {
             let err = open(advice).requiring_checksums().get("k12").unwrap_err();
             assert!(matches!(err, Error::Corrupted { .. }), "{advice:?}: {err}");
+        }
+    }
+
+    /// Every dtype, shape, null, bytes and JSON field written by stowage reads back through
+    /// segments opened row by row (they have row checksums), and each row of every segment is
+    /// the same sample as the segment's whole decode gives, with the same key.
+    #[test]
+    fn rows_read_row_by_row_equal_the_whole_decode_for_every_kind_of_field() {
+        use stowage_core::{Backend, OpenMode, Reader, ShapeRule};
+        let dir = tempfile::tempdir().unwrap();
+        let mut schema = Schema::new();
+        for (i, dtype) in DType::ALL.into_iter().enumerate() {
+            schema = schema.nullable_tensor(&format!("t{i:02}"), dtype, ShapeRule::Any);
+        }
+        let schema = schema.bytes("b").json("j", false);
+        let sample = |r: usize| {
+            let mut sample = Sample::new();
+            for (i, dtype) in DType::ALL.into_iter().enumerate() {
+                if (r + i).is_multiple_of(5) {
+                    sample.insert(format!("t{i:02}").as_str(), Value::Null);
+                    continue;
+                }
+                let shape = match r % 4 {
+                    0 => vec![],
+                    1 => vec![0],
+                    2 => vec![r % 7 + 1],
+                    _ => vec![2, r % 3 + 1],
+                };
+                let bytes: Vec<u8> = (0..shape.iter().product::<usize>() * dtype.item_size())
+                    .map(|k| match dtype {
+                        DType::Bool => ((k + r) % 2) as u8,
+                        _ => (k * 31 + r * 7 + i) as u8,
+                    })
+                    .collect();
+                let tensor = Tensor::new(dtype, shape, bytes).unwrap();
+                sample.insert(format!("t{i:02}").as_str(), tensor);
+            }
+            sample
+                .with("b", Value::Bytes(vec![r as u8; r].into()))
+                .with("j", Value::Json(format!("{{\"r\":{r}}}")))
+        };
+        let options = crate::ArrowOptions { rank: Some(0), flush_every: 16, ..Default::default() };
+        let mut cache = crate::ArrowBackend::create(dir.path(), &schema, options).unwrap();
+        let samples: Vec<Sample> = (0..40).map(sample).collect();
+        for (r, sample) in samples.iter().enumerate() {
+            cache.put(&format!("k{r}"), sample).unwrap();
+        }
+        cache.finalize().unwrap();
+        drop(cache);
+        let options = crate::ArrowOptions { rank: Some(0), ..Default::default() };
+        let cache = crate::ArrowBackend::open(dir.path(), OpenMode::ReadOnly, options).unwrap();
+        for (r, sample) in samples.iter().enumerate() {
+            assert_eq!(cache.get(&format!("k{r}")).unwrap().as_ref(), Some(sample), "k{r}");
+        }
+        let reader = CacheReader::open(dir.path()).unwrap();
+        assert_eq!(reader.segments.len(), 3);
+        let mut rows = 0;
+        for position in 0..reader.segments.len() {
+            let open = reader.segment(position).unwrap();
+            assert!(open.first.by_rows().is_some(), "segment {position} opened row by row");
+            let whole = open.first.decode_whole().unwrap();
+            assert!(whole.by_rows().is_none());
+            assert_eq!(open.first.rows(), whole.rows());
+            assert_eq!(open.first.keys().unwrap(), whole.keys().unwrap());
+            for row in 0..whole.rows() {
+                let (batch, at) = open.first.row(row).unwrap().unwrap();
+                let (whole_batch, whole_at) = whole.locate(row).unwrap();
+                let read = decode_row(&batch, at, &open.groups).unwrap();
+                assert_eq!(read, decode_row(whole_batch, whole_at, &open.groups).unwrap());
+                assert_eq!(open.first.key(row), whole.key(row));
+                rows += 1;
+            }
+            assert!(open.first.row(whole.rows()).unwrap().is_none(), "no row past the end");
+        }
+        assert_eq!(rows, samples.len());
+    }
+
+    /// The finished cache in `dir`, opened read-only (its reader knows how it stores bytes).
+    fn open_backend(dir: &Path) -> Result<crate::ArrowBackend> {
+        let options = crate::ArrowOptions { rank: Some(0), ..Default::default() };
+        crate::ArrowBackend::open(dir, stowage_core::OpenMode::ReadOnly, options)
+    }
+
+    /// A cache of three rows in one segment (`x`: f32 tensors, `b`: bytes) and the samples.
+    fn tiny_cache(dir: &Path) -> Vec<(String, Sample)> {
+        use stowage_core::{Backend, ShapeRule};
+        let schema = Schema::new().nullable_tensor("x", DType::F32, ShapeRule::Any).bytes("b");
+        let options = crate::ArrowOptions { rank: Some(0), ..Default::default() };
+        let mut cache = crate::ArrowBackend::create(dir, &schema, options).unwrap();
+        let samples: Vec<(String, Sample)> = [
+            ("a", Value::Tensor(Tensor::from_slice(&[2], &[1234.5f32, -7.25]).unwrap())),
+            ("bb", Value::Null),
+            ("ccc", Value::Tensor(Tensor::from_slice(&[1, 3], &[9.0f32, 8.0, 7.0]).unwrap())),
+        ]
+        .into_iter()
+        .map(|(key, x)| {
+            let b = Value::Bytes(key.as_bytes().repeat(3).into());
+            (key.to_owned(), Sample::new().with("x", x).with("b", b))
+        })
+        .collect();
+        for (key, sample) in &samples {
+            cache.put(key, sample).unwrap();
+        }
+        cache.finalize().unwrap();
+        samples
+    }
+
+    /// What every key of `samples` reads as from a reader of `dir` opened now: each must be its
+    /// sample, absent (a damaged key hides its row) or `Corrupted`, never another value or a
+    /// panic. Returns how many reads were `Corrupted` (the reader's open failing counts once).
+    fn reads_are_right_or_corrupted(dir: &Path, samples: &[(String, Sample)], what: &str) -> usize {
+        let backend = match open_backend(dir) {
+            Ok(backend) => backend,
+            Err(e) => {
+                assert!(matches!(e, Error::Corrupted { .. }), "{what}: open: {e}");
+                return 1;
+            }
+        };
+        let reader = backend.reader();
+        let mut corrupted = 0;
+        for (key, sample) in samples {
+            match reader.get(key) {
+                Ok(Some(read)) => assert_eq!(&read, sample, "{what}: {key}"),
+                Ok(None) => {}
+                Err(e) => {
+                    assert!(matches!(e, Error::Corrupted { .. }), "{what}: {key}: {e}");
+                    corrupted += 1;
+                }
+            }
+        }
+        corrupted
+    }
+
+    /// Every single-bit flip of every byte of a small segment (footer, batch metadata, offsets,
+    /// values) and of its row checksum file, read row by row: each read is the right sample,
+    /// absent or `Corrupted`, never a panic or wrong data; a flipped value or stored checksum
+    /// is `Corrupted` naming the segment and the key.
+    #[test]
+    fn every_flipped_byte_of_a_segment_read_row_by_row_is_corruption_or_the_right_row() {
+        let dir = tempfile::tempdir().unwrap();
+        let samples = tiny_cache(dir.path());
+        let backend = open_backend(dir.path()).unwrap();
+        let reader = backend.reader();
+        assert_eq!(reader.get("a").unwrap().as_ref(), Some(&samples[0].1));
+        assert!(reader.segment(0).unwrap().first.by_rows().is_some(), "read row by row");
+        let segment = reader.segments[0].path.clone();
+        let sums = row_sums::sums_path(&segment);
+        drop(backend);
+        assert_eq!(reads_are_right_or_corrupted(dir.path(), &samples, "intact"), 0);
+        for path in [&segment, &sums] {
+            let good = std::fs::read(path).unwrap();
+            let mut corrupted = 0;
+            for at in 0..good.len() {
+                for bit in [0x01u8, 0x80] {
+                    let mut bad = good.clone();
+                    bad[at] ^= bit;
+                    std::fs::write(path, &bad).unwrap();
+                    let what = format!("{} byte {at} ^ {bit:#x}", path.display());
+                    corrupted += reads_are_right_or_corrupted(dir.path(), &samples, &what);
+                }
+            }
+            std::fs::write(path, &good).unwrap();
+            assert!(corrupted > good.len() / 4, "{}: {corrupted} corrupted reads", path.display());
+        }
+        // The first value of key "a" (1234.5f32), flipped: that key's read is damage, named.
+        let good = std::fs::read(&segment).unwrap();
+        let value = 1234.5f32.to_le_bytes();
+        let at = good.windows(4).position(|w| w == value).expect("the value is stored");
+        let mut bad = good.clone();
+        bad[at + 2] ^= 0x10;
+        std::fs::write(&segment, &bad).unwrap();
+        let backend = open_backend(dir.path()).unwrap();
+        let reader = backend.reader();
+        let err = reader.get("a").unwrap_err();
+        assert!(
+            matches!(&err, Error::Corrupted { path, key: Some(key), .. }
+                if *path == segment && key == "a"),
+            "{err}"
+        );
+        assert_eq!(reader.get("ccc").unwrap().as_ref(), Some(&samples[2].1), "another row reads");
+    }
+
+    /// A small segment cut at every length: reads are right, absent or `Corrupted`, never a
+    /// panic.
+    #[test]
+    fn a_segment_cut_at_every_length_reads_right_or_corrupted() {
+        let dir = tempfile::tempdir().unwrap();
+        let samples = tiny_cache(dir.path());
+        let segment = CacheReader::open(dir.path()).unwrap().segments[0].path.clone();
+        let good = std::fs::read(&segment).unwrap();
+        for len in 0..good.len() {
+            std::fs::write(&segment, &good[..len]).unwrap();
+            let corrupted =
+                reads_are_right_or_corrupted(dir.path(), &samples, &format!("cut at {len}"));
+            assert!(corrupted > 0, "cut at {len} of {}: nothing reported", good.len());
         }
     }
 

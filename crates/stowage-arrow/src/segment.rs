@@ -5,8 +5,10 @@
 //! untrusted input: a bad magic, footer or batch is [`Error::Corrupted`] naming the file, and a
 //! panic inside the Arrow decoder is caught and reported the same way.
 
+use std::borrow::Cow;
 use std::fs::File;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use arrow_array::{Array, RecordBatch, StringArray};
 use arrow_buffer::Buffer;
@@ -16,6 +18,8 @@ use memmap2::Mmap;
 use stowage_core::bytes::Bytes;
 use stowage_core::cold_reads::PagePlan;
 use stowage_core::{Error, IoResultExt, Result};
+
+use crate::row_layout::RowLayout;
 
 /// Bytes at each end of a segment file that opening it reads (schema, batch metadata, footer),
 /// asked for together by [`Segment::will_open`].
@@ -30,7 +34,7 @@ pub const OPEN_READS: usize = 64 << 10;
 pub const PLANNED_OPEN_ABOVE: usize = 512 << 10;
 
 /// The magic at both ends of an Arrow IPC file.
-const MAGIC: &[u8; 6] = b"ARROW1";
+pub(crate) const MAGIC: &[u8; 6] = b"ARROW1";
 
 /// An open segment: its schema and record batches, all sharing one memory map.
 #[derive(Debug)]
@@ -40,11 +44,137 @@ pub struct Segment {
     id: u64,
     path: PathBuf,
     schema: SchemaRef,
-    batches: Vec<RecordBatch>,
-    /// Row number at which each batch starts, and the total at the end.
-    starts: Vec<usize>,
+    form: Form,
     /// The whole map (shared with the batches' buffers).
     bytes: Bytes,
+}
+
+/// How a segment's rows are read.
+#[derive(Debug)]
+enum Form {
+    /// Decoded whole when opened: every batch checked by the Arrow decoder.
+    Decoded {
+        batches: Vec<RecordBatch>,
+        /// Row number at which each batch starts, and the total at the end.
+        starts: Vec<usize>,
+    },
+    /// Read row by row, each row checked when read ([`crate::row_layout`]).
+    Rows(Arc<RowLayout>),
+}
+
+/// A segment file mapped, not yet read: a reader first asks for the pages opening it reads
+/// (with its row checksums'), then opens it row by row ([`MappedSegment::by_rows`]) or whole
+/// ([`MappedSegment::decode`]).
+#[derive(Debug)]
+pub struct MappedSegment {
+    id: u64,
+    path: PathBuf,
+    map: Mmap,
+}
+
+impl MappedSegment {
+    /// Maps `path`, segment `id`; nothing of it is read.
+    ///
+    /// Errors: [`Error::Io`] when it cannot be opened or mapped.
+    pub fn open(id: u64, path: &Path) -> Result<MappedSegment> {
+        let file = File::open(path).at(path)?;
+        // SAFETY: segments are immutable once renamed into place (writers only ever create new
+        // ones and compaction replaces files by rename, never in place); a reader maps the file it
+        // opened. Truncating a segment under a reader is outside the cache contract.
+        let map = unsafe { Mmap::map(&file) }.at(path)?;
+        Ok(MappedSegment { id, path: path.to_path_buf(), map })
+    }
+
+    /// The file's length.
+    pub fn file_len(&self) -> usize {
+        self.map.len()
+    }
+
+    /// The map (nothing of it read yet: for hints).
+    pub fn bytes(&self) -> &[u8] {
+        &self.map
+    }
+
+    /// Adds what opening it row by row reads first to `plan`: its first page (the schema and,
+    /// in a segment of one batch, the batch's metadata) and its last [`END_READS`] bytes (the
+    /// footer).
+    pub fn plan_open<'a>(&'a self, plan: &mut PagePlan<'a>) {
+        let len = self.map.len();
+        let page = stowage_core::cold_reads::page_size();
+        let _ = plan.add(&self.map, 0..len.min(page));
+        let _ = plan.add(&self.map, len.saturating_sub(END_READS)..len);
+    }
+
+    /// The segment read row by row: only its footer and batch metadata are parsed now (and the
+    /// map set to random reads, so that a row's read takes the row's pages, not the file), each
+    /// row checked when it is read ([`crate::row_layout`]). A file that cannot be read that way
+    /// (damaged, or holding what the row reader does not read) is mapped again and decoded
+    /// whole ([`Segment::open`]), which reports its damage.
+    ///
+    /// The rows read this way are checked for structure only (offsets, utf8, buffer sizes):
+    /// damage to a row's values, to the metadata that places them or to another row is found by
+    /// the row's checksum ([`crate::row_sums`]), which covers everything a read returns; a
+    /// reader opens a segment this way only when it has row checksums.
+    ///
+    /// Errors: as [`Segment::open`].
+    pub fn by_rows(self) -> Result<Segment> {
+        let MappedSegment { id, path, map } = self;
+        #[cfg(unix)]
+        let _ = map.advise(memmap2::Advice::Random);
+        let bytes = Bytes::from_owner(map);
+        let buffer = Buffer::from(bytes.clone());
+        let parse = std::panic::AssertUnwindSafe(|| RowLayout::parse(&buffer));
+        match std::panic::catch_unwind(parse) {
+            Ok(Some(layout)) => {
+                let schema = layout.schema().clone();
+                Ok(Segment { id, path, schema, form: Form::Rows(Arc::new(layout)), bytes })
+            }
+            _ => {
+                drop((buffer, bytes));
+                Segment::open(id, &path)
+            }
+        }
+    }
+
+    /// The segment decoded whole (see [`Segment::open`]).
+    ///
+    /// Errors: as [`Segment::open`].
+    pub fn decode(self) -> Result<Segment> {
+        let MappedSegment { id, path, map } = self;
+        if map.len() > PLANNED_OPEN_ABOVE {
+            #[cfg(unix)]
+            let _ = map.advise(memmap2::Advice::Random);
+            plan_open_reads(&map);
+        }
+        Segment::decoded(id, path, Bytes::from_owner(map))
+    }
+}
+
+impl Segment {
+    /// The segment in `bytes` (the map of `path`) decoded whole: every batch checked.
+    fn decoded(id: u64, path: PathBuf, bytes: Bytes) -> Result<Segment> {
+        let decode = std::panic::AssertUnwindSafe(|| decode(&bytes));
+        let (schema, batches) = match std::panic::catch_unwind(decode) {
+            Ok(decoded) => decoded.map_err(|why| Error::corrupted(&path, why))?,
+            Err(_) => {
+                return Err(Error::corrupted(&path, "the Arrow IPC decoder failed on this file"));
+            }
+        };
+        // A batch's row count is backed by its key column's offsets only when it has one (a batch
+        // without columns may claim any count): every segment has one, and nothing else may be
+        // trusted to size or bound a walk over the rows.
+        let mut starts = vec![0];
+        for (number, batch) in batches.iter().enumerate() {
+            if key_column(batch).is_none() {
+                return Err(Error::corrupted(
+                    &path,
+                    format!("record batch {number} has no utf8 \"key\" column"),
+                ));
+            }
+            starts.push(starts.last().expect("starts with 0") + batch.num_rows());
+        }
+        Ok(Segment { id, path, schema, form: Form::Decoded { batches, starts }, bytes })
+    }
 }
 
 impl Segment {
@@ -63,38 +193,7 @@ impl Segment {
     /// Errors: [`Error::Io`] when it cannot be opened or mapped; [`Error::Corrupted`] naming the
     /// file when it is not a complete, valid Arrow IPC file.
     pub fn open(id: u64, path: &Path) -> Result<Segment> {
-        let file = File::open(path).at(path)?;
-        // SAFETY: segments are immutable once renamed into place (writers only ever create new
-        // ones and compaction replaces files by rename, never in place); a reader maps the file it
-        // opened. Truncating a segment under a reader is outside the cache contract.
-        let map = unsafe { Mmap::map(&file) }.at(path)?;
-        if map.len() > PLANNED_OPEN_ABOVE {
-            #[cfg(unix)]
-            let _ = map.advise(memmap2::Advice::Random);
-            plan_open_reads(&map);
-        }
-        let bytes = Bytes::from_owner(map);
-        let decode = std::panic::AssertUnwindSafe(|| decode(&bytes));
-        let (schema, batches) = match std::panic::catch_unwind(decode) {
-            Ok(decoded) => decoded.map_err(|why| Error::corrupted(path, why))?,
-            Err(_) => {
-                return Err(Error::corrupted(path, "the Arrow IPC decoder failed on this file"));
-            }
-        };
-        // A batch's row count is backed by its key column's offsets only when it has one (a batch
-        // without columns may claim any count): every segment has one, and nothing else may be
-        // trusted to size or bound a walk over the rows.
-        let mut starts = vec![0];
-        for (number, batch) in batches.iter().enumerate() {
-            if key_column(batch).is_none() {
-                return Err(Error::corrupted(
-                    path,
-                    format!("record batch {number} has no utf8 \"key\" column"),
-                ));
-            }
-            starts.push(starts.last().expect("starts with 0") + batch.num_rows());
-        }
-        Ok(Segment { id, path: path.to_path_buf(), schema, batches, starts, bytes })
+        MappedSegment::open(id, path)?.decode()
     }
 
     /// The segment id.
@@ -115,16 +214,59 @@ impl Segment {
 
     /// Rows across every batch.
     pub fn rows(&self) -> usize {
-        *self.starts.last().expect("starts with 0")
+        match &self.form {
+            Form::Decoded { starts, .. } => *starts.last().expect("starts with 0"),
+            Form::Rows(layout) => layout.rows(),
+        }
     }
 
-    /// The batch holding row `row` and the row's position in it; `None` when out of range.
+    /// A segment read row by row decoded whole, sharing its map (every batch checked, as by
+    /// [`Segment::open`]); a decoded one decoded again.
+    ///
+    /// Errors: as [`Segment::open`].
+    pub fn decode_whole(&self) -> Result<Segment> {
+        Segment::decoded(self.id, self.path.clone(), self.bytes.clone())
+    }
+
+    /// Whether it is read row by row ([`MappedSegment::by_rows`]), without decoded batches.
+    pub fn by_rows(&self) -> Option<&Arc<RowLayout>> {
+        match &self.form {
+            Form::Rows(layout) => Some(layout),
+            Form::Decoded { .. } => None,
+        }
+    }
+
+    /// The batch holding row `row` and the row's position in it; `None` when out of range, or
+    /// when the segment is read row by row (it has no decoded batches: see [`Segment::row`]).
     pub fn locate(&self, row: usize) -> Option<(&RecordBatch, usize)> {
+        let Form::Decoded { batches, starts } = &self.form else { return None };
         if row >= self.rows() {
             return None;
         }
-        let batch = self.starts.partition_point(|&start| start <= row) - 1;
-        Some((&self.batches[batch], row - self.starts[batch]))
+        let batch = starts.partition_point(|&start| start <= row) - 1;
+        Some((&batches[batch], row - starts[batch]))
+    }
+
+    /// Row `row`: the batch holding it and its position there, a checked batch of that one row
+    /// when the segment is read row by row. `Ok(None)` when out of range.
+    ///
+    /// Errors: text saying why the row's arrays do not check (row by row only: a decoded
+    /// segment was checked whole when opened).
+    pub fn row(
+        &self,
+        row: usize,
+    ) -> std::result::Result<Option<(Cow<'_, RecordBatch>, usize)>, String> {
+        match &self.form {
+            Form::Decoded { .. } => Ok(self.locate(row).map(|(b, at)| (Cow::Borrowed(b), at))),
+            Form::Rows(layout) => {
+                // The row's arrays are built with Arrow's checks, which report, not panic; a
+                // panic there would still be this row's damage, not the process's end.
+                let built =
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| layout.row(row)))
+                        .unwrap_or_else(|_| Err("the row's arrays do not check".to_owned()));
+                Ok(built?.map(|batch| (Cow::Owned(batch), 0)))
+            }
+        }
     }
 
     /// Asks the kernel to read the parts of the file at `path` that opening it reads (its first
@@ -155,15 +297,34 @@ impl Segment {
     /// null.
     pub fn keys(&self) -> Result<Vec<&str>> {
         // The key columns are read whole: their pages asked for at once, not faulted one by one.
+        let batches = match &self.form {
+            Form::Decoded { batches, .. } => batches,
+            Form::Rows(layout) => {
+                // The map reads at random: the key columns are asked for whole first.
+                let mut plan = PagePlan::new();
+                layout.key_buffers(|bytes| plan.add_whole(bytes));
+                plan.advise();
+                return (0..layout.rows())
+                    .map(|row| {
+                        layout.key(row).ok_or_else(|| {
+                            Error::corrupted(
+                                &self.path,
+                                format!("row {row} has a null or damaged key"),
+                            )
+                        })
+                    })
+                    .collect();
+            }
+        };
         let mut plan = PagePlan::new();
-        for column in self.batches.iter().filter_map(key_column) {
+        for column in batches.iter().filter_map(key_column) {
             let _ =
                 plan.add(column.offsets().inner().inner().as_slice(), 0..(column.len() + 1) * 4);
             plan.add_whole(column.value_data());
         }
         plan.advise();
         let mut keys = Vec::with_capacity(self.rows());
-        for batch in &self.batches {
+        for batch in batches {
             let column = key_column(batch)
                 .ok_or_else(|| Error::corrupted(&self.path, "no utf8 \"key\" column"))?;
             for i in 0..column.len() {
@@ -182,6 +343,9 @@ impl Segment {
     /// The key of row `row`; `None` when out of range, null or without a utf8 `key` column (a
     /// lookup then treats the row as not holding the key it looks for).
     pub fn key(&self, row: usize) -> Option<&str> {
+        if let Form::Rows(layout) = &self.form {
+            return layout.key(row);
+        }
         let (batch, at) = self.locate(row)?;
         let column = key_column(batch)?;
         (!column.is_null(at)).then(|| column.value(at))
@@ -192,6 +356,9 @@ impl Segment {
     /// Asks the CPU to load what [`Segment::key`] reads for `row`: the key's offsets or, once
     /// they have arrived (`bytes`), the key's bytes (hints for batched lookups).
     pub fn prefetch_key(&self, row: usize, bytes: bool) {
+        if self.by_rows().is_some() {
+            return self.prefetch_row(row, bytes);
+        }
         let Some((batch, at)) = self.locate(row) else { return };
         let Some(column) = key_column(batch) else { return };
         let offsets = column.value_offsets();
@@ -211,6 +378,11 @@ impl Segment {
     /// Adds what [`Segment::key`] reads for `row` to `plan`: the key's offsets or, once they are
     /// in memory (`bytes`), the key's bytes (the pages a cold batch asks the kernel for).
     pub fn plan_key<'a>(&'a self, row: usize, bytes: bool, plan: &mut PagePlan<'a>) {
+        if self.by_rows().is_some() {
+            // Row by row, the key is read with the rest of the row: its offsets and values are
+            // asked for with the key's.
+            return self.plan_row(row, bytes, plan);
+        }
         let Some((batch, at)) = self.locate(row) else { return };
         let Some(column) = key_column(batch) else { return };
         let offsets = column.offsets().inner().inner().as_slice();
@@ -220,6 +392,34 @@ impl Segment {
             (column.value_offsets().get(at), column.value_offsets().get(at + 1))
         {
             let _ = plan.add(column.value_data(), start as usize..end as usize);
+        }
+    }
+}
+
+impl Segment {
+    /// Asks the CPU to load what reading row `row` of a segment read row by row reads first
+    /// (its offsets) or, with `values`, its values (it reads the offsets). Nothing for a decoded
+    /// segment (see `crate::decode::prefetch_offsets`).
+    pub fn prefetch_row(&self, row: usize, values: bool) {
+        let Some(layout) = self.by_rows() else { return };
+        match values {
+            false => layout.row_offsets(row, |b| stowage_core::prefetch::prefetch_value(&b[0])),
+            true => layout.row_values(row, stowage_core::prefetch::prefetch),
+        }
+    }
+
+    /// Adds the pages of what reading row `row` of a segment read row by row reads to `plan`:
+    /// its offsets (and where its values would lie were its batch's rows of one size), or, with
+    /// `values`, its values (it reads the offsets). Nothing for a decoded segment (see
+    /// `crate::decode::plan_offsets`).
+    pub fn plan_row<'a>(&'a self, row: usize, values: bool, plan: &mut PagePlan<'a>) {
+        let Some(layout) = self.by_rows() else { return };
+        match values {
+            false => {
+                layout.row_offsets(row, |b| plan.add_whole(b));
+                layout.row_values_guess(row, |b| plan.add_whole(b));
+            }
+            true => layout.row_values(row, |b| plan.add_whole(b)),
         }
     }
 }
@@ -391,7 +591,7 @@ fn decode(bytes: &Bytes) -> std::result::Result<(SchemaRef, Vec<RecordBatch>), S
 
 /// Where the footer of the IPC file in `bytes` lies (at least 10 bytes long: its trailer is the
 /// footer's length and the closing magic).
-fn footer_range(bytes: &[u8]) -> std::result::Result<std::ops::Range<usize>, String> {
+pub(crate) fn footer_range(bytes: &[u8]) -> std::result::Result<std::ops::Range<usize>, String> {
     let trailer = bytes.len().checked_sub(10).ok_or("shorter than a footer's trailer")?;
     let footer_len = read_footer_length(bytes[trailer..].try_into().expect("10 bytes"))
         .map_err(|e| format!("bad footer length: {e}"))?;
@@ -401,7 +601,7 @@ fn footer_range(bytes: &[u8]) -> std::result::Result<std::ops::Range<usize>, Str
 
 /// The (metadata, body) byte ranges of a footer block in a file of `len` bytes; `None` when the
 /// block does not lie inside it.
-fn block_ranges(
+pub(crate) fn block_ranges(
     block: &arrow_ipc::Block,
     len: usize,
 ) -> Option<(std::ops::Range<usize>, std::ops::Range<usize>)> {
@@ -495,7 +695,7 @@ mod tests {
         let covered = |range: &std::ops::Range<usize>| {
             planned.iter().any(|p| p.start <= range.start && range.end <= p.end)
         };
-        let batch = &segment.batches[0];
+        let batch = segment.locate(0).unwrap().0;
         let keys = key_column(batch).unwrap();
         let list = batch.column(1).as_any().downcast_ref::<arrow_array::ListArray>().unwrap();
         let values = list.values().to_data().buffers()[0].clone();
