@@ -1,7 +1,9 @@
 //! An Arrow IPC segment (`segments/segment_N.arrow`, `stowage_arrow::fuzzing::segment::Segment`): a hostile
 //! file mapped and decoded by `open`, then every row's key, and every row decoded as a sample
 //! under each output structure the file's columns fit (`decode::column_groups`, `decode_row`),
-//! as a read does.
+//! as a read does. Then the same file opened row by row (`MappedSegment::by_rows`: only its
+//! footer and batch metadata parsed, each row built and checked when read), every row and key
+//! read that way.
 //!
 //! `Segment::open` catches a panic of the Arrow IPC decoder and reports the file as corrupted,
 //! so this target replaces libFuzzer's abort-on-any-panic hook with one that prints the first few
@@ -13,7 +15,7 @@ use libfuzzer_sys::fuzz_target;
 use std::sync::atomic::{AtomicU64, Ordering};
 use stowage_arrow::OutputStructure;
 use stowage_arrow::fuzzing::decode::{column_groups, decode_row};
-use stowage_arrow::fuzzing::segment::Segment;
+use stowage_arrow::fuzzing::segment::{MappedSegment, Segment};
 
 fuzz_target!(
     init: {
@@ -27,6 +29,12 @@ fuzz_target!(
     },
     |data: &[u8]| {
     let path = stowage_fuzz::write_scratch("segment_000000.arrow", data);
+    if let Ok(by_rows) = MappedSegment::open(0, &path).and_then(MappedSegment::by_rows) {
+        for row in 0..by_rows.rows().min(256) + 1 {
+            let _ = by_rows.key(row);
+            let _ = by_rows.row(row);
+        }
+    }
     let Ok(segment) = Segment::open(0, &path) else { return };
     let rows = segment.rows().min(256);
     let _ = segment.keys();
