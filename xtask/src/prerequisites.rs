@@ -261,7 +261,10 @@ fn purposes(prerequisites: &[Prerequisite]) -> String {
             distinct.push(prerequisite.needed_for);
         }
     }
-    distinct.join(" and ")
+    match distinct.split_last() {
+        Some((last, rest)) if !rest.is_empty() => format!("{} and {last}", rest.join(", ")),
+        _ => distinct.join(""),
+    }
 }
 
 #[cfg(test)]
@@ -279,11 +282,13 @@ mod tests {
             format!("xtask: installing {} for {}", package_names(&python), purposes(&python));
         assert_eq!(
             line,
-            "xtask: installing numpy xxhash pyarrow tables h5py for the Python interop tests"
+            "xtask: installing numpy xxhash pyarrow tables h5py moto[server]==5.2.1 for the Python \
+             interop tests and the object-storage tests (moto's S3 server)"
         );
         assert_eq!(
             purposes(PREREQUISITES),
-            "the HDF5 backend (stowage-hdf5 links libhdf5) and the Python interop tests"
+            "the HDF5 backend (stowage-hdf5 links libhdf5), the Python interop tests and the \
+             object-storage tests (moto's S3 server)"
         );
     }
 
@@ -295,5 +300,9 @@ mod tests {
             pip("tables", "tables", PYTHON_INTEROP),
         ];
         assert_eq!(purposes(&table), "the Python interop tests and the HDF5 backend");
+        let three = [pip("a", "a", "one"), pip("b", "b", "two"), pip("c", "c", "three")];
+        assert_eq!(purposes(&three), "one, two and three");
+        assert_eq!(purposes(&three[..1]), "one");
+        assert_eq!(purposes(&[]), "");
     }
 }
