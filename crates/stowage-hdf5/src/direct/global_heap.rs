@@ -15,7 +15,7 @@
 //! [`lay_out`] places rows into collections the way libhdf5 does, for the direct writer.
 
 use std::collections::HashMap;
-use std::ops::Range;
+use std::ops::{ControlFlow, Range};
 use std::sync::{Arc, RwLock};
 
 /// Bytes of a collection header and of an object header (8-byte length fields).
@@ -42,6 +42,32 @@ fn u64_at(bytes: &[u8], at: usize) -> u64 {
 
 /// Parses the collection at byte `at` of `file`.
 pub(crate) fn parse(file: &[u8], at: u64) -> Result<Collection, String> {
+    let mut objects: Vec<(u16, Range<usize>)> = Vec::new();
+    walk(file, at, |index, range| {
+        objects.push((index, range));
+        ControlFlow::Continue(())
+    })?;
+    objects.sort_unstable_by_key(|(index, _)| *index);
+    if let Some(pair) = objects.windows(2).find(|w| w[0].0 == w[1].0) {
+        return Err(format!(
+            "global heap collection at byte {at} lists object {} twice",
+            pair[0].0
+        ));
+    }
+    Ok(Collection { objects })
+}
+
+/// Walks the collection at byte `at` of `file`, calling `visit` with each object's index and
+/// file byte range (free space skipped) until it breaks; every header on the way is checked.
+///
+/// Walked exactly as libhdf5 walks it (`H5HG__cache_heap_deserialize`), so that a collection
+/// accepted here is one libhdf5 parses without looping or reading past it: an object's header,
+/// then its size rounded up to 8 (not its end); free space steps by its size.
+fn walk(
+    file: &[u8],
+    at: u64,
+    mut visit: impl FnMut(u16, Range<usize>) -> ControlFlow<()>,
+) -> Result<(), String> {
     let start = usize::try_from(at).ok().filter(|&s| s.saturating_add(HEADER) <= file.len());
     let Some(start) = start else {
         return Err(format!(
@@ -65,10 +91,6 @@ pub(crate) fn parse(file: &[u8], at: u64) -> Result<Collection, String> {
         ));
     };
     let body = &file[start..end];
-    let mut objects: Vec<(u16, Range<usize>)> = Vec::new();
-    // Walked exactly as libhdf5 walks it (`H5HG__cache_heap_deserialize`), so that a collection
-    // accepted here is one libhdf5 parses without looping or reading past it: an object's
-    // header, then its size rounded up to 8 (not its end); free space steps by its size.
     let mut p = HEADER;
     while p < body.len() {
         if body.len() - p < HEADER {
@@ -102,18 +124,14 @@ pub(crate) fn parse(file: &[u8], at: u64) -> Result<Collection, String> {
             ));
         };
         if index != 0 {
-            objects.push((index, start + data..start + data + object_size as usize));
+            let range = start + data..start + data + object_size as usize;
+            if visit(index, range).is_break() {
+                return Ok(());
+            }
         }
         p = next;
     }
-    objects.sort_unstable_by_key(|(index, _)| *index);
-    if let Some(pair) = objects.windows(2).find(|w| w[0].0 == w[1].0) {
-        return Err(format!(
-            "global heap collection at byte {at} lists object {} twice",
-            pair[0].0
-        ));
-    }
-    Ok(Collection { objects })
+    Ok(())
 }
 
 /// The file bytes of the whole collection at byte `at` of `file` (header included), once it
@@ -131,69 +149,17 @@ pub(crate) fn span(file: &[u8], at: u64) -> Result<Range<usize>, String> {
 /// Unlike [`parse`], an index listed twice is not an error (the first is returned): callers
 /// check what they read against a checksum.
 pub(crate) fn find(file: &[u8], at: u64, index: u32) -> Result<Range<usize>, String> {
-    let start = usize::try_from(at).ok().filter(|&s| s.saturating_add(HEADER) <= file.len());
-    let Some(start) = start else {
-        return Err(format!(
-            "global heap collection at byte {at} lies past the file's end ({} bytes)",
-            file.len()
-        ));
-    };
-    let header = &file[start..start + HEADER];
-    if &header[..4] != b"GCOL" || header[4] != 1 {
-        return Err(format!("no global heap collection (GCOL version 1) at byte {at}"));
-    }
-    let size = u64_at(header, 8);
-    let end = usize::try_from(size)
-        .ok()
-        .and_then(|size| start.checked_add(size))
-        .filter(|&end| end <= file.len() && end >= start + HEADER);
-    let Some(end) = end else {
-        return Err(format!(
-            "global heap collection at byte {at} claims {size} bytes; the file holds {}",
-            file.len()
-        ));
-    };
     let wanted = u16::try_from(index).ok().filter(|&i| i != 0);
-    let body = &file[start..end];
-    let mut p = HEADER;
-    while let Some(wanted) = wanted {
-        if body.len() - p < HEADER {
-            break;
-        }
-        let found = u16::from_le_bytes([body[p], body[p + 1]]);
-        let object_size = u64_at(body, p + 8);
-        let data = p + HEADER;
-        let next = if found == 0 {
-            usize::try_from(object_size)
-                .ok()
-                .filter(|&step| step > 0)
-                .and_then(|step| p.checked_add(step))
-                .filter(|&next| next <= body.len())
+    let mut found = None;
+    walk(file, at, |object, range| {
+        if Some(object) == wanted {
+            found = Some(range);
+            ControlFlow::Break(())
         } else {
-            usize::try_from(object_size)
-                .ok()
-                .and_then(|n| data.checked_add(n))
-                .filter(|&data_end| data_end <= body.len())
-                .map(|_| (data + (object_size as usize).next_multiple_of(8)).min(body.len()))
-        };
-        let Some(next) = next else {
-            return Err(format!(
-                "global heap collection at byte {at}: {} of {object_size} bytes at byte {} runs \
-                 past the collection's {} bytes",
-                if found == 0 { "free space".to_owned() } else { format!("object {found}") },
-                start + p,
-                body.len()
-            ));
-        };
-        if found == wanted {
-            return Ok(start + data..start + data + object_size as usize);
+            ControlFlow::Continue(())
         }
-        if next >= body.len() {
-            break;
-        }
-        p = next;
-    }
-    Err(format!("global heap collection at byte {at} holds no object {index}"))
+    })?;
+    found.ok_or_else(|| format!("global heap collection at byte {at} holds no object {index}"))
 }
 
 /// The collections of one file read so far, each parsed once.
