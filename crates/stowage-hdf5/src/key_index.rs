@@ -593,29 +593,12 @@ mod tests {
         assert_eq!(KeyIndex::open(dir.path(), &entries, true).tail_first(), 0);
     }
 
-    /// Whether the map at `address` is advised `MADV_RANDOM` (`rr` in its `VmFlags`).
-    fn advised_random(address: usize) -> bool {
-        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
-        let mut inside = false;
-        for line in smaps.lines() {
-            if let Some((range, _)) = line.split_once(' ')
-                && let Some((start, end)) = range.split_once('-')
-                && let (Ok(start), Ok(end)) =
-                    (usize::from_str_radix(start, 16), usize::from_str_radix(end, 16))
-            {
-                inside = (start..end).contains(&address);
-            } else if inside && let Some(flags) = line.strip_prefix("VmFlags:") {
-                return flags.split_whitespace().any(|flag| flag == "rr");
-            }
-        }
-        panic!("no map at {address:#x}");
-    }
-
     /// A reader's large run reads a page per lookup; a small one, and any run a writer maps,
     /// keep the read-around.
     #[cfg(target_os = "linux")]
     #[test]
     fn only_a_readers_large_runs_are_advised_random() {
+        use stowage_test_support::process::advised_random;
         let dir = tempfile::tempdir().unwrap();
         let map_of = |name: &str, len: usize| {
             let path = dir.path().join(name);

@@ -632,19 +632,10 @@ mod tests {
     use super::*;
 
     /// Whether `/proc/self/smaps` shows the map starting at `address` advised `MADV_RANDOM`.
-    #[cfg(target_os = "linux")]
-    fn advised_random(address: usize) -> bool {
-        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
-        let start = format!("{address:x}-");
-        let mut lines = smaps.lines().skip_while(|line| !line.starts_with(&start));
-        assert!(lines.next().is_some(), "the map is listed");
-        let flags = lines.find_map(|line| line.strip_prefix("VmFlags:")).unwrap();
-        flags.split_whitespace().any(|flag| flag == "rr")
-    }
-
     #[test]
     #[cfg(target_os = "linux")]
     fn only_a_large_run_or_log_is_mapped_for_random_reads() {
+        use stowage_test_support::process::advised_random;
         let dir = tempfile::tempdir().unwrap();
         let map_of = |name: &str, len: usize| {
             let path = dir.path().join(name);

@@ -62,3 +62,30 @@ pub fn status_kib(field: &str) -> u64 {
         .and_then(|line| line.split_whitespace().nth(1)?.parse().ok())
         .unwrap_or(0)
 }
+
+/// Whether the map of this process that holds `address` is advised `MADV_RANDOM` (`rr` among
+/// its `VmFlags` in `/proc/self/smaps`).
+///
+/// # Panics
+/// When no map of this process holds `address`.
+///
+/// ```no_run
+/// let bytes = vec![0u8; 4096];
+/// assert!(!stowage_test_support::process::advised_random(bytes.as_ptr() as usize));
+/// ```
+pub fn advised_random(address: usize) -> bool {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").expect("/proc/self/smaps");
+    let mut inside = false;
+    for line in smaps.lines() {
+        if let Some((range, _)) = line.split_once(' ')
+            && let Some((start, end)) = range.split_once('-')
+            && let (Ok(start), Ok(end)) =
+                (usize::from_str_radix(start, 16), usize::from_str_radix(end, 16))
+        {
+            inside = (start..end).contains(&address);
+        } else if inside && let Some(flags) = line.strip_prefix("VmFlags:") {
+            return flags.split_whitespace().any(|flag| flag == "rr");
+        }
+    }
+    panic!("no map at {address:#x}");
+}
