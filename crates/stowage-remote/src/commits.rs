@@ -94,6 +94,11 @@ impl CommitRecord {
                 )));
             }
         }
+        if record.to_bytes() != bytes {
+            return Err(bad(
+                "not in the form this layout writes a commit (edited or damaged)".into()
+            ));
+        }
         Ok(record)
     }
 }

@@ -45,18 +45,27 @@
 //! assert_eq!(store.list("objects").unwrap()[0].name, "objects/a");
 //! ```
 
+pub mod cache;
+pub mod check;
 pub mod coalesce;
 pub mod commits;
+pub mod factory;
 pub mod faults;
+pub mod identity;
+pub mod key_count;
 pub mod manifest;
 pub mod merge;
 pub mod node_cache;
+pub mod part;
 pub mod remote_url;
 pub mod row_record;
 pub mod row_table;
 pub mod runtime;
 pub mod store;
 pub mod versions;
+pub mod view;
 
+pub use cache::{RemoteCache, RemoteOptions};
+pub use factory::RemoteFactory;
 pub use remote_url::{RemoteUrl, Scheme};
 pub use store::{Created, ObjectInfo, RemoteStore, StoreMaker};

@@ -109,6 +109,12 @@ pub struct Manifest {
     pub watermarks: BTreeMap<String, u64>,
     /// The rows the parts committed (a key that several parts hold counts once per part).
     pub rows: u64,
+    /// The distinct keys the parts hold (a key that several parts hold counts once): what
+    /// `len` reports. A merge that cannot see the parts' keys counts every row.
+    pub keys: u64,
+    /// Whether a writer committed the cache as complete (`finalize`). A commit folded after
+    /// that keeps it complete: nothing flushed is dropped.
+    pub finalized: bool,
 }
 
 impl Manifest {
@@ -121,6 +127,8 @@ impl Manifest {
             parts: Vec::new(),
             watermarks: BTreeMap::new(),
             rows: 0,
+            keys: 0,
+            finalized: false,
         }
     }
 
@@ -185,6 +193,12 @@ impl Manifest {
         let manifest: Manifest = serde_json::from_slice(bytes)
             .map_err(|e| bad(format!("not a layout {LAYOUT} manifest: {e}")))?;
         manifest.check().map_err(bad)?;
+        if manifest.to_bytes() != bytes {
+            // Serialization is deterministic, so any other bytes were edited or damaged.
+            return Err(bad(
+                "not in the form this layout writes a manifest (edited or damaged)".into()
+            ));
+        }
         Ok(manifest)
     }
 
@@ -240,6 +254,9 @@ impl Manifest {
         }
         if rows != self.rows {
             return Err(format!("rows {} but the parts hold {rows}", self.rows));
+        }
+        if self.keys > self.rows {
+            return Err(format!("{} distinct keys in only {} rows", self.keys, self.rows));
         }
         Ok(())
     }
@@ -300,6 +317,7 @@ mod tests {
         }
         manifest.watermarks = [("r0".to_owned(), 2), ("r1".to_owned(), 1)].into();
         manifest.rows = 15;
+        manifest.keys = 15;
         manifest
     }
 
@@ -327,6 +345,9 @@ mod tests {
         let mut m = sample();
         m.rows = 14;
         cases.push((m, "rows 14 but the parts hold 15"));
+        let mut m = sample();
+        m.keys = 16;
+        cases.push((m, "16 distinct keys in only 15 rows"));
         let mut m = sample();
         m.parts[2].objects[0].name = "a//b".into();
         cases.push((m, "not a relative object name"));

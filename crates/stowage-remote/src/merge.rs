@@ -108,6 +108,7 @@ pub fn fold(base: Option<&Manifest>, format: &str, pending: &[Pending]) -> Resul
         }
         next.watermarks.insert(record.rank.clone(), record.seq);
         next.rows += record.rows;
+        next.keys += record.rows;
         next.parts.push(PartRef {
             rank: record.rank.clone(),
             seq: record.seq,
@@ -156,19 +157,42 @@ pub fn pending(store: &RemoteStore, base: Option<&Manifest>) -> Result<Vec<Pendi
 }
 
 /// Folds every pending commit into a new version of the cache in `store` (format `format`),
-/// retrying when another merger wins the version (see the module docs).
+/// retrying when another merger wins the version (see the module docs). Every row counts as a
+/// distinct key: [`merge_with`] counts them.
 ///
 /// Errors: the store's; those of [`fold`] and [`pending`]; [`Error::Io`] (`ResourceBusy`) after
 /// [`MERGE_ATTEMPTS`] lost races in a row (nothing is lost: the commits stay durable, and the
 /// next merge folds them).
 pub fn merge(store: &RemoteStore, format: &str) -> Result<Merged> {
+    merge_with(store, format, false, &|next, _, _| Ok(next.keys))
+}
+
+/// Counts the distinct keys of a version: given the fold's result, its base and the commits
+/// folded, the number of distinct keys its parts hold. Must depend on nothing else, so that the
+/// manifest stays a function of its commits.
+pub type KeyCounter<'a> = dyn Fn(&Manifest, Option<&Manifest>, &[Pending]) -> Result<u64> + 'a;
+
+/// [`merge`], with the distinct keys counted by `count`, and with `finalize` the new version
+/// marked complete. With `finalize` and nothing pending, a version that only marks the newest
+/// complete is created, unless it is complete already.
+///
+/// Errors: as [`merge`]; `count`'s.
+pub fn merge_with(
+    store: &RemoteStore,
+    format: &str,
+    finalize: bool,
+    count: &KeyCounter<'_>,
+) -> Result<Merged> {
     for attempt in 0..MERGE_ATTEMPTS {
         let base = versions::newest(store)?;
         let pending = pending(store, base.as_ref())?;
-        if pending.is_empty() {
+        let complete = base.as_ref().is_some_and(|b| b.finalized);
+        if pending.is_empty() && (!finalize || complete) {
             return Ok(Merged::NothingPending { version: base.map(|b| b.version) });
         }
-        let next = fold(base.as_ref(), format, &pending)?;
+        let mut next = fold(base.as_ref(), format, &pending)?;
+        next.keys = count(&next, base.as_ref(), &pending)?;
+        next.finalized |= finalize;
         match versions::commit(store, &next) {
             Ok(Created::New | Created::AlreadyThere) => {
                 return Ok(Merged::Version { version: next.version, folded: pending.len() });

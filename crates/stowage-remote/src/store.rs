@@ -102,6 +102,18 @@ impl fmt::Debug for RemoteStore {
     }
 }
 
+impl Clone for RemoteStore {
+    /// The same store, sharing this process's client.
+    fn clone(&self) -> RemoteStore {
+        let client = self.client.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        RemoteStore {
+            url: self.url.clone(),
+            make: Arc::clone(&self.make),
+            client: Mutex::new(client),
+        }
+    }
+}
+
 impl RemoteStore {
     /// Opens the store `url` names, configured from the environment (`AWS_ENDPOINT_URL`,
     /// `AWS_ACCESS_KEY_ID`, `GOOGLE_SERVICE_ACCOUNT`, `AZURE_STORAGE_ACCOUNT_NAME`, ...: the
@@ -268,6 +280,19 @@ impl RemoteStore {
         Ok(self.infos(listed))
     }
 
+    /// Removes object `name` (absent is not an error). stowage removes only objects it wrote
+    /// and no reader needs; tests use it to damage caches.
+    ///
+    /// Errors: [`Error::Io`] when the store fails.
+    pub fn delete(&self, name: &str) -> Result<()> {
+        let path = self.url.object(name)?;
+        let client = self.client()?;
+        match block_on(client.delete(&path))? {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(store_error(&self.url, name, e)),
+        }
+    }
+
     /// Listed objects as [`ObjectInfo`]s named relative to the prefix, sorted by name.
     fn infos(&self, listed: Vec<object_store::ObjectMeta>) -> Vec<ObjectInfo> {
         let prefix_parts = self.url.prefix().parts().count();
@@ -357,7 +382,11 @@ impl RemoteStore {
                 ) => {
                     return self.compare_existing(name, &bytes);
                 }
-                Err(e) if is_final(&e) => return Err(store_error(&self.url, name, e)),
+                // A local store has no answer to lose: its error (a failed write or sync) is the
+                // outcome, and the file a failed sync left must not be taken for durable.
+                Err(e) if is_final(&e) || self.is_local() => {
+                    return Err(store_error(&self.url, name, e));
+                }
                 Err(e) => {
                     // The put may have taken effect before its answer was lost: look.
                     last_error = Some(store_error(&self.url, name, e));
@@ -371,6 +400,13 @@ impl RemoteStore {
             }
         }
         Err(last_error.expect("PUT_ATTEMPTS > 0"))
+    }
+
+    /// Whether the store is this machine's file system (`file://`): its errors are outcomes
+    /// (a failed write or sync), never lost answers. (`memory://` is treated as a network
+    /// store, so that tests inject network faults into it.)
+    pub fn is_local(&self) -> bool {
+        self.url.scheme() == Scheme::File
     }
 
     fn compare_existing(&self, name: &str, bytes: &Bytes) -> Result<Created> {

@@ -96,8 +96,14 @@ pub fn read(store: &RemoteStore, version: u64) -> Result<Manifest> {
 pub fn commit(store: &RemoteStore, manifest: &Manifest) -> Result<Created> {
     let name = Manifest::name_of(manifest.version);
     let created = store.put_new(&name, Bytes::from(manifest.to_bytes()))?;
-    // Advisory: a failure here costs readers at most one longer listing.
-    let _ = store.put_pointer(LATEST, Bytes::from(format!("{}\n", manifest.version)));
+    // Advisory: a failure here costs readers at most one longer listing. On a local store it
+    // is a failed write or sync of the cache's directory, which a flush must report.
+    let pointed = store.put_pointer(LATEST, Bytes::from(format!("{}\n", manifest.version)));
+    if let Err(e) = pointed
+        && store.is_local()
+    {
+        return Err(e);
+    }
     Ok(created)
 }
 

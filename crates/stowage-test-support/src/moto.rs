@@ -10,8 +10,10 @@
 //! ```
 
 use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::sync::{OnceLock, mpsc};
 use std::time::Duration;
 
 use crate::python::{python_with, run_script};
@@ -40,8 +42,63 @@ impl MotoServer {
     /// # Panics
     /// When the server does not start, or does not name its port within a minute.
     pub fn start(test: &str) -> Option<MotoServer> {
-        let python = python_with(test, &["moto.server", "boto3"])?;
-        let mut child = Command::new(python)
+        MotoServer::spawn(test, python_with(test, &["moto.server", "boto3"])?, false)
+    }
+
+    /// The server every test of this process shares, started on first use, and seen by the
+    /// process's children too (the conformance suite's writer processes): a child finds its
+    /// parent's server through a file named after the parent's process id. The server dies with
+    /// the process that started it. `None` as [`MotoServer::start`].
+    pub fn shared(test: &str) -> Option<&'static MotoServer> {
+        static SHARED: OnceLock<Option<MotoServer>> = OnceLock::new();
+        SHARED
+            .get_or_init(|| {
+                let python = python_with(test, &["moto.server", "boto3"])?;
+                // SAFETY: getppid has no preconditions.
+                let parent = unsafe { libc::getppid() };
+                let inherited = std::fs::read_to_string(shared_file(parent as u32))
+                    .ok()
+                    .map(|text| text.trim().to_owned())
+                    .filter(|endpoint| listening(endpoint));
+                if let Some(endpoint) = inherited {
+                    // The parent's server (a stale file of a dead process names no listener):
+                    // this process must not stop it.
+                    let child = Command::new("true").spawn().expect("`true` runs");
+                    return Some(MotoServer { child, endpoint, python });
+                }
+                // Started by a thread that lives as long as the process, so that the server's
+                // parent-death signal fires when the process ends, not when a test thread does.
+                let (tx, rx) = mpsc::channel();
+                let test = test.to_owned();
+                std::thread::spawn(move || {
+                    let _ = tx.send(MotoServer::spawn(&test, python, true));
+                    loop {
+                        std::thread::park();
+                    }
+                });
+                let server = rx.recv().expect("the starter thread answers")?;
+                let file = shared_file(std::process::id());
+                std::fs::write(&file, &server.endpoint)
+                    .unwrap_or_else(|e| panic!("writing {}: {e}", file.display()));
+                Some(server)
+            })
+            .as_ref()
+    }
+
+    /// Starts the server with `python`; with `die_with_parent`, the server is killed when the
+    /// thread that started it ends.
+    fn spawn(test: &str, python: &'static str, die_with_parent: bool) -> Option<MotoServer> {
+        let mut command = Command::new(python);
+        if die_with_parent {
+            // SAFETY: prctl is async-signal-safe; it only sets this child's death signal.
+            unsafe {
+                command.pre_exec(|| {
+                    libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+                    Ok(())
+                });
+            }
+        }
+        let mut child = command
             .args(["-m", "moto.server", "-H", "127.0.0.1", "-p", "0"])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -111,6 +168,17 @@ impl MotoServer {
             ("aws_region", REGION.to_owned()),
         ]
     }
+}
+
+/// Whether something accepts connections at `endpoint` (`http://host:port`).
+fn listening(endpoint: &str) -> bool {
+    let address = endpoint.trim_start_matches("http://").trim_end_matches('/');
+    std::net::TcpStream::connect(address).is_ok()
+}
+
+/// Where process `pid`'s shared server writes its endpoint for its children.
+fn shared_file(pid: u32) -> PathBuf {
+    std::env::temp_dir().join(format!("stowage-moto-shared-{pid}"))
 }
 
 impl Drop for MotoServer {
