@@ -92,6 +92,10 @@ pub struct RemoteOptions {
     /// The store's settings (`object_store` configuration keys, as `aws_endpoint`), on top of
     /// the environment's.
     pub store_options: Vec<(String, String)>,
+    /// Read rows from whole copies of the parts' rows objects in the node cache (a part's
+    /// first read fetches all of it; later reads are local) instead of one range request per
+    /// row. For epochs that read most of a cache again and again on one node.
+    pub cache_rows: bool,
 }
 
 impl RemoteOptions {
@@ -296,7 +300,7 @@ impl RemoteCache {
             what: format!("a stowage cache at {} (no {})", store.url().as_str(), "stowage.json"),
         })?;
         let node = options.open_node_cache()?;
-        let view = View::newest(store, node, identity.schema)?;
+        let view = View::newest(store, node, identity.schema, options.cache_rows)?;
         let writing = if write {
             let rank = options.rank.clone().unwrap_or_else(fresh_rank);
             let next_seq = commits::next_seq(&view.store, &rank)?;

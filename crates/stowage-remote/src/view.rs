@@ -29,6 +29,8 @@ pub struct Part {
     /// Its objects by role.
     pub objects: PartObjects,
     table: OnceLock<RowTable>,
+    /// The rows object's node-cache copy, when rows are read from copies.
+    rows_copy: OnceLock<Bytes>,
 }
 
 impl Part {
@@ -37,12 +39,12 @@ impl Part {
     /// Errors: [`Error::Corrupted`] naming `source` when its objects are not a part's three.
     pub fn new(source: &str, reference: PartRef) -> Result<Part> {
         let objects = PartObjects::of(source, &reference.objects)?;
-        Ok(Part { reference, objects, table: OnceLock::new() })
+        Ok(Part { reference, objects, table: OnceLock::new(), rows_copy: OnceLock::new() })
     }
 
     /// A part whose table is already at hand (the writer's own, just uploaded).
     pub fn with_table(reference: PartRef, objects: PartObjects, table: RowTable) -> Part {
-        Part { reference, objects, table: OnceLock::from(table) }
+        Part { reference, objects, table: OnceLock::from(table), rows_copy: OnceLock::new() }
     }
 }
 
@@ -59,6 +61,9 @@ pub struct View {
     pub manifest: Option<Manifest>,
     /// Its parts in precedence order, then the writer's own parts not merged yet.
     pub parts: Vec<Part>,
+    /// Whether rows are read from whole copies of the rows objects in the node cache (fetched
+    /// on a part's first read) instead of one range request per row.
+    pub cache_rows: bool,
 }
 
 impl View {
@@ -66,9 +71,14 @@ impl View {
     ///
     /// Errors: the store's; [`Error::Corrupted`] for a manifest that does not parse or a part
     /// that is not one.
-    pub fn newest(store: RemoteStore, node: Arc<NodeCache>, schema: Schema) -> Result<View> {
+    pub fn newest(
+        store: RemoteStore,
+        node: Arc<NodeCache>,
+        schema: Schema,
+        cache_rows: bool,
+    ) -> Result<View> {
         let manifest = crate::versions::newest(&store)?;
-        let mut view = View { store, node, schema, manifest: None, parts: Vec::new() };
+        let mut view = View { store, node, schema, manifest: None, parts: Vec::new(), cache_rows };
         view.adopt(manifest, &[])?;
         Ok(view)
     }
@@ -133,8 +143,29 @@ impl View {
     pub fn get(&self, key: &str) -> Result<Option<Sample>> {
         let Some((part, entry)) = self.find(key)? else { return Ok(None) };
         let rows = &self.parts[part].objects.rows;
-        let record = self.store.get_range(&rows.name, record_range(rows, &entry, key)?)?;
+        let range = record_range(rows, &entry, key)?;
+        let record = match self.rows_copy(part)? {
+            Some(copy) => copy.slice(range.start as usize..range.end as usize),
+            None => self.store.get_range(&rows.name, range)?,
+        };
         self.decode(rows, &entry, key, record).map(Some)
+    }
+
+    /// Part `i`'s rows object from its node-cache copy, fetched on first need, when the view
+    /// reads rows from copies; `None` when it reads them from the store.
+    ///
+    /// Errors: the node cache's (a copy that does not match its digest is corruption).
+    fn rows_copy(&self, i: usize) -> Result<Option<&Bytes>> {
+        if !self.cache_rows {
+            return Ok(None);
+        }
+        let part = &self.parts[i];
+        if let Some(copy) = part.rows_copy.get() {
+            return Ok(Some(copy));
+        }
+        let rows = &part.objects.rows;
+        let copy = self.node.fetch(&self.store, &rows.name, rows.digest()?)?;
+        Ok(Some(part.rows_copy.get_or_init(|| copy.bytes().clone())))
     }
 
     /// The samples of `keys`, in order: each part's records fetched together (neighbouring
@@ -155,7 +186,12 @@ impl View {
                 .iter()
                 .map(|(slot, entry)| record_range(rows, entry, keys[*slot]))
                 .collect::<Result<Vec<Range<u64>>>>()?;
-            let records = self.store.get_ranges(&rows.name, &ranges)?;
+            let records = match self.rows_copy(part)? {
+                Some(copy) => {
+                    ranges.iter().map(|r| copy.slice(r.start as usize..r.end as usize)).collect()
+                }
+                None => self.store.get_ranges(&rows.name, &ranges)?,
+            };
             for ((slot, entry), record) in wanted.into_iter().zip(records) {
                 out[slot] = Some(self.decode(rows, &entry, keys[slot], record)?);
             }

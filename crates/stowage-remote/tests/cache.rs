@@ -232,3 +232,26 @@ fn after_finalize_puts_are_refused_also_after_reopening() {
     ));
     assert_eq!(reader.len(), 3);
 }
+
+#[test]
+fn with_cache_rows_a_part_is_fetched_once_then_read_locally() {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, faulty) = faulty("cache-rows");
+    write_keys(store.clone(), &dir, 200, 100);
+    let opts = RemoteOptions { cache_rows: true, ..options(&dir) };
+    let reader = RemoteCache::open_in(store, &opts, false).unwrap();
+    faulty.clear_log();
+    assert_eq!(reader.get("k150").unwrap().unwrap(), sample(150));
+    // The part's rows object whole, once (its row table is in the node cache already: the
+    // writer's merges counted keys with it).
+    let rows_gets = faulty.requests().iter().filter(|r| r.path.ends_with(".rows")).count();
+    assert_eq!(rows_gets, 1, "{:?}", faulty.requests());
+    faulty.clear_log();
+    for i in 100..200 {
+        assert_eq!(reader.get(&format!("k{i}")).unwrap().unwrap(), sample(i));
+    }
+    let keys: Vec<String> = (100..200).map(|i| format!("k{i}")).collect();
+    let refs: Vec<&str> = keys.iter().map(String::as_str).collect();
+    assert_eq!(reader.get_batch(&refs).unwrap().len(), 100);
+    assert!(faulty.requests().is_empty(), "{:?}", faulty.requests());
+}
