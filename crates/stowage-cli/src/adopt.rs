@@ -22,10 +22,13 @@ use crate::out::count;
 /// Adopts what can be adopted in the cache at `path`, recognized through `registry`, and prints
 /// what was checksummed.
 ///
-/// Errors: a format whose other writers' data stowage cannot checksum (the message says why and
-/// what to do instead), or one that has no other writer (any format but the built-in ones); a
-/// cache another writer holds (`Locked`); damage found while adopting (nothing is adopted then).
+/// Errors: a URL (only local caches have other writers' files to adopt); a format whose other
+/// writers' data stowage cannot checksum (the message says why and what to do instead), or one
+/// that has no other writer (any format but the built-in ones); a cache another writer holds
+/// (`Locked`); damage found while adopting (nothing is adopted then).
 pub fn run(registry: &Registry, path: &Path, out: &mut dyn Write) -> Result<Status, CliError> {
+    let why = "checksums the files another writer (the original tool) added to a local cache";
+    crate::locate::local_only(path, "adopt", why)?;
     let format = match locate(registry, path)? {
         Located::Cache(recognized) => recognized.format,
         Located::Directory(_) => &DIRECTORY,

@@ -152,6 +152,9 @@ it is converted from (.stowage.convert.json), so it is opened for appending, the
 committed are skipped, it is finalized, and the result is the same as an uninterrupted run.
 Another source into the same DST is refused unless --merge is given: then DST's samples win
 for the keys it already holds, and the run says how many of those differ from SRC's.
+SRC and DST may be URLs (s3://bucket/cache) of a scheme a registered backend serves; --to must
+name a backend serving DST's scheme, and nothing is created on the local file system. A DST at
+a URL keeps no record of its source: run again, it is resumed from whatever keys it holds.
 With STOWAGE_PHASE_TRACE=FILE, each step's start (create, copy, flush, finalize) is appended
 to FILE, for the crash campaign that kills convert inside each step.
 --verify then reads every sample back from DST and compares its digest with SRC's, listing each
@@ -209,7 +212,8 @@ pub enum Command {
     /// dedup, memory, integrity; for a directory, every cache below it
     #[command(after_help = format!("{INSPECT_HELP}\n\n{EXIT_STATUS}"))]
     Inspect {
-        /// The cache (a directory, or an aenet HDF5 file), or a directory holding caches
+        /// The cache's path or URL (a directory, an aenet HDF5 file, or a URL a registered
+        /// backend serves), or a directory holding caches
         #[arg(value_parser = parse_cache_path)]
         path: PathBuf,
 
@@ -221,7 +225,8 @@ pub enum Command {
     /// Check the structure and every sample checksum (or a seeded sample); list each problem
     #[command(after_help = format!("{VERIFY_HELP}\n\n{EXIT_STATUS}"))]
     Verify {
-        /// The cache (a directory, or an aenet HDF5 file)
+        /// The cache's path or URL (a directory, an aenet HDF5 file, or a URL a registered
+        /// backend serves)
         #[arg(value_parser = parse_cache_path)]
         path: PathBuf,
 
@@ -243,7 +248,8 @@ pub enum Command {
     /// Checksum the data another writer (the original tool) added, so verify checks it
     #[command(after_help = format!("{ADOPT_HELP}\n\n{EXIT_STATUS}"))]
     Adopt {
-        /// The cache (a directory, or an aenet HDF5 file)
+        /// The cache's path (a directory, or an aenet HDF5 file; a cache at a URL has no other
+        /// writer's files to adopt)
         #[arg(value_parser = parse_cache_path)]
         path: PathBuf,
     },
@@ -251,7 +257,7 @@ pub enum Command {
     /// Rewrite a stowage Arrow cache's small segments into few large ones
     #[command(after_help = format!("{COMPACT_HELP}\n\n{EXIT_STATUS}"))]
     Compact {
-        /// The stowage Arrow cache directory
+        /// The stowage Arrow cache's path (a local directory: a URL is refused)
         #[arg(value_parser = parse_cache_path)]
         path: PathBuf,
 
@@ -263,7 +269,7 @@ pub enum Command {
     /// Print every key, one per line
     #[command(after_help = format!("{KEYS_HELP}\n\n{EXIT_STATUS}"))]
     Keys {
-        /// The cache directory
+        /// The cache's path or URL (a URL a registered backend serves)
         #[arg(value_parser = parse_cache_path)]
         path: PathBuf,
     },
@@ -274,11 +280,12 @@ pub enum Command {
     /// Copy every sample of a cache into a new cache of another backend (resumable)
     #[command(after_help = format!("{CONVERT_HELP}\n\n{EXIT_STATUS}"))]
     Convert {
-        /// The cache to read (any kind with keys)
+        /// The cache to read: its path or URL (any kind with keys)
         #[arg(value_parser = parse_cache_path)]
         src: PathBuf,
 
-        /// The cache to write: a new or empty directory, or one an interrupted convert left
+        /// The cache to write, by path or URL: a new or empty directory, or one an interrupted
+        /// convert left; a URL of a scheme the --to backend serves
         #[arg(value_parser = parse_cache_path)]
         dst: PathBuf,
 
@@ -309,7 +316,8 @@ pub enum Command {
     /// Tell whether a cache is valid for a configuration and source files, and what differs
     #[command(after_help = format!("{EXPLAIN_HELP}\n\n{EXIT_STATUS}"))]
     Explain {
-        /// The cache (a directory, or an aenet HDF5 file)
+        /// The cache's path or URL (a directory, an aenet HDF5 file, or a URL a registered
+        /// backend serves)
         #[arg(value_parser = parse_cache_path)]
         path: PathBuf,
 
@@ -362,9 +370,9 @@ pub struct BenchArgs {
     #[arg(long, value_enum, default_value = "table")]
     pub format: BenchFormat,
 
-    /// Where the caches are written (default: a new directory in the system's temporary
-    /// directory, removed afterwards)
-    #[arg(long, value_name = "DIR")]
+    /// Where the caches are written, a local directory (default: a new directory in the
+    /// system's temporary directory, removed afterwards)
+    #[arg(long, value_name = "DIR", value_parser = parse_output_path)]
     pub dir: Option<PathBuf>,
 
     /// Keep the caches after measuring them
@@ -418,7 +426,8 @@ pub enum BenchFormat {
     after_help = format!("{GET_HELP}\n\n{EXIT_STATUS}"),
 )]
 pub struct GetArgs {
-    /// The cache directory (with KEY), or a directory holding data/10/UID.npy (with --record)
+    /// The cache's path or URL (with KEY), or a local directory holding data/10/UID.npy (with
+    /// --record)
     #[arg(value_parser = parse_cache_path)]
     pub path: PathBuf,
 
@@ -429,8 +438,8 @@ pub struct GetArgs {
     #[arg(long, value_name = "RECORD", conflicts_with = "key")]
     pub record: Option<String>,
 
-    /// Where to write: a directory (with KEY) or the .npy file (with --record)
-    #[arg(long, short, value_name = "DIR|FILE.npy")]
+    /// Where to write: a local directory (with KEY) or the .npy file (with --record)
+    #[arg(long, short, value_name = "DIR|FILE.npy", value_parser = parse_output_path)]
     pub out: PathBuf,
 }
 
@@ -443,16 +452,42 @@ pub fn command(registry: &Registry) -> clap::Command {
         .collect();
     let main_help = format!(
         "{MAIN_EXAMPLES}\n\nCaches it reads, each recognized by:\n{}\n  {} ({}): {} (inspect \
-         walks them)\n\n{EXIT_STATUS}",
+         walks them)\n\n{}\n\n{EXIT_STATUS}",
         formats.join("\n"),
         crate::locate::DIRECTORY.description,
         crate::locate::DIRECTORY.id,
-        crate::locate::DIRECTORY.signature
+        crate::locate::DIRECTORY.signature,
+        urls_help(registry)
     );
     let names = crate::convert::target_names(registry);
     Cli::command().after_help(main_help).mut_subcommand("convert", |convert| {
         convert.mut_arg("to", |to| to.value_parser(PossibleValuesParser::new(names)))
     })
+}
+
+/// Which URLs a cache argument takes: each registered backend serving URL schemes, with its
+/// schemes; or that none does, so every cache is a local path.
+fn urls_help(registry: &Registry) -> String {
+    let serving: Vec<String> = registry
+        .factories()
+        .filter(|factory| !factory.url_schemes().is_empty())
+        .map(|factory| {
+            let schemes: Vec<String> =
+                factory.url_schemes().iter().map(|s| format!("{s}://")).collect();
+            format!("  {}: {}", factory.name(), schemes.join(", "))
+        })
+        .collect();
+    if serving.is_empty() {
+        "Caches at URLs: none (no registered backend serves a URL scheme): every cache is a local \
+         path"
+            .to_owned()
+    } else {
+        format!(
+            "Caches at URLs (a cache argument takes a URL of these schemes; adopt and compact \
+             take local paths only):\n{}",
+            serving.join("\n")
+        )
+    }
 }
 
 pub fn parse_dtype(text: &str) -> Result<stowage_core::DType, String> {
@@ -468,12 +503,24 @@ pub fn available_cores() -> usize {
     std::thread::available_parallelism().map_or(1, usize::from)
 }
 
-/// A cache's path, refusing a URL (`s3://bucket/cache` would otherwise name a local directory
-/// `s3:`): [`stowage_core::location::refuse_url`].
+/// A cache's path or URL, as given. Whether a URL's scheme is served is known only to the
+/// registry, which every command asks before it touches anything
+/// ([`stowage_core::Registry::recognize`], [`stowage_core::location::check_served`]).
 pub fn parse_cache_path(text: &str) -> Result<PathBuf, String> {
+    Ok(PathBuf::from(text))
+}
+
+/// A local path the command writes files into (`get --out`, `bench --dir`): a URL is refused,
+/// since `s3://bucket/x` would otherwise create the local directory `s3:`.
+pub fn parse_output_path(text: &str) -> Result<PathBuf, String> {
     let path = PathBuf::from(text);
-    stowage_core::location::refuse_url(&path).map_err(|e| e.to_string())?;
-    Ok(path)
+    match stowage_core::location::url_scheme(&path) {
+        None => Ok(path),
+        Some(scheme) => Err(format!(
+            "{text} is a URL ({scheme}://): this writes local files, so give a local path (for \
+             a local path that looks like a URL, write it as ./{text})"
+        )),
+    }
 }
 
 /// A fraction in (0, 1], for `--sample`.

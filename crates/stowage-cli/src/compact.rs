@@ -20,14 +20,17 @@ use crate::locate::{Located, locate};
 /// Compacts the stowage Arrow cache at `path`, recognized through `registry`: every segment
 /// smaller than `below` bytes (at least two of them) is rewritten; prints what changed.
 ///
-/// Errors: `Unsupported` naming the format for any other kind of cache; a cache another writer
-/// holds (`Locked`); damage in a row to keep (nothing is committed then).
+/// Errors: a URL (segment files are rewritten in a local directory); `Unsupported` naming the
+/// format for any other kind of cache; a cache another writer holds (`Locked`); damage in a row
+/// to keep (nothing is committed then).
 pub fn run(
     registry: &Registry,
     path: &Path,
     below: u64,
     out: &mut dyn Write,
 ) -> Result<Status, CliError> {
+    let why = "rewrites the segment files of a stowage Arrow cache in a local directory";
+    crate::locate::local_only(path, "compact", why)?;
     let format = match locate(registry, path)? {
         Located::Cache(recognized) => recognized.format,
         Located::Directory(_) => {

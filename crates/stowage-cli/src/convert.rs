@@ -18,6 +18,13 @@
 //!    key already there but the target not yet finalized.
 //! 4. With `--verify`, every key is read back from `DST` and its sample's digest compared with
 //!    the source's ([`sample_digest`]).
+//!
+//! `SRC` and `DST` may be URLs (`s3://bucket/cache`). A URL source opens through the registry like
+//! any cache. A URL target must be of a scheme the `--to` backend serves
+//! ([`stowage_core::location::check_served`], checked before anything is read or created), and
+//! nothing of it is on the local file system: it is created, found and resumed through the
+//! factory alone, and it holds no [`ConvertRecord`] (the backend's store has no place for one),
+//! so a rerun resumes it from the keys it holds without checking which source they came from.
 
 use std::collections::HashSet;
 use std::io::Write;
@@ -35,9 +42,9 @@ use stowage_arrow::OutputStructure;
 use crate::builtin::Builtin;
 use crate::convert_record::{ConvertRecord, SourceId};
 use crate::error::{CliError, Status};
-use crate::locate::recognize_here;
+use crate::locate::{Recognized, is_url, recognize_here};
 use crate::open::open_reader;
-use crate::out::{Progress, count, display_key, human};
+use crate::out::{Progress, count, display_key, human, note};
 use crate::phase_trace::PhaseTrace;
 
 /// The backend `convert` writes: a registered factory, or, for a built-in backend that carries
@@ -434,6 +441,11 @@ pub fn run(
     let registered = registry
         .factory(&options.target)
         .ok_or_else(|| unknown_target(registry, &options.target))?;
+    // A URL target: a scheme some backend serves, and the one --to names, before anything is
+    // read or created (a URL a backend of local files took would become a local directory).
+    stowage_core::location::refuse_unserved(dst, &registry.url_schemes())?;
+    stowage_core::location::check_served(registered, dst)?;
+    let at_url = is_url(dst);
     let (source, source_format) = open_reader(registry, src, "convert")?;
     let keys = source.keys()?;
     let (carried, carried_line) =
@@ -451,6 +463,18 @@ pub fn run(
         true => factory.open_reader(dst)?.keys()?.into_iter().collect(),
         false => HashSet::new(),
     };
+    if at_url && appending && !options.merge {
+        note(
+            notes,
+            &format!(
+                "{} is a URL, where convert keeps no record of its source: its {} are kept as \
+                 they are (resumed), not checked to come from {}",
+                dst.display(),
+                count(done.len() as u64, "key"),
+                src.display()
+            ),
+        );
+    }
     let todo: Vec<&String> = keys.iter().filter(|k| !done.contains(*k)).collect();
     // A finished conversion run again is not reopened for writing (a finalized memmap or
     // NUMPY_10 cache cannot be); one killed inside finalize is, to finalize it: also one whose
@@ -476,6 +500,10 @@ pub fn run(
             record.map(|r| r.write(dst)).transpose()?;
             Some(target_cache)
         }
+        false if at_url => {
+            trace.mark("create");
+            Some(factory.create(dst, &schema)?)
+        }
         false => {
             // Recorded before the cache exists, so a rerun knows whose leftovers it finds.
             std::fs::create_dir_all(dst).map_err(|e| crate::error::io_error(dst, &e))?;
@@ -484,7 +512,7 @@ pub fn run(
             Some(factory.create(dst, &schema)?)
         }
     };
-    if target_cache.is_some() {
+    if target_cache.is_some() && !at_url {
         // Under the target's writer lock no other convert is writing the record: a temporary
         // of it is a killed run's.
         let record_temp = |name: &str| name == crate::convert_record::FILE_NAME;
@@ -569,36 +597,51 @@ fn copy(
 /// Whether `dst` already holds a cache of the target's own format (to append to); an error when
 /// it holds something else. A directory holding only what an interrupted `convert` leaves before
 /// the cache exists (its [`ConvertRecord`], the writer lock, temporary files) is not a cache yet.
+///
+/// A URL is asked of the factories serving its scheme alone: no cache there means a new target.
 fn existing(registry: &Registry, dst: &Path, target: &Target<'_>) -> Result<bool, CliError> {
+    if is_url(dst) {
+        return match recognize_here(registry, dst)? {
+            Some(found) if is_target(found, target) => Ok(true),
+            Some(found) => Err(holds_another(dst, found, target)),
+            None => Ok(false),
+        };
+    }
     if !dst.exists() {
         return Ok(false);
     }
     // A directory the record proves a conversion made may hold what the target's create
     // writes before the directory becomes a cache; killed there, it may read as another format.
     let ours = dst.join(crate::convert_record::FILE_NAME).exists();
-    let target_format = target.format();
     match recognize_here(registry, dst)? {
-        Some(found)
-            if found.factory.name() == target.name()
-                && target_format.is_some_and(|own| own.id == found.format.id) =>
-        {
-            Ok(true)
-        }
+        Some(found) if is_target(found, target) => Ok(true),
         _ if ours && holds_only_convert_leftovers(dst, target.written_before_the_cache())? => {
             Ok(false)
         }
-        Some(found) => Err(CliError::new(format!(
-            "{} already holds a {}, not a {}: convert into a new directory",
-            dst.display(),
-            found.format.description,
-            target.description()
-        ))),
+        Some(found) => Err(holds_another(dst, found, target)),
         None if dst.is_dir() && holds_only_convert_leftovers(dst, &[])? => Ok(false),
         None => Err(CliError::new(format!(
             "{} exists and is not an empty directory: convert into a new or empty directory",
             dst.display()
         ))),
     }
+}
+
+/// Whether `found` is a cache of the target's own format, written by its backend.
+fn is_target(found: Recognized<'_>, target: &Target<'_>) -> bool {
+    found.factory.name() == target.name()
+        && target.format().is_some_and(|own| own.id == found.format.id)
+}
+
+/// `dst` holds `found`, a cache that is not the target's.
+fn holds_another(dst: &Path, found: Recognized<'_>, target: &Target<'_>) -> CliError {
+    CliError::new(format!(
+        "{} already holds a {}, not a {}: convert into a new {}",
+        dst.display(),
+        found.format.description,
+        target.description(),
+        if is_url(dst) { "URL" } else { "directory" }
+    ))
 }
 
 /// Whether every entry of the directory `dst` is one a conversion leaves before its cache
@@ -631,7 +674,8 @@ fn holds_only_convert_leftovers(dst: &Path, also: &[&str]) -> Result<bool, CliEr
 /// Checks that `dst` is converted from `source` (its record lists it), or that it may be: a
 /// new target, or `--merge`. Returns whether this run merges a source into a target converted
 /// from another one (or written by another program), and the record to write (`None` when the
-/// record already lists `source`).
+/// record already lists `source`). A `dst` at a URL holds no record: its keys are resumed, or,
+/// with `--merge`, merged into.
 fn check_provenance(
     dst: &Path,
     options: &ConvertOptions,
@@ -639,6 +683,10 @@ fn check_provenance(
     source: SourceId,
     appending: bool,
 ) -> Result<(bool, Option<ConvertRecord>), CliError> {
+    if is_url(dst) {
+        // No record at a URL: a target there is resumed, or merged into with --merge.
+        return Ok((appending && options.merge, None));
+    }
     let record = ConvertRecord::read(dst)?;
     let backend = target.description();
     let refusal = |from: String| {

@@ -22,18 +22,22 @@ pub const FILE_NAME: &str = ".stowage.convert.json";
 const FORMAT: &str = "stowage-convert";
 const VERSION: u32 = 1;
 
-/// One source of a conversion: its canonical path and what kind of cache it is.
+/// One source of a conversion: its canonical path (or its URL) and what kind of cache it is.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SourceId {
-    /// The source's absolute path with every symlink resolved.
+    /// The source's absolute path with every symlink resolved, or its URL as given.
     pub path: PathBuf,
     /// The kind of cache, as `stowage inspect` names it.
     pub kind: String,
 }
 
 impl SourceId {
-    /// The identity of the source at `path`, a cache of `kind`.
+    /// The identity of the source at `path`, a cache of `kind`. A URL is its own identity: it
+    /// names no local file to resolve.
     pub fn of(path: &Path, kind: &str) -> Result<SourceId, CliError> {
+        if crate::locate::is_url(path) {
+            return Ok(SourceId { path: path.to_path_buf(), kind: kind.to_owned() });
+        }
         let path = std::fs::canonicalize(path)
             .map_err(|e| CliError::new(format!("{}: {e}", path.display())))?;
         Ok(SourceId { path, kind: kind.to_owned() })

@@ -134,6 +134,8 @@ pub fn by_record(
     out_file: &Path,
     out: &mut dyn Write,
 ) -> Result<Status, CliError> {
+    let why = "--record reads data/10/<uid>.npy from a local directory";
+    crate::locate::local_only(dir, "get", why)?;
     let meta = std::fs::metadata(dir).map_err(|e| io_error(dir, &e))?;
     if !meta.is_dir() {
         return Err(CliError::new(format!(

@@ -7,8 +7,9 @@
 //! status: 0 success, 1 problems found, 2 any error, 3 cannot tell (`explain`: no fingerprint;
 //! `verify`: data no checksum covers). Every cache is recognized and opened through the
 //! [`Registry`] it is given ([`default_registry`] in the `stowage` binary): `locate` finds out
-//! what a path is (a registered format, or a directory of caches), `walk` finds the caches below
-//! a directory, `open` opens one read-only; `builtin` names the four built-in backends' formats,
+//! what a path is (a registered format, or a directory of caches; a URL is asked only of the
+//! backends serving its scheme and never touches the local file system), `walk` finds the caches
+//! below a directory, `open` opens one read-only; `builtin` names the four built-in backends' formats,
 //! for the commands about one original tool's format (`adopt`, `explain`, `convert`'s carried
 //! options); `inspect` renders what every format describes of itself and `verify` runs the checks
 //! every format plans for its own caches.
@@ -57,7 +58,8 @@ pub use error::{EXIT_CANNOT_TELL, EXIT_ERROR, EXIT_PROBLEMS};
 
 /// The backends the `stowage` command is built with: NUMPY_10 (`npy`), memmap rows (`memmap`),
 /// Arrow segments (`arrow`) and HDF5 (`hdf5`), each reading its own caches and its original
-/// tool's.
+/// tool's; and caches on object storage (`remote`: `s3://`, `gs://`, `az://`, `file://`,
+/// `memory://` URLs, and local directories written in that layout).
 ///
 /// They are asked in this order. A stowage cache names its format in its marker, so the order
 /// only matters for the original tools' layouts, which are probed in the order the command always
@@ -68,7 +70,7 @@ pub use error::{EXIT_CANNOT_TELL, EXIT_ERROR, EXIT_PROBLEMS};
 /// ```
 /// let registry = stowage_cli::default_registry();
 /// let names: Vec<&str> = registry.factories().map(|f| f.name()).collect();
-/// assert_eq!(names, ["memmap", "arrow", "npy", "hdf5"]);
+/// assert_eq!(names, ["memmap", "arrow", "npy", "hdf5", "remote"]);
 /// ```
 pub fn default_registry() -> Registry {
     Registry::new()
@@ -76,6 +78,7 @@ pub fn default_registry() -> Registry {
         .with(stowage_arrow::ArrowFactory::default())
         .with(stowage_npy::NpyFactory::default())
         .with(stowage_hdf5::Hdf5Factory)
+        .with(stowage_remote::RemoteFactory::default())
 }
 
 /// Runs the `stowage` command line `args` (the program name first, as

@@ -10,6 +10,9 @@
 //! The "directory of caches" (DNANet's cache root, a folder of experiments) is this command's own
 //! concept, not a format: `inspect` walks it ([`crate::walk`]); the commands that read one cache
 //! name the caches in it instead.
+//!
+//! A URL (`s3://bucket/cache`) is only ever a cache: it is asked of the factories serving its
+//! scheme and never looked at on the local file system (no stat, no marker, no walk).
 
 use std::path::Path;
 
@@ -60,6 +63,9 @@ pub fn locate<'r>(registry: &'r Registry, path: &Path) -> Result<Located<'r>, Cl
     if let Some(recognized) = recognize_here(registry, path)? {
         return Ok(Located::Cache(recognized));
     }
+    if is_url(path) {
+        return Err(registry.not_a_cache(path).into());
+    }
     if !path.is_dir() {
         return Err(CliError::new(format!(
             "{} is a file, not a cache directory, and no registered format reads it as a file; \
@@ -82,15 +88,20 @@ pub fn locate<'r>(registry: &'r Registry, path: &Path) -> Result<Located<'r>, Cl
 }
 
 /// The cache `path` itself is, without looking below it: `Ok(None)` when no registered factory
-/// recognizes it (and it has no stowage marker).
+/// recognizes it (and it has no stowage marker). A URL is asked only of the factories serving
+/// its scheme ([`Registry::recognize`]).
 ///
-/// Errors: `path` cannot be read; a factory's error (a path that claims to be its cache but cannot
-/// be read); a `stowage.json` or `stowage.log` that does not parse or names a format no registered
-/// factory reads.
+/// Errors: `path` cannot be read; a URL of a scheme no registered factory serves; a factory's
+/// error (a path that claims to be its cache but cannot be read); a `stowage.json` or
+/// `stowage.log` that does not parse or names a format no registered factory reads.
 pub fn recognize_here<'r>(
     registry: &'r Registry,
     path: &Path,
 ) -> Result<Option<Recognized<'r>>, CliError> {
+    if is_url(path) {
+        let found = registry.recognize(path)?;
+        return Ok(found.map(|(factory, format)| Recognized { factory, format }));
+    }
     std::fs::metadata(path).map_err(|e| io_error(path, &e))?;
     if let Some((factory, format)) = registry.recognize(path)? {
         return Ok(Some(Recognized { factory, format }));
@@ -108,6 +119,24 @@ pub fn recognize_here<'r>(
         path.join(file).display(),
         formats_looked_for(registry, "; ")
     )))
+}
+
+/// Whether `path` is written as a URL (`s3://...`): a cache for the factories serving its scheme,
+/// never a local path.
+pub fn is_url(path: &Path) -> bool {
+    stowage_core::location::url_scheme(path).is_some()
+}
+
+/// `Err` naming `path` when it is a URL, for `stowage <what>`, which works on local files only
+/// (`why` says what it does to them).
+pub fn local_only(path: &Path, what: &str, why: &str) -> Result<(), CliError> {
+    match stowage_core::location::url_scheme(path) {
+        None => Ok(()),
+        Some(scheme) => Err(CliError::new(format!(
+            "{} is a URL ({scheme}://): `stowage {what}` {why}, so it takes a local path only",
+            path.display()
+        ))),
+    }
 }
 
 /// Every registered format as `signature (description)`, joined by `separator`: what

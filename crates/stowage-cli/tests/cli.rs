@@ -145,16 +145,26 @@ fn a_url_is_never_taken_for_a_path() {
             stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
         }
     };
+    // A scheme no backend serves is refused by name.
     for args in [
-        &["convert", cache, "s3://bucket/cache", "--to", "arrow"][..],
-        &["convert", "gs://bucket/cache", "out", "--to", "arrow"],
-        &["inspect", "s3://bucket/cache"],
-        &["verify", "az://container/cache"],
-        &["keys", "memory://cache"],
-        &["get", "file:///tmp/cache", "key", "--out", "o"],
+        &["convert", cache, "ftp://host/cache", "--to", "arrow"][..],
+        &["convert", "hdfs://cluster/cache", "out", "--to", "arrow"],
+        &["inspect", "ftp://host/cache"],
+        &["verify", "sftp://host/cache"],
     ] {
         let got = run(args);
-        assert_error_line(&got, &["is a URL", "caches are local directories"]);
+        assert_error_line(&got, &["is a URL", "no registered backend serves", "s3://"]);
+    }
+    // A served scheme given to a backend that writes local files is refused by name too.
+    let got = run(&["convert", cache, "s3://bucket/cache", "--to", "arrow"]);
+    assert_error_line(&got, &["s3://bucket/cache", "arrow"]);
+    // A served URL holding no cache is not found, and nothing local is looked at or made.
+    for args in [
+        &["keys", "memory://cli-test/none"][..],
+        &["get", "file:///nonexistent/cache", "key", "--out", "o"],
+    ] {
+        let got = run(args);
+        assert_error_line(&got, &["no stowage cache at"]);
     }
     let left: Vec<String> = std::fs::read_dir(dir.path())
         .unwrap()

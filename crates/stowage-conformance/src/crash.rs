@@ -83,8 +83,11 @@ pub(crate) enum KillPoint {
 /// Kills a writer child at random points (inside flush and between flushes); after each kill, every
 /// sample acknowledged by a completed flush is present and byte-identical, every other visible key
 /// holds exactly its sample, `validate(Full)` is clean, and (with `resume`) the cache takes more
-/// writes.
+/// writes. SKIPPED without a child process, or on a storage the child does not share.
 pub fn crash_loses_no_flushed_sample(ctx: &CaseContext<'_>) -> CaseResult {
+    if let Some(why) = not_shared(ctx) {
+        return Ok(Outcome::Skipped(why));
+    }
     let Some(launcher) = &ctx.child else {
         return Ok(Outcome::Skipped(
             "needs a child process: runs under backend_conformance!, not run_all".into(),
@@ -205,8 +208,12 @@ const FINALIZE_KILLS: [FinalizeKill; 6] = [
 /// the last flush, and `validate(Full)` clean) or resumable: every flushed sample present,
 /// every visible key holding exactly its sample, and the next writer (an append-open; with
 /// `resume`, more puts and a finalize) leaves it finalized, complete and clean. A cache left
-/// unfinished by a backend without `resume` must at least validate clean.
+/// unfinished by a backend without `resume` must at least validate clean. SKIPPED without a
+/// child process, or on a storage the child does not share.
 pub fn crash_during_finalize_leaves_resumable_or_complete(ctx: &CaseContext<'_>) -> CaseResult {
+    if let Some(why) = not_shared(ctx) {
+        return Ok(Outcome::Skipped(why));
+    }
     let Some(launcher) = &ctx.child else {
         return Ok(Outcome::Skipped(
             "needs a child process: runs under backend_conformance!, not run_all".into(),
@@ -379,4 +386,30 @@ pub(crate) fn finish_by_next_writer(
         got: format!("{:?}", report.problems)
     );
     Ok(())
+}
+
+/// Why a case whose writer runs in a child process cannot run on the context's storage: the
+/// child would write caches this process never sees.
+pub(crate) fn not_shared(ctx: &CaseContext<'_>) -> Option<String> {
+    let storage = ctx.storage();
+    (!storage.shared_between_processes()).then(|| {
+        format!(
+            "caches on {} are not shared between processes: the writer runs in a child \
+             process, whose caches this process would not see",
+            storage.name()
+        )
+    })
+}
+
+/// Why a case that interposes libc file calls (the power-loss model, the I/O-error injector)
+/// cannot run on the context's storage.
+pub(crate) fn not_local_files(ctx: &CaseContext<'_>) -> Option<String> {
+    let storage = ctx.storage();
+    (!storage.is_local_files()).then(|| {
+        format!(
+            "caches on {} are not local files: the case interposes the libc file calls of a \
+             writer child process, which never reach that storage",
+            storage.name()
+        )
+    })
 }

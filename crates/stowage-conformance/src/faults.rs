@@ -124,9 +124,12 @@ struct Report {
 /// flush acknowledged is still there on reopening.
 ///
 /// Needs a fault injector (the built-in [`crate::injector::Faultinject`] under
-/// [`crate::backend_conformance!`]) and a child process; SKIPPED without either, or where the
-/// injector cannot run.
+/// [`crate::backend_conformance!`]), a child process and caches the child shares; SKIPPED
+/// without any of them, or where the injector cannot run.
 pub fn failed_flush_poisons_the_handle(ctx: &CaseContext<'_>) -> CaseResult {
+    if let Some(why) = crate::crash::not_shared(ctx) {
+        return Ok(Outcome::Skipped(why));
+    }
     let Some(faults) = ctx.faults else {
         return Ok(Outcome::Skipped(
             "needs a fault injector to make a flush fail (none given: run the case with \

@@ -279,9 +279,12 @@ enum Ran {
 /// is acknowledged after a failed fsync, and every sample a flush acknowledged reads back exact
 /// from a fresh open, also after a power cut right after the child. See the module docs.
 ///
-/// Needs a child process and the interposers (Linux); SKIPPED without them or when no fault
-/// fired.
+/// Needs a child process, the interposers (Linux) and caches that are local files; SKIPPED
+/// without them or when no fault fired.
 pub fn io_errors_are_reported_and_lose_no_flushed_sample(ctx: &CaseContext<'_>) -> CaseResult {
+    if let Some(why) = crate::crash::not_local_files(ctx) {
+        return Ok(Outcome::Skipped(why));
+    }
     if !ctx.caps().durable_flush {
         return Ok(Outcome::Skipped(crate::power_loss::NOT_DURABLE.into()));
     }

@@ -17,7 +17,8 @@ pub mod io_errors;
 pub mod outcome;
 pub mod power_loss;
 mod runner;
-mod snapshot;
+pub mod snapshot;
+pub mod storage;
 pub mod symlinks;
 
 pub use context::{CaseContext, ChildLauncher};
@@ -25,9 +26,10 @@ pub use failure::Failure;
 pub use faults::FaultInjector;
 pub use outcome::{CaseResult, Outcome, Report};
 pub use runner::{
-    BoxedFactory, run_all, run_case, run_case_as_test, run_case_as_test_with, run_case_with,
-    run_subset,
+    BoxedFactory, run_all, run_all_on, run_case, run_case_as_test, run_case_as_test_on,
+    run_case_as_test_with, run_case_on, run_case_with, run_subset, run_subset_on,
 };
+pub use storage::{CacheStorage, LocalFiles};
 pub use stowage_core;
 
 /// One conformance case: its name (also the `#[test]` name), the contract clauses it checks,
@@ -143,7 +145,7 @@ macro_rules! __with_case_list {
             ]
             second_writer_is_refused [
                 "create.takes-the-lock", "open.append-takes-the-lock",
-                "open.read-only-takes-no-lock"
+                "open.read-only-takes-no-lock", "open.concurrent-writers-keep-every-put"
             ]
             concurrent_readers_see_identical_samples ["capabilities.declared-works"]
             crash_loses_no_flushed_sample ["flush.crash-keeps-flushed"]
@@ -212,10 +214,25 @@ macro_rules! __faults {
     };
 }
 
+/// The storage argument of [`backend_conformance!`], boxed: the one given, else
+/// [`storage::LocalFiles`].
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __storage {
+    () => {
+        ::std::boxed::Box::new($crate::storage::LocalFiles)
+            as ::std::boxed::Box<dyn $crate::storage::CacheStorage>
+    };
+    ($storage:expr) => {
+        ::std::boxed::Box::new($storage) as ::std::boxed::Box<dyn $crate::storage::CacheStorage>
+    };
+}
+
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __case_tests {
-    ((($factory:expr) ($($faults:expr)?)) $($case:ident [$($clause:literal),* $(,)?])*) => {
+    ((($factory:expr) ($($faults:expr)?) ($($storage:expr)?))
+     $($case:ident [$($clause:literal),* $(,)?])*) => {
         $(
             #[test]
             fn $case() {
@@ -227,18 +244,30 @@ macro_rules! __case_tests {
             }
         )*
 
-        /// Runs one case against the factory (and with the fault injector) given to
-        /// `backend_conformance!`, both evaluated afresh.
+        /// Runs one case against the factory (with the fault injector, on the storage) given
+        /// to `backend_conformance!`, each evaluated afresh.
         fn __stowage_conformance_case(case: $crate::Case) {
             let faults = $crate::__faults!($($faults)?);
-            $crate::run_case_as_test_with(&$factory, faults.as_deref(), case, module_path!());
+            let storage = $crate::__storage!($($storage)?);
+            $crate::run_case_as_test_on(
+                &$factory,
+                &*storage,
+                faults.as_deref(),
+                case,
+                module_path!(),
+            );
         }
 
         /// Runs the lifecycle cases once more with each backend wrapped in a second `Box`, so the
         /// forwarding `impl Backend for Box<B>` is exercised as well as `Box<dyn Backend>`.
         #[test]
         fn lifecycle_cases_through_boxed_backend() {
-            let report = $crate::run_subset(&$crate::BoxedFactory(&$factory), $crate::BOXED_SUBSET);
+            let storage = $crate::__storage!($($storage)?);
+            let report = $crate::run_subset_on(
+                &$crate::BoxedFactory(&$factory),
+                &*storage,
+                $crate::BOXED_SUBSET,
+            );
             eprintln!("{report}");
             assert!(report.is_success(), "{report}");
         }
@@ -256,16 +285,32 @@ macro_rules! __case_tests {
 /// else uses the built-in [`injector::Faultinject`]. Where the interposers cannot be built
 /// (they need Linux), those cases report SKIPPED with the reason.
 ///
+/// The cases reach a cache's objects (to corrupt copies, plant stray files, watch for writes)
+/// through the [`CacheStorage`] given as `storage = ...` (evaluated afresh in each test), else
+/// [`LocalFiles`]. A storage that is not local files skips the power-loss and I/O-error cases;
+/// one that another process cannot see skips the crash and failed-flush cases.
+///
 /// ```text
 /// stowage_conformance::backend_conformance!(stowage_npy::NpyFactory::default());
 /// stowage_conformance::backend_conformance!(my_backend::MyFactory, faults = my_injector());
+/// stowage_conformance::backend_conformance!(my_backend::mapped(), storage = my_storage());
+/// stowage_conformance::backend_conformance!(my_backend::mapped(), faults = f(), storage = s());
 /// ```
 #[macro_export]
 macro_rules! backend_conformance {
-    ($factory:expr) => {
-        $crate::__with_case_list!(__case_tests!($factory)());
+    ($factory:expr $(,)?) => {
+        $crate::__with_case_list!(__case_tests!($factory)()());
     };
     ($factory:expr, faults = $faults:expr $(,)?) => {
-        $crate::__with_case_list!(__case_tests!($factory)($faults));
+        $crate::__with_case_list!(__case_tests!($factory)($faults)());
+    };
+    ($factory:expr, storage = $storage:expr $(,)?) => {
+        $crate::__with_case_list!(__case_tests!($factory)()($storage));
+    };
+    ($factory:expr, faults = $faults:expr, storage = $storage:expr $(,)?) => {
+        $crate::__with_case_list!(__case_tests!($factory)($faults)($storage));
+    };
+    ($factory:expr, storage = $storage:expr, faults = $faults:expr $(,)?) => {
+        $crate::__with_case_list!(__case_tests!($factory)($faults)($storage));
     };
 }

@@ -100,8 +100,12 @@ pub(crate) const NOT_DURABLE: &str = "durable_flush not declared (a power cut ma
 /// visible key holds exactly its sample (never a partial one), `validate(Full)` is clean and
 /// (with `resume`) the next writer can finish it.
 ///
-/// Needs a child process and the interposer (Linux); SKIPPED without either.
+/// Needs a child process, the interposer (Linux) and caches that are local files; SKIPPED
+/// without any of them.
 pub fn power_loss_keeps_every_flushed_sample(ctx: &CaseContext<'_>) -> CaseResult {
+    if let Some(why) = crate::crash::not_local_files(ctx) {
+        return Ok(Outcome::Skipped(why));
+    }
     let launcher = match launcher(ctx) {
         Ok(launcher) => launcher,
         Err(skipped) => return Ok(skipped),
@@ -155,10 +159,14 @@ fn check_flushed(ctx: &CaseContext<'_>, dir: &Path, acknowledged: usize) -> Resu
 /// returned) or resumable (every flushed sample exact, and the next writer finishes it), as
 /// after a kill ([`crate::crash::crash_during_finalize_leaves_resumable_or_complete`]).
 ///
-/// Needs a child process and the interposer (Linux); SKIPPED without either.
+/// Needs a child process, the interposer (Linux) and caches that are local files; SKIPPED
+/// without any of them.
 pub fn power_loss_during_finalize_leaves_resumable_or_complete(
     ctx: &CaseContext<'_>,
 ) -> CaseResult {
+    if let Some(why) = crate::crash::not_local_files(ctx) {
+        return Ok(Outcome::Skipped(why));
+    }
     if !ctx.caps().durable_flush {
         return Ok(Outcome::Skipped(NOT_DURABLE.into()));
     }

@@ -1,5 +1,8 @@
 //! Running cases: one fresh directory each, panics turned into failures, SKIPPED lines printed.
+//! The `_on` variants take the [`CacheStorage`] the factory's caches live on; the others use
+//! [`crate::storage::LocalFiles`].
 
+use crate::storage::{CacheStorage, LOCAL_FILES};
 use crate::{CASES, Case, CaseContext, ChildLauncher, Failure, FaultInjector, Outcome, Report};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::Path;
@@ -23,6 +26,17 @@ pub fn run_case_with(
     child: Option<ChildLauncher>,
     faults: Option<&dyn FaultInjector>,
 ) -> Outcome {
+    run_case_on(factory, &LOCAL_FILES, case, child, faults)
+}
+
+/// [`run_case_with`] for a factory whose caches live on `storage`.
+pub fn run_case_on(
+    factory: &dyn BackendFactory,
+    storage: &dyn CacheStorage,
+    case: Case,
+    child: Option<ChildLauncher>,
+    faults: Option<&dyn FaultInjector>,
+) -> Outcome {
     let dir = match tempfile::Builder::new().prefix("stowage-conformance-").tempdir() {
         Ok(dir) => dir,
         Err(e) => {
@@ -30,7 +44,8 @@ pub fn run_case_with(
             return Outcome::Failed(Failure { case: case.name, ..failure });
         }
     };
-    let ctx = CaseContext::new(factory, dir.path(), child).with_faults(faults);
+    let ctx =
+        CaseContext::new(factory, dir.path(), child).with_faults(faults).with_storage(storage);
     // No child process is spawned while the case body has files open (see child::CaseGate).
     let gate = crate::child::CaseGate::enter();
     let result = match catch_unwind(AssertUnwindSafe(|| (case.run)(&ctx))) {
@@ -62,16 +77,33 @@ pub(crate) fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
 /// Runs every case of [`CASES`] and returns the report. The cases that need a child process
 /// (crash, failed flush) report SKIPPED here; they run under [`crate::backend_conformance!`].
 pub fn run_all(factory: &dyn BackendFactory) -> Report {
-    let results = CASES.iter().map(|case| (case.name, run_case(factory, *case, None))).collect();
+    run_all_on(factory, &LOCAL_FILES)
+}
+
+/// [`run_all`] for a factory whose caches live on `storage`.
+pub fn run_all_on(factory: &dyn BackendFactory, storage: &dyn CacheStorage) -> Report {
+    let results = CASES
+        .iter()
+        .map(|case| (case.name, run_case_on(factory, storage, *case, None, None)))
+        .collect();
     Report { results }
 }
 
 /// Runs the cases of [`CASES`] named in `names`, in `CASES` order. An unknown name is a failure.
 pub fn run_subset(factory: &dyn BackendFactory, names: &[&str]) -> Report {
+    run_subset_on(factory, &LOCAL_FILES, names)
+}
+
+/// [`run_subset`] for a factory whose caches live on `storage`.
+pub fn run_subset_on(
+    factory: &dyn BackendFactory,
+    storage: &dyn CacheStorage,
+    names: &[&str],
+) -> Report {
     let mut results: Vec<(&'static str, Outcome)> = CASES
         .iter()
         .filter(|case| names.contains(&case.name))
-        .map(|case| (case.name, run_case(factory, *case, None)))
+        .map(|case| (case.name, run_case_on(factory, storage, *case, None, None)))
         .collect();
     for name in names {
         if !CASES.iter().any(|case| case.name == *name) {
@@ -98,6 +130,18 @@ pub fn run_case_as_test_with(
     case: Case,
     module_path: &str,
 ) {
+    run_case_as_test_on(factory, &LOCAL_FILES, faults, case, module_path);
+}
+
+/// [`run_case_as_test_with`] for a factory whose caches live on `storage`: the body of every
+/// `#[test]` that [`crate::backend_conformance!`] generates with `storage = ...`.
+pub fn run_case_as_test_on(
+    factory: &dyn BackendFactory,
+    storage: &dyn CacheStorage,
+    faults: Option<&dyn FaultInjector>,
+    case: Case,
+    module_path: &str,
+) {
     if let Some(dir) = std::env::var_os(crate::child::CHILD_DIR_ENV) {
         crate::child::child_main(factory, Path::new(&dir));
     }
@@ -107,13 +151,16 @@ pub fn run_case_as_test_with(
         None => case.name.to_string(),
     };
     let child = std::env::current_exe().ok().map(|exe| ChildLauncher { exe, test_name });
-    match run_case_with(factory, case, child, faults) {
+    match run_case_on(factory, storage, case, child, faults) {
         Outcome::Passed => {}
         Outcome::Skipped(why) => {
             // Past libtest's capture, and counted by `cargo xtask test`: a missing prerequisite
             // (a reason that starts with "needs") or a case the capabilities rule out.
             let kind = if why.starts_with("needs ") { "prerequisite" } else { "not-applicable" };
-            let reason = format!("{} [{}]: {why}", case.name, factory.name());
+            let reason = match storage.is_local_files() {
+                true => format!("{} [{}]: {why}", case.name, factory.name()),
+                false => format!("{} [{} on {}]: {why}", case.name, factory.name(), storage.name()),
+            };
             stowage_core::skip::report_skip(kind, &reason);
         }
         Outcome::Failed(failure) => panic!("conformance case {} failed: {failure}", case.name),
@@ -133,6 +180,9 @@ impl<F: BackendFactory + ?Sized> BackendFactory for BoxedFactory<'_, F> {
     }
     fn formats(&self) -> &'static [Format] {
         self.0.formats()
+    }
+    fn url_schemes(&self) -> &'static [&'static str] {
+        self.0.url_schemes()
     }
     fn recognize(&self, path: &Path) -> Result<Option<&'static Format>> {
         self.0.recognize(path)

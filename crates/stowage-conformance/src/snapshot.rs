@@ -1,30 +1,63 @@
-//! Every entry of a directory tree as it is on disk (kind, size, modification time, a hash of
-//! the content), to prove that an operation that must not write (`validate`, `recognize`)
-//! wrote nothing: not a byte, not a new or removed file, not even a rewrite with the same bytes.
+//! Every entry of a cache as it is stored (kind, size, modification time where the storage
+//! has one, a hash of the content), to prove that an operation that must not write
+//! (`validate`, `recognize`) wrote nothing: not a byte, not a new or removed file, not even a
+//! rewrite with the same bytes (where modification times show it).
 
 use std::collections::BTreeMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::io;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::SystemTime;
+
+use crate::storage::CacheStorage;
 
 /// What one entry looked like.
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Entry {
-    kind: &'static str,
-    size: u64,
-    modified: Option<SystemTime>,
-    /// Of the bytes of a file, or the target of a symbolic link; 0 for a directory.
-    content: u64,
+pub struct Entry {
+    /// `"file"`, `"directory"`, `"symbolic link"`, `"object"`: shown in messages.
+    pub kind: &'static str,
+    /// In bytes.
+    pub size: u64,
+    /// `None` where the storage keeps none.
+    pub modified: Option<SystemTime>,
+    /// A hash of the bytes of a file or object, or of the target of a symbolic link; 0 for a
+    /// directory.
+    pub content: u64,
 }
 
-/// The state of every entry below a directory (the directory itself included).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Snapshot(BTreeMap<PathBuf, Entry>);
+impl Entry {
+    /// An object holding `bytes`, without a modification time.
+    pub fn object(bytes: &[u8]) -> Entry {
+        let mut hasher = DefaultHasher::new();
+        bytes.hash(&mut hasher);
+        Entry { kind: "object", size: bytes.len() as u64, modified: None, content: hasher.finish() }
+    }
+}
+
+/// The state of every entry of a cache, by relative `/`-separated name (`""` is the cache's
+/// directory itself, where it has one).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Snapshot(BTreeMap<String, Entry>);
 
 impl Snapshot {
-    /// Reads every entry below `root`, following no symbolic link.
-    pub(crate) fn take(root: &Path) -> io::Result<Snapshot> {
+    /// A snapshot of the given entries.
+    pub fn from_entries(entries: impl IntoIterator<Item = (String, Entry)>) -> Snapshot {
+        Snapshot(entries.into_iter().collect())
+    }
+
+    /// Every object of `cache` in `storage`, read through it ([`Entry::object`]).
+    pub fn of_objects<S: CacheStorage + ?Sized>(storage: &S, cache: &Path) -> io::Result<Snapshot> {
+        let mut entries = BTreeMap::new();
+        for name in storage.list(cache)? {
+            let entry = Entry::object(&storage.read(cache, &name)?);
+            entries.insert(name, entry);
+        }
+        Ok(Snapshot(entries))
+    }
+
+    /// Reads every entry below the directory `root` (itself included), following no symbolic
+    /// link.
+    pub fn of_directory(root: &Path) -> io::Result<Snapshot> {
         let mut entries = BTreeMap::new();
         let mut pending = vec![root.to_path_buf()];
         while let Some(path) = pending.pop() {
@@ -42,7 +75,7 @@ impl Snapshot {
                 std::fs::read(&path)?.hash(&mut hasher);
                 "file"
             };
-            let relative = path.strip_prefix(root).unwrap_or(&path).to_path_buf();
+            let relative = path.strip_prefix(root).unwrap_or(&path).to_string_lossy().into_owned();
             let entry = Entry {
                 kind,
                 size: meta.len(),
@@ -56,7 +89,7 @@ impl Snapshot {
 
     /// What changed from `self` to `after`, one line per entry: added, removed, or changed
     /// (kind, size, modification time or content), empty when nothing did.
-    pub(crate) fn changes(&self, after: &Snapshot) -> Vec<String> {
+    pub fn changes(&self, after: &Snapshot) -> Vec<String> {
         let mut changes = Vec::new();
         for (path, before) in &self.0 {
             let shown = show(path);
@@ -90,9 +123,9 @@ impl Snapshot {
     }
 }
 
-/// A path relative to the snapshot's root, the root itself as `.`.
-fn show(path: &Path) -> String {
-    if path.as_os_str().is_empty() { ".".to_owned() } else { path.display().to_string() }
+/// A name relative to the snapshot's root, the root itself as `.`.
+fn show(name: &str) -> String {
+    if name.is_empty() { ".".to_owned() } else { name.to_owned() }
 }
 
 #[cfg(test)]
@@ -103,12 +136,12 @@ mod tests {
     fn a_rewrite_with_the_same_bytes_and_a_new_file_are_changes() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("a"), b"one").unwrap();
-        let before = Snapshot::take(dir.path()).unwrap();
-        assert!(before.changes(&Snapshot::take(dir.path()).unwrap()).is_empty());
+        let before = Snapshot::of_directory(dir.path()).unwrap();
+        assert!(before.changes(&Snapshot::of_directory(dir.path()).unwrap()).is_empty());
         std::thread::sleep(std::time::Duration::from_millis(20));
         std::fs::write(dir.path().join("a"), b"one").unwrap();
         std::fs::write(dir.path().join("b"), b"").unwrap();
-        let changes = before.changes(&Snapshot::take(dir.path()).unwrap());
+        let changes = before.changes(&Snapshot::of_directory(dir.path()).unwrap());
         assert!(changes.iter().any(|c| c.starts_with("file a changed (modification time")));
         assert!(changes.contains(&"file b added".to_string()), "{changes:?}");
     }

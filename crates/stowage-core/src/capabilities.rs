@@ -48,6 +48,11 @@ pub struct Capabilities {
     pub zero_copy_get: bool,
     /// Several threads (and processes) may read one cache at once.
     pub concurrent_readers: bool,
+    /// Several handles, in one process or many, may write one cache at once: `create` and
+    /// `open(Append)` take no writer lock, and every put each of them flushed is kept (for
+    /// backends on object stores, where each writer is its own rank and conditional puts keep
+    /// them apart). Without it, a second writer is refused with `Error::Locked`.
+    pub concurrent_writers: bool,
     /// The dtypes tensor fields may have.
     pub dtypes: Vec<DType>,
     /// Largest tensor rank, if limited.

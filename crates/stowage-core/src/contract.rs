@@ -225,7 +225,8 @@ pub const CLAUSES: &[Clause] = &[
     ),
     factory(
         "create.takes-the-lock",
-        "Takes the writer lock: `Error::Locked` when another writer holds it.",
+        "Takes the writer lock: `Error::Locked` when another writer holds it (unless the \
+         backend declares `Capabilities::concurrent_writers`).",
     ),
     // BackendFactory::open
     factory("open.missing-is-not-found", "A missing cache returns `Error::NotFound`."),
@@ -237,7 +238,14 @@ pub const CLAUSES: &[Clause] = &[
     factory(
         "open.append-takes-the-lock",
         "`OpenMode::Append` takes the writer lock: `Error::Locked` while another writer holds \
-         it, free again once that writer is dropped.",
+         it, free again once that writer is dropped (unless the backend declares \
+         `Capabilities::concurrent_writers`).",
+    ),
+    factory(
+        "open.concurrent-writers-keep-every-put",
+        "With `Capabilities::concurrent_writers`, `create` and `OpenMode::Append` take no lock: \
+         several handles write one cache at once, and a handle opened once they flushed reads \
+         every key each of them flushed, with its exact sample.",
     ),
     factory(
         "open.ignores-stray-files",

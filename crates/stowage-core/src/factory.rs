@@ -61,6 +61,18 @@ pub trait BackendFactory: Send + Sync {
     /// Every format this factory recognizes: its own first, then the original tools' it reads.
     fn formats(&self) -> &'static [Format];
 
+    /// The URL schemes whose caches this factory opens, lowercase, without `://` (`["s3",
+    /// "gs"]`); the default serves none.
+    ///
+    /// A [`crate::Registry`] asks a factory about a URL (`s3://bucket/cache`, given as a `&Path`)
+    /// only when its scheme is listed here, so a factory that reads local files never sees one
+    /// (it would take `s3://bucket/cache` for the relative directory `s3:`); the `stowage`
+    /// command refuses to create a cache at a URL with a factory that does not serve its scheme
+    /// ([`crate::location::check_served`]).
+    fn url_schemes(&self) -> &'static [&'static str] {
+        &[]
+    }
+
     /// Which of [`BackendFactory::formats`] the cache at `path` is, if any.
     ///
     /// # Behavior
@@ -85,7 +97,7 @@ pub trait BackendFactory: Send + Sync {
     /// - `create.existing-is-already-exists`: A directory that already holds a cache returns
     ///   `Error::AlreadyExists`.
     /// - `create.takes-the-lock`: Takes the writer lock: `Error::Locked` when another writer
-    ///   holds it.
+    ///   holds it (unless the backend declares `Capabilities::concurrent_writers`).
     fn create(&self, dir: &Path, schema: &Schema) -> Result<Box<DynBackend>>;
 
     /// Opens an existing cache of this backend's own format.
@@ -97,7 +109,12 @@ pub trait BackendFactory: Send + Sync {
     /// - `open.read-only-takes-no-lock`: `OpenMode::ReadOnly` takes no lock: it opens and reads
     ///   what was flushed while a writer holds the cache.
     /// - `open.append-takes-the-lock`: `OpenMode::Append` takes the writer lock: `Error::Locked`
-    ///   while another writer holds it, free again once that writer is dropped.
+    ///   while another writer holds it, free again once that writer is dropped (unless the
+    ///   backend declares `Capabilities::concurrent_writers`).
+    /// - `open.concurrent-writers-keep-every-put`: With `Capabilities::concurrent_writers`,
+    ///   `create` and `OpenMode::Append` take no lock: several handles write one cache at once,
+    ///   and a handle opened once they flushed reads every key each of them flushed, with its
+    ///   exact sample.
     /// - `open.ignores-stray-files`: Files the backend did not write, in any of the cache's
     ///   directories, are ignored: the cache reads and validates as without them.
     fn open(&self, dir: &Path, mode: OpenMode) -> Result<Box<DynBackend>>;

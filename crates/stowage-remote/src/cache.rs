@@ -71,13 +71,19 @@ pub fn capabilities() -> Capabilities {
     caps.durable_flush = true;
     caps.checksums = true;
     caps.concurrent_readers = true;
+    caps.concurrent_writers = true;
     caps.max_rank = Some(row_record::MAX_RANK);
     caps.max_key_bytes = Some(MAX_KEY_BYTES);
     caps
 }
 
+/// Opens the store of a cache URL with the given settings, in place of
+/// [`RemoteStore::open_with`]: for stores made in code, such as a
+/// [`crate::faults::FaultyStore`] that a test makes fail.
+pub type StoreOpener = Arc<dyn Fn(&str, &[(&str, &str)]) -> Result<RemoteStore> + Send + Sync>;
+
 /// How a cache on a store is opened: the writer's rank, the node cache, the store's settings.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Default)]
 pub struct RemoteOptions {
     /// The rank a writer commits as (1-64 of `[A-Za-z0-9._-]`). `None`: a name of its own for
     /// every handle (host, process and a counter), so that writers never collide; give each
@@ -96,6 +102,21 @@ pub struct RemoteOptions {
     /// first read fetches all of it; later reads are local) instead of one range request per
     /// row. For epochs that read most of a cache again and again on one node.
     pub cache_rows: bool,
+    /// Opens the stores instead of [`RemoteStore::open_with`] (`None`: that).
+    pub store_opener: Option<StoreOpener>,
+}
+
+impl std::fmt::Debug for RemoteOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RemoteOptions")
+            .field("rank", &self.rank)
+            .field("node_cache", &self.node_cache)
+            .field("node_budget", &self.node_budget)
+            .field("store_options", &self.store_options)
+            .field("cache_rows", &self.cache_rows)
+            .field("store_opener", &self.store_opener.as_ref().map(|_| "custom"))
+            .finish()
+    }
 }
 
 impl RemoteOptions {
@@ -122,7 +143,10 @@ impl RemoteOptions {
     pub fn open_store(&self, url: &str) -> Result<RemoteStore> {
         let options: Vec<(&str, &str)> =
             self.store_options.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-        RemoteStore::open_with(url, &options)
+        match &self.store_opener {
+            Some(open) => open(url, &options),
+            None => RemoteStore::open_with(url, &options),
+        }
     }
 }
 

@@ -107,6 +107,11 @@ impl BackendFactory for RemoteFactory {
         std::slice::from_ref(&FORMAT)
     }
 
+    fn url_schemes(&self) -> &'static [&'static str] {
+        // A mapped factory takes local-looking paths only (they name objects under its base).
+        if self.base.is_some() { &[] } else { URL_SCHEMES }
+    }
+
     fn recognize(&self, path: &Path) -> Result<Option<&'static Format>> {
         let (url, local) = self.url_of(path)?;
         if local {

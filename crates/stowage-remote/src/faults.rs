@@ -155,6 +155,44 @@ impl FaultyStore {
         self.rules.lock().unwrap_or_else(PoisonError::into_inner).push(rule);
     }
 
+    /// Removes every rule (spent or not): the outage is over, and every request passes.
+    pub fn clear_rules(&self) {
+        self.rules.lock().unwrap_or_else(PoisonError::into_inner).clear();
+    }
+
+    /// A faulty store over the store `url` names (object_store's own client for it, built by
+    /// [`object_store::parse_url_opts`] with `options`, e.g. an S3 endpoint and credentials),
+    /// and the [`RemoteStore`] for `url` through it: for campaigns that count or fail the
+    /// requests of a process writing to a `file://` or `s3://` cache other processes share.
+    /// Made in the process that uses it (the client is not remade after a fork); a `memory://`
+    /// URL gets a fresh in-memory store of its own, not the one [`RemoteStore::open`] shares.
+    ///
+    /// Errors: [`stowage_core::Error::InvalidArgument`] for a URL or options the store refuses.
+    ///
+    /// ```
+    /// use stowage_core::bytes::Bytes;
+    /// use stowage_remote::faults::{FaultyStore, Operation};
+    ///
+    /// let dir = tempfile::tempdir().unwrap();
+    /// let url = format!("file://{}/cache", dir.path().display());
+    /// let (store, faulty) = FaultyStore::wrap(&url, &[]).unwrap();
+    /// store.put_new("objects/a", Bytes::from_static(b"abc")).unwrap();
+    /// assert_eq!(faulty.count(Operation::Put), 1);
+    /// assert!(dir.path().join("cache/objects/a").exists());
+    /// ```
+    pub fn wrap(
+        url: &str,
+        options: &[(&str, &str)],
+    ) -> stowage_core::Result<(RemoteStore, Arc<FaultyStore>)> {
+        let remote = RemoteUrl::parse(url)?;
+        let refused = |e: &dyn fmt::Display| stowage_core::Error::invalid(format!("{url}: {e}"));
+        let parsed = url::Url::parse(url).map_err(|e| refused(&e))?;
+        let (inner, _) = object_store::parse_url_opts(&parsed, options.iter().copied())
+            .map_err(|e| refused(&e))?;
+        let faulty = FaultyStore::new(Arc::from(inner));
+        Ok((faulty.store(remote), faulty))
+    }
+
     /// Every request received so far, in order.
     pub fn requests(&self) -> Vec<Request> {
         self.log.lock().unwrap_or_else(PoisonError::into_inner).clone()

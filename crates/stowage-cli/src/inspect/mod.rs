@@ -134,7 +134,8 @@ fn write_text(out: &mut dyn Write, inspected: &Inspected) -> Result<(), CliError
 /// The report of the cache at `path`, which `recognized` says what it is.
 fn inspect(path: &Path, recognized: Recognized<'_>) -> Result<Inspected, CliError> {
     let mut inspected = inspect_format(path, recognized)?;
-    if path.is_dir() {
+    // A URL names no local directory to look for links in.
+    if !crate::locate::is_url(path) && path.is_dir() {
         inspected.report.links_outside =
             links::reaching_outside(path).iter().map(|l| escape_control(l)).collect();
     }

@@ -45,7 +45,7 @@ pub struct CacheReport {
     pub details: Vec<Detail>,
     /// The fields.
     pub schema: Vec<FieldReport>,
-    /// Every file, with its size.
+    /// Every file, with its size (none for a cache at a URL: only local files are listed).
     pub files: Vec<FileReport>,
     /// Files of the cache not listed one by one (beyond the first [`MAX_LISTED_FILES`]).
     pub unlisted_files: u64,
@@ -160,7 +160,10 @@ impl CacheReport {
             Integrity::NotChecked(why) => report.integrity = why.clone(),
         }
         report.errors = description.errors;
-        report.set_files(path, &description.files)?;
+        // A cache at a URL has no local files to list; its backend's objects are its own.
+        if !crate::locate::is_url(path) {
+            report.set_files(path, &description.files)?;
+        }
         Ok((report, description.failure))
     }
 
@@ -280,6 +283,10 @@ impl CacheReport {
             for row in table(&self.schema.iter().map(field_row).collect::<Vec<_>>()) {
                 say!(out, "{}", escape_control(&row));
             }
+        }
+        if crate::locate::is_url(Path::new(&self.path)) {
+            say!(out, "files:       not listed (a cache at a URL: its objects are its backend's)");
+            return self.write_tail(out, "", 12, true);
         }
         say!(out, "files:");
         let mut rows: Vec<Vec<String>> = self

@@ -33,9 +33,19 @@ where
     I: IntoIterator<Item = S>,
     S: AsRef<OsStr>,
 {
+    stowage_with_env(args, &[])
+}
+
+/// [`stowage`] with `env` added to the binary's environment.
+pub fn stowage_with_env<I, S>(args: I, env: &[(&str, &str)]) -> Run
+where
+    I: IntoIterator<Item = S>,
+    S: AsRef<OsStr>,
+{
     let args: Vec<OsString> = args.into_iter().map(|a| a.as_ref().to_os_string()).collect();
     let mut child = Command::new(BIN)
         .args(&args)
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

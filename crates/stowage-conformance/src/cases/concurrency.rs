@@ -1,4 +1,5 @@
-//! One writer at a time; many readers at once.
+//! One writer at a time (or, with `concurrent_writers`, many that keep every put); many readers
+//! at once.
 
 use super::{build, check_samples, open_read_only, put_samples};
 use crate::check::{expect_err, ok};
@@ -9,7 +10,13 @@ use stowage_core::{Error, OpenMode};
 /// While a writer holds a cache, a second append-open and a create are refused with
 /// `Error::Locked` (create may say `AlreadyExists`), readers still open and read what was flushed,
 /// and once the writer is dropped the next writer gets in.
+///
+/// A backend that declares `concurrent_writers` is checked for the opposite instead
+/// (`open.concurrent-writers-keep-every-put`): two writers at once, and every flushed put kept.
 pub fn second_writer_is_refused(ctx: &CaseContext<'_>) -> CaseResult {
+    if ctx.caps().concurrent_writers {
+        return concurrent_writers_keep_every_put(ctx);
+    }
     let schema = basic_schema(ctx.caps());
     let path = ctx.cache_path("c");
     let mut writer = ok("create", ctx.factory.create(&path, &schema))?;
@@ -40,6 +47,48 @@ pub fn second_writer_is_refused(ctx: &CaseContext<'_>) -> CaseResult {
         ctx.factory.open(&path, OpenMode::Append),
     )
     .map_err(|f| f.clause("open.append-takes-the-lock"))?;
+    Ok(Outcome::Passed)
+}
+
+/// With `concurrent_writers`: a created handle and an append-open of the same cache both put
+/// distinct keys and flush, in turns; `create` over the cache is `Error::AlreadyExists`; a
+/// read-only handle opened while both write reads everything flushed so far; and once both are
+/// dropped, a fresh read-only handle reads every key of both, with its exact sample.
+fn concurrent_writers_keep_every_put(ctx: &CaseContext<'_>) -> CaseResult {
+    const CLAUSE: &str = "open.concurrent-writers-keep-every-put";
+    let schema = basic_schema(ctx.caps());
+    let path = ctx.cache_path("c");
+    let mut first = ok("create", ctx.factory.create(&path, &schema))?;
+    let mut written = put_samples(&mut *first, &schema, 0..10)?;
+    ok("flush of the first writer", first.flush())?;
+    let mut second = ok(
+        "append-open while another writer holds the cache (concurrent_writers declared)",
+        ctx.factory.open(&path, OpenMode::Append),
+    )
+    .map_err(|f| f.clause(CLAUSE))?;
+    written.extend(put_samples(&mut *second, &schema, 10..20)?);
+    ok("flush of the second writer", second.flush()).map_err(|f| f.clause(CLAUSE))?;
+    written.extend(put_samples(&mut *first, &schema, 20..25)?);
+    ok("second flush of the first writer", first.flush()).map_err(|f| f.clause(CLAUSE))?;
+    expect_err(
+        "create over a cache two writers hold (concurrent_writers declared)",
+        "Error::AlreadyExists",
+        ctx.factory.create(&path, &schema).map(|_| ()),
+        |e| matches!(e, Error::AlreadyExists { .. }),
+    )
+    .map_err(|f| f.clause("create.takes-the-lock"))?;
+    let reader = open_read_only(ctx, &path).map_err(|f| {
+        f.within("while two writers hold the cache").clause("open.read-only-takes-no-lock")
+    })?;
+    check_samples(&*reader, &written).map_err(|f| {
+        f.within("a reader opened while two writers hold the cache, after both flushed")
+            .clause(CLAUSE)
+    })?;
+    drop((first, second, reader));
+    check_samples(&*open_read_only(ctx, &path)?, &written).map_err(|f| {
+        f.within("a reader opened once both writers (each with flushed puts) were dropped")
+            .clause(CLAUSE)
+    })?;
     Ok(Outcome::Passed)
 }
 

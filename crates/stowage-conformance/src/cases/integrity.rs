@@ -1,11 +1,12 @@
 //! Integrity: validate on clean caches, and corrupted copies (flipped bytes, truncated and deleted
 //! files) that must be reported and never returned as data; stray files that must be ignored.
+//! Every file is reached through the context's [`crate::storage::CacheStorage`].
 
 use super::{Written, build, check_samples, open_read_only};
 use crate::check::ok;
-use crate::corrupt::{copy_tree, data_files, flip_byte, spread_offsets, truncate};
+use crate::corrupt::spread_offsets;
 use crate::generate::{basic_dtype, basic_schema, compare_sample};
-use crate::snapshot::Snapshot;
+use crate::storage::{CacheStorage, join};
 use crate::{CaseContext, CaseResult, Failure, Outcome, ensure};
 use std::path::Path;
 use stowage_core::{Error, OpenMode, Schema, ShapeRule, ValidationLevel};
@@ -106,38 +107,44 @@ fn pristine(
     Ok(Ok(build(ctx, "pristine", &integrity_schema(ctx), 40, true)?))
 }
 
+/// Corrupts the object `name` of the cache `cache` in `storage`, with one argument (an offset,
+/// a length).
+type Corruptor = fn(&dyn CacheStorage, &Path, &str, u64) -> std::io::Result<()>;
+
 /// Runs `corrupt` on a fresh copy of the pristine cache for each target file, and requires that
 /// every copy is detected when `must_detect_each`, or at least one copy per file otherwise.
 fn corruption_case(
     ctx: &CaseContext<'_>,
     label: &str,
     variants: impl Fn(u64) -> Vec<u64>,
-    corrupt: impl Fn(&Path, u64) -> std::io::Result<()>,
+    corrupt: Corruptor,
     must_detect_each: bool,
 ) -> CaseResult {
     let (path, written) = match pristine(ctx)? {
         Ok(built) => built,
         Err(skip) => return Ok(skip),
     };
-    let files = data_files(&path).map_err(|e| io_failure("listing", &path, e))?;
+    let storage = ctx.storage();
+    let files = storage.data_objects(&path).map_err(|e| io_failure("listing", &path, e))?;
     ensure!(
         !files.is_empty(),
-        format!("the files of the finalized cache at {}", path.display()),
+        format!("the files of the finalized cache at {} ({})", path.display(), storage.name()),
         expected: "at least one file",
         got: "none"
     );
     let mut trial = 0;
-    for file in &files {
-        let relative = file.strip_prefix(&path).expect("under the cache");
-        let len = std::fs::metadata(file).map_err(|e| io_failure("reading", file, e))?.len();
+    for name in &files {
+        let bytes =
+            storage.read(&path, name).map_err(|e| io_failure("reading", &path.join(name), e))?;
+        let len = bytes.len() as u64;
         let mut detected_any = false;
         for arg in variants(len) {
             trial += 1;
             let copy = ctx.cache_path(&format!("trial{trial}"));
-            copy_tree(&path, &copy).map_err(|e| io_failure("copying", &path, e))?;
-            corrupt(&copy.join(relative), arg)
-                .map_err(|e| io_failure("corrupting", &copy.join(relative), e))?;
-            let what = format!("{label} {} at {arg}", relative.display());
+            storage.copy_cache(&path, &copy).map_err(|e| io_failure("copying", &path, e))?;
+            corrupt(storage, &copy, name, arg)
+                .map_err(|e| io_failure("corrupting", &copy.join(name), e))?;
+            let what = format!("{label} {name} at {arg}");
             let verdict = examine(ctx, &copy, &written, &what)?;
             ensure!(
                 !must_detect_each || verdict.detected,
@@ -147,11 +154,11 @@ fn corruption_case(
                 clause: "validate.reports-what-get-detects"
             );
             detected_any |= verdict.detected;
-            let _ = std::fs::remove_dir_all(&copy);
+            let _ = storage.remove_cache(&copy);
         }
         ensure!(
             detected_any,
-            format!("{label} {} ({len} bytes) at spread offsets", relative.display()),
+            format!("{label} {name} ({len} bytes) at spread offsets"),
             expected: "at least one of the corruptions reported by open, get or validate(Full)",
             got: "none reported",
             clause: "validate.reports-what-get-detects"
@@ -163,17 +170,32 @@ fn corruption_case(
 /// A flipped byte in any file: `get` never returns other bytes, and for each file at least one of
 /// 16 spread flips is reported (flips in unused preallocated space may be harmless).
 pub fn flipped_byte_is_detected(ctx: &CaseContext<'_>) -> CaseResult {
-    corruption_case(ctx, "byte flipped in", |len| spread_offsets(len, 16), flip_byte, false)
+    corruption_case(ctx, "byte flipped in", |len| spread_offsets(len, 16), flip, false)
+}
+
+/// XORs the byte at `offset` of an object with 0xff.
+fn flip(storage: &dyn CacheStorage, cache: &Path, name: &str, offset: u64) -> std::io::Result<()> {
+    let mut bytes = storage.read(cache, name)?;
+    let i = usize::try_from(offset).map_err(std::io::Error::other)?;
+    let byte = bytes.get_mut(i).ok_or_else(|| std::io::Error::other("offset past end of file"))?;
+    *byte ^= 0xff;
+    storage.write(cache, name, &bytes)
 }
 
 /// A file cut short (to half, and by one byte) is always reported; `get` never returns other bytes.
 pub fn truncated_file_is_detected(ctx: &CaseContext<'_>) -> CaseResult {
-    corruption_case(ctx, "truncated", |len| vec![len / 2, len - 1], truncate, true)
+    corruption_case(
+        ctx,
+        "truncated",
+        |len| vec![len / 2, len - 1],
+        |s, c, n, len| s.truncate(c, n, len),
+        true,
+    )
 }
 
 /// A deleted file is always reported; `get` never returns other bytes.
 pub fn deleted_file_is_detected(ctx: &CaseContext<'_>) -> CaseResult {
-    corruption_case(ctx, "deleted", |_| vec![0], |p, _| std::fs::remove_file(p), true)
+    corruption_case(ctx, "deleted", |_| vec![0], |s, c, n, _| s.remove(c, n), true)
 }
 
 /// Files the backend did not write (notes, editor droppings, unknown data-like names) in any of the
@@ -181,27 +203,19 @@ pub fn deleted_file_is_detected(ctx: &CaseContext<'_>) -> CaseResult {
 pub fn stray_files_are_ignored(ctx: &CaseContext<'_>) -> CaseResult {
     let schema = integrity_schema(ctx);
     let (path, written) = build(ctx, "c", &schema, 20, true)?;
-    let mut dirs = vec![path.clone()];
-    let mut i = 0;
-    while i < dirs.len() {
-        let entries =
-            std::fs::read_dir(&dirs[i]).map_err(|e| io_failure("listing", &dirs[i], e))?;
-        for entry in entries.flatten() {
-            if entry.file_type().is_ok_and(|t| t.is_dir()) {
-                dirs.push(entry.path());
-            }
-        }
-        i += 1;
-    }
+    let storage = ctx.storage();
+    let dirs = storage.directories(&path).map_err(|e| io_failure("listing", &path, e))?;
     for dir in &dirs {
         for (name, content) in
             [("notes.txt", &b"hello"[..]), (".DS_Store", b"\0\0\x01"), ("zz-stray.bin", b"junk")]
         {
-            let stray = dir.join(name);
-            std::fs::write(&stray, content).map_err(|e| io_failure("writing", &stray, e))?;
+            let stray = join(dir, name);
+            storage
+                .write(&path, &stray, content)
+                .map_err(|e| io_failure("writing", &path.join(&stray), e))?;
         }
-        let stray = dir.join("stray-dir");
-        std::fs::create_dir_all(&stray).map_err(|e| io_failure("creating", &stray, e))?;
+        let stray = path.join(join(dir, "stray-dir"));
+        storage.make_empty(&stray).map_err(|e| io_failure("creating", &stray, e))?;
     }
     let reader = open_read_only(ctx, &path)?;
     check_samples(&*reader, &written)?;
@@ -215,15 +229,17 @@ pub fn stray_files_are_ignored(ctx: &CaseContext<'_>) -> CaseResult {
     Ok(Outcome::Passed)
 }
 
-/// A failure of the suite's own file handling (copying, corrupting, listing a cache).
+/// A failure of the suite's own file handling (copying, corrupting, listing a cache), naming
+/// the path the factory was handed.
 fn io_failure(doing: &str, path: &Path, e: std::io::Error) -> Failure {
     Failure::new(format!("{doing} {}", path.display()), "success", e)
 }
 
 /// `validate` at both levels, on a read-only and on an append handle of a flushed and of a
 /// finalized cache, changes no file: every entry of the cache keeps its size, modification
-/// time and content, and none is added or removed. (The snapshot is taken once the handle is
-/// open: opening for appending may take the lock or finish an interrupted finalize.)
+/// time (where the storage keeps one) and content, and none is added or removed. (The
+/// snapshot is taken once the handle is open: opening for appending may take the lock or
+/// finish an interrupted finalize.)
 pub fn validate_never_writes(ctx: &CaseContext<'_>) -> CaseResult {
     let schema = integrity_schema(ctx);
     for finalize in [false, true] {
@@ -234,12 +250,13 @@ pub fn validate_never_writes(ctx: &CaseContext<'_>) -> CaseResult {
                 if finalize { "finalized" } else { "flushed" }
             );
             let handle = ok(&format!("open {mode:?}"), ctx.factory.open(&path, mode))?;
-            let before = Snapshot::take(&path).map_err(|e| io_failure("reading", &path, e))?;
+            let snapshot =
+                || ctx.storage().snapshot(&path).map_err(|e| io_failure("reading", &path, e));
+            let before = snapshot()?;
             for level in [ValidationLevel::Structure, ValidationLevel::Full] {
                 ok(&format!("{what}: validate({level:?})"), handle.validate(level))?;
             }
-            let changes = before
-                .changes(&Snapshot::take(&path).map_err(|e| io_failure("reading", &path, e))?);
+            let changes = before.changes(&snapshot()?);
             ensure!(
                 changes.is_empty(),
                 &what,

@@ -189,10 +189,11 @@ pub fn create_over_existing_cache_is_rejected(ctx: &CaseContext<'_>) -> CaseResu
     Ok(Outcome::Passed)
 }
 
-/// Opening a directory that holds no cache is `Error::NotFound`, in both modes.
+/// Opening a directory that holds no cache (absent, or existing and empty: for a storage that
+/// is not local files, a location with no objects) is `Error::NotFound`, in both modes.
 pub fn open_missing_cache_is_not_found(ctx: &CaseContext<'_>) -> CaseResult {
     let empty = ctx.cache_path("empty");
-    ok("mkdir", std::fs::create_dir_all(&empty).map_err(|e| Error::io(&empty, e)))?;
+    ok("mkdir", ctx.storage().make_empty(&empty).map_err(|e| Error::io(&empty, e)))?;
     for path in [ctx.cache_path("absent"), empty] {
         for mode in [OpenMode::ReadOnly, OpenMode::Append] {
             expect_err(

@@ -1,32 +1,31 @@
 //! `recognize`: a factory knows its own caches, leaves every other path to the next factory,
-//! obeys the stowage markers, and never writes.
+//! obeys the stowage markers, and never writes. Files are planted and watched through the
+//! context's [`crate::storage::CacheStorage`].
 
 use super::build;
-use crate::corrupt::copy_tree;
 use crate::generate::basic_schema;
-use crate::snapshot::Snapshot;
 use crate::{CaseContext, CaseResult, Failure, Outcome, ensure};
 use std::path::Path;
 use stowage_core::file_safety::AppendLog;
 use stowage_core::{Format, Result};
 
 /// Runs `recognize` on `path` and checks that it changed nothing below `watched` (the path, or
-/// its directory when it is a file).
+/// its directory when it is a file), as the storage sees it.
 fn recognize_without_writing(
     ctx: &CaseContext<'_>,
     path: &Path,
     watched: &Path,
     what: &str,
 ) -> std::result::Result<Result<Option<&'static Format>>, Failure> {
-    let snapshot = || {
-        Snapshot::take(watched)
-            .map_err(|e| Failure::new(format!("reading {}", watched.display()), "success", e))
-    };
-    let before = if watched.exists() { Some(snapshot()?) } else { None };
+    let storage = ctx.storage();
+    let reading = |e| Failure::new(format!("reading {}", watched.display()), "success", e);
+    let snapshot = || storage.snapshot(watched).map_err(reading);
+    let exists = || storage.exists(watched).map_err(reading);
+    let before = if exists()? { Some(snapshot()?) } else { None };
     let result = ctx.factory.recognize(path);
     let changes = match &before {
         Some(before) => before.changes(&snapshot()?),
-        None if watched.exists() => vec![format!("{} created", watched.display())],
+        None if exists()? => vec![format!("{} created", watched.display())],
         None => Vec::new(),
     };
     ensure!(
@@ -48,14 +47,16 @@ fn shown(result: &Result<Option<&'static Format>>) -> String {
     }
 }
 
-/// Writes `bytes` to `path`, as the suite's own setup.
-fn write(path: &Path, bytes: &[u8]) -> std::result::Result<(), Failure> {
-    if let Some(parent) = path.parent() {
-        std::fs::create_dir_all(parent)
-            .map_err(|e| Failure::new(format!("creating {}", parent.display()), "success", e))?;
-    }
-    std::fs::write(path, bytes)
-        .map_err(|e| Failure::new(format!("writing {}", path.display()), "success", e))
+/// Writes `bytes` to the object `name` of `dir`, as the suite's own setup.
+fn write(
+    ctx: &CaseContext<'_>,
+    dir: &Path,
+    name: &str,
+    bytes: &[u8],
+) -> std::result::Result<(), Failure> {
+    ctx.storage()
+        .write(dir, name, bytes)
+        .map_err(|e| Failure::new(format!("writing {}", dir.join(name).display()), "success", e))
 }
 
 /// The factory recognizes every cache it creates, flushed and finalized, as its own format (the
@@ -80,13 +81,13 @@ pub fn recognize_finds_own_caches(ctx: &CaseContext<'_>) -> CaseResult {
         );
     }
     let empty = ctx.cache_path("empty");
-    write(&empty.join("placeholder"), b"")?;
-    std::fs::remove_file(empty.join("placeholder"))
-        .map_err(|e| Failure::new("emptying a directory", "success", e))?;
+    ctx.storage()
+        .make_empty(&empty)
+        .map_err(|e| Failure::new(format!("creating {}", empty.display()), "success", e))?;
     let unrelated = ctx.cache_path("unrelated");
-    write(&unrelated.join("notes.txt"), b"shopping list\n")?;
-    write(&unrelated.join("data.bin"), &[0x5a; 4096])?;
-    write(&unrelated.join("misc/readme.md"), b"# not a cache\n")?;
+    write(ctx, &unrelated, "notes.txt", b"shopping list\n")?;
+    write(ctx, &unrelated, "data.bin", &[0x5a; 4096])?;
+    write(ctx, &unrelated, "misc/readme.md", b"# not a cache\n")?;
     let file = unrelated.join("notes.txt");
     let missing = ctx.cache_path("does-not-exist");
     for (path, watched, what) in [
@@ -109,11 +110,17 @@ pub fn recognize_finds_own_caches(ctx: &CaseContext<'_>) -> CaseResult {
 
 /// Copies the cache at `from` to `to` and removes its stowage markers, so that the caller can
 /// plant one of its own.
-fn copy_without_markers(from: &Path, to: &Path) -> std::result::Result<(), Failure> {
-    copy_tree(from, to)
+fn copy_without_markers(
+    ctx: &CaseContext<'_>,
+    from: &Path,
+    to: &Path,
+) -> std::result::Result<(), Failure> {
+    let storage = ctx.storage();
+    storage
+        .copy_cache(from, to)
         .map_err(|e| Failure::new(format!("copying {}", from.display()), "success", e))?;
     for marker in ["stowage.json", "stowage.log"] {
-        match std::fs::remove_file(to.join(marker)) {
+        match storage.remove(to, marker) {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
                 return Err(Failure::new(format!("removing {marker} of the copy"), "success", e));
             }
@@ -134,13 +141,12 @@ pub fn recognize_follows_the_marker(ctx: &CaseContext<'_>) -> CaseResult {
     let other = format!("not-{}", ctx.backend());
 
     let json = ctx.cache_path("other-json");
-    copy_without_markers(&path, &json)?;
-    write(&json.join("stowage.json"), format!("{{\"format\": {other:?}}}").as_bytes())?;
+    copy_without_markers(ctx, &path, &json)?;
+    write(ctx, &json, "stowage.json", format!("{{\"format\": {other:?}}}").as_bytes())?;
     let log = ctx.cache_path("other-log");
-    copy_without_markers(&path, &log)?;
+    copy_without_markers(ctx, &path, &log)?;
     let header = format!("{{\"cache\": {{\"format\": {other:?}}}}}");
-    AppendLog::create_new(log.join("stowage.log"), header.as_bytes())
-        .map_err(|e| Failure::new("writing a stowage.log naming another format", "success", e))?;
+    write(ctx, &log, "stowage.log", &append_log(header.as_bytes())?)?;
     for (dir, what) in [
         (&json, format!("a copy of its cache with a stowage.json naming {other:?}")),
         (&log, format!("a copy of its cache with only a stowage.log naming {other:?}")),
@@ -156,10 +162,10 @@ pub fn recognize_follows_the_marker(ctx: &CaseContext<'_>) -> CaseResult {
     }
 
     let garbage = ctx.cache_path("garbage-json");
-    copy_without_markers(&path, &garbage)?;
-    write(&garbage.join("stowage.json"), b"{\"format\": \"half a docu")?;
+    copy_without_markers(ctx, &path, &garbage)?;
+    write(ctx, &garbage, "stowage.json", b"{\"format\": \"half a docu")?;
     let alone = ctx.cache_path("garbage-alone");
-    write(&alone.join("stowage.json"), b"\x00\x01 not json at all")?;
+    write(ctx, &alone, "stowage.json", b"\x00\x01 not json at all")?;
     for (dir, what) in [
         (&garbage, "a copy of its cache with a stowage.json that does not parse"),
         (&alone, "a directory holding only a stowage.json that does not parse"),
@@ -174,4 +180,15 @@ pub fn recognize_follows_the_marker(ctx: &CaseContext<'_>) -> CaseResult {
         );
     }
     Ok(Outcome::Passed)
+}
+
+/// The bytes of a new `stowage.log` holding only `header` (made in a scratch directory, so
+/// that any storage can hold a copy).
+fn append_log(header: &[u8]) -> std::result::Result<Vec<u8>, Failure> {
+    let failed =
+        |e: String| Failure::new("writing a stowage.log naming another format", "success", e);
+    let scratch = tempfile::tempdir().map_err(|e| failed(e.to_string()))?;
+    let file = scratch.path().join("stowage.log");
+    AppendLog::create_new(&file, header).map_err(|e| failed(e.to_string()))?;
+    std::fs::read(&file).map_err(|e| failed(e.to_string()))
 }
