@@ -284,6 +284,7 @@ impl RemoteCache {
         schema: &Schema,
         options: &RemoteOptions,
     ) -> Result<RemoteCache> {
+        capabilities().check_schema(schema, BACKEND_NAME)?;
         let store = options.open_store(url)?;
         Identity::new(schema).create(&store).map_err(|e| match e {
             Error::AlreadyExists { path } => Error::Incompatible {
@@ -303,12 +304,12 @@ impl RemoteCache {
         options: &RemoteOptions,
     ) -> Result<RemoteCache> {
         capabilities().check_schema(schema, BACKEND_NAME)?;
-        match Identity::new(schema).create(&store)? {
-            crate::store::Created::New => {}
-            crate::store::Created::AlreadyThere => {
-                return Err(Error::AlreadyExists { path: store.url().as_str().into() });
-            }
+        // Looked for first: `put_new` answers "already there" both for a cache that existed
+        // and for this create's own put whose answer was lost (resolved by reading back).
+        if store.head(crate::identity::IDENTITY)?.is_some() {
+            return Err(Error::AlreadyExists { path: store.url().as_str().into() });
         }
+        Identity::new(schema).create(&store)?;
         Self::open_at(path, store, options, true)
     }
 

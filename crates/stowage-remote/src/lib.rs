@@ -1,15 +1,19 @@
 //! stowage caches on object storage: S3, Google Cloud Storage, Azure Blob Storage, and the local
 //! and in-memory stores, through the [`object_store`] crate.
 //!
-//! This crate is being built in steps (issue 18).
+//! [`RemoteCache`] is the cache handle and [`RemoteFactory`] its factory (backend `remote`): see
+//! the [`cache`] module for writing as one rank among many and for reading.
 //!
 //! # Layout 1 of a cache on a store
 //!
 //! ```text
+//! <prefix>/stowage.json                     format, layout and schema, created once
 //! <prefix>/versions/<20 digits>.json        a version's manifest, created once
 //! <prefix>/latest                           advisory pointer to the newest version
 //! <prefix>/commits/<rank>/<20 digits>.json  a rank's commits, created once
-//! <prefix>/ranks/<rank>/...                 a rank's data objects and row tables, immutable
+//! <prefix>/ranks/<rank>/<xxh3-128>.rows     a part's row records, immutable
+//! <prefix>/ranks/<rank>/<xxh3-128>.table    its row table (key hash -> place, checksum)
+//! <prefix>/ranks/<rank>/<xxh3-128>.keys     its keys in put order
 //! ```
 //!
 //! Data objects hold row records in this crate's own layout ([`row_record`]), whatever backend
@@ -30,9 +34,6 @@
 //! - [`node_cache::NodeCache`]: verified copies of remote objects in a local directory with a
 //!   byte budget, shared by every process on the machine;
 //! - [`faults::FaultyStore`]: a store wrapper that injects the network's faults, for tests.
-//!
-//! Still to come: the writer and reader handles (the `Backend` and `Reader` traits) over these
-//! parts, and the registry and CLI entries that take a URL wherever they take a path.
 //!
 //! ```
 //! use stowage_remote::RemoteStore;
