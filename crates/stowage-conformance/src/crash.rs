@@ -363,6 +363,20 @@ pub(crate) fn finish_by_next_writer(
     mut expected: Written,
 ) -> Result<(), Failure> {
     let mut cache = ok("append-open after the crash", ctx.factory.open(dir, OpenMode::Append))?;
+    // Opening for writing may finish what the crashed writer left half done (with
+    // `concurrent_writers`, a commit it made durable but had not published yet): samples that
+    // appear then must each be exactly a sample the crashed writer put, and none may vanish.
+    let reopened = check_after_crash(&*cache, schema, 0, "put before the crash")
+        .map_err(|f| f.within("the next writer's view"))?;
+    for (k, _) in &expected {
+        ensure!(
+            reopened.iter().any(|(seen, _)| seen == k),
+            format!("key {k:?} after the next writer opened"),
+            expected: "still visible",
+            got: "gone"
+        );
+    }
+    expected = reopened;
     if !cache.is_finalized() {
         let start = expected.len() + 1000;
         expected.extend(put_samples(&mut *cache, schema, start..start + 5)?);
