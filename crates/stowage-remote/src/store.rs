@@ -219,34 +219,66 @@ impl RemoteStore {
     ///
     /// Errors: as [`RemoteStore::get_range`].
     pub fn get_ranges(&self, name: &str, ranges: &[Range<u64>]) -> Result<Vec<Bytes>> {
-        for range in ranges {
-            check_range(&self.url, name, range)?;
+        let mut got = self.get_ranges_of(&[(name, ranges)])?;
+        Ok(got.pop().expect("one object asked for"))
+    }
+
+    /// [`RemoteStore::get_ranges`] of several objects at once: each object's ranges coalesced as
+    /// there, and up to [`RANGES_IN_FLIGHT`] requests in flight across all of them (a batch of
+    /// keys spread over many objects waits for the slowest requests once, not once per object).
+    ///
+    /// Errors: as [`RemoteStore::get_range`], naming the object.
+    pub fn get_ranges_of(&self, wanted: &[(&str, &[Range<u64>])]) -> Result<Vec<Vec<Bytes>>> {
+        let mut paths = Vec::with_capacity(wanted.len());
+        let mut fetched = Vec::with_capacity(wanted.len());
+        for (name, ranges) in wanted {
+            for range in *ranges {
+                check_range(&self.url, name, range)?;
+            }
+            paths.push(self.url.object(name)?);
+            fetched.push(coalesce::merge(ranges, COALESCE_GAP));
         }
-        let path = self.url.object(name)?;
+        let requests: Vec<(usize, Range<u64>)> = fetched
+            .iter()
+            .enumerate()
+            .flat_map(|(i, merged)| merged.iter().map(move |range| (i, range.clone())))
+            .collect();
         let client = self.client()?;
-        let fetched = coalesce::merge(ranges, COALESCE_GAP);
         let mut last_error = None;
-        for _ in 0..READ_ATTEMPTS {
-            let requests = futures_util::stream::iter(fetched.iter().cloned())
-                .map(|range| client.get_range(&path, range))
+        'attempts: for _ in 0..READ_ATTEMPTS {
+            let sent = futures_util::stream::iter(requests.iter().cloned())
+                .map(|(i, range)| {
+                    let (client, path) = (&client, &paths[i]);
+                    async move { client.get_range(path, range).await.map_err(|e| (i, e)) }
+                })
                 .buffered(RANGES_IN_FLIGHT)
                 .try_collect::<Vec<Bytes>>();
-            match block_on(requests)? {
-                Ok(parts) => match coalesce::cut(ranges, &fetched, &parts) {
-                    Some(cut) => return Ok(cut),
+            let mut parts = match block_on(sent)? {
+                Ok(parts) => parts.into_iter(),
+                Err((i, e)) if is_final(&e) => return Err(store_error(&self.url, wanted[i].0, e)),
+                Err((i, e)) => {
+                    last_error = Some(store_error(&self.url, wanted[i].0, e));
+                    continue;
+                }
+            };
+            let mut out = Vec::with_capacity(wanted.len());
+            for ((name, ranges), merged) in wanted.iter().zip(&fetched) {
+                let object_parts: Vec<Bytes> = parts.by_ref().take(merged.len()).collect();
+                match coalesce::cut(ranges, merged, &object_parts) {
+                    Some(cut) => out.push(cut),
                     None => {
-                        let (range, part) = fetched
+                        let (range, part) = merged
                             .iter()
-                            .zip(&parts)
+                            .zip(&object_parts)
                             .find(|(range, part)| part.len() as u64 != range.end - range.start)
                             .expect("cut fails only on a short part");
                         last_error =
                             Some(short_body(&self.url, name, range.end - range.start, part.len()));
+                        continue 'attempts;
                     }
-                },
-                Err(e) if is_final(&e) => return Err(store_error(&self.url, name, e)),
-                Err(e) => last_error = Some(store_error(&self.url, name, e)),
+                }
             }
+            return Ok(out);
         }
         Err(last_error.expect("READ_ATTEMPTS > 0"))
     }

@@ -180,20 +180,32 @@ impl View {
             }
         }
         let mut out: Vec<Option<Sample>> = vec![None; keys.len()];
+        let mut remote = Vec::new();
         for (part, wanted) in by_part {
             let rows = &self.parts[part].objects.rows;
             let ranges = wanted
                 .iter()
                 .map(|(slot, entry)| record_range(rows, entry, keys[*slot]))
                 .collect::<Result<Vec<Range<u64>>>>()?;
-            let records = match self.rows_copy(part)? {
+            match self.rows_copy(part)? {
                 Some(copy) => {
-                    ranges.iter().map(|r| copy.slice(r.start as usize..r.end as usize)).collect()
+                    for ((slot, entry), r) in wanted.into_iter().zip(ranges) {
+                        let record = copy.slice(r.start as usize..r.end as usize);
+                        out[slot] = Some(self.decode(rows, &entry, keys[slot], record)?);
+                    }
                 }
-                None => self.store.get_ranges(&rows.name, &ranges)?,
-            };
-            for ((slot, entry), record) in wanted.into_iter().zip(records) {
-                out[slot] = Some(self.decode(rows, &entry, keys[slot], record)?);
+                None => remote.push((rows, wanted, ranges)),
+            }
+        }
+        // Every part's records in one round of requests, many in flight.
+        let asked: Vec<(&str, &[Range<u64>])> = remote
+            .iter()
+            .map(|(rows, _, ranges)| (rows.name.as_str(), ranges.as_slice()))
+            .collect();
+        let fetched = self.store.get_ranges_of(&asked)?;
+        for ((rows, wanted, _), records) in remote.iter().zip(fetched) {
+            for ((slot, entry), record) in wanted.iter().zip(records) {
+                out[*slot] = Some(self.decode(rows, entry, keys[*slot], record)?);
             }
         }
         Ok(out)

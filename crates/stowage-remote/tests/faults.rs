@@ -108,3 +108,19 @@ fn slow_requests_still_answer_and_every_request_is_logged() {
     let requests = faulty.requests();
     assert!(requests.iter().all(|r| r.path == "cache/objects/big" && r.fault.is_none()));
 }
+
+#[test]
+fn ranges_of_several_objects_are_exact_even_when_one_body_is_cut_short() {
+    let (store, faulty) = faulty_store();
+    let a = Bytes::from_static(b"0123456789abcdefghij");
+    let b = Bytes::from_static(b"ABCDEFGHIJKLMNOPQRST");
+    store.put_new("objects/a", a.clone()).unwrap();
+    store.put_new("objects/b", b.clone()).unwrap();
+    faulty.clear_log();
+    faulty.inject(Rule::once(Operation::Get, "objects/b", Fault::TruncateBody { keep: 1 }));
+    let got =
+        store.get_ranges_of(&[("objects/a", &[0..2, 18..20]), ("objects/b", &[5..9])]).unwrap();
+    assert_eq!(got, [vec![a.slice(0..2), a.slice(18..20)], vec![b.slice(5..9)]]);
+    // One round of two requests (a's ranges share one), then both again after the short body.
+    assert_eq!(faulty.count(Operation::Get), 4, "{:?}", faulty.requests());
+}
