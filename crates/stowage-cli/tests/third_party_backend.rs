@@ -6,24 +6,13 @@
 mod common;
 
 use std::ffi::{OsStr, OsString};
-use std::path::{Path, PathBuf};
 
-use common::{mixed_sample, mixed_schema};
-use stowage_core::{Backend, BackendFactory, OpenMode, Reader, Registry, Value};
+use common::{
+    JOURNAL_KEYS as KEYS, Run, assert_holds_every_sample, build_journal, journal_key as key,
+    mixed_sample,
+};
+use stowage_core::{BackendFactory, OpenMode, Reader, Registry, Value};
 use stowage_example::JournalFactory;
-
-/// What one in-process run did.
-struct Run {
-    code: u8,
-    stdout: String,
-    stderr: String,
-}
-
-impl std::fmt::Debug for Run {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "exit {}\n--- stdout\n{}--- stderr\n{}", self.code, self.stdout, self.stderr)
-    }
-}
 
 /// The registry of a `stowage` built with the journal backend.
 fn with_journal() -> Registry {
@@ -34,45 +23,7 @@ fn with_journal() -> Registry {
 fn stowage(registry: &Registry, parts: &[&dyn AsRef<OsStr>]) -> Run {
     let mut argv = vec![OsString::from("stowage")];
     argv.extend(parts.iter().map(|p| p.as_ref().to_os_string()));
-    let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
-    let code = stowage_cli::run(registry, argv, &mut stdout, &mut stderr);
-    Run {
-        code,
-        stdout: String::from_utf8(stdout).expect("stdout is UTF-8"),
-        stderr: String::from_utf8(stderr).expect("stderr is UTF-8"),
-    }
-}
-
-const KEYS: usize = 12;
-
-fn key(i: usize) -> String {
-    format!("k{i:02}")
-}
-
-/// A finalized journal cache of [`KEYS`] samples, written with the example crate alone.
-fn build_journal(dir: &Path) -> PathBuf {
-    let path = dir.join("journal");
-    let mut cache = JournalFactory.create(&path, &mixed_schema()).unwrap();
-    for i in 0..KEYS {
-        cache.put(&key(i), &mixed_sample(i)).unwrap();
-    }
-    cache.finalize().unwrap();
-    path
-}
-
-/// Every key of the cache at `path` (read with `factory`) holds [`sample`]'s value, field by
-/// field (dtype, shape and bytes; a null stays null).
-fn assert_holds_every_sample(factory: &dyn BackendFactory, path: &Path) {
-    let reader = factory.open_reader(path).unwrap();
-    assert_eq!(reader.keys().unwrap(), (0..KEYS).map(key).collect::<Vec<_>>());
-    for i in 0..KEYS {
-        let got = reader.get(&key(i)).unwrap().unwrap_or_else(|| panic!("key {}", key(i)));
-        let want = mixed_sample(i);
-        assert_eq!(got.len(), want.len(), "key {}: {got:?}", key(i));
-        for (name, value) in want.fields() {
-            assert_eq!(got.get(name), Some(value), "key {} field {name:?}", key(i));
-        }
-    }
+    common::stowage_in(registry, argv)
 }
 
 #[test]

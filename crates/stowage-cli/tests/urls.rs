@@ -10,7 +10,10 @@ mod common;
 use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 
-use common::{mixed_sample, mixed_schema};
+use common::{
+    JOURNAL_KEYS as KEYS, Run, assert_holds_every_sample, build_journal, journal_key as key,
+    mixed_sample, mixed_schema,
+};
 use stowage_core::{
     Backend, BackendFactory, Capabilities, DynBackend, Error, Format, OpenMode, Reader, Registry,
     Result, Schema,
@@ -89,65 +92,16 @@ fn registry(root: &Path) -> Registry {
         .with(MemJournal { root: root.to_path_buf() })
 }
 
-/// What one in-process run did.
-struct Run {
-    code: u8,
-    stdout: String,
-    stderr: String,
-}
-
-impl std::fmt::Debug for Run {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "exit {}\n--- stdout\n{}--- stderr\n{}", self.code, self.stdout, self.stderr)
-    }
-}
-
 /// Runs `stowage ARGS` on `registry`, capturing both outputs, and checks that nothing named like
 /// a URL's scheme appeared in the working directory.
 fn stowage(registry: &Registry, parts: &[&dyn AsRef<OsStr>]) -> Run {
     let mut argv = vec![OsString::from("stowage")];
     argv.extend(parts.iter().map(|p| p.as_ref().to_os_string()));
-    let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
-    let code = stowage_cli::run(registry, argv.clone(), &mut stdout, &mut stderr);
-    for taken in ["mem-test:", "s3:", "gs:"] {
+    let run = common::stowage_in(registry, argv.clone());
+    for taken in ["mem-test:", "s3:", "gs:", "hdfs:"] {
         assert!(!Path::new(taken).exists(), "stowage {argv:?} created {taken} in the working dir");
     }
-    Run {
-        code,
-        stdout: String::from_utf8(stdout).expect("stdout is UTF-8"),
-        stderr: String::from_utf8(stderr).expect("stderr is UTF-8"),
-    }
-}
-
-const KEYS: usize = 12;
-
-fn key(i: usize) -> String {
-    format!("k{i:02}")
-}
-
-/// A finalized local journal cache of [`KEYS`] samples.
-fn build_journal(dir: &Path) -> PathBuf {
-    let path = dir.join("journal");
-    let mut cache = JournalFactory.create(&path, &mixed_schema()).unwrap();
-    for i in 0..KEYS {
-        cache.put(&key(i), &mixed_sample(i)).unwrap();
-    }
-    cache.finalize().unwrap();
-    path
-}
-
-/// The cache `factory` opens at `path` holds every key's [`mixed_sample`], and nothing else.
-fn assert_holds_every_sample(factory: &dyn BackendFactory, path: &Path) {
-    let reader = factory.open_reader(path).unwrap();
-    assert_eq!(reader.keys().unwrap(), (0..KEYS).map(key).collect::<Vec<_>>());
-    for i in 0..KEYS {
-        let got = reader.get(&key(i)).unwrap().unwrap_or_else(|| panic!("key {}", key(i)));
-        let want = mixed_sample(i);
-        assert_eq!(got.len(), want.len(), "key {}: {got:?}", key(i));
-        for (name, value) in want.fields() {
-            assert_eq!(got.get(name), Some(value), "key {} field {name:?}", key(i));
-        }
-    }
+    run
 }
 
 /// `root` for a test's URLs and `work` for its local caches, both temporary.
@@ -266,21 +220,21 @@ fn a_url_no_backend_serves_is_refused_by_name_and_nothing_is_created() {
     let registry = registry(root.path());
     let cache = build_journal(work.path());
 
-    // No registered backend serves s3://: refused, naming the schemes that are served.
-    let s3 = "s3://bucket/cache";
+    // No registered backend serves hdfs://: refused, naming the schemes that are served.
+    let hdfs = "hdfs://bucket/cache";
     for parts in [
-        &[&"convert" as &dyn AsRef<OsStr>, &cache, &s3, &"--to", &"mem-journal"][..],
-        &[&"convert", &s3, &work.path().join("out"), &"--to", &"arrow"],
-        &[&"inspect", &s3],
-        &[&"verify", &s3],
-        &[&"keys", &s3],
-        &[&"get", &s3, &"k00", &"--out", &work.path().join("o")],
-        &[&"explain", &s3, &"--config", &work.path().join("config.json")],
+        &[&"convert" as &dyn AsRef<OsStr>, &cache, &hdfs, &"--to", &"mem-journal"][..],
+        &[&"convert", &hdfs, &work.path().join("out"), &"--to", &"arrow"],
+        &[&"inspect", &hdfs],
+        &[&"verify", &hdfs],
+        &[&"keys", &hdfs],
+        &[&"get", &hdfs, &"k00", &"--out", &work.path().join("o")],
+        &[&"explain", &hdfs, &"--config", &work.path().join("config.json")],
     ] {
         let run = stowage(&registry, parts);
         assert_eq!(run.code, 2, "{run:?}");
-        assert!(run.stderr.contains("s3://bucket/cache is a URL (s3://)"), "{run:?}");
-        assert!(run.stderr.contains("they serve mem-test://"), "{run:?}");
+        assert!(run.stderr.contains("hdfs://bucket/cache is a URL (hdfs://)"), "{run:?}");
+        assert!(run.stderr.contains("they serve s3://") && run.stderr.contains("mem-test://"));
     }
     assert!(!work.path().join("out").exists() && !work.path().join("o").exists());
 

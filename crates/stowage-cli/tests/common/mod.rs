@@ -165,3 +165,53 @@ pub fn build_arrow(dir: &Path, finalize: bool) -> PathBuf {
     }
     path
 }
+
+/// Runs `stowage ARGV` (the program name first) in this process on `registry`, capturing both
+/// outputs: for tests that register backends of their own.
+pub fn stowage_in(registry: &stowage_core::Registry, argv: Vec<OsString>) -> Run {
+    let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
+    let code = stowage_cli::run(registry, argv, &mut stdout, &mut stderr);
+    Run {
+        code: i32::from(code),
+        stdout: String::from_utf8(stdout).expect("stdout is UTF-8"),
+        stderr: String::from_utf8(stderr).expect("stderr is UTF-8"),
+    }
+}
+
+/// The keys of [`build_journal`]'s cache.
+pub const JOURNAL_KEYS: usize = 12;
+
+/// Key `i` of [`build_journal`]'s cache.
+pub fn journal_key(i: usize) -> String {
+    format!("k{i:02}")
+}
+
+/// A finalized stowage-example journal cache of [`JOURNAL_KEYS`] [`mixed_sample`]s in
+/// `dir/journal`, written with the example crate alone.
+pub fn build_journal(dir: &Path) -> PathBuf {
+    use stowage_core::{Backend, BackendFactory};
+    let path = dir.join("journal");
+    let mut cache = stowage_example::JournalFactory.create(&path, &mixed_schema()).unwrap();
+    for i in 0..JOURNAL_KEYS {
+        cache.put(&journal_key(i), &mixed_sample(i)).unwrap();
+    }
+    cache.finalize().unwrap();
+    path
+}
+
+/// Every key of the cache at `path` (read with `factory`) holds its [`mixed_sample`], field by
+/// field (dtype, shape and bytes; a null stays null), and there is no other key.
+pub fn assert_holds_every_sample(factory: &dyn stowage_core::BackendFactory, path: &Path) {
+    use stowage_core::Reader;
+    let reader = factory.open_reader(path).unwrap();
+    let expected: Vec<String> = (0..JOURNAL_KEYS).map(journal_key).collect();
+    assert_eq!(reader.keys().unwrap(), expected);
+    for (i, key) in expected.iter().enumerate() {
+        let got = reader.get(key).unwrap().unwrap_or_else(|| panic!("key {key}"));
+        let want = mixed_sample(i);
+        assert_eq!(got.len(), want.len(), "key {key}: {got:?}");
+        for (name, value) in want.fields() {
+            assert_eq!(got.get(name), Some(value), "key {key} field {name:?}");
+        }
+    }
+}
