@@ -10,6 +10,7 @@ pub mod corruption;
 pub mod crash;
 pub mod faults;
 pub mod mixed;
+pub mod remote;
 pub mod stowage_bin;
 pub mod tables;
 pub mod work_dir;

@@ -81,7 +81,9 @@ pub fn check_versions(
         Err(e) => Some(e.to_string()),
     };
     if let Some(detail) = pointer {
-        let detail = format!("{detail} (readers do not depend on it; the next merge rewrites it)");
+        let detail = format!(
+            "{detail} (readers do not depend on it; the next version a writer creates rewrites it)"
+        );
         report.problem(Some(Path::new(&url(LATEST))), None, detail);
     }
     Ok(())

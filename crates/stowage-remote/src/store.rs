@@ -306,9 +306,8 @@ impl RemoteStore {
         let path =
             if under.is_empty() { self.url.prefix().clone() } else { self.url.object(under)? };
         let client = self.client()?;
-        let listed: Vec<object_store::ObjectMeta> =
-            block_on(client.list(Some(&path)).try_collect())?
-                .map_err(|e| store_error(&self.url, under, e))?;
+        let listed =
+            self.list_retrying(under, || client.list(Some(&path)).try_collect::<Vec<_>>())?;
         Ok(self.infos(listed))
     }
 
@@ -352,9 +351,9 @@ impl RemoteStore {
         let path = self.url.object(under)?;
         let offset = self.url.object(after)?;
         let client = self.client()?;
-        let listed: Vec<object_store::ObjectMeta> =
-            block_on(client.list_with_offset(Some(&path), &offset).try_collect())?
-                .map_err(|e| store_error(&self.url, under, e))?;
+        let listed = self.list_retrying(under, || {
+            client.list_with_offset(Some(&path), &offset).try_collect::<Vec<_>>()
+        })?;
         Ok(self.infos(listed))
     }
 
@@ -366,8 +365,7 @@ impl RemoteStore {
     pub fn list_dirs(&self, under: &str) -> Result<Vec<String>> {
         let path = self.url.object(under)?;
         let client = self.client()?;
-        let listed = block_on(client.list_with_delimiter(Some(&path)))?
-            .map_err(|e| store_error(&self.url, under, e))?;
+        let listed = self.list_retrying(under, || client.list_with_delimiter(Some(&path)))?;
         let mut names: Vec<String> = listed
             .common_prefixes
             .iter()
@@ -375,6 +373,24 @@ impl RemoteStore {
             .collect();
         names.sort();
         Ok(names)
+    }
+
+    /// Runs the listing `list` of `under` up to [`READ_ATTEMPTS`] times while the store fails in
+    /// a way another try can mend (a 503, a dropped connection).
+    fn list_retrying<T, F, Fut>(&self, under: &str, list: F) -> Result<T>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = object_store::Result<T>>,
+    {
+        let mut last_error = None;
+        for _ in 0..READ_ATTEMPTS {
+            match block_on(list())? {
+                Ok(listed) => return Ok(listed),
+                Err(e) if is_final(&e) => return Err(store_error(&self.url, under, e)),
+                Err(e) => last_error = Some(store_error(&self.url, under, e)),
+            }
+        }
+        Err(last_error.expect("READ_ATTEMPTS > 0"))
     }
 
     /// Writes object `name`, replacing any object of that name: only for stowage's advisory

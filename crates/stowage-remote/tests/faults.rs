@@ -125,3 +125,16 @@ fn ranges_of_several_objects_are_exact_even_when_one_body_is_cut_short() {
     // One round of two requests (a's ranges share one), then both again after the short body.
     assert_eq!(faulty.count(Operation::Get), 4, "{:?}", faulty.requests());
 }
+
+#[test]
+fn a_listing_that_fails_once_is_tried_again() {
+    let (store, faulty) = faulty_store();
+    store.put_new("versions/a", manifest()).unwrap();
+    faulty.inject(Rule::once(Operation::List, "versions", Fault::Unavailable));
+    let listed = store.list("versions").unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(faulty.count(Operation::List), 2, "{:?}", faulty.requests());
+    faulty.inject(Rule::once(Operation::List, "versions", Fault::Unavailable).times(3));
+    let err = store.list_after("versions", "versions/0").unwrap_err().to_string();
+    assert!(err.contains("memory://faults/cache/versions"), "{err}");
+}
