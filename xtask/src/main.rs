@@ -6,8 +6,8 @@
 //! - `cargo xtask architecture`: only the dependency rules (see `architecture.rs`).
 //! - `cargo xtask reliability`: runs the long reliability campaigns and records them in
 //!   `docs/reliability.md`.
-//! - `cargo xtask bench`: runs every benchmark suite (numpy10, memmap, arrow, hdf5) and its Python
-//!   peer, prints each comparison table and records it in the suite's section of
+//! - `cargo xtask bench`: runs every benchmark suite (numpy10, memmap, arrow, hdf5, remote) and
+//!   its Python peer, prints each comparison table and records it in the suite's section of
 //!   `docs/benchmarks.md`.
 
 mod architecture;
@@ -75,6 +75,11 @@ Commands:
                              about 2 GB, kept for later runs)
                     hdf5     cargo bench -p stowage-hdf5 --bench hdf5_cache -- --noplot
                              python3 xtask/py/hdf5_peer.py <target>/bench-data/hdf5
+                    remote   cargo bench -p stowage-remote --bench remote -- --noplot
+                             python3 xtask/py/remote_peer.py <target>/bench-data/remote
+                             (both against one moto S3 server on 127.0.0.1 that xtask starts
+                             and stops, its endpoint in STOWAGE_BENCH_S3_ENDPOINT; the
+                             10-million-key file:// cache is built once and kept)
                   then write the table, the machine and the command to the suite's section of
                   docs/benchmarks.md. A suite that fails is reported and the others still run;
                   the command then exits non-zero.
@@ -86,8 +91,8 @@ Commands:
                   also at 100m: open time and memory, write rate, warm and cold random gets
                   beside the physical references, issue 17's targets as PASS or FAIL; it
                   refuses to start when the disk cannot hold its largest cache plus 15 GB)
-    --suite NAME  run only this step (overview, numpy10, memmap, arrow, hdf5 or scale); may
-                  be given more than once
+    --suite NAME  run only this step (overview, numpy10, memmap, arrow, hdf5, remote or
+                  scale); may be given more than once
     --sizes LIST  with --suite scale: the key counts, e.g. 100k,1m (default 100k,1m,10m,100m)
     --backends LIST  with --suite scale: the backends, e.g. memmap,arrow (default: all four)
     --report-only do not run the benchmarks; report the last criterion results

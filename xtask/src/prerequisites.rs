@@ -75,6 +75,8 @@ pub const PREREQUISITES: &[Prerequisite] = &[
     pip("tables", "tables", PYTHON_INTEROP),
     pip("h5py", "h5py", PYTHON_INTEROP),
     pip("moto[server]==5.2.1", "moto.server", S3_SERVER),
+    // The remote benchmark's peer signs its range GETs with boto3 (moto's server brings it).
+    pip("boto3", "boto3", S3_SERVER),
 ];
 
 /// Checks every prerequisite in `wanted` and installs the missing ones, saying so.
@@ -282,8 +284,8 @@ mod tests {
             format!("xtask: installing {} for {}", package_names(&python), purposes(&python));
         assert_eq!(
             line,
-            "xtask: installing numpy xxhash pyarrow tables h5py moto[server]==5.2.1 for the Python \
-             interop tests and the object-storage tests (moto's S3 server)"
+            "xtask: installing numpy xxhash pyarrow tables h5py moto[server]==5.2.1 boto3 for the \
+             Python interop tests and the object-storage tests (moto's S3 server)"
         );
         assert_eq!(
             purposes(PREREQUISITES),

@@ -12,7 +12,8 @@ use super::suite::Level;
 pub const FILE: &str = "measurements.json";
 
 /// One row per level of `levels`: its value from `<bench data>/measurements.json`
-/// (`{"<name>": {"value": <number>, "unit": "MiB"}}`), or why it is missing.
+/// (`{"<name>": {"value": <number>, "unit": "MiB"}}`; the units are `MiB`, `ms` and
+/// `requests`), or why it is missing.
 pub fn read_levels(bench_data: &Path, levels: &[Level]) -> Vec<Row> {
     if levels.is_empty() {
         return Vec::new();
@@ -36,14 +37,12 @@ pub fn read_levels(bench_data: &Path, levels: &[Level]) -> Vec<Row> {
 fn level_of(json: &Value, name: &str, path: &Path) -> Result<Measured, String> {
     let entry = json.get(name).ok_or_else(|| format!("{} has no {name}", path.display()))?;
     let value = entry.get("value").and_then(Value::as_f64).filter(|v| v.is_finite() && *v >= 0.0);
-    let unit = match entry.get("unit").and_then(Value::as_str) {
-        Some("MiB") => Some(Unit::Mebibytes),
-        _ => None,
-    };
+    let unit = entry.get("unit").and_then(Value::as_str).and_then(Unit::level_named);
     match (value, unit) {
         (Some(value), Some(unit)) => Ok(Measured::level(value, unit)),
         _ => Err(format!(
-            "{}: {name} is not {{\"value\": <number >= 0>, \"unit\": \"MiB\"}}: {entry}",
+            "{}: {name} is not {{\"value\": <number >= 0>, \"unit\": \"MiB\", \"ms\" or \
+             \"requests\"}}: {entry}",
             path.display()
         )),
     }
@@ -66,7 +65,7 @@ mod tests {
         assert!(missing[0].measured.as_ref().unwrap_err().contains("cannot read"));
         std::fs::write(
             dir.path().join(FILE),
-            r#"{"open_rss_10m": {"value": 12.5, "unit": "MiB"}, "bad_unit": {"value": 1, "unit": "GB"}}"#,
+            r#"{"open_rss_10m": {"value": 12.5, "unit": "MiB"}, "bad_unit": {"value": 1, "unit": "GB"}, "p50": {"value": 1.25, "unit": "ms"}, "opens": {"value": 4, "unit": "requests"}}"#,
         )
         .unwrap();
         let rows = read_levels(dir.path(), LEVELS);
@@ -75,5 +74,12 @@ mod tests {
         assert!(rows[1].measured.as_ref().unwrap_err().contains("has no absent"));
         assert!(rows[2].measured.as_ref().unwrap_err().contains("\"GB\""));
         assert!(read_levels(dir.path(), &[]).is_empty());
+        let other_units = [
+            Level { name: "p50", description: "a median latency" },
+            Level { name: "opens", description: "requests of an open" },
+        ];
+        let rows = read_levels(dir.path(), &other_units);
+        let units: Vec<Unit> = rows.iter().map(|row| row.measured.as_ref().unwrap().unit).collect();
+        assert_eq!(units, [Unit::Milliseconds, Unit::Requests]);
     }
 }

@@ -7,7 +7,8 @@
 //! thousand to 100 million keys), [`suite`] what the suites are (data only), [`criterion`] reading criterion's
 //! results, [`levels`] the bench's other measurements, [`peer`] running a Python peer, [`rate`]
 //! the measured rates all become, [`table`] the table and its verdicts, [`doc`] a suite's section
-//! and its place in `docs/benchmarks.md`. This file is the run loop.
+//! and its place in `docs/benchmarks.md`, [`s3`] the S3 server of the suites that read object
+//! storage. This file is the run loop.
 
 mod criterion;
 mod doc;
@@ -15,6 +16,7 @@ mod levels;
 mod overview;
 mod peer;
 mod rate;
+mod s3;
 mod scale;
 mod suite;
 mod table;
@@ -221,6 +223,8 @@ fn run_suite(suite: &Suite, options: &Options, paths: &Paths) -> Result<(), Stri
         .env("CRITERION_HOME", &paths.criterion_home);
     let bench_line =
         format!("STOWAGE_BENCH_DIR={} {}", shown_path(root, &bench_data), display_command(&bench));
+    // Started before the bench and dropped (stopped) when the suite is done, after its peer.
+    let mut s3_server = None;
     if options.report_only {
         println!(
             "xtask: --report-only: reading the criterion results of an earlier `{bench_line}`"
@@ -237,6 +241,11 @@ fn run_suite(suite: &Suite, options: &Options, paths: &Paths) -> Result<(), Stri
         }
         std::fs::create_dir_all(&bench_data)
             .map_err(|error| format!("cannot create {}: {error}", bench_data.display()))?;
+        if suite.s3_server {
+            let server = s3::S3Server::start()?;
+            bench.env(s3::ENDPOINT_VAR, &server.endpoint);
+            s3_server = Some(server);
+        }
         println!("xtask: ==> {bench_line}");
         let status =
             bench.status().map_err(|error| format!("could not start `{bench_line}`: {error}"))?;
@@ -261,6 +270,7 @@ fn run_suite(suite: &Suite, options: &Options, paths: &Paths) -> Result<(), Stri
         println!("xtask: the Python peer did not run: {reason}");
     }
     rows.extend(peer::rows(&suite.peer, &peer_output));
+    drop(s3_server);
 
     let table = table::render_table(&rows, suite.targets);
     println!();
@@ -322,7 +332,7 @@ mod tests {
         let all = parse(&[]).unwrap();
         assert_eq!(
             (all.overview, names(&all), all.report_only),
-            (true, vec!["numpy10", "memmap", "arrow", "hdf5"], false)
+            (true, vec!["numpy10", "memmap", "arrow", "hdf5", "remote"], false)
         );
         assert_eq!(all.command_line(), "cargo xtask bench");
 
@@ -340,10 +350,12 @@ mod tests {
         let both = parse(&["--suite", "memmap", "--suite", "numpy10"]).unwrap();
         assert_eq!(names(&both), ["numpy10", "memmap"]);
         assert_eq!(both.command_line(), "cargo xtask bench --suite numpy10 --suite memmap");
-        let suites = ["hdf5", "arrow", "memmap", "numpy10"].map(|name| ["--suite", name]).concat();
+        let suites =
+            ["remote", "hdf5", "arrow", "memmap", "numpy10"].map(|name| ["--suite", name]).concat();
         assert_eq!(
             parse(&suites).unwrap().command_line(),
-            "cargo xtask bench --suite numpy10 --suite memmap --suite arrow --suite hdf5"
+            "cargo xtask bench --suite numpy10 --suite memmap --suite arrow --suite hdf5 \
+             --suite remote"
         );
         let every = [&["--suite", "overview"][..], &suites].concat();
         assert_eq!(parse(&every).unwrap().command_line(), "cargo xtask bench");
@@ -375,11 +387,11 @@ mod tests {
     fn options_reject_what_they_do_not_know() {
         assert_eq!(
             parse(&["--suite", "zarr"]).unwrap_err(),
-            "unknown suite `zarr`; the suites are numpy10, memmap, arrow, hdf5"
+            "unknown suite `zarr`; the suites are numpy10, memmap, arrow, hdf5, remote"
         );
         assert_eq!(
             parse(&["--suite"]).unwrap_err(),
-            "`--suite` needs a suite name: numpy10, memmap, arrow, hdf5"
+            "`--suite` needs a suite name: numpy10, memmap, arrow, hdf5, remote"
         );
         assert!(parse(&["--quick"]).unwrap_err().contains("`--suite NAME`, `--report-only`"));
         assert_eq!(
@@ -430,7 +442,8 @@ mod tests {
         assert!(position("<!-- xtask-bench:numpy10:end -->") < position("### Reading the numbers"));
         assert!(position("- notes\n\n<!-- xtask-bench:memmap:begin -->\n## memmap: ") > 0);
         assert!(position("<!-- xtask-bench:memmap:end -->") < position("xtask-bench:arrow:begin"));
-        assert!(doc.ends_with("<!-- xtask-bench:hdf5:end -->\n"));
+        assert!(position("<!-- xtask-bench:hdf5:end -->") < position("xtask-bench:remote:begin"));
+        assert!(doc.ends_with("<!-- xtask-bench:remote:end -->\n"));
         assert!(
             doc.contains("| get_checksum / reference_copy_xxh64 |  | 0.80x | >= 0.70x | PASS |")
         );

@@ -36,10 +36,15 @@ pub enum Unit {
     Iterations,
     /// Mebibytes: a level the bench measured (resident memory, say), not a rate.
     Mebibytes,
+    /// Milliseconds: a level such as the median latency of single requests.
+    Milliseconds,
+    /// Requests a store received: a level such as what an open costs.
+    Requests,
 }
 
 impl Unit {
-    /// The unit as the table writes it (`rows/s`, `B/s`, `MiB`).
+    /// The unit as the table writes it (`rows/s`, `B/s`, `MiB`, `ms`, `requests`), and as
+    /// `measurements.json` names a level's.
     pub fn name(self) -> &'static str {
         match self {
             Unit::Rows => "rows",
@@ -47,12 +52,21 @@ impl Unit {
             Unit::Bits => "bit",
             Unit::Iterations => "iter",
             Unit::Mebibytes => "MiB",
+            Unit::Milliseconds => "ms",
+            Unit::Requests => "requests",
         }
     }
 
     /// Whether it counts an amount rather than an amount per second.
     pub fn is_level(self) -> bool {
-        self == Unit::Mebibytes
+        matches!(self, Unit::Mebibytes | Unit::Milliseconds | Unit::Requests)
+    }
+
+    /// The level unit `measurements.json` names `name`, if any.
+    pub fn level_named(name: &str) -> Option<Unit> {
+        [Unit::Mebibytes, Unit::Milliseconds, Unit::Requests]
+            .into_iter()
+            .find(|unit| unit.name() == name)
     }
 }
 

@@ -38,6 +38,11 @@ pub struct Suite {
     pub levels: &'static [Level],
     /// The ratios and bounds the table evaluates, in table order.
     pub targets: &'static [Target],
+    /// Whether the suite reads object storage: `cargo xtask bench` then starts moto's S3 server
+    /// on loopback before the bench, hands its endpoint to the bench as
+    /// `STOWAGE_BENCH_S3_ENDPOINT`, and stops it after the peer (which reads the same objects
+    /// from it; the bench leaves the endpoint in its data).
+    pub s3_server: bool,
     /// Whether this suite's section is the one once written between the unnamed markers
     /// `<!-- xtask-bench:begin -->` / `<!-- xtask-bench:end -->` (from before there were several
     /// suites); its first write replaces them with its own markers.
@@ -128,7 +133,8 @@ const fn at_most(name: &'static str, maximum: f64) -> Target {
 }
 
 /// A level the bench measures that criterion cannot hold (resident memory, say), read from
-/// `measurements.json` in the bench data: `{"<name>": {"value": <number>, "unit": "MiB"}}`.
+/// `measurements.json` in the bench data: `{"<name>": {"value": <number>, "unit": "MiB"}}`
+/// (or `"ms"`, `"requests"`).
 #[derive(Debug)]
 pub struct Level {
     /// The level's name in the file and in the table.
@@ -205,6 +211,7 @@ pub const NUMPY10: Suite = Suite {
         at_least("get_checksum_64x64", "reference_copy_xxh64_64x64", 0.70),
         at_least("get_no_checksum_64x64", "reference_raw_copy_64x64", 0.50),
     ],
+    s3_server: false,
     owns_unnamed_markers: true,
 };
 
@@ -287,6 +294,7 @@ pub const MEMMAP: Suite = Suite {
         report("get_checksum_dnanet", "python_memmap_copy_dnanet"),
         report("first_get_after_open", "open"),
     ],
+    s3_server: false,
     owns_unnamed_markers: false,
 };
 
@@ -385,6 +393,7 @@ pub const ARROW: Suite = Suite {
         at_most("open_10m", 100.0),
         at_most("open_rss_10m", 100.0),
     ],
+    s3_server: false,
     owns_unnamed_markers: false,
 };
 
@@ -454,11 +463,138 @@ pub const HDF5: Suite = Suite {
         report("build_cache", "pytables_build_fsync"),
         report("load_features", "reference_read_copy"),
     ],
+    s3_server: false,
+    owns_unnamed_markers: false,
+};
+
+/// remote: stowage-remote on moto's S3 server against object_store's own requests for the same
+/// bytes, boto3's range GETs, and the fastest local backend's warm get.
+pub const REMOTE: Suite = Suite {
+    name: "remote",
+    heading: "remote: stowage-remote on a loopback S3 server against object_store's own requests",
+    package: "stowage-remote",
+    bench_target: "remote",
+    bench_source: "crates/stowage-remote/benches/remote.rs",
+    group: "remote",
+    benchmark_ids: &[
+        "reference_range_get",
+        "get_cold",
+        "reference_get_ranges",
+        "store_get_ranges",
+        "get_batch",
+        "local_get",
+        "get_warm",
+        "open",
+        "open_10m",
+    ],
+    bench_data_subdir: "remote",
+    description: "`s3://stowage-bench/f32x512` on moto 5.2.1's S3 server on 127.0.0.1 (started by \
+                  the xtask for the bench and the peer: same data, same server process): 16,384 \
+                  samples of float32[512] in 4 parts of 4,096. Every read benchmark walks one \
+                  shuffled epoch, the same keys in the same order for stowage and its reference. \
+                  `get_cold`: `get` with the parts' row tables in the node cache and no record \
+                  cached (one range GET per key, checked and decoded), 64 keys per iteration; \
+                  `reference_range_get`: object_store's own `get_range` of the same records' bytes \
+                  on the same runtime. `get_cold_p50` / `reference_range_get_p50`: medians of \
+                  400 single requests of each, timed alternately; the target `get p50 <= 1.2x the \
+                  raw range GET's` is the ratio `reference_range_get_p50 / get_cold_p50 >= 0.83`. \
+                  The batch and warm targets, rates of at least 0.8x and 0.9x, are likewise \
+                  ratios of median times of rounds run alternately on the same keys (a load on \
+                  this shared 2-core machine strikes both sides alike); the criterion means are \
+                  reported beside them. \
+                  `get_batch`: one `get_batch` of 1,024 keys; `reference_get_ranges`: \
+                  object_store's `get_ranges` per rows object with exactly the ranges `get_batch` \
+                  asks for, every object's in flight at once as `get_batch` sends every part's \
+                  records in one round (both coalesce ranges closer than 1 MiB); \
+                  `store_get_ranges`: the same requests through the cache's \
+                  `RemoteStore::get_ranges_of` (retries, length checks), which \
+                  splits `get_batch`'s time between the store and the lookup, checksums and \
+                  decoding. `get_warm`: `get` with \
+                  `cache_rows` (the rows objects' node-cache copies warm), against `local_get`: \
+                  stowage-memmap's `get` (checksums on, maps warm) of the same samples, the \
+                  fastest warm local get of the backends in this file (memmap 1.06 M rows/s, \
+                  npy 0.91 M, arrow 0.68 M), 1,000 keys per iteration. `open`: a read-only open \
+                  of the S3 cache; `open_10m`: of a `file://` cache of 10,000,000 float32[1] keys \
+                  (same layout and requests as on S3; written once to the bench data and kept, as \
+                  writing it through moto would take too long; `STOWAGE_BENCH_REMOTE_OPEN_KEYS` \
+                  changes the count), whose requests (`open_requests_10m`, counted by \
+                  `FaultyStore`'s log) and added resident memory (`open_rss_10m`, VmHWM after the \
+                  open minus VmRSS before) are levels. Not compared: litdata 0.2.76 and \
+                  mosaicml-streaming 0.13.0 both require torch (torch 2.15.0 and its CUDA wheels, \
+                  about 3 GB), so neither peer is installed.",
+    peer: Peer {
+        script: "xtask/py/remote_peer.py",
+        packages: &["boto3"],
+        needs: &["ranges.json"],
+        rates: &[PeerRate {
+            name: "boto3_range_get",
+            key: "boto3_range_get_rows_per_s",
+            rows_at: "/rows",
+            seconds_at: "/seconds",
+            description: "a plain boto3 `get_object(Range=...)` and `Body.read()` of one key's \
+                          record, the same 1,000 keys and byte ranges in `get_cold`'s order, on the \
+                          same server",
+        }],
+    },
+    levels: &[
+        Level {
+            name: "reference_range_get_p50",
+            description: "median of 400 single object_store range GETs",
+        },
+        Level { name: "get_cold_p50", description: "median of 400 single cold `get`s" },
+        Level {
+            name: "reference_get_ranges_p50",
+            description: "median time of 40 `reference_get_ranges` batches of 1,024 keys",
+        },
+        Level {
+            name: "get_batch_p50",
+            description: "median time of 40 `get_batch`es of the same keys, alternating with \
+                          them",
+        },
+        Level {
+            name: "local_get_p50",
+            description: "median time of 300 rounds of 1,000 `local_get`s",
+        },
+        Level {
+            name: "get_warm_p50",
+            description: "median time of 300 rounds of 1,000 warm gets of the same keys, \
+                          alternating with them",
+        },
+        Level {
+            name: "open_requests",
+            description: "requests a read-only open of the S3 cache makes",
+        },
+        Level {
+            name: "open_requests_10m",
+            description: "requests a read-only open of the 10-million-key cache makes",
+        },
+        Level {
+            name: "open_rss_10m",
+            description: "resident memory that open adds (peak during the open minus before)",
+        },
+    ],
+    targets: &[
+        // get p50 <= 1.2x the raw range GET's p50: raw / get >= 1 / 1.2.
+        at_least("reference_range_get_p50", "get_cold_p50", 1.0 / 1.2),
+        report("get_cold", "reference_range_get"),
+        // get_batch >= 0.8x get_ranges in rate: its median time at most 1 / 0.8 of theirs.
+        at_least("reference_get_ranges_p50", "get_batch_p50", 0.80),
+        report("get_batch", "reference_get_ranges"),
+        report("store_get_ranges", "reference_get_ranges"),
+        // Warm get >= 0.9x the local get in rate, from medians of alternating rounds.
+        at_least("local_get_p50", "get_warm_p50", 0.90),
+        report("get_warm", "local_get"),
+        report("get_cold", "boto3_range_get"),
+        at_most("open_requests_10m", 4.0),
+        // Under 100 MB: 95.4 MiB.
+        at_most("open_rss_10m", 95.0),
+    ],
+    s3_server: true,
     owns_unnamed_markers: false,
 };
 
 /// Every suite, in the order `cargo xtask bench` runs them and their sections appear.
-pub const SUITES: &[Suite] = &[NUMPY10, MEMMAP, ARROW, HDF5];
+pub const SUITES: &[Suite] = &[NUMPY10, MEMMAP, ARROW, HDF5, REMOTE];
 
 /// The suite called `name`, or an error listing the known names.
 pub fn find(name: &str) -> Result<&'static Suite, String> {
@@ -468,7 +604,7 @@ pub fn find(name: &str) -> Result<&'static Suite, String> {
         .ok_or_else(|| format!("unknown suite `{name}`; the suites are {}", names()))
 }
 
-/// The names of the suites, in order, for messages: `numpy10, memmap, arrow, hdf5`.
+/// The names of the suites, in order, for messages: `numpy10, memmap, arrow, hdf5, remote`.
 pub fn names() -> String {
     SUITES.iter().map(|suite| suite.name).collect::<Vec<_>>().join(", ")
 }
@@ -540,8 +676,11 @@ mod tests {
         assert_eq!(find("hdf5").unwrap().package, "stowage-hdf5");
         assert_eq!(
             find("zarr").unwrap_err(),
-            "unknown suite `zarr`; the suites are numpy10, memmap, arrow, hdf5"
+            "unknown suite `zarr`; the suites are numpy10, memmap, arrow, hdf5, remote"
         );
+        assert_eq!(find("remote").unwrap().package, "stowage-remote");
+        assert!(REMOTE.s3_server && SUITES.iter().filter(|suite| suite.s3_server).count() == 1);
+        assert_eq!(REMOTE.goal_count(), 5);
         assert_eq!(NUMPY10.goal_count(), 6);
         assert_eq!(MEMMAP.goal_count(), 9);
         assert_eq!(MEMMAP.targets.len(), 14);

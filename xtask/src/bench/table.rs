@@ -147,8 +147,11 @@ pub fn format_duration(ns: f64) -> String {
 
 /// `12.35 M rows/s`, `1.20 G B/s`, `950 iter/s`: readable at any scale; a level as `12.3 MiB`.
 pub fn format_rate(per_second: f64, unit: Unit) -> String {
-    if unit.is_level() {
-        return format!("{per_second:.1} {}", unit.name());
+    match unit {
+        Unit::Milliseconds => return format!("{per_second:.3} ms"),
+        Unit::Requests => return format!("{per_second:.0} requests"),
+        _ if unit.is_level() => return format!("{per_second:.1} {}", unit.name()),
+        _ => {}
     }
     let unit = unit.name();
     if per_second >= 1e9 {
@@ -312,5 +315,7 @@ mod tests {
         assert_eq!(format_duration(2_345_000_000.0), "2.345 s");
         assert_eq!(format_rate(12_345_678.0, Unit::Rows), "12.35 M rows/s");
         assert_eq!(format_rate(950.0, Unit::Iterations), "950.0 iter/s");
+        assert_eq!(format_rate(1.23456, Unit::Milliseconds), "1.235 ms");
+        assert_eq!(format_rate(4.0, Unit::Requests), "4 requests");
     }
 }
