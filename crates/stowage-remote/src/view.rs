@@ -219,11 +219,12 @@ impl View {
         key: &str,
         record: Bytes,
     ) -> Result<Sample> {
-        let source = self.store.url().object_url(&rows.name);
+        // The URL is made only for an error: a warm get is a few hundred nanoseconds.
+        let source = || self.store.url().object_url(&rows.name);
         let got = xxhash_rust::xxh3::xxh3_64(&record);
         if got != entry.checksum {
             return Err(Error::corrupted(
-                &source,
+                source(),
                 format!(
                     "the record at {}..{} has xxh3-64 {got:016x}; the row table records {:016x}",
                     entry.offset,
@@ -233,7 +234,12 @@ impl View {
             )
             .for_key(key));
         }
-        row_record::decode(&self.schema, &source, key, record)
+        row_record::decode(&self.schema, &rows.name, key, record).map_err(|e| match e {
+            Error::Corrupted { key, detail, .. } => {
+                Error::Corrupted { path: source().into(), key, detail }
+            }
+            other => other,
+        })
     }
 
     /// Every key, each once, in part order and each part's put order.
