@@ -48,11 +48,10 @@ use stowage_remote::part::PartObjects;
 use stowage_remote::row_table::key_hash;
 use stowage_remote::{RemoteCache, RemoteOptions, RemoteStore, runtime, versions, view};
 use stowage_test_support::moto::MotoServer;
+use stowage_test_support::workload::{WIDTH, key, sample, schema};
 
 type Group<'a> = BenchmarkGroup<'a, criterion::measurement::WallTime>;
 
-/// Values per sample.
-const WIDTH: usize = 512;
 /// Samples per part (one flush each).
 const PART_ROWS: usize = 4096;
 /// Keys per iteration of the one-request-per-key benchmarks.
@@ -76,22 +75,6 @@ const CREDENTIALS: [(&str, &str); 3] = [
     ("aws_secret_access_key", "stowage-bench-secret"),
     ("aws_region", "us-east-1"),
 ];
-
-/// The workload's schema: one float32[512] field, torchcachex's `tensor` structure.
-fn schema() -> Schema {
-    Schema::new().tensor("tensor", DType::F32, ShapeRule::Fixed(vec![WIDTH]))
-}
-
-/// Sample `i` of the workload (values unique to it, so a wrong row would not pass for it).
-fn sample(i: usize) -> Sample {
-    let values: Vec<f32> = (0..WIDTH).map(|j| (i * WIDTH + j) as f32 * 0.5).collect();
-    Sample::new().with("tensor", Tensor::from_slice(&[WIDTH], &values).expect("shape fits"))
-}
-
-/// The key of sample `i`.
-fn key(i: usize) -> String {
-    format!("sample{i:07}")
-}
 
 /// A size knob from the environment.
 fn env_usize(name: &str, default: usize) -> usize {

@@ -6,3 +6,4 @@ pub mod moto;
 pub mod process;
 pub mod python;
 pub mod reference;
+pub mod workload;

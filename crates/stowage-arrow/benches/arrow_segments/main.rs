@@ -34,7 +34,8 @@ use arrow_array::{Array, ListArray};
 use criterion::{BenchmarkGroup, Criterion, Throughput, criterion_group, criterion_main};
 use stowage_arrow::test_support::segment::Segment;
 use stowage_arrow::{ArrowBackend, ArrowOptions};
-use stowage_core::{Backend, DType, OpenMode, Reader, Sample, Schema, ShapeRule, Tensor};
+use stowage_core::{Backend, OpenMode, Reader, Sample};
+use stowage_test_support::workload::{WIDTH, key, sample, schema};
 
 type Group<'a> = BenchmarkGroup<'a, criterion::measurement::WallTime>;
 
@@ -42,22 +43,6 @@ type Group<'a> = BenchmarkGroup<'a, criterion::measurement::WallTime>;
 const READS: usize = 1000;
 /// Samples per timed put + flush (torchcachex's `flush_every`).
 const WRITE_ROWS: usize = 2048;
-/// Values per sample.
-const WIDTH: usize = 512;
-
-fn schema() -> Schema {
-    Schema::new().tensor("tensor", DType::F32, ShapeRule::Fixed(vec![WIDTH]))
-}
-
-fn sample(i: usize) -> Sample {
-    let values: Vec<f32> = (0..WIDTH).map(|j| (i * WIDTH + j) as f32 * 0.5).collect();
-    Sample::new().with("tensor", Tensor::from_slice(&[WIDTH], &values).expect("shape fits"))
-}
-
-/// The key of sample `i`; the peer derives the same.
-fn key(i: usize) -> String {
-    format!("sample{i:07}")
-}
 
 fn bench_dir() -> PathBuf {
     std::env::var_os("STOWAGE_BENCH_DIR")
