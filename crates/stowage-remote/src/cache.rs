@@ -381,8 +381,9 @@ impl RemoteCache {
             let mark = manifest.as_ref().and_then(|m| m.watermarks.get(&w.rank)).copied();
             w.unmerged.retain(|seq| mark.is_none_or(|mark| mark < *seq));
         }
-        let unmerged = self.writing.as_ref().map(|w| w.unmerged.clone()).unwrap_or_default();
-        self.view.adopt(manifest, &unmerged)?;
+        let own = self.writing.as_ref().map(|w| (w.rank.clone(), w.unmerged.clone()));
+        self.view
+            .adopt(manifest, own.as_ref().map(|(rank, seqs)| (rank.as_str(), seqs.as_slice())))?;
         if let Some(w) = &mut self.writing {
             w.unmerged_rows = self.view.parts[self.view.parts.len() - w.unmerged.len()..]
                 .iter()

@@ -79,15 +79,15 @@ impl View {
     ) -> Result<View> {
         let manifest = crate::versions::newest(&store)?;
         let mut view = View { store, node, schema, manifest: None, parts: Vec::new(), cache_rows };
-        view.adopt(manifest, &[])?;
+        view.adopt(manifest, None)?;
         Ok(view)
     }
 
-    /// Switches to `manifest`, keeping of the current parts those of `own` (the writer's parts
-    /// that `manifest` does not fold yet).
+    /// Switches to `manifest`, keeping of the current parts those of `own`: a writer's rank
+    /// and the sequence numbers of its parts that `manifest` does not fold yet.
     ///
     /// Errors: [`Error::Corrupted`] for a part that is not one.
-    pub fn adopt(&mut self, manifest: Option<Manifest>, own: &[u64]) -> Result<()> {
+    pub fn adopt(&mut self, manifest: Option<Manifest>, own: Option<(&str, &[u64])>) -> Result<()> {
         let source = match &manifest {
             Some(m) => self.store.url().object_url(&Manifest::name_of(m.version)),
             None => String::new(),
@@ -98,7 +98,11 @@ impl View {
         }
         let kept: Vec<Part> = std::mem::take(&mut self.parts)
             .into_iter()
-            .filter(|part| own.contains(&part.reference.seq))
+            .filter(|part| {
+                own.is_some_and(|(rank, seqs)| {
+                    part.reference.rank == rank && seqs.contains(&part.reference.seq)
+                })
+            })
             .filter(|part| {
                 let folded = manifest.as_ref().and_then(|m| m.watermarks.get(&part.reference.rank));
                 folded.is_none_or(|mark| *mark < part.reference.seq)
