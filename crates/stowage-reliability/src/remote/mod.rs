@@ -113,7 +113,7 @@ pub fn check_every_version(
             }
             continue;
         }
-        view.adopt(Some(manifest), &[]).map_err(fail)?;
+        view.adopt(Some(manifest), None).map_err(fail)?;
         let keys = match view.keys() {
             Ok(keys) => keys,
             Err(e) => {
