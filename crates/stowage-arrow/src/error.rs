@@ -16,7 +16,8 @@ pub(crate) enum ArrowCacheError {
     #[error(
         "{operation} on rank {rank}: only rank {writer_rank} writes this cache (torchcachex's \
          multi-rank rule), so what this rank writes would never be made durable; open it with \
-         RANK unset or equal to {writer_rank}, or write a per-rank cache"
+         RANK unset or equal to {writer_rank}, write a per-rank cache, or let every rank write \
+         into an inbox the writer rank ingests (ArrowOptions::rank_inboxes, on every rank)"
     )]
     OtherRank {
         /// The refused operation (`put`, `finalize`, ...).

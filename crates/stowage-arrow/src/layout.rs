@@ -11,6 +11,9 @@
 //! <cache>/stowage_index_000000_000031.bin     stowage's key index run over segments 0..=31
 //! <cache>/segments/segment_000000.keys        stowage's key sidecar of a segment
 //! <cache>/segments/segment_000000.sums        stowage's row checksums of a segment
+//! <cache>/stowage-ranks/rank-3/               rank 3's inbox (`ArrowOptions::rank_inboxes`): a
+//!                                             stowage Arrow cache of its own, which the writer
+//!                                             rank ingests; no scan of the cache looks in it
 //! ```
 //!
 //! torchcachex never reads stowage's files, and stowage never needs torchcachex's `index.pkl`.
@@ -103,6 +106,46 @@ impl Layout {
     /// `index.pkl`, torchcachex's optional index.
     pub fn pickled_index(&self) -> PathBuf {
         self.root.join("index.pkl")
+    }
+
+    /// `stowage-ranks/`, where the ranks other than the writer rank keep their inboxes
+    /// (`ArrowOptions::rank_inboxes`).
+    pub fn ranks_dir(&self) -> PathBuf {
+        self.root.join("stowage-ranks")
+    }
+
+    /// `stowage-ranks/rank-<rank>/`, the inbox of rank `rank`: a stowage Arrow cache of its own.
+    pub fn rank_inbox(&self, rank: u32) -> PathBuf {
+        self.ranks_dir().join(format!("rank-{rank}"))
+    }
+
+    /// Every inbox directory in `stowage-ranks/` (`rank-<digits>`), ascending ranks; a missing
+    /// `stowage-ranks/` has none. Other names are skipped.
+    ///
+    /// Errors: [`stowage_core::Error::Io`] naming `stowage-ranks/` when it cannot be listed.
+    pub fn list_rank_inboxes(&self) -> Result<Vec<(u32, PathBuf)>> {
+        let dir = self.ranks_dir();
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(e).at(&dir),
+        };
+        let mut inboxes = Vec::new();
+        for entry in entries {
+            let entry = entry.at(&dir)?;
+            let rank = entry.file_name().to_str().and_then(|name| {
+                let digits = name.strip_prefix("rank-")?;
+                let plain = !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit());
+                plain.then(|| digits.parse::<u32>().ok()).flatten()
+            });
+            if let Some(rank) = rank
+                && entry.file_type().at(entry.path())?.is_dir()
+            {
+                inboxes.push((rank, entry.path()));
+            }
+        }
+        inboxes.sort_unstable_by_key(|&(rank, _)| rank);
+        Ok(inboxes)
     }
 
     /// Every segment in `segments/`, in numeric id order. Temporary files (`.tmp`) and names that
@@ -239,6 +282,24 @@ mod tests {
         for other in ["index.pkl", "stowage.log", "segment_000001.arrow", "stowage_index_1.bin"] {
             assert!(!is_written_through_temporary(other), "{other}");
         }
+    }
+
+    #[test]
+    fn rank_inboxes_are_listed_in_rank_order_and_strays_skipped() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = Layout::new(dir.path());
+        assert!(layout.list_rank_inboxes().unwrap().is_empty(), "no stowage-ranks/: none");
+        for rank in [10, 2, 3] {
+            std::fs::create_dir_all(layout.rank_inbox(rank)).unwrap();
+        }
+        for stray in ["rank-", "rank-x", "rank--1", "rank-99999999999", "notes"] {
+            std::fs::create_dir(layout.ranks_dir().join(stray)).unwrap();
+        }
+        std::fs::write(layout.ranks_dir().join("rank-4"), b"a file").unwrap();
+        let ranks: Vec<u32> =
+            layout.list_rank_inboxes().unwrap().into_iter().map(|(rank, _)| rank).collect();
+        assert_eq!(ranks, [2, 3, 10]);
+        assert!(layout.rank_inbox(3).ends_with("stowage-ranks/rank-3"));
     }
 
     #[test]

@@ -59,6 +59,24 @@ pub struct ArrowOptions {
     pub writer_rank: u32,
     /// This process's rank; `None` reads the `RANK` environment variable (0 when unset).
     pub rank: Option<u32>,
+    /// Let every rank write (off by default: a rank other than the writer rank refuses every
+    /// put). On, such a rank writes its puts into its own *inbox*, a stowage Arrow cache of its
+    /// own at `<cache>/stowage-ranks/rank-<rank>/` (made on its first open with the cache's
+    /// schema, output structure and blob encoding; it has its own writer lock, so one process
+    /// per rank): its `flush` makes them durable there, its `finalize` is a flush of the inbox
+    /// (only the writer rank finalizes the cache), and its `get`, `contains`, `keys` and `len`
+    /// see its inbox and the cache (a key in both counts once; the inbox's sample wins).
+    ///
+    /// The writer rank, opened with this on, *ingests* the inboxes at each `flush` (and so at
+    /// `finalize`): every key an inbox has flushed that the cache does not hold yet (committed,
+    /// pending or being written) is put into the cache and committed with that flush, into the
+    /// cache's own segments, where torchcachex reads it too. A key the cache already holds is
+    /// left: the first sample to reach the cache wins, and a later one from an inbox is never
+    /// taken. Ingestion reads an inbox read-only and never changes or deletes its files: they
+    /// stay the rank's durable copy (delete `stowage-ranks/` once the cache is finalized).
+    /// Every other reader of the cache (a read-only handle, another rank's, torchcachex) sees
+    /// an inbox's samples once the writer rank has ingested them.
+    pub rank_inboxes: bool,
     /// Compress each segment's buffers (Arrow IPC body compression); `None`, the default, keeps
     /// torchcachex's uncompressed files. pyarrow reads either; torchcachex 0.2 and memory-mapped
     /// zero-copy gets need `None`.
@@ -110,6 +128,7 @@ impl Default for ArrowOptions {
             sample_cache_bytes: 0,
             writer_rank: 0,
             rank: None,
+            rank_inboxes: false,
             compression: None,
             output_structure: None,
             blob_encoding: BlobEncoding::PickledBytes,

@@ -2,7 +2,9 @@
 //!
 //! On a process whose rank is not the writer rank (torchcachex's multi-rank rule: one rank
 //! writes, the others read) a handle reads what the writer rank committed and refuses every
-//! write with `Unsupported`: a put it took could never be made durable.
+//! write with `Unsupported`: a put it took could never be made durable. With
+//! [`ArrowOptions::rank_inboxes`] such a rank writes into an inbox of its own instead, which the
+//! writer rank ingests at its flushes (`inbox` module).
 //!
 //! Writes go to a pending buffer; a flush (by `flush`, or by `put` once `flush_every` samples or
 //! `max_segment_bytes` are pending) writes them as one or more segments, each crash-safely
@@ -20,6 +22,7 @@
 
 mod adopt;
 mod attach;
+mod inbox;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -86,10 +89,13 @@ enum Role {
     /// A rank other than the writer rank: it reads what the writer rank committed and refuses
     /// every write ([`ArrowCacheError::OtherRank`]), so ranks never race on the cache's files
     /// (torchcachex lets them overwrite the writer's index and schema) and no put is ever taken
-    /// that nothing would make durable.
+    /// that nothing would make durable; or, with an inbox, writes there.
     OtherRank {
         /// This process's rank.
         rank: u32,
+        /// The rank's inbox, which takes its writes ([`ArrowOptions::rank_inboxes`]); `None`
+        /// refuses them.
+        inbox: Option<Box<ArrowBackend>>,
     },
 }
 
@@ -129,12 +135,15 @@ pub struct ArrowBackend {
     /// tracks ([`Writer::is_finalized`]).
     state: WriteState,
     role: Role,
+    /// The writer rank's record of what it ingested of each inbox, by rank.
+    inboxes_ingested: std::collections::HashMap<u32, inbox::Ingested>,
 }
 
 impl ArrowBackend {
     /// Creates an empty cache in `dir` (created if missing) and returns a writer. On a rank other
     /// than `options.writer_rank` nothing is created: the handle reads what the writer rank has
-    /// committed and refuses every write (`Unsupported`). The output structure and blob encoding
+    /// committed and refuses every write (`Unsupported`); with [`ArrowOptions::rank_inboxes`]
+    /// it creates (or opens) only its inbox, `dir/stowage-ranks/rank-<rank>/`, and writes there. The output structure and blob encoding
     /// come from `options` and are recorded in the commit log.
     ///
     /// Errors: `Unsupported` for a schema outside [`capabilities`]; `InvalidArgument` when
@@ -184,8 +193,9 @@ impl ArrowBackend {
     /// the log does not vouch for) and resumes or appends. Either way every committed segment is
     /// read, and so is every segment another writer (torchcachex) added
     /// ([`ArrowBackend::foreign_segments`]): the highest segment id holding a key wins. On a rank
-    /// other than the writer rank, append mode takes no lock and refuses every write (see
-    /// [`ArrowBackend::create`]).
+    /// other than the writer rank, append mode takes no lock on the cache and refuses every
+    /// write, or with [`ArrowOptions::rank_inboxes`] writes into the rank's inbox, under the
+    /// inbox's lock (see [`ArrowBackend::create`]).
     ///
     /// Errors: `NotFound` when `dir` holds no stowage Arrow cache (read torchcachex's own
     /// caches with [`CacheReader`], or start stowage's log in one with
@@ -283,7 +293,8 @@ impl ArrowBackend {
     }
 
     /// The handle of rank `rank`, not the writer rank: it reads what the writer rank committed
-    /// (nothing when it has not created the cache yet) and writes nothing.
+    /// (nothing when it has not created the cache yet) and writes nothing to the cache; with
+    /// [`ArrowOptions::rank_inboxes`] it writes into its inbox, made or opened here.
     fn other_rank(
         layout: Layout,
         header: CacheHeader,
@@ -297,7 +308,11 @@ impl ArrowBackend {
             Err(e) => return Err(e),
         };
         let survey = survey_for(&layout, &committed)?;
-        Self::assemble(layout, committed, &survey, options, Role::OtherRank { rank })
+        let inbox = match options.rank_inboxes {
+            true => Some(Box::new(inbox::open_inbox(&layout, &committed.header, &options, rank)?)),
+            false => None,
+        };
+        Self::assemble(layout, committed, &survey, options, Role::OtherRank { rank, inbox })
     }
 
     fn assemble(
@@ -327,6 +342,7 @@ impl ArrowBackend {
             pending: Pending::default(),
             state,
             role,
+            inboxes_ingested: std::collections::HashMap::new(),
         })
     }
 
@@ -415,21 +431,25 @@ impl ArrowBackend {
         Ok(reader.requiring_checksums().with_schema(self.schema.clone()))
     }
 
-    /// Whether this handle writes files: opened for writing on the writer rank.
+    /// Whether this handle writes the cache's files: opened for writing on the writer rank (a rank
+    /// writing an inbox, [`ArrowOptions::rank_inboxes`], is not).
     pub fn is_writer(&self) -> bool {
         matches!(self.role, Role::Writer(_))
     }
 
-    /// Samples put but not yet written.
+    /// Samples put but not yet written (into the inbox, on a rank writing one).
     pub fn pending(&self) -> usize {
-        self.pending.len()
+        match self.inbox() {
+            Some(inbox) => inbox.pending(),
+            None => self.pending.len(),
+        }
     }
 
-    /// The refusal of `operation` on a rank other than the writer rank; `None` on any other
-    /// handle.
+    /// The refusal of `operation` on a rank other than the writer rank (one writing an inbox
+    /// included: only its `put`, `flush` and `finalize` go there); `None` on any other handle.
     fn other_rank_refusal(&self, operation: &'static str) -> Option<Error> {
         match self.role {
-            Role::OtherRank { rank } => Some(
+            Role::OtherRank { rank, .. } => Some(
                 ArrowCacheError::OtherRank {
                     operation,
                     rank,
@@ -513,6 +533,9 @@ impl ArrowBackend {
     ///
     /// Errors: as [`Reader::get`], for the first key that fails.
     pub fn get_batch(&self, keys: &[&str]) -> Result<Vec<Option<Sample>>> {
+        if let Some(inbox) = self.inbox() {
+            return self.get_batch_with_inbox(inbox, keys);
+        }
         let unwritten: Vec<Option<&Sample>> = keys.iter().map(|k| self.unwritten(k)).collect();
         if unwritten.iter().all(Option::is_none) {
             return self.reader.get_batch(keys);
@@ -790,6 +813,11 @@ impl Reader for ArrowBackend {
     }
 
     fn get(&self, key: &str) -> Result<Option<Sample>> {
+        if let Some(inbox) = self.inbox()
+            && let Some(sample) = inbox.get(key)?
+        {
+            return Ok(Some(sample));
+        }
         if let Some(sample) = self.unwritten(key) {
             return Ok(Some(sample.clone()));
         }
@@ -809,16 +837,33 @@ impl Reader for ArrowBackend {
     }
 
     fn contains(&self, key: &str) -> Result<bool> {
+        if let Some(inbox) = self.inbox()
+            && inbox.contains(key)?
+        {
+            return Ok(true);
+        }
         Ok(self.unwritten(key).is_some() || self.reader.locate(key)?.is_some())
     }
 
+    /// With an inbox ([`ArrowOptions::rank_inboxes`]), the keys of the cache and of the inbox,
+    /// a key in both once (a key of the inbox that cannot be listed or located is not counted).
     fn len(&self) -> usize {
-        self.reader.len() + self.unwritten_new_keys().len()
+        let inbox_only = self.inbox().map_or(0, |inbox| self.inbox_only_keys(inbox).len());
+        self.reader.len() + self.unwritten_new_keys().len() + inbox_only
     }
 
     fn keys(&self) -> Result<Vec<String>> {
         let mut keys = self.reader.keys()?;
         keys.extend(self.unwritten_new_keys().into_iter().map(str::to_owned));
+        if let Some(inbox) = self.inbox() {
+            let mut only = Vec::new();
+            for key in inbox.keys()? {
+                if self.reader.locate(&key)?.is_none() {
+                    only.push(key);
+                }
+            }
+            keys.extend(only);
+        }
         Ok(keys)
     }
 
@@ -861,7 +906,15 @@ impl Reader for ArrowBackend {
 impl Backend for ArrowBackend {
     /// On a rank other than the writer rank: `Unsupported`, naming the rank (nothing would ever
     /// make the sample durable).
+    /// With [`ArrowOptions::rank_inboxes`], such a rank puts into its inbox.
     fn put(&mut self, key: &str, sample: &Sample) -> Result<()> {
+        if let Role::OtherRank { inbox: Some(inbox), .. } = &mut self.role {
+            if self.encoding == BlobEncoding::Raw {
+                check_legacy_row(&self.schema, key, sample)?;
+            }
+            self.sample_cache.remove(key);
+            return inbox.put(key, sample);
+        }
         if let Some(refusal) = self.other_rank_refusal("put") {
             return Err(refusal);
         }
@@ -882,17 +935,31 @@ impl Backend for ArrowBackend {
     }
 
     /// On a rank other than the writer rank: `Ok` with nothing to do, as no put was taken (it
-    /// makes nothing durable, and has nothing to).
+    /// makes nothing durable, and has nothing to); with [`ArrowOptions::rank_inboxes`], a flush
+    /// of its inbox. On the writer rank with `rank_inboxes`, the inboxes are ingested first, so
+    /// this flush commits what they hold that the cache does not (see the option).
     fn flush(&mut self) -> Result<()> {
+        if let Role::OtherRank { inbox: Some(inbox), .. } = &mut self.role {
+            return inbox.flush();
+        }
         if matches!(self.role, Role::OtherRank { .. }) && self.pending.is_empty() {
             return Ok(());
         }
         self.check_write("flush")?;
-        self.write_pending(true)
+        // An inbox that cannot be read does not keep this rank's own puts from being written;
+        // its error is reported after them.
+        let ingested = self.ingest_inboxes();
+        self.write_pending(true)?;
+        ingested
     }
 
-    /// On a rank other than the writer rank: `Unsupported`, naming the rank.
+    /// On a rank other than the writer rank: `Unsupported`, naming the rank; with
+    /// [`ArrowOptions::rank_inboxes`], a flush of its inbox (only the writer rank finalizes the
+    /// cache).
     fn finalize(&mut self) -> Result<()> {
+        if let Role::OtherRank { inbox: Some(inbox), .. } = &mut self.role {
+            return inbox.flush();
+        }
         self.check_write("finalize")?;
         self.flush()?;
         let Role::Writer(writer) = &mut self.role else {
