@@ -120,6 +120,10 @@ Commands:
                                  --realistic --seconds 60
                     faults       ... --bin faults -- --markdown; realistic: --realistic
                                  --points 2
+                    remote       ... --bin remote -- --rounds 100 --s3 --markdown (object
+                                 stores: faults, killed uploads, 8 writers with kill -9 on
+                                 file:// and on S3 served by moto; python3 with moto[server]
+                                 and boto3 needed)
                     fuzz         cargo +nightly fuzz run <target> -- -max_total_time=600, for
                                  every target of fuzz/, as many at once as there are cores,
                                  after writing the seed corpus (cargo-fuzz installed when

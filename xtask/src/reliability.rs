@@ -101,6 +101,15 @@ pub const CAMPAIGNS: &[Campaign] = &[
         sanitized: false,
         hangar: false,
     },
+    Campaign {
+        name: "remote",
+        binary: "remote",
+        heading: "Object storage: faults, killed uploads and 8 writers with kill -9 (file:// and S3 on moto)",
+        args: &["--rounds", "100", "--s3"],
+        realistic: &[],
+        sanitized: false,
+        hangar: false,
+    },
 ];
 
 /// The fuzz step's name (runs every cargo-fuzz target of `fuzz/`).
@@ -239,6 +248,9 @@ fn run_form(
         let python = crate::hangar_venv::ensure(&crate::target_dir())?;
         command.env(crate::hangar_venv::HANGAR_PYTHON_ENV, python);
     }
+    if args.contains(&"--s3") {
+        require_moto()?;
+    }
     if matches!(binary, "corruption" | "convert") {
         // These campaigns run the `stowage` command: scored on every damaged copy, or killed.
         command.env("STOWAGE_BIN", stowage_bin()?);
@@ -274,6 +286,18 @@ fn require_nightly(root: &Path) -> Result<(), String> {
         Ok(o) if o.status.success() => Ok(()),
         _ => Err("the nightly toolchain is needed for AddressSanitizer (-Zsanitizer=address): \
                   `rustup toolchain install nightly`"
+            .into()),
+    }
+}
+
+/// Whether python3 imports moto's server and boto3, which `--s3` runs (an S3 server on
+/// 127.0.0.1); the command that installs them when it does not.
+fn require_moto() -> Result<(), String> {
+    let output = Command::new("python3").args(["-c", "import moto.server, boto3"]).output();
+    match output {
+        Ok(o) if o.status.success() => Ok(()),
+        _ => Err("`--s3` runs moto's S3 server: python3 with moto[server] and boto3 is needed \
+                  (`pip install 'moto[server]' boto3`)"
             .into()),
     }
 }
@@ -460,6 +484,7 @@ mod tests {
                 "corruption-asan",
                 "concurrency",
                 "faults",
+                "remote",
                 "fuzz"
             ]
         );
@@ -471,7 +496,7 @@ mod tests {
         assert_eq!(
             err,
             "unknown campaign `chaos`; the campaigns are crash, crash-mixed, crash-convert, corruption, \
-             corruption-asan, concurrency, faults, fuzz"
+             corruption-asan, concurrency, faults, remote, fuzz"
         );
         assert!(parse_args(&["--campaign"]).is_err());
         assert!(parse_args(&["--quick"]).unwrap_err().contains("--campaign NAME"));
@@ -483,6 +508,20 @@ mod tests {
         let at = |n: &str| names.iter().position(|x| x == n).unwrap();
         assert_eq!(at("corruption-realistic"), at("corruption") + 1);
         assert_eq!(names.last().map(String::as_str), Some(FUZZ));
+    }
+
+    #[test]
+    fn every_campaign_has_its_binary_and_the_remote_one_runs_on_s3() {
+        let bins = workspace_root().join("crates/stowage-reliability/src/bin");
+        for campaign in CAMPAIGNS {
+            let source = bins.join(format!("{}.rs", campaign.binary));
+            assert!(source.is_file(), "{}: {} is missing", campaign.name, source.display());
+        }
+        let remote = CAMPAIGNS.iter().find(|c| c.name == "remote").unwrap();
+        assert_eq!(remote.args, ["--rounds", "100", "--s3"]);
+        let names = section_names();
+        let at = |n: &str| names.iter().position(|x| x == n).unwrap();
+        assert_eq!(at("fuzz"), at("remote") + 1);
     }
 
     #[test]
