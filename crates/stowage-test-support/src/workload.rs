@@ -1,12 +1,12 @@
-//! The benchmarks' shared workload: float32[512] samples in torchcachex's `tensor` structure,
-//! each unique to its index, under keys the Python peers derive the same way.
+//! The benchmarks' shared workload: float32 samples of 512 values in torchcachex's `tensor`
+//! structure, each unique to its index, under keys the Python peers derive the same way.
 
 use stowage_core::{DType, Sample, Schema, ShapeRule, Tensor};
 
 /// Values per sample.
 pub const WIDTH: usize = 512;
 
-/// The workload's schema: one float32[[`WIDTH`]] field named `tensor`.
+/// The workload's schema: one float32 field of [`WIDTH`] values named `tensor`.
 pub fn schema() -> Schema {
     Schema::new().tensor("tensor", DType::F32, ShapeRule::Fixed(vec![WIDTH]))
 }
