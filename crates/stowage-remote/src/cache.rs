@@ -197,8 +197,6 @@ struct Writing {
     buffered: HashMap<String, usize>,
     /// The sequence numbers of this rank's parts that the view's manifest does not fold yet.
     unmerged: Vec<u64>,
-    /// Rows of `unmerged` parts (all new keys: a rank refuses keys its view holds).
-    unmerged_rows: u64,
     poisoned: Option<String>,
     finalized: bool,
 }
@@ -335,7 +333,6 @@ impl RemoteCache {
                 buffer: PartBuilder::default(),
                 buffered: HashMap::new(),
                 unmerged: Vec::new(),
-                unmerged_rows: 0,
                 poisoned: None,
                 finalized: false,
             })
@@ -382,15 +379,7 @@ impl RemoteCache {
             w.unmerged.retain(|seq| mark.is_none_or(|mark| mark < *seq));
         }
         let own = self.writing.as_ref().map(|w| (w.rank.clone(), w.unmerged.clone()));
-        self.view
-            .adopt(manifest, own.as_ref().map(|(rank, seqs)| (rank.as_str(), seqs.as_slice())))?;
-        if let Some(w) = &mut self.writing {
-            w.unmerged_rows = self.view.parts[self.view.parts.len() - w.unmerged.len()..]
-                .iter()
-                .map(|p| p.reference.rows)
-                .sum();
-        }
-        Ok(())
+        self.view.adopt(manifest, own.as_ref().map(|(rank, seqs)| (rank.as_str(), seqs.as_slice())))
     }
 
     /// The writing state, or the error a write on this handle gets.
@@ -455,7 +444,6 @@ impl RemoteCache {
             objects: record.objects.clone(),
         };
         w.unmerged.push(w.next_seq);
-        w.unmerged_rows += built.row_count;
         w.next_seq += 1;
         w.buffered.clear();
         self.view.parts.push(Part::with_table(reference, objects, table));
@@ -465,11 +453,12 @@ impl RemoteCache {
     /// Merges every pending commit into the next version (marking it complete with
     /// `finalize`), then reads that version.
     fn merge(&mut self, finalize: bool) -> Result<Merged> {
-        let (store, node) = (self.view.store.clone(), Arc::clone(&self.view.node));
+        let view = &self.view;
+        let table_of = |object: &crate::manifest::ObjectRef| view.table_of(object);
         let count = |_: &crate::manifest::Manifest,
                      base: Option<&crate::manifest::Manifest>,
-                     p: &[_]| { count_keys(&store, &node, base, p) };
-        let merged = merge::merge_with(&store, FORMAT_ID, finalize, &count)?;
+                     p: &[_]| { count_keys(&table_of, base, p) };
+        let merged = merge::merge_with(&view.store, FORMAT_ID, finalize, &count)?;
         self.refresh()?;
         Ok(merged)
     }
@@ -524,7 +513,15 @@ impl Reader for RemoteCache {
 
     fn len(&self) -> usize {
         let merged = self.view.manifest.as_ref().map_or(0, |m| m.keys);
-        let own = self.writing.as_ref().map_or(0, |w| w.unmerged_rows + w.buffer.len() as u64);
+        // This rank's parts the manifest does not fold yet hold only new keys (a rank refuses a
+        // key its view holds), as does its buffer.
+        let own = self.writing.as_ref().map_or(0, |w| {
+            let unmerged =
+                self.view.parts.iter().filter(|p| {
+                    p.reference.rank == w.rank && w.unmerged.contains(&p.reference.seq)
+                });
+            unmerged.map(|p| p.reference.rows).sum::<u64>() + w.buffer.len() as u64
+        });
         (merged + own) as usize
     }
 

@@ -127,6 +127,18 @@ impl View {
         Ok(part.table.get_or_init(|| table))
     }
 
+    /// Row table `object`: the one a part of this view already holds, else read through the
+    /// node cache (for a merge, which needs the tables of every part).
+    ///
+    /// Errors: as [`View::table`].
+    pub fn table_of(&self, object: &ObjectRef) -> Result<RowTable> {
+        let held = self.parts.iter().find(|p| p.objects.table == *object);
+        match held.and_then(|part| part.table.get()) {
+            Some(table) => Ok(table.clone()),
+            None => fetch_table(&self.store, &self.node, object),
+        }
+    }
+
     /// Where `key`'s row lies: the first part whose table holds its hash, and the entry.
     ///
     /// Errors: those of [`View::table`].
