@@ -48,6 +48,7 @@ pub const KNOWN_ROLES: &[(&str, &str)] = &[
     ("stowage-conformance", "conformance"),
     ("stowage-test-support", "test-support"),
     ("stowage-cli", "frontend"),
+    ("stowage-py", "frontend"),
     ("stowage-reliability", "tooling"),
     ("xtask", "tooling"),
 ];

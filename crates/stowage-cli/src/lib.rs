@@ -73,10 +73,27 @@ pub use error::{EXIT_CANNOT_TELL, EXIT_ERROR, EXIT_PROBLEMS};
 /// assert_eq!(names, ["memmap", "arrow", "npy", "hdf5", "remote"]);
 /// ```
 pub fn default_registry() -> Registry {
+    registry_checking_reads(true)
+}
+
+/// [`default_registry`], with the per-read checksum checks of the backends that can skip them
+/// (memmap, arrow, npy) on or off: `false` is for a reader that trusts its files and wants the
+/// last few percent (the Python package's `checks=False`). `validate` always checks; hdf5 and
+/// remote caches always check their reads.
+///
+/// ```
+/// let registry = stowage_cli::registry_checking_reads(false);
+/// let names: Vec<&str> = registry.factories().map(|f| f.name()).collect();
+/// assert_eq!(names, ["memmap", "arrow", "npy", "hdf5", "remote"]);
+/// ```
+pub fn registry_checking_reads(verify_checksums: bool) -> Registry {
+    use stowage_arrow::{ArrowFactory, ArrowOptions};
+    use stowage_memmap::{MemmapFactory, MemmapOptions};
+    use stowage_npy::{NpyFactory, NpyOptions};
     Registry::new()
-        .with(stowage_memmap::MemmapFactory::default())
-        .with(stowage_arrow::ArrowFactory::default())
-        .with(stowage_npy::NpyFactory::default())
+        .with(MemmapFactory { options: MemmapOptions { verify_checksums, ..Default::default() } })
+        .with(ArrowFactory { options: ArrowOptions { verify_checksums, ..Default::default() } })
+        .with(NpyFactory { options: NpyOptions { verify_checksums, ..Default::default() } })
         .with(stowage_hdf5::Hdf5Factory)
         .with(stowage_remote::RemoteFactory::default())
 }

@@ -1,0 +1,123 @@
+"""PyTorch datasets over stowage caches. torch itself is not imported here (nor required) until
+:func:`collate` is called.
+
+>>> from stowage.torch import CacheDataset, collate            # doctest: +SKIP
+>>> dataset = CacheDataset("/data/cache", fields=["x", "y"])   # doctest: +SKIP
+>>> loader = torch.utils.data.DataLoader(                      # doctest: +SKIP
+...     dataset, batch_size=256, shuffle=True, num_workers=4, collate_fn=collate)
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Callable, Dict, List, Optional, Sequence, Union
+
+import numpy as np
+
+import stowage
+
+__all__ = ["CacheDataset", "collate"]
+
+
+class CacheDataset:
+    """A map-style dataset over a stowage cache: index ``i`` is the sample of ``keys[i]``
+    (``keys`` defaults to the cache's keys, sorted).
+
+    - ``dataset[i]`` is a dict of field -> writable copy (``copy=False``: the read-only,
+      zero-copy arrays ``Cache.get`` returns), passed through ``transform`` when given.
+    - ``dataset.__getitems__(indices)``, which torch's DataLoader calls with a whole batch of
+      indices, returns one stacked array per field, shape ``(len(indices), *shape)``, filled by
+      ``Cache.get_batch_into``: one copy per sample, no Python object per sample. A field whose
+      samples differ in shape comes back as a list. ``transform`` is applied to the batch dict.
+    - With ``num_workers > 0``: forked workers use the handle opened in the parent (no runtime
+      or lock is held across fork); spawned workers get the dataset pickled without its handle
+      and reopen the cache by path.
+
+    Pass ``collate_fn=stowage.torch.collate`` to the DataLoader to turn each batch into tensors.
+    """
+
+    def __init__(
+        self,
+        path: Union[str, "os.PathLike[str]"],
+        fields: Optional[Sequence[str]] = None,
+        transform: Optional[Callable[[Dict[str, Any]], Any]] = None,
+        *,
+        keys: Optional[Sequence[str]] = None,
+        copy: bool = True,
+        checks: bool = True,
+    ) -> None:
+        self.path = os.fspath(path)
+        self.transform = transform
+        self.copy = copy
+        self.checks = checks
+        self._cache: Optional[stowage.Cache] = stowage.open(self.path, checks=checks)
+        schema = self._cache.schema
+        tensors = [name for name, spec in schema.items() if spec["kind"] == "tensor"]
+        if fields is None:
+            fields = tensors
+        for name in fields:
+            if name not in schema:
+                raise stowage.InvalidArgumentError(
+                    f"field {name!r} is not in the cache {self.path} (its fields are {list(schema)})"
+                )
+        self.fields: List[str] = list(fields)
+        self._specs = {name: schema[name] for name in self.fields}
+        self.keys: List[str] = list(keys) if keys is not None else sorted(self._cache.keys())
+
+    def _handle(self) -> stowage.Cache:
+        if self._cache is None:
+            self._cache = stowage.open(self.path, checks=self.checks)
+        return self._cache
+
+    def __len__(self) -> int:
+        return len(self.keys)
+
+    def _key(self, index: int) -> str:
+        try:
+            return self.keys[index]
+        except IndexError:
+            raise IndexError(f"index {index} is out of range for {len(self.keys)} samples") from None
+
+    def __getitem__(self, index: int) -> Any:
+        sample = self._handle().get(self._key(index))
+        out = {}
+        for name in self.fields:
+            value = sample[name]
+            out[name] = np.array(value) if self.copy and isinstance(value, np.ndarray) else value
+        return self.transform(out) if self.transform is not None else out
+
+    def __getitems__(self, indices: Sequence[int]) -> Any:
+        keys = [self._key(i) for i in indices]
+        cache = self._handle()
+        out: Dict[str, Any] = {}
+        fixed = [n for n in self.fields if self._specs[n].get("rule") == "fixed"]
+        if fixed:
+            for name in fixed:
+                spec = self._specs[name]
+                dtype = stowage.numpy_dtype(spec["dtype"])
+                out[name] = np.empty((len(keys), *spec["shape"]), dtype=dtype)
+            cache.get_batch_into(keys, out)
+        rest = [n for n in self.fields if n not in out]
+        if rest:
+            batch = cache.get_batch(keys)
+            for name in rest:
+                out[name] = batch[name]
+        return self.transform(out) if self.transform is not None else out
+
+    def __getstate__(self) -> Dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_cache"] = None  # a spawned worker reopens the cache by path
+        return state
+
+
+def collate(batch: Any) -> Any:
+    """Turns what ``CacheDataset.__getitems__`` returns (a dict of stacked arrays) into torch
+    tensors without copying (``torch.from_numpy``); lists and other values are left as they
+    are. Pass it as the DataLoader's ``collate_fn``."""
+    import torch
+
+    if isinstance(batch, dict):
+        return {name: collate(value) for name, value in batch.items()}
+    if isinstance(batch, np.ndarray):
+        return torch.from_numpy(batch)
+    return batch

@@ -1,0 +1,213 @@
+//! numpy arrays over stowage tensors, and stowage tensors from numpy arrays.
+
+use std::ffi::c_void;
+use std::ptr;
+
+use numpy::npyffi::{self, NPY_ARRAY_WRITEABLE, npy_intp};
+use numpy::{PY_ARRAY_API, PyArrayDescrMethods, PyUntypedArray, PyUntypedArrayMethods};
+use pyo3::prelude::*;
+use stowage_core::bytes::Bytes;
+use stowage_core::{DType, Tensor};
+
+use crate::dtypes;
+use crate::errors;
+
+/// The owner of the bytes a read-only array shows: the array's `base`. It holds the tensor's
+/// reference-counted bytes, which hold the memory map (or the buffer) they come from, so the
+/// array stays valid after its cache is closed or dropped.
+#[pyclass(frozen, module = "stowage._stowage")]
+pub struct Pages {
+    // Held, never read: dropping it releases the pages.
+    _bytes: Bytes,
+}
+
+/// A read-only numpy array of `tensor`'s dtype and shape over its bytes, without a copy.
+pub fn read_only<'py>(py: Python<'py>, tensor: &Tensor) -> PyResult<Bound<'py, PyAny>> {
+    let bytes = tensor.to_shared_bytes();
+    let data = bytes.as_ptr() as *mut c_void;
+    let owner = Bound::new(py, Pages { _bytes: bytes })?;
+    let descr = dtypes::descriptor(py, tensor.dtype())?;
+    let mut dims = dims_of(py, tensor.shape())?;
+    // SAFETY: `data` points at `tensor.data().len()` bytes, which is exactly the shape's byte
+    // count times the dtype's size (a `Tensor` invariant); they stay alive and unchanged as long
+    // as `owner`, which becomes the array's base (the reference is moved into numpy). Flags 0:
+    // read-only, C order. NewFromDescr steals the descriptor reference `into_dtype_ptr` gives.
+    unsafe {
+        let array = PY_ARRAY_API.PyArray_NewFromDescr(
+            py,
+            npyffi::get_type_object(py, npyffi::NpyTypes::PyArray_Type),
+            descr.into_dtype_ptr(),
+            dims.len() as i32,
+            dims.as_mut_ptr(),
+            ptr::null_mut(),
+            data,
+            0,
+            ptr::null_mut(),
+        );
+        if array.is_null() {
+            return Err(PyErr::fetch(py));
+        }
+        let array = Bound::from_owned_ptr(py, array);
+        if PY_ARRAY_API.PyArray_SetBaseObject(
+            py,
+            array.as_ptr() as *mut npyffi::PyArrayObject,
+            owner.into_ptr(),
+        ) != 0
+        {
+            return Err(PyErr::fetch(py));
+        }
+        Ok(array)
+    }
+}
+
+/// A new writable, C-contiguous numpy array of `dtype` and `shape` (contents undefined).
+pub fn empty<'py>(
+    py: Python<'py>,
+    dtype: DType,
+    shape: &[usize],
+) -> PyResult<Bound<'py, PyUntypedArray>> {
+    let descr = dtypes::descriptor(py, dtype)?;
+    let mut dims = dims_of(py, shape)?;
+    // SAFETY: a null data pointer makes numpy allocate the array's memory itself; the
+    // descriptor reference is stolen by NewFromDescr.
+    unsafe {
+        let array = PY_ARRAY_API.PyArray_NewFromDescr(
+            py,
+            npyffi::get_type_object(py, npyffi::NpyTypes::PyArray_Type),
+            descr.into_dtype_ptr(),
+            dims.len() as i32,
+            dims.as_mut_ptr(),
+            ptr::null_mut(),
+            ptr::null_mut(),
+            0,
+            ptr::null_mut(),
+        );
+        if array.is_null() {
+            return Err(PyErr::fetch(py));
+        }
+        Ok(Bound::from_owned_ptr(py, array).cast_into_unchecked())
+    }
+}
+
+fn dims_of(py: Python<'_>, shape: &[usize]) -> PyResult<Vec<npy_intp>> {
+    shape
+        .iter()
+        .map(|&d| {
+            npy_intp::try_from(d)
+                .map_err(|_| errors::invalid(py, format!("dimension {d} is too large for numpy")))
+        })
+        .collect()
+}
+
+/// Where a caller-owned array's bytes are: checked writable and C-contiguous, so a copy into
+/// it can run without the GIL.
+#[derive(Clone, Copy)]
+pub struct Destination {
+    data: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the pointer is only written while the array it came from is kept alive by the caller
+// (the `Bound` outlives the GIL-free section that writes through it).
+unsafe impl Send for Destination {}
+// SAFETY: as for `Send`; concurrent writers to one destination are the caller's to avoid, as
+// with any numpy array shared between threads.
+unsafe impl Sync for Destination {}
+
+impl Destination {
+    /// The bytes of `array`: `None` unless it is writable and C-contiguous.
+    pub fn of(array: &Bound<'_, PyUntypedArray>) -> Option<Destination> {
+        let raw = array.as_array_ptr();
+        // SAFETY: `raw` is a live ndarray (the `Bound` holds it); reading its flags and data
+        // pointer is what numpy's own accessors do.
+        let (flags, data) = unsafe { ((*raw).fields.flags, (*raw).fields.data) };
+        if flags & NPY_ARRAY_WRITEABLE == 0 || !array.is_c_contiguous() {
+            return None;
+        }
+        let len = array.len_elements() * array.dtype().itemsize();
+        Some(Destination { data: data as *mut u8, len })
+    }
+
+    /// The destination's length in bytes.
+    pub fn byte_len(&self) -> usize {
+        self.len
+    }
+
+    /// Copies `bytes` to offset `at`.
+    ///
+    /// # Safety
+    /// The array this came from must be alive and not resized; `at + bytes.len() <= len`.
+    pub unsafe fn write(&self, at: usize, bytes: &[u8]) {
+        assert!(
+            at + bytes.len() <= self.len,
+            "copy of {} bytes at {at} past {}",
+            bytes.len(),
+            self.len
+        );
+        // SAFETY: in bounds (asserted); the caller keeps the array alive; the source is a
+        // tensor's bytes, never the array itself.
+        unsafe { ptr::copy_nonoverlapping(bytes.as_ptr(), self.data.add(at), bytes.len()) }
+    }
+}
+
+/// The number of elements of an array.
+trait ElementCount {
+    fn len_elements(&self) -> usize;
+}
+
+impl ElementCount for Bound<'_, PyUntypedArray> {
+    fn len_elements(&self) -> usize {
+        self.shape().iter().product()
+    }
+}
+
+/// The tensor of field `field` (dtype `dtype`) from a Python value: a numpy array of exactly that
+/// dtype (a `uint16` array for bfloat16). Nothing is cast; a non-contiguous array is copied in C
+/// order. Errors are `SchemaMismatchError` naming the field and both sides.
+pub fn tensor_from(
+    py: Python<'_>,
+    field: &str,
+    value: &Bound<'_, PyAny>,
+    dtype: DType,
+) -> PyResult<Tensor> {
+    let array = value.cast::<PyUntypedArray>().map_err(|_| {
+        let got = value.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "?".into());
+        errors::schema_mismatch(
+            py,
+            field,
+            format!("expected a numpy array of {}, got a {got} (wrap it with numpy.asarray(..., dtype=...))", dtype.name()),
+        )
+    })?;
+    let descr = array.dtype();
+    dtypes::matches(&descr, dtype).map_err(|got| {
+        errors::schema_mismatch(
+            py,
+            field,
+            format!("array dtype {got} != schema dtype {} (stowage does not cast)", dtype.name()),
+        )
+    })?;
+    let shape = array.shape().to_vec();
+    let contiguous;
+    let source = if array.is_c_contiguous() {
+        array
+    } else {
+        let numpy = PyModule::import(py, "numpy")?;
+        contiguous =
+            numpy.getattr("ascontiguousarray")?.call1((array,))?.cast_into::<PyUntypedArray>()?;
+        &contiguous
+    };
+    let len = shape.iter().product::<usize>() * dtype.item_size();
+    let raw = source.as_array_ptr();
+    // SAFETY: `source` is a live C-contiguous array of `len` bytes (its dtype's size equals the
+    // stowage dtype's, checked above); the bytes are copied before the GIL is released.
+    let bytes = unsafe {
+        let data = (*raw).fields.data as *const u8;
+        if len == 0 { Vec::new() } else { std::slice::from_raw_parts(data, len).to_vec() }
+    };
+    Tensor::new(dtype, shape, bytes).map_err(|e| match e {
+        stowage_core::Error::InvalidArgument { detail } => {
+            errors::schema_mismatch(py, field, detail)
+        }
+        other => errors::to_py(py, other),
+    })
+}
