@@ -156,9 +156,23 @@ impl Reader for TorchcachexReader {
     /// Every segment decoded row by row, every sidecar and key index run found beside it
     /// checked ([`CacheReader::validate`]); both levels decode every row, as no checksum covers
     /// the bytes.
+    /// The data is listed as unchecked: torchcachex writes no checksums, so a decoded row says
+    /// nothing of its bytes' integrity and the cache is never reported clean.
     fn validate(&self, level: ValidationLevel) -> Result<ValidationReport> {
         let _ = level;
-        self.reader.validate()
+        let mut report = self.reader.validate()?;
+        if !self.reader.is_empty() {
+            report.unchecked.push(stowage_core::Unchecked {
+                path: self.path().to_path_buf(),
+                writer: "torchcachex".to_owned(),
+                samples: self.reader.len() as u64,
+                next_step: "torchcachex writes no checksums: every row was decoded, not checked; \
+                    `stowage adopt` starts stowage's log beside torchcachex's files and checksums \
+                    every segment (torchcachex's files are not changed)"
+                    .to_owned(),
+            });
+        }
+        Ok(report)
     }
 
     /// `schema.json` and the absence of stowage's files checked once, then one unit per segment

@@ -1859,7 +1859,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         write_dnanet_cache(dir.path());
         let cache = open(dir.path()).unwrap();
-        assert!(cache.validate(ValidationLevel::Full).unwrap().is_clean());
+        // Undamaged, but DNANet wrote no checksums: its rows are unchecked, never clean.
+        let report = cache.validate(ValidationLevel::Full).unwrap();
+        assert!(report.is_undamaged() && !report.is_clean(), "{report:?}");
+        assert_eq!(report.unchecked[0].writer, "DNANet");
         std::fs::write(dir.path().join("alleles.json"), r#"{"0": "[]"}"#).unwrap();
         let cache = open(dir.path()).unwrap();
         let report = cache.validate(ValidationLevel::Full).unwrap();

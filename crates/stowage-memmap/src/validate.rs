@@ -119,6 +119,9 @@ pub fn validate(backend: &MemmapBackend, level: ValidationLevel) -> ValidationRe
             }
         }
         report_unchecked_rows(&mut report, backend, missing_rows, &missing, &unchecked);
+    } else if !rows.is_empty() {
+        // A cache DNANet wrote alone has no checksums: every row is unchecked, never clean.
+        report.unchecked.push(backend.unchecked_report(std::slice::from_ref(&(0..rows.len()))));
     }
     if level == ValidationLevel::Full {
         for (i, row) in rows.iter().enumerate() {
@@ -200,6 +203,11 @@ fn check_streamed_rows(
         return;
     }
     if !checksums {
+        // No checksums at all (DNANet wrote it alone): every row is unchecked, never clean.
+        let rows = stowage_core::Reader::len(backend);
+        if rows > 0 {
+            report.unchecked.push(backend.unchecked_report(std::slice::from_ref(&(0..rows))));
+        }
         return;
     }
     report.files_checked += 1;

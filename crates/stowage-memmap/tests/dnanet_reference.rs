@@ -85,15 +85,24 @@ fn complete_caches_return_exactly_the_stored_rows() {
 }
 
 #[test]
-fn complete_caches_validate_clean() {
+fn complete_caches_validate_undamaged_and_unchecked() {
     let Some(set) = reference_set("dnanet-memmap") else { return };
     for key in COMPLETE {
         let cache = open(&set.join("cache_root").join(key)).unwrap();
         for level in [ValidationLevel::Structure, ValidationLevel::Full] {
             let report = cache.validate(level).unwrap();
-            assert!(report.is_clean(), "{key} {level:?}: {:?}", report.problems);
+            assert_unchecked_whole(&report, cache.len(), &format!("{key} {level:?}"));
         }
     }
+}
+
+/// No problem, and every row listed as unchecked (DNANet writes no checksums): never clean.
+fn assert_unchecked_whole(report: &stowage_core::ValidationReport, rows: usize, what: &str) {
+    assert!(report.is_undamaged(), "{what}: {:?}", report.problems);
+    assert!(!report.is_clean(), "{what}: data nobody checked is never clean");
+    assert_eq!(report.unchecked.len(), 1, "{what}: {report:?}");
+    assert_eq!(report.unchecked[0].writer, "DNANet", "{what}");
+    assert_eq!(report.unchecked[0].samples, rows as u64, "{what}");
 }
 
 #[test]
@@ -114,7 +123,7 @@ fn unfinalized_cache_serves_its_committed_rows_and_ignores_the_torn_tail() {
     assert_eq!(cache.keys().unwrap(), resume);
     assert!(cache.get_row(4).is_err());
     let report = cache.validate(ValidationLevel::Full).unwrap();
-    assert!(report.is_clean(), "{:?}", report.problems);
+    assert_unchecked_whole(&report, 4, UNFINALIZED);
 }
 
 /// A writable copy of cache `key` in a temporary directory.

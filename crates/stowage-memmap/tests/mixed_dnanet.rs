@@ -340,7 +340,7 @@ fn dnanet_starts_stowage_resumes_dnanet_finalizes() {
     assert_eq!(reply["recovered_rows"], 0);
     peer.check_rows(&dir, &want, "1. DNANet wrote 3 rows");
     check_stowage(&dir, &want, "1. DNANet wrote 3 rows");
-    assert!(read_only(&dir).validate(ValidationLevel::Full).unwrap().is_clean(), "DNANet alone");
+    check_unchecked(&dir, &[0, 1, 2], "0-2", "DNANet alone");
 
     let mut cache = append(&dir);
     let keys: Vec<&str> = want.iter().map(|r| r.path.as_str()).collect();
@@ -646,8 +646,8 @@ fn a_converted_copy_carries_dnanets_fingerprint() {
     assert!(!peer.fingerprint_is_valid(&plain, &config, &sources), "the default is rejected");
 }
 
-/// Caches DNANet wrote alone (reference set `dnanet-memmap`) have no stowage checksums and report
-/// nothing unchecked; `adopt` gives them `stowage.json` and a checksum per row, changing none of
+/// Caches DNANet wrote alone (reference set `dnanet-memmap`) have no stowage checksums: every
+/// row is reported unchecked; `adopt` gives them `stowage.json` and a checksum per row, changing none of
 /// DNANet's files. A crash between those two files leaves every row unchecked, never damaged, and
 /// the next adopt (or resume) completes it.
 #[test]
@@ -661,7 +661,9 @@ fn caches_dnanet_wrote_alone_get_stowages_checksums() {
         let reader = read_only(&dir);
         let rows: Vec<Sample> =
             (0..reader.len() as i64).map(|i| reader.get_row(i).unwrap()).collect();
-        assert!(reader.validate(ValidationLevel::Full).unwrap().is_clean(), "{key}: DNANet alone");
+        let alone = reader.validate(ValidationLevel::Full).unwrap();
+        assert!(alone.is_undamaged() && !alone.is_clean(), "{key}: DNANet alone: {alone:?}");
+        assert_eq!(alone.unchecked[0].samples, rows.len() as u64, "{key}: DNANet alone");
         drop(reader);
         let adoption = append(&dir).adopt().unwrap();
         assert_eq!(adoption.samples, rows.len() as u64, "{key}");
