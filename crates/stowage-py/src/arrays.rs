@@ -21,9 +21,23 @@ pub struct Pages {
     _bytes: Bytes,
 }
 
-/// A read-only numpy array of `tensor`'s dtype and shape over its bytes, without a copy.
+/// A read-only numpy array of `tensor`'s dtype and shape over its bytes, without a copy; bytes
+/// not aligned for their dtype (a row at an odd offset of a fetched object) are copied into an
+/// aligned array instead, as numpy and torch expect aligned data.
 pub fn read_only<'py>(py: Python<'py>, tensor: &Tensor) -> PyResult<Bound<'py, PyAny>> {
     let bytes = tensor.to_shared_bytes();
+    if !(bytes.as_ptr() as usize).is_multiple_of(tensor.dtype().item_size()) {
+        let array = empty(py, tensor.dtype(), tensor.shape())?;
+        let destination =
+            Destination::of(&array).expect("a new array is writable and C-contiguous");
+        // SAFETY: the new array holds exactly the tensor's byte count and is alive here; its
+        // flags are cleared while no other reference to it exists.
+        unsafe {
+            destination.write(0, &bytes);
+            (*array.as_array_ptr()).fields.flags &= !NPY_ARRAY_WRITEABLE;
+        }
+        return Ok(array.into_any());
+    }
     let data = bytes.as_ptr() as *mut c_void;
     let owner = Bound::new(py, Pages { _bytes: bytes })?;
     let descr = dtypes::descriptor(py, tensor.dtype())?;

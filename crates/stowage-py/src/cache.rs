@@ -11,6 +11,7 @@ use stowage_core::{
 
 use crate::arrays::{self, Destination};
 use crate::errors::{self, ResultExt, shielded};
+use crate::fork_gate;
 use crate::report::ValidationReport;
 use crate::schema_dict;
 
@@ -25,25 +26,25 @@ pub enum Handle {
 
 impl Handle {
     /// Runs `f` on the reader.
-    fn read<R>(&self, f: impl FnOnce(&dyn Reader) -> R) -> R {
-        match self {
+    pub fn read<R>(&self, f: impl FnOnce(&dyn Reader) -> R) -> R {
+        fork_gate::pass(|| match self {
             Handle::Read(reader) => f(reader.as_ref()),
             Handle::Write(backend) => {
                 let backend = backend.read().unwrap_or_else(PoisonError::into_inner);
                 f(backend.as_ref())
             }
-        }
+        })
     }
 
     /// Runs `f` on the writer; `None` for a read-only handle.
     fn write<R>(&self, f: impl FnOnce(&mut DynBackend) -> R) -> Option<R> {
-        match self {
+        fork_gate::pass(|| match self {
             Handle::Read(_) => None,
             Handle::Write(backend) => {
                 let mut backend = backend.write().unwrap_or_else(PoisonError::into_inner);
                 Some(f(backend.as_mut()))
             }
-        }
+        })
     }
 }
 
@@ -112,7 +113,7 @@ impl Cache {
     }
 
     /// The open handle, or `InvalidArgumentError` when the cache was closed.
-    fn handle(&self, py: Python<'_>) -> PyResult<Arc<Handle>> {
+    pub fn handle(&self, py: Python<'_>) -> PyResult<Arc<Handle>> {
         let handle = self.handle.read().unwrap_or_else(PoisonError::into_inner);
         handle.clone().ok_or_else(|| errors::invalid(py, format!("cache {} is closed", self.path)))
     }
@@ -391,11 +392,12 @@ impl Cache {
     /// Arrays returned by `get` stay valid.
     fn close(&self, py: Python<'_>) {
         let taken = self.handle.write().unwrap_or_else(PoisonError::into_inner).take();
-        py.detach(move || drop(taken));
+        py.detach(move || fork_gate::pass(move || drop(taken)));
     }
 
-    fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
-        slf
+    fn __enter__(slf: Bound<'_, Self>) -> PyResult<Bound<'_, Self>> {
+        slf.get().handle(slf.py())?;
+        Ok(slf)
     }
 
     /// Flushes a writable cache when the block ended without an exception, then closes it.
@@ -493,10 +495,11 @@ impl Cache {
     }
 }
 
-/// A checked destination of `get_batch_into`: a field, its dtype's row shape, the array's bytes.
+/// A checked destination of `get_batch_into`: a field, the shape of each of its rows, the
+/// array's bytes.
 struct Target {
     field: String,
-    rows: usize,
+    row_shape: Vec<usize>,
     destination: Destination,
 }
 
@@ -531,7 +534,8 @@ impl Cache {
         }
         let destination = Destination::of(array)
             .ok_or_else(|| bad("the array must be writable and C-contiguous".into()))?;
-        Ok(Target { field: name.to_owned(), rows, destination })
+        let row_shape = array.shape()[1..].to_vec();
+        Ok(Target { field: name.to_owned(), row_shape, destination })
     }
 
     /// The sample a Python dict describes, converted field by field by the schema.
@@ -624,15 +628,14 @@ fn copy_batch(handle: &Handle, keys: &[&str], targets: &[Target]) -> Result<(), 
         samples.push(sample.ok_or_else(|| BatchFailure::Missing((*key).to_owned()))?);
     }
     for target in targets {
-        let row = target.destination.byte_len() / target.rows.max(1);
         for (key, sample) in keys.iter().zip(&samples) {
-            let got = sample.tensor(&target.field).map(|t| t.bytes().len());
-            if got != Some(row) {
-                let shape = sample.tensor(&target.field).map(|t| format!("{:?}", t.shape()));
+            let shape = sample.tensor(&target.field).map(|t| t.shape());
+            if shape != Some(target.row_shape.as_slice()) {
                 return Err(BatchFailure::Shape(format!(
-                    "out[{:?}]: sample {key:?} has {} where the array's rows hold {row} bytes",
+                    "out[{:?}]: sample {key:?} has {} where the array's rows have shape {:?}",
                     target.field,
-                    shape.map_or("no tensor".to_owned(), |s| format!("shape {s}")),
+                    shape.map_or("no tensor (null)".to_owned(), |s| format!("shape {s:?}")),
+                    target.row_shape,
                 )));
             }
         }

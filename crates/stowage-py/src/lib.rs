@@ -3,22 +3,25 @@
 //!
 //! Built by maturin (`crates/stowage-py/pyproject.toml`) as one abi3 wheel for CPython >= 3.9.
 //! The modules: [`cache`] (the `Cache` class), [`arrays`] (numpy arrays over tensors and back),
-//! [`dtypes`], [`schema_dict`] (schemas as dicts), [`options`] (`create`'s options),
-//! [`report`] (validation reports, capabilities), [`errors`] (exceptions, panics).
+//! [`dtypes`], [`fork_gate`] (no lock held across `os.fork`), [`schema_dict`] (schemas as dicts), [`options`] (`create`'s options),
+//! [`report`] (validation reports, capabilities), [`errors`] (exceptions, panics), [`timing`]
+//! (the benchmark's Rust-side timings).
 
 pub mod arrays;
 pub mod cache;
 pub mod dtypes;
 pub mod errors;
+pub mod fork_gate;
 pub mod options;
 pub mod report;
 pub mod schema_dict;
+pub mod timing;
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
-use stowage_core::OpenMode;
+use stowage_core::{DynBackend, Error, OpenMode};
 
 use crate::cache::{Cache, Handle};
 use crate::errors::{ResultExt, shielded};
@@ -42,14 +45,16 @@ fn open(py: Python<'_>, path: PathBuf, mode: &str, checks: bool) -> PyResult<Cac
     shielded(py, || {
         let registry = stowage_cli::registry_checking_reads(checks);
         let (handle, mode) = match mode {
-            "r" => (Handle::Read(py.detach(|| registry.open(&path)).py(py)?), "r"),
+            "r" => {
+                let reader = py
+                    .detach(|| fork_gate::pass(|| registry.open(&path)))
+                    .map_err(|e| naming(py, e, &path))?;
+                (Handle::Read(reader), "r")
+            }
             "a" => {
                 let backend = py
-                    .detach(|| match registry.recognize(&path)? {
-                        Some((factory, _)) => factory.open(&path, OpenMode::Append),
-                        None => Err(registry.not_a_cache(&path)),
-                    })
-                    .py(py)?;
+                    .detach(|| open_writer(&registry, &path))
+                    .map_err(|e| naming(py, e, &path))?;
                 (Handle::Write(std::sync::RwLock::new(backend)), "a")
             }
             other => {
@@ -61,6 +66,49 @@ fn open(py: Python<'_>, path: PathBuf, mode: &str, checks: bool) -> PyResult<Cac
         };
         Ok(make_cache(py, handle, &path, mode, checks))
     })
+}
+
+/// The writer of the cache at `path`: its factory's own format opened for appending. A cache
+/// only an original tool's layout describes (torchcachex's segments, aenet's file) is
+/// `Unsupported`, saying how to write to it instead.
+fn open_writer(
+    registry: &stowage_core::Registry,
+    path: &Path,
+) -> stowage_core::Result<Box<DynBackend>> {
+    let Some((factory, format)) = registry.recognize(path)? else {
+        return Err(registry.not_a_cache(path));
+    };
+    factory.open(path, OpenMode::Append).map_err(|error| match error {
+        Error::NotFound { .. } if path.exists() => Error::unsupported(
+            factory.name(),
+            format!(
+                "mode \"a\" on {}: it is a {} (not a stowage cache the {} backend writes): read \
+                 it with mode \"r\", `stowage adopt` it first, or convert it with \
+                 stowage.convert(src, dst, to=...) ({error})",
+                path.display(),
+                format.description,
+                factory.name()
+            ),
+        ),
+        other => other,
+    })
+}
+
+/// The exception of an error opening `path`, whose message and `path` name it when the error
+/// itself does not (a refusal about the format, say).
+fn naming(py: Python<'_>, error: Error, path: &Path) -> PyErr {
+    let shown = path.display().to_string();
+    let exception = errors::to_py(py, error);
+    let value = exception.value(py);
+    let message = value.str().map(|s| s.to_string()).unwrap_or_default();
+    if !message.contains(&shown) {
+        let _ = value.setattr("message", format!("{shown}: {message}"));
+        let _ = value.setattr("args", (format!("{shown}: {message}"),));
+    }
+    if value.getattr("path").is_ok_and(|p| p.is_none()) {
+        let _ = value.setattr("path", shown);
+    }
+    exception
 }
 
 fn make_cache(
@@ -114,7 +162,7 @@ fn create(
             None => true,
         };
         let factory = options::factory(py, backend, checks, &options)?;
-        let created = py.detach(|| factory.create(&path, &schema)).py(py)?;
+        let created = py.detach(|| fork_gate::pass(|| factory.create(&path, &schema))).py(py)?;
         Ok(make_cache(py, Handle::Write(std::sync::RwLock::new(created)), &path, "w", checks))
     })
 }
@@ -227,5 +275,9 @@ fn _stowage(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(numpy_dtype, module)?)?;
     module.add_function(wrap_pyfunction!(_reopen, module)?)?;
     module.add_function(wrap_pyfunction!(_panic_for_tests, module)?)?;
+    module.add_function(wrap_pyfunction!(fork_gate::_before_fork, module)?)?;
+    module.add_function(wrap_pyfunction!(fork_gate::_after_fork, module)?)?;
+    module.add_function(wrap_pyfunction!(timing::_time_rust_gets, module)?)?;
+    module.add_function(wrap_pyfunction!(timing::_time_rust_get_batches, module)?)?;
     Ok(())
 }

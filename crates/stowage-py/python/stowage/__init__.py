@@ -39,6 +39,19 @@ from stowage._stowage import (
     open,
 )
 
+import os as _os
+
+from stowage import _stowage
+
+# No backend call is inside when a process forks (a DataLoader's workers): a lock held by a
+# thread the child does not have would hang the child (stowage._stowage fork_gate).
+if hasattr(_os, "register_at_fork"):
+    _os.register_at_fork(
+        before=_stowage._before_fork,
+        after_in_parent=_stowage._after_fork,
+        after_in_child=_stowage._after_fork,
+    )
+
 __all__ = [
     "DTYPES",
     "Cache",

@@ -87,10 +87,20 @@ class CacheDataset:
         return self.transform(out) if self.transform is not None else out
 
     def __getitems__(self, indices: Sequence[int]) -> Any:
-        keys = [self._key(i) for i in indices]
+        every = self.keys
+        try:
+            keys = [every[i] for i in indices]  # one comprehension: no call per index
+        except IndexError:
+            keys = [self._key(i) for i in indices]  # raises, naming the index
         cache = self._handle()
         out: Dict[str, Any] = {}
-        fixed = [n for n in self.fields if self._specs[n].get("rule") == "fixed"]
+        # Fields whose every sample has one shape are filled in place; a nullable one may hold
+        # None, so it goes through get_batch with the rest.
+        fixed = [
+            n
+            for n in self.fields
+            if self._specs[n].get("rule") == "fixed" and not self._specs[n].get("nullable")
+        ]
         if fixed:
             for name in fixed:
                 spec = self._specs[name]
