@@ -2,11 +2,11 @@
 //!
 //! - `cargo xtask test`: checks the dependency rules between the workspace crates, checks and
 //!   installs what the tests need, then runs every check the project has (format, clippy, tests,
-//!   docs), stopping at the first failure.
+//!   the Python package's pytest suite, docs), stopping at the first failure.
 //! - `cargo xtask architecture`: only the dependency rules (see `architecture.rs`).
 //! - `cargo xtask reliability`: runs the long reliability campaigns and records them in
 //!   `docs/reliability.md`.
-//! - `cargo xtask bench`: runs every benchmark suite (numpy10, memmap, arrow, hdf5, remote) and
+//! - `cargo xtask bench`: runs every benchmark suite (numpy10, memmap, arrow, hdf5, remote, python) and
 //!   its Python peer, prints each comparison table and records it in the suite's section of
 //!   `docs/benchmarks.md`.
 
@@ -15,6 +15,7 @@ mod bench;
 mod hangar_venv;
 mod machine;
 mod prerequisites;
+mod python_package;
 mod reliability;
 mod sections;
 mod test;
@@ -35,19 +36,36 @@ Commands:
                        python3 with numpy, xxhash, pyarrow, tables, h5py and moto[server]
                        (installed with pip when missing), a venv with hangar 0.5.2 for the NUMPY_10
                        mixed-writer tests (target/hangar-venv, made when missing; the tests
-                       get its python in STOWAGE_HANGAR_PYTHON), rustfmt and clippy (rustup
-                       component add when missing), the reference caches (required when CI
-                       is set)
+                       get its python in STOWAGE_HANGAR_PYTHON), a venv for the Python
+                       package (target/py-venv, python3 -m venv --system-site-packages, so it
+                       sees the packages above; maturin==1.16.0 and pytest pip-installed into
+                       it when missing), rustfmt and clippy (rustup component add when
+                       missing), the reference caches (required when CI is set)
                     2. cargo fmt --all -- --check
                     3. cargo clippy --workspace --all-targets -- -D warnings
                     4. cargo test --workspace   (STOWAGE_REQUIRE_PYTHON=1; STOWAGE_REQUIRE_REFERENCE=1
                        when CI is set or the reference caches exist)
-                    5. cargo doc --workspace --no-deps   (RUSTDOCFLAGS=\"-D warnings\")
-                  The summary counts as skipped the #[ignore]d tests and the tests that
-                  reported a skip (a line `SKIPPED test=... reason=...`: a missing optional
-                  prerequisite, or a conformance case the backend's capabilities rule out),
-                  collected through the file STOWAGE_SKIP_LOG names, and lists the latter.
-    --quick       only steps 0, 1 and 4
+                    5. the Python package stowage (crates/stowage-py), in target/py-venv:
+                         cd crates/stowage-py && VIRTUAL_ENV=target/py-venv
+                           target/py-venv/bin/maturin develop   (PATH starting with the venv's
+                           bin; the debug build, in the target directory)
+                         target/py-venv/bin/python -m pytest crates/stowage-py/tests -q -rfEs
+                           -p no:cacheprovider -o faulthandler_timeout=300
+                           (a test running 300 s prints its threads' stacks;
+                           PYTHONDONTWRITEBYTECODE=1;
+                           STOWAGE_REFERENCE_DIR and STOWAGE_REQUIRE_REFERENCE as in step 4;
+                           test files that yield no test are a failure; without any test_*.py
+                           there, only the build is checked)
+                    6. cargo doc --workspace --no-deps   (RUSTDOCFLAGS=\"-D warnings\")
+                  The summary adds up the Rust and the Python tests. It counts as skipped the
+                  #[ignore]d tests, the tests that reported a skip (a line `SKIPPED test=...
+                  kind=... reason=...`: a missing optional prerequisite, or a conformance case
+                  that does not apply: the backend's capabilities rule it out or the cache
+                  storage cannot run it, as the reason says), collected through the file
+                  STOWAGE_SKIP_LOG names, and the tests pytest skipped or expected to fail; it
+                  lists the skips by reason (pytest's from its `SKIPPED [n] file:line: reason`
+                  lines). A skip is never counted as a pass.
+    --quick       only steps 0, 1, 4 and 5
 
   architecture    Check that every workspace crate declares its role
                   ([package.metadata.stowage] role = core, backend, conformance, frontend,
@@ -80,6 +98,15 @@ Commands:
                              (both against one moto S3 server on 127.0.0.1 that xtask starts
                              and stops, its endpoint in STOWAGE_BENCH_S3_ENDPOINT; the
                              10-million-key file:// cache is built once and kept)
+                    python   cd crates/stowage-py && VIRTUAL_ENV=target/py-venv
+                               target/py-venv/bin/maturin develop --release  (package stowage-py;
+                               the release module is copied to <target>/bench-data/python/package)
+                             PYTHONPATH=<target>/bench-data/python/package target/py-venv/bin/python
+                               xtask/py/python_bench.py <target>/bench-data/python
+                             (no criterion bench: the script builds four caches with
+                             stowage.create and measures the package against its own Rust
+                             reads and the original tools' read paths; --report-only reads the
+                             line it kept in <target>/bench-data/python/peer-output.json)
                   then write the table, the machine and the command to the suite's section of
                   docs/benchmarks.md. A suite that fails is reported and the others still run;
                   the command then exits non-zero.
@@ -91,8 +118,8 @@ Commands:
                   also at 100m: open time and memory, write rate, warm and cold random gets
                   beside the physical references, issue 17's targets as PASS or FAIL; it
                   refuses to start when the disk cannot hold its largest cache plus 15 GB)
-    --suite NAME  run only this step (overview, numpy10, memmap, arrow, hdf5, remote or
-                  scale); may be given more than once
+    --suite NAME  run only this step (overview, numpy10, memmap, arrow, hdf5, remote, python
+                  or scale); may be given more than once
     --sizes LIST  with --suite scale: the key counts, e.g. 100k,1m (default 100k,1m,10m,100m)
     --backends LIST  with --suite scale: the backends, e.g. memmap,arrow (default: all four)
     --report-only do not run the benchmarks; report the last criterion results

@@ -4,6 +4,7 @@
 //! When something cannot be installed, the error is one line that names exactly what is missing and
 //! the command that installs it by hand.
 
+use std::path::Path;
 use std::process::{Command, Stdio};
 
 use crate::cargo;
@@ -143,12 +144,6 @@ fn ensure_python_packages(wanted: &[Prerequisite]) -> Result<(), String> {
 
 /// The packages whose module does not import, found with one interpreter run.
 fn missing_python_packages(wanted: &[Prerequisite]) -> Result<Vec<Prerequisite>, String> {
-    const SCRIPT: &str = "import importlib, sys\n\
-        missing = []\n\
-        for name in sys.argv[1:]:\n    \
-            try:\n        importlib.import_module(name)\n    \
-            except Exception:\n        missing.append(name)\n\
-        print(' '.join(missing))\n";
     let modules: Vec<&str> = wanted
         .iter()
         .filter_map(|p| match p.installer {
@@ -156,22 +151,33 @@ fn missing_python_packages(wanted: &[Prerequisite]) -> Result<Vec<Prerequisite>,
             Installer::Apt => None,
         })
         .collect();
-    let output = Command::new(PYTHON)
-        .args(["-c", SCRIPT])
-        .args(&modules)
-        .stderr(Stdio::inherit())
-        .output()
-        .map_err(|error| format!("could not run {PYTHON}: {error}"))?;
-    if !output.status.success() {
-        return Err(format!("{PYTHON} could not check its packages ({})", output.status));
-    }
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let missing_modules: Vec<&str> = stdout.split_whitespace().collect();
+    let missing_modules = missing_modules(Path::new(PYTHON), &modules)?;
     Ok(wanted
         .iter()
         .copied()
-        .filter(|p| matches!(p.installer, Installer::Pip { module } if missing_modules.contains(&module)))
+        .filter(|p| matches!(p.installer, Installer::Pip { module } if missing_modules.iter().any(|m| m == module)))
         .collect())
+}
+
+/// The `modules` that `python` cannot import, found with one interpreter run.
+pub fn missing_modules(python: &Path, modules: &[&str]) -> Result<Vec<String>, String> {
+    const SCRIPT: &str = "import importlib, sys\n\
+        missing = []\n\
+        for name in sys.argv[1:]:\n    \
+            try:\n        importlib.import_module(name)\n    \
+            except Exception:\n        missing.append(name)\n\
+        print(' '.join(missing))\n";
+    let shown = python.display();
+    let output = Command::new(python)
+        .args(["-c", SCRIPT])
+        .args(modules)
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|error| format!("could not run {shown}: {error}"))?;
+    if !output.status.success() {
+        return Err(format!("{shown} could not check its packages ({})", output.status));
+    }
+    Ok(String::from_utf8_lossy(&output.stdout).split_whitespace().map(str::to_owned).collect())
 }
 
 fn ensure_debian_packages(wanted: &[Prerequisite]) -> Result<(), String> {

@@ -1,4 +1,5 @@
-//! `cargo xtask test`: every test of the project, in order, stopping at the first failure.
+//! `cargo xtask test`: every test of the project, in order, stopping at the first failure: the
+//! Rust tests and then the Python package's pytest suite (built and run by [`python_package`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::OsString;
@@ -10,14 +11,18 @@ use std::time::Instant;
 use crate::architecture;
 use crate::hangar_venv::{self, HANGAR_PYTHON_ENV};
 use crate::prerequisites::{self, PREREQUISITES};
+use crate::python_package::{self, PytestCounts, PytestSkip};
 use crate::{cargo, display_command, is_ci, target_dir, workspace_root};
 
 /// Environment variable naming the file every test that skips appends its `SKIPPED` line to
 /// (written by `stowage_core::skip::report_skip`); set by [`run_counting_tests`].
 const SKIP_LOG_ENV: &str = "STOWAGE_SKIP_LOG";
 
-/// Runs the architecture check, the prerequisites step and then the cargo steps (only
-/// `cargo test` when `quick`).
+/// Runs the architecture check, the prerequisites step (which also makes the Python package's
+/// venv) and then the steps: `cargo fmt --check`, `cargo clippy`, `cargo test`, the Python
+/// package (`maturin develop` into the venv, then its pytest suite) and `cargo doc`; only
+/// `cargo test` and the Python package when `quick`. The summary adds up the Rust and the
+/// Python tests.
 pub fn run(quick: bool) -> Result<(), String> {
     let started = Instant::now();
     let mut timings: Vec<(String, f64)> = Vec::new();
@@ -35,6 +40,10 @@ pub fn run(quick: bool) -> Result<(), String> {
     println!("xtask: {python} with numpy, xxhash, pyarrow, tables and h5py; libhdf5-dev present");
     let hangar_python = hangar_venv::ensure(&target_dir())?;
     println!("xtask: hangar 0.5.2 in {}", hangar_python.display());
+    // Here, not in the Python step, so a venv that cannot be made fails in seconds rather than
+    // after `cargo test`.
+    let py_venv = python_package::ensure(&target_dir())?;
+    println!("xtask: maturin 1.16.0 and pytest in {}", py_venv.dir().display());
     if !quick {
         prerequisites::ensure_rust_components()?;
         println!("xtask: rustfmt and clippy present");
@@ -44,14 +53,14 @@ pub fn run(quick: bool) -> Result<(), String> {
     let require_reference = reference.require(is_ci())?;
     timings.push(("prerequisites".to_owned(), step_started.elapsed().as_secs_f64()));
 
-    let mut steps: Vec<Command> = Vec::new();
+    let mut steps: Vec<Step> = Vec::new();
     if !quick {
         let mut fmt = cargo();
         fmt.args(["fmt", "--all", "--", "--check"]);
-        steps.push(fmt);
+        steps.push(Step::plain(fmt));
         let mut clippy = cargo();
         clippy.args(["clippy", "--workspace", "--all-targets", "--", "-D", "warnings"]);
-        steps.push(clippy);
+        steps.push(Step::plain(clippy));
     }
     let mut test = cargo();
     test.args(["test", "--workspace"])
@@ -61,39 +70,16 @@ pub fn run(quick: bool) -> Result<(), String> {
     if require_reference {
         test.env("STOWAGE_REQUIRE_REFERENCE", "1");
     }
-    steps.push(test);
+    steps.push(Step { name: display_command(&test), command: test, kind: StepKind::CargoTest });
+    steps.extend(python_steps(&workspace_root(), &py_venv, &reference.path, require_reference));
     if !quick {
         let mut doc = cargo();
         doc.args(["doc", "--workspace", "--no-deps"]).env("RUSTDOCFLAGS", "-D warnings");
-        steps.push(doc);
+        steps.push(Step::plain(doc));
     }
 
     let mut counts = TestCounts::default();
-    for mut step in steps {
-        let name = display_command(&step);
-        println!("xtask: ==> {name}");
-        let step_started = Instant::now();
-        let is_test_step = step.get_args().next().is_some_and(|arg| arg == "test");
-        let status = if is_test_step {
-            run_counting_tests(&mut step, &mut counts)?
-        } else {
-            step.status().map_err(|error| format!("could not start `{name}`: {error}"))?
-        };
-        let seconds = step_started.elapsed().as_secs_f64();
-        if is_test_step {
-            for line in counts.skip_report() {
-                println!("xtask: {line}");
-            }
-        }
-        if !status.success() {
-            if is_test_step {
-                println!("xtask: {}", counts.summary());
-            }
-            return Err(format!("step `{name}` failed ({status}) after {seconds:.1} s"));
-        }
-        println!("xtask: `{name}` passed in {seconds:.1} s");
-        timings.push((name, seconds));
-    }
+    run_steps(steps, &mut counts, &mut timings)?;
 
     println!("xtask: summary");
     for (name, seconds) in &timings {
@@ -106,6 +92,132 @@ pub fn run(quick: bool) -> Result<(), String> {
     );
     println!("xtask: {}", counts.summary());
     Ok(())
+}
+
+/// The Python package's steps: `maturin develop` into `venv`, then pytest on its tests.
+fn python_steps(
+    root: &Path,
+    venv: &python_package::Venv,
+    reference: &Path,
+    require_reference: bool,
+) -> Vec<Step> {
+    let develop = python_package::develop_command(root, &target_dir(), venv);
+    let shown_venv = shown(root, venv.dir());
+    let name = format!(
+        "cd {} && VIRTUAL_ENV={shown_venv} {shown_venv}/bin/maturin develop",
+        python_package::PACKAGE_DIR
+    );
+    let pytest = python_package::pytest_command(root, venv, reference, require_reference);
+    let tests = root.join(python_package::TESTS_DIR);
+    vec![
+        Step { name, command: develop, kind: StepKind::Plain },
+        Step {
+            name: format!("{} {}", shown(root, &venv.python()), args_of(&pytest)),
+            command: pytest,
+            kind: StepKind::Pytest { tests },
+        },
+    ]
+}
+
+/// Runs `steps` in order, stopping at the first that fails, adding the test steps' results to
+/// `counts` and each step's wall time to `timings`.
+fn run_steps(
+    steps: Vec<Step>,
+    counts: &mut TestCounts,
+    timings: &mut Vec<(String, f64)>,
+) -> Result<(), String> {
+    for Step { name, mut command, kind } in steps {
+        println!("xtask: ==> {name}");
+        let step_started = Instant::now();
+        let status = match kind {
+            StepKind::Plain => {
+                command.status().map_err(|error| format!("could not start `{name}`: {error}"))?
+            }
+            StepKind::CargoTest => run_counting_tests(&mut command, counts)?,
+            StepKind::Pytest { ref tests } => {
+                if python_package::test_files(tests).is_empty() {
+                    // Nothing to run yet: the build above is all there is to check.
+                    println!(
+                        "xtask: no Python tests yet: {} holds no test_*.py file, so only the \
+                         build of the package was checked",
+                        tests.display()
+                    );
+                    timings.push((name, step_started.elapsed().as_secs_f64()));
+                    continue;
+                }
+                run_pytest(&mut command, &name, counts)?
+            }
+        };
+        let seconds = step_started.elapsed().as_secs_f64();
+        let counted = !matches!(kind, StepKind::Plain);
+        let skips = match kind {
+            StepKind::Plain => Vec::new(),
+            StepKind::CargoTest => counts.rust_skip_report(),
+            StepKind::Pytest { .. } => python_skip_report(&counts.python.skips),
+        };
+        for line in skips {
+            println!("xtask: {line}");
+        }
+        if !status.success() {
+            if counted {
+                println!("xtask: {}", counts.summary());
+            }
+            if let StepKind::Pytest { tests } = &kind {
+                let code = status.code();
+                let meaning = python_package::exit_meaning(code);
+                if code == Some(5) {
+                    return Err(format!(
+                        "step `{name}` failed: pytest collected no tests (exit status 5) from \
+                         {}, which holds test files: do they define test_* functions?",
+                        tests.display()
+                    ));
+                }
+                return Err(format!(
+                    "step `{name}` failed ({status}, {meaning}) after {seconds:.1} s"
+                ));
+            }
+            return Err(format!("step `{name}` failed ({status}) after {seconds:.1} s"));
+        }
+        println!("xtask: `{name}` passed in {seconds:.1} s");
+        timings.push((name, seconds));
+    }
+
+    Ok(())
+}
+
+/// One step after the prerequisites: its command, the name it is shown by, and how its output
+/// is read.
+struct Step {
+    name: String,
+    command: Command,
+    kind: StepKind,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum StepKind {
+    /// Run with its output shown; only its exit status counts.
+    Plain,
+    /// `cargo test`: libtest's results and the skip log are added to [`TestCounts`].
+    CargoTest,
+    /// The Python package's pytest run of the test files in `tests`: pytest's totals and skips
+    /// are added to [`TestCounts`]. Without test files there, it does not run.
+    Pytest { tests: PathBuf },
+}
+
+impl Step {
+    fn plain(command: Command) -> Step {
+        Step { name: display_command(&command), command, kind: StepKind::Plain }
+    }
+}
+
+/// `path` relative to `root` when it is below it, for messages.
+fn shown(root: &Path, path: &Path) -> String {
+    path.strip_prefix(root).unwrap_or(path).display().to_string()
+}
+
+/// A command's arguments joined by spaces, for messages.
+fn args_of(command: &Command) -> String {
+    command.get_args().map(|arg| arg.to_string_lossy()).collect::<Vec<_>>().join(" ")
 }
 
 /// Where the reference caches are and whether they exist.
@@ -215,6 +327,8 @@ struct TestCounts {
     failed_tests: BTreeSet<String>,
     /// The first skip each (test executable, test name) reported.
     skips: BTreeMap<(String, String), Skip>,
+    /// The Python package's pytest run (pytest counts its skips as skipped itself).
+    python: PytestCounts,
 }
 
 impl TestCounts {
@@ -260,41 +374,72 @@ impl TestCounts {
         self.skips.values().filter(|skip| !self.failed_tests.contains(&skip.test))
     }
 
-    /// `<passed> passed, <failed> failed, <skipped> skipped`, with the tests that reported a
-    /// skip moved from passed to skipped (next to the `#[ignore]`d ones).
+    /// Adds the totals and skips of a pytest run.
+    fn add_pytest(&mut self, run: PytestCounts) {
+        self.python.passed += run.passed;
+        self.python.failed += run.failed;
+        self.python.skipped += run.skipped;
+        self.python.summary_seen |= run.summary_seen;
+        self.python.skips.extend(run.skips);
+    }
+
+    /// `<passed> passed, <failed> failed, <skipped> skipped`, the Rust tests and the Python
+    /// tests together, with the Rust tests that reported a skip moved from passed to skipped
+    /// (next to the `#[ignore]`d ones).
     fn summary(&self) -> String {
         let skipped = self.skipped_tests().count() as u64;
+        let python = &self.python;
         format!(
             "{} passed, {} failed, {} skipped",
-            self.passed.saturating_sub(skipped),
-            self.failed,
-            self.ignored + skipped
+            self.passed.saturating_sub(skipped) + python.passed,
+            self.failed + python.failed,
+            self.ignored + skipped + python.skipped
         )
     }
 
-    /// The skipped tests, grouped by kind, reason and test binary, a few names per binary.
+    /// Every skipped test: [`TestCounts::rust_skip_report`] and then [`python_skip_report`]
+    /// (`cargo xtask test` prints each after its step).
+    #[cfg(test)]
     fn skip_report(&self) -> Vec<String> {
+        let mut lines = self.rust_skip_report();
+        lines.extend(python_skip_report(&self.python.skips));
+        lines
+    }
+
+    /// The skipped Rust tests, grouped under one heading each: the missing prerequisites, then
+    /// each way a conformance case does not apply (`kind=not-applicable`, by the why of its
+    /// reason: the backend's capabilities rule it out, or the cache storage cannot run it);
+    /// below each heading the reasons (or the backend, for a conformance case), the test
+    /// binaries and a few test names.
+    fn rust_skip_report(&self) -> Vec<String> {
         const NAMES_SHOWN: usize = 3;
         type ByBinary<'a> = BTreeMap<&'a str, Vec<String>>;
-        let mut groups: BTreeMap<&str, BTreeMap<&str, ByBinary>> = BTreeMap::new();
+        // heading -> second-level line -> binary -> test names, in the order: prerequisites
+        // (and other kinds) first, then the not-applicable groups, then Python.
+        let mut groups: BTreeMap<(u8, String), BTreeMap<String, ByBinary>> = BTreeMap::new();
         for skip in self.skipped_tests() {
             let (bin, test) = skip.display_name();
-            let reasons = groups.entry(&skip.kind).or_default();
-            reasons.entry(&skip.reason).or_default().entry(bin).or_default().push(test);
+            let (heading, detail) = match skip.kind.as_str() {
+                "not-applicable" => {
+                    let (subject, why) = split_conformance_reason(&skip.reason);
+                    ((1, format!("not applicable: {why}")), subject.to_owned())
+                }
+                "prerequisite" => ((0, "prerequisite missing".to_owned()), skip.reason.clone()),
+                other => ((0, other.to_owned()), skip.reason.clone()),
+            };
+            let details = groups.entry(heading).or_default();
+            details.entry(detail).or_default().entry(bin).or_default().push(test);
         }
         let mut lines = Vec::new();
-        for (kind, reasons) in &groups {
-            let count: usize = reasons.values().flat_map(|bins| bins.values()).map(Vec::len).sum();
+        for ((order, heading), details) in &groups {
+            let count: usize = details.values().flat_map(|bins| bins.values()).map(Vec::len).sum();
             let s = if count == 1 { "" } else { "s" };
-            lines.push(match *kind {
-                "not-applicable" => {
-                    format!("{count} conformance case{s} skipped (capability not declared):")
+            let what = if *order == 1 { "conformance case" } else { "test" };
+            lines.push(format!("{count} {what}{s} skipped ({heading}):"));
+            for (detail, bins) in details {
+                if !detail.is_empty() {
+                    lines.push(format!("  {detail}:"));
                 }
-                "prerequisite" => format!("{count} test{s} skipped (prerequisite missing):"),
-                other => format!("{count} test{s} skipped ({other}):"),
-            });
-            for (reason, bins) in reasons {
-                lines.push(format!("  {reason}:"));
                 for (bin, tests) in bins {
                     let mut shown = tests[..tests.len().min(NAMES_SHOWN)].join(", ");
                     if tests.len() > NAMES_SHOWN {
@@ -308,6 +453,62 @@ impl TestCounts {
     }
 }
 
+/// Splits a conformance skip's reason, `<case> [<backend>]: <why>` or `<case> [<backend> on
+/// <storage>]: <why>` (as `stowage_conformance::runner` writes it), into `<backend>` (with the
+/// storage) and `<why>`; a reason of another form is all `<why>`.
+fn split_conformance_reason(reason: &str) -> (&str, &str) {
+    let Some((head, why)) = reason.split_once("]: ") else {
+        return ("", reason);
+    };
+    match head.rsplit_once(" [") {
+        Some((case, backend)) if !case.contains(' ') => (backend, why),
+        _ => ("", reason),
+    }
+}
+
+/// The Python tests pytest skipped, by reason, with where each was skipped (`file:line`, as
+/// pytest's `-rs` lines give it) and how many tests skipped there.
+fn python_skip_report(skips: &[PytestSkip]) -> Vec<String> {
+    let count: u64 = skips.iter().map(|skip| skip.count).sum();
+    if count == 0 {
+        return Vec::new();
+    }
+    let mut by_reason: BTreeMap<&str, Vec<&PytestSkip>> = BTreeMap::new();
+    for skip in skips {
+        by_reason.entry(&skip.reason).or_default().push(skip);
+    }
+    let s = if count == 1 { "" } else { "s" };
+    let mut lines = vec![format!("{count} Python test{s} skipped (pytest):")];
+    for (reason, skips) in by_reason {
+        lines.push(format!("  {reason}:"));
+        for skip in skips {
+            let s = if skip.count == 1 { "" } else { "s" };
+            lines.push(format!("    {}: {} test{s}", skip.location, skip.count));
+        }
+    }
+    lines
+}
+
+/// Runs the Python package's pytest run, echoing its standard output line by line, and adds its
+/// totals and skips to `counts`. A run that exits 0 must end with pytest's summary line.
+fn run_pytest(
+    command: &mut Command,
+    name: &str,
+    counts: &mut TestCounts,
+) -> Result<std::process::ExitStatus, String> {
+    let mut run = PytestCounts::default();
+    let status = run_echoing(command, name, &mut |line| run.add_line(line))?;
+    let summary_seen = run.summary_seen;
+    counts.add_pytest(run);
+    if status.success() && !summary_seen {
+        return Err(format!(
+            "`{name}` passed but printed no summary line (`N passed, M skipped ... in S s`), so \
+             its tests cannot be counted"
+        ));
+    }
+    Ok(status)
+}
+
 /// Runs `cargo test`, echoing its standard output line by line while adding up the results, and
 /// then adds the skips the tests appended to a fresh skip log ([`SKIP_LOG_ENV`]).
 fn run_counting_tests(
@@ -319,18 +520,20 @@ fn run_counting_tests(
     // set-ups (doctests run in processes of their own), and a file loses no line.
     let log = std::env::temp_dir().join(format!("stowage-skip-log-{}.txt", std::process::id()));
     std::fs::write(&log, "").map_err(|e| format!("cannot create {}: {e}", log.display()))?;
-    let status = run_echoing(command.env(SKIP_LOG_ENV, &log), &name, counts);
+    let status = run_echoing(command.env(SKIP_LOG_ENV, &log), &name, &mut |line| {
+        counts.add_line(line);
+    });
     let skips = std::fs::read_to_string(&log);
     let _ = std::fs::remove_file(&log);
     counts.add_skip_log(&skips.map_err(|e| format!("cannot read {}: {e}", log.display()))?);
     status
 }
 
-/// Runs `command`, echoing its standard output line by line into `counts`.
+/// Runs `command`, echoing its standard output line by line and handing each line to `add`.
 fn run_echoing(
     command: &mut Command,
     name: &str,
-    counts: &mut TestCounts,
+    add: &mut dyn FnMut(&str),
 ) -> Result<std::process::ExitStatus, String> {
     let mut child = command
         .stdout(Stdio::piped())
@@ -346,7 +549,7 @@ fn run_echoing(
             Ok(_) => {
                 let _ = stdout.write_all(&line);
                 let _ = stdout.flush();
-                counts.add_line(&String::from_utf8_lossy(&line));
+                add(&String::from_utf8_lossy(&line));
             }
             Err(error) => {
                 let _ = child.kill();
@@ -401,7 +604,7 @@ mod tests {
              SKIPPED test=checks_hashes bin=dnanet_reference-0123456789abcdef kind=prerequisite reason={missing}\n\
              SKIPPED test=third bin=dnanet_reference-0123456789abcdef kind=prerequisite reason={missing}\n\
              SKIPPED test=fourth bin=dnanet_reference-0123456789abcdef kind=prerequisite reason={missing}\n\
-             SKIPPED test=conformance::zero_copy_get_follows_capability bin=conformance-0123456789abcdef kind=not-applicable reason=backend npy: zero_copy_get not declared\n\
+             SKIPPED test=conformance::zero_copy_get_follows_capability bin=conformance-0123456789abcdef kind=not-applicable reason=zero_copy_get_follows_capability [npy]: zero_copy_get not declared\n\
              SKIPPED test=main@4242 bin=rust_out kind=prerequisite reason={missing}\n\
              some other line\n"
         ));
@@ -409,13 +612,99 @@ mod tests {
         assert_eq!(
             counts.skip_report(),
             [
-                "1 conformance case skipped (capability not declared):",
-                "  backend npy: zero_copy_get not declared:",
-                "    conformance: conformance::zero_copy_get_follows_capability",
                 "5 tests skipped (prerequisite missing):",
                 "  reference set dnanet-memmap not found at /x/dnanet-memmap:",
                 "    dnanet_reference: checks_hashes, fourth, reads_every_cache and 1 more",
                 "    doctests: pid 4242",
+                "1 conformance case skipped (not applicable: zero_copy_get not declared):",
+                "  npy:",
+                "    conformance: conformance::zero_copy_get_follows_capability",
+            ]
+        );
+    }
+
+    /// Conformance cases that do not apply are grouped by why, as the runner words it: a
+    /// capability the backend does not declare is not the same as a storage that cannot run the
+    /// case.
+    #[test]
+    fn not_applicable_skips_are_grouped_by_why() {
+        let mut counts = TestCounts::default();
+        counts.add_line("test result: ok. 5 passed; 0 failed; 0 ignored; 0 measured");
+        let shared = "caches on memory:// are not shared between processes: the writer runs in \
+                      a child process, whose caches this process would not see";
+        let durable = "durable_flush not declared (a power cut may lose what flush acknowledged; \
+                       kill -9 is checked by the crash cases)";
+        counts.add_skip_log(&format!(
+            "SKIPPED test=crash_loses_no_flushed_sample bin=conformance_memory-0123456789abcdef kind=not-applicable reason=crash_loses_no_flushed_sample [remote on memory://]: {shared}\n\
+             SKIPPED test=failed_flush_poisons_the_handle bin=conformance_memory-0123456789abcdef kind=not-applicable reason=failed_flush_poisons_the_handle [remote on memory://]: {shared}\n\
+             SKIPPED test=compressed::power_loss_during_finalize bin=conformance-0123456789abcdef kind=not-applicable reason=power_loss_during_finalize [arrow]: {durable}\n\
+             SKIPPED test=odd bin=conformance-0123456789abcdef kind=not-applicable reason=no case named here\n"
+        ));
+        assert_eq!(counts.summary(), "1 passed, 0 failed, 4 skipped");
+        assert_eq!(
+            counts.skip_report(),
+            [
+                format!("2 conformance cases skipped (not applicable: {shared}):"),
+                "  remote on memory://:".to_owned(),
+                "    conformance_memory: crash_loses_no_flushed_sample, \
+                 failed_flush_poisons_the_handle"
+                    .to_owned(),
+                format!("1 conformance case skipped (not applicable: {durable}):"),
+                "  arrow:".to_owned(),
+                "    conformance: compressed::power_loss_during_finalize".to_owned(),
+                "1 conformance case skipped (not applicable: no case named here):".to_owned(),
+                "    conformance: odd".to_owned(),
+            ]
+        );
+    }
+
+    #[test]
+    fn conformance_reasons_split_into_backend_and_why() {
+        assert_eq!(
+            split_conformance_reason("big_sample [npy]: uint8 not among the declared dtypes"),
+            ("npy", "uint8 not among the declared dtypes")
+        );
+        assert_eq!(
+            split_conformance_reason("crash [remote on s3://]: caches on s3:// are not: x"),
+            ("remote on s3://", "caches on s3:// are not: x")
+        );
+        assert_eq!(split_conformance_reason("odd reason [x]: y"), ("", "odd reason [x]: y"));
+        assert_eq!(split_conformance_reason("plain"), ("", "plain"));
+    }
+
+    /// pytest's totals join the Rust tests' in the summary, and its skips are listed by reason;
+    /// a Python skip is never a pass.
+    #[test]
+    fn python_tests_join_the_summary_and_the_skip_report() {
+        let mut counts = TestCounts::default();
+        counts.add_line("test result: ok. 10 passed; 1 failed; 2 ignored; 0 measured");
+        counts.add_skip_log(
+            "SKIPPED test=t bin=t-0123456789abcdef kind=prerequisite reason=no python3\n",
+        );
+        let mut run = PytestCounts::default();
+        for line in [
+            "..s.ss.F",
+            "SKIPPED [2] crates/stowage-py/tests/conftest.py:254: reference set x not found",
+            "SKIPPED [1] crates/stowage-py/tests/test_torch.py:241: torch is not installed",
+            "SKIPPED [1] crates/stowage-py/tests/test_reference.py:9: reference set x not found",
+            "1 failed, 20 passed, 4 skipped in 3.10s",
+        ] {
+            run.add_line(line);
+        }
+        counts.add_pytest(run);
+        assert_eq!(counts.summary(), "29 passed, 2 failed, 7 skipped");
+        assert_eq!(
+            counts.skip_report(),
+            [
+                "1 test skipped (prerequisite missing):",
+                "  no python3:",
+                "    t: t",
+                "4 Python tests skipped (pytest):",
+                "  reference set x not found:",
+                "    crates/stowage-py/tests/conftest.py:254: 2 tests",
+                "    crates/stowage-py/tests/test_reference.py:9: 1 test",
+                "  torch is not installed:",
+                "    crates/stowage-py/tests/test_torch.py:241: 1 test",
             ]
         );
     }

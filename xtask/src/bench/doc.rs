@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 
 use super::peer::PeerOutput;
 use super::rate::Row;
-use super::suite::{SUITES, Suite};
+use super::suite::{Runner, SUITES, Suite};
 use crate::machine::Machine;
 use crate::sections::Page;
 
@@ -46,11 +46,17 @@ impl Section<'_> {
         let _ = writeln!(text, "## {}\n", suite.heading);
         let python =
             machine.python.as_ref().map(|python| format!(", {python}")).unwrap_or_default();
+        let script_only = suite.runner == Runner::PythonPackage;
         if self.benchmarks.iter().all(|row| row.measured.is_err()) {
+            let what = if script_only {
+                "there is no result of the Python script kept from an earlier run"
+            } else {
+                "there is no criterion result for any benchmark below"
+            };
             let _ = writeln!(
                 text,
-                "Not measured yet: there is no criterion result for any benchmark below; \
-                 `cargo xtask bench` without `--report-only` measures them.\n"
+                "Not measured yet: {what}; `cargo xtask bench` without `--report-only` measures \
+                 them.\n"
             );
         } else {
             let _ = writeln!(
@@ -59,16 +65,24 @@ impl Section<'_> {
                 machine.date, machine.cpu, machine.cores, machine.memory, machine.rustc
             );
         }
-        let (bench_verb, peer_verb) = if self.report_only {
-            ("reads the criterion results of an earlier", "runs")
+        if script_only && self.report_only {
+            let _ = writeln!(
+                text,
+                "Command: `{}`, which reads what `{}` printed in an earlier run (after `{}`).\n",
+                self.command, self.peer_line, self.bench_line
+            );
         } else {
-            ("runs", "then")
-        };
-        let _ = writeln!(
-            text,
-            "Command: `{}`, which {bench_verb} `{}` and {peer_verb} `{}`.\n",
-            self.command, self.bench_line, self.peer_line
-        );
+            let (bench_verb, peer_verb) = if self.report_only {
+                ("reads the criterion results of an earlier", "runs")
+            } else {
+                ("runs", "then")
+            };
+            let _ = writeln!(
+                text,
+                "Command: `{}`, which {bench_verb} `{}` and {peer_verb} `{}`.\n",
+                self.command, self.bench_line, self.peer_line
+            );
+        }
         let _ = writeln!(text, "{}\n", suite.description);
         text.push_str(self.table);
         for level in suite.levels {
@@ -137,7 +151,7 @@ pub fn replace_named_section(doc: &str, name: &str, later: &[&str], section: &st
 mod tests {
     use super::*;
     use crate::bench::peer::parse_output;
-    use crate::bench::suite::{MEMMAP, NUMPY10};
+    use crate::bench::suite::{MEMMAP, NUMPY10, PYTHON};
     use crate::bench::table::fake::{missing, rows_per_second};
     use crate::bench::table::render_table;
 
@@ -334,5 +348,57 @@ mod tests {
              <!-- xtask-bench:numpy10:end -->\n\n<!-- xtask-bench:memmap:begin -->\nm\n\
              <!-- xtask-bench:memmap:end -->\n"
         );
+    }
+
+    /// The python suite's section: the build and the script on a real run, the kept line with
+    /// `--report-only`, and its levels described under the table.
+    #[test]
+    fn python_section_names_the_build_and_the_script() {
+        let machine = machine(Some("Python 3.11.7, numpy 2.4.6, stowage 0.1.0"));
+        let peer = parse_output(
+            &PYTHON.peer,
+            r#"{"memmap_py_get_rows_per_s": 4e5, "rows": {"memmap_py_get": 10240}, "seconds": {"memmap_py_get": 0.0256}}"#,
+        )
+        .ok_or_else(String::new);
+        let mut rows = vec![rows_per_second("memmap_py_get", 4e5)];
+        rows.push(crate::bench::rate::Row {
+            name: "memmap_get_overhead".to_owned(),
+            measured: Ok(crate::bench::rate::Measured::level(
+                0.5,
+                crate::bench::rate::Unit::Microseconds,
+            )),
+        });
+        let build = "VIRTUAL_ENV=target/py-venv target/py-venv/bin/maturin develop --release \
+                     --manifest-path crates/stowage-py/Cargo.toml";
+        let script = "target/py-venv/bin/python xtask/py/python_bench.py target/bench-data/python";
+        let render = |report_only: bool, command: &str| {
+            Section {
+                suite: &PYTHON,
+                machine: &machine,
+                command,
+                report_only,
+                bench_line: build,
+                peer_line: script,
+                benchmarks: &rows,
+                table: "| table |\n",
+                peer: &peer,
+            }
+            .render()
+        };
+        let run = render(false, "cargo xtask bench --suite python");
+        assert!(run.contains(&format!(
+            "Command: `cargo xtask bench --suite python`, which runs `{build}` and then `{script}`."
+        )));
+        assert!(run.contains("Measured 2026-11-22 04:58 UTC on "));
+        assert!(run.contains(
+            "\n`memmap_get_overhead`: Python overhead per `get`: the median over get rounds"
+        ));
+        assert!(run.contains("\n`memmap_py_get`: a Python `for` loop of `cache.get(key)`"));
+        assert!(run.contains(", 10240 reads in 0.03 s.\n"));
+        let kept = render(true, "cargo xtask bench --suite python --report-only");
+        assert!(kept.contains(&format!(
+            "Command: `cargo xtask bench --suite python --report-only`, which reads what \
+             `{script}` printed in an earlier run (after `{build}`)."
+        )));
     }
 }

@@ -12,8 +12,8 @@ use super::suite::Level;
 pub const FILE: &str = "measurements.json";
 
 /// One row per level of `levels`: its value from `<bench data>/measurements.json`
-/// (`{"<name>": {"value": <number>, "unit": "MiB"}}`; the units are `MiB`, `ms` and
-/// `requests`), or why it is missing.
+/// (`{"<name>": {"value": <number>, "unit": "MiB"}}`; the units are `MiB`, `ms`,
+/// `requests` and `µs`), or why it is missing.
 pub fn read_levels(bench_data: &Path, levels: &[Level]) -> Vec<Row> {
     if levels.is_empty() {
         return Vec::new();
@@ -25,25 +25,31 @@ pub fn read_levels(bench_data: &Path, levels: &[Level]) -> Vec<Row> {
             serde_json::from_str(&text)
                 .map_err(|error| format!("{} is not JSON: {error}", path.display()))
         });
+    levels_in(&json, levels, &path.display().to_string())
+}
+
+/// One row per level of `levels` from `json`, an object in the shape of `measurements.json`
+/// (or why there is none); `source` names it in messages. A suite whose peer script measures
+/// everything gives its levels in its JSON line's `"levels"`.
+pub fn levels_in(json: &Result<Value, String>, levels: &[Level], source: &str) -> Vec<Row> {
     levels
         .iter()
         .map(|level| Row {
             name: level.name.to_owned(),
-            measured: json.clone().and_then(|json| level_of(&json, level.name, &path)),
+            measured: json.clone().and_then(|json| level_of(&json, level.name, source)),
         })
         .collect()
 }
 
-fn level_of(json: &Value, name: &str, path: &Path) -> Result<Measured, String> {
-    let entry = json.get(name).ok_or_else(|| format!("{} has no {name}", path.display()))?;
+fn level_of(json: &Value, name: &str, source: &str) -> Result<Measured, String> {
+    let entry = json.get(name).ok_or_else(|| format!("{source} has no {name}"))?;
     let value = entry.get("value").and_then(Value::as_f64).filter(|v| v.is_finite() && *v >= 0.0);
     let unit = entry.get("unit").and_then(Value::as_str).and_then(Unit::level_named);
     match (value, unit) {
         (Some(value), Some(unit)) => Ok(Measured::level(value, unit)),
         _ => Err(format!(
-            "{}: {name} is not {{\"value\": <number >= 0>, \"unit\": \"MiB\", \"ms\" or \
-             \"requests\"}}: {entry}",
-            path.display()
+            "{source}: {name} is not {{\"value\": <number >= 0>, \"unit\": \"MiB\", \"ms\", \
+             \"requests\" or \"µs\"}}: {entry}"
         )),
     }
 }
@@ -81,5 +87,27 @@ mod tests {
         let rows = read_levels(dir.path(), &other_units);
         let units: Vec<Unit> = rows.iter().map(|row| row.measured.as_ref().unwrap().unit).collect();
         assert_eq!(units, [Unit::Milliseconds, Unit::Requests]);
+    }
+
+    /// Levels given in a peer's JSON line read the same way, microseconds included.
+    #[test]
+    fn levels_in_a_peer_line_and_microseconds() {
+        let levels = [
+            Level { name: "arrow_get_overhead", description: "overhead" },
+            Level { name: "npy_get_overhead", description: "absent" },
+        ];
+        let json: Result<Value, String> =
+            Ok(serde_json::json!({"arrow_get_overhead": {"value": 0.75, "unit": "µs"}}));
+        let rows = levels_in(&json, &levels, "the script's \"levels\"");
+        let level = rows[0].measured.as_ref().unwrap();
+        assert_eq!((level.value, level.unit), (0.75, Unit::Microseconds));
+        assert_eq!(
+            rows[1].measured.as_ref().unwrap_err(),
+            "the script's \"levels\" has no npy_get_overhead"
+        );
+        let rows = levels_in(&Err("the script did not run".to_owned()), &levels, "x");
+        assert!(
+            rows.iter().all(|row| row.measured.as_ref().unwrap_err() == "the script did not run")
+        );
     }
 }

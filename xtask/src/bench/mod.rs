@@ -8,13 +8,15 @@
 //! results, [`levels`] the bench's other measurements, [`peer`] running a Python peer, [`rate`]
 //! the measured rates all become, [`table`] the table and its verdicts, [`doc`] a suite's section
 //! and its place in `docs/benchmarks.md`, [`s3`] the S3 server of the suites that read object
-//! storage. This file is the run loop.
+//! storage, [`python_package`] the release build of the Python package the python suite
+//! measures (its script measures everything; no criterion bench). This file is the run loop.
 
 mod criterion;
 mod doc;
 mod levels;
 mod overview;
 mod peer;
+mod python_package;
 mod rate;
 mod s3;
 mod scale;
@@ -25,7 +27,7 @@ use std::path::{Path, PathBuf};
 
 use self::doc::{Section, replace_section};
 pub use self::suite::SUITES;
-use self::suite::Suite;
+use self::suite::{Runner, Suite};
 use crate::machine::Machine;
 use crate::{cargo, display_command, target_dir, workspace_root};
 
@@ -139,6 +141,8 @@ struct Paths {
     bench_data_root: PathBuf,
     /// `docs/benchmarks.md`.
     docs: PathBuf,
+    /// The target directory: the Python package's venv is `<target>/py-venv`.
+    target: PathBuf,
 }
 
 impl Paths {
@@ -154,6 +158,7 @@ impl Paths {
             criterion_home,
             bench_data_root: target.join("bench-data"),
             docs: root.join("docs/benchmarks.md"),
+            target,
             root,
         }
     }
@@ -214,6 +219,9 @@ fn run_suites(options: &Options, paths: &Paths) -> Result<(), String> {
 /// One suite: its bench (unless report-only), its criterion results, its peer, the table printed
 /// and written to the suite's section of the docs.
 fn run_suite(suite: &Suite, options: &Options, paths: &Paths) -> Result<(), String> {
+    if suite.runner == Runner::PythonPackage {
+        return run_python_package_suite(suite, options, paths);
+    }
     let root = &paths.root;
     let bench_data = suite.bench_data(&paths.bench_data_root);
     let mut bench = cargo();
@@ -271,8 +279,78 @@ fn run_suite(suite: &Suite, options: &Options, paths: &Paths) -> Result<(), Stri
     }
     rows.extend(peer::rows(&suite.peer, &peer_output));
     drop(s3_server);
+    record(suite, options, paths, &bench_line, &peer_line, &rows, benchmark_count, &peer_output)
+}
 
-    let table = table::render_table(&rows, suite.targets);
+/// A suite whose peer script measures everything ([`Runner::PythonPackage`]): the release build
+/// of the Python package into its venv, then the script with the venv's interpreter (or, with
+/// `--report-only`, the line its last run kept), its levels from its JSON line.
+fn run_python_package_suite(suite: &Suite, options: &Options, paths: &Paths) -> Result<(), String> {
+    let root = &paths.root;
+    let target = &paths.target;
+    let bench_data = suite.bench_data(&paths.bench_data_root);
+    let build_line = python_package::build_line(root, target);
+    let python = python_package::interpreter(target);
+    let snapshot = bench_data.join("package");
+    let peer_line = format!(
+        "PYTHONPATH={} {}",
+        shown_path(root, &snapshot),
+        peer::command_line_with(root, &python, &suite.peer, &bench_data)
+    );
+    let peer_output = if options.report_only {
+        println!("xtask: --report-only: reading what an earlier `{peer_line}` printed");
+        peer::read_saved(root, &suite.peer, &bench_data)
+    } else {
+        let source = root.join(suite.bench_source);
+        if !source.is_file() {
+            return Err(format!(
+                "the {} suite is not runnable yet: {} does not exist",
+                suite.name,
+                shown_path(root, &source)
+            ));
+        }
+        std::fs::create_dir_all(&bench_data)
+            .map_err(|error| format!("cannot create {}: {error}", bench_data.display()))?;
+        // The script imports a copy of the release build, which no `maturin develop` rewrites.
+        python_package::build(root, target, &snapshot)?;
+        let env = [("PYTHONPATH", snapshot.as_os_str())];
+        let output = peer::run_with(root, &python, &env, &suite.peer, &bench_data, &peer_line);
+        if let Ok(output) = &output {
+            peer::save(&bench_data, output)?;
+        }
+        output
+    };
+    if let Err(reason) = &peer_output {
+        println!("xtask: the Python script did not run: {reason}");
+    }
+    let mut rows = peer::rows(&suite.peer, &peer_output);
+    let levels = peer_output.as_ref().map_err(Clone::clone).and_then(|output| {
+        output
+            .json
+            .get("levels")
+            .cloned()
+            .ok_or_else(|| format!("`{peer_line}` printed no \"levels\""))
+    });
+    rows.extend(levels::levels_in(&levels, suite.levels, "the script's \"levels\""));
+    let count = rows.len();
+    record(suite, options, paths, &build_line, &peer_line, &rows, count, &peer_output)
+}
+
+/// Prints the suite's table and writes its section of the docs; `rows[..benchmark_count]` are
+/// the rows the suite measured itself (criterion's and the levels; every row for a suite whose
+/// peer measures everything).
+#[allow(clippy::too_many_arguments)]
+fn record(
+    suite: &Suite,
+    options: &Options,
+    paths: &Paths,
+    bench_line: &str,
+    peer_line: &str,
+    rows: &[rate::Row],
+    benchmark_count: usize,
+    peer_output: &Result<peer::PeerOutput, String>,
+) -> Result<(), String> {
+    let table = table::render_table(rows, suite.targets);
     println!();
     print!("{table}");
     println!();
@@ -285,11 +363,11 @@ fn run_suite(suite: &Suite, options: &Options, paths: &Paths) -> Result<(), Stri
         machine: &machine,
         command: &command,
         report_only: options.report_only,
-        bench_line: &bench_line,
-        peer_line: &peer_line,
+        bench_line,
+        peer_line,
         benchmarks: &rows[..benchmark_count],
         table: &table,
-        peer: &peer_output,
+        peer: peer_output,
     }
     .render();
     let old = std::fs::read_to_string(&paths.docs).unwrap_or_else(|_| "# Benchmarks\n".to_owned());
@@ -298,9 +376,9 @@ fn run_suite(suite: &Suite, options: &Options, paths: &Paths) -> Result<(), Stri
     println!(
         "xtask: {}: {} of {} targets pass; wrote its section of {}",
         suite.name,
-        table::passing(&rows, suite.targets),
+        table::passing(rows, suite.targets),
         suite.goal_count(),
-        shown_path(root, &paths.docs)
+        shown_path(&paths.root, &paths.docs)
     );
     Ok(())
 }
@@ -332,7 +410,7 @@ mod tests {
         let all = parse(&[]).unwrap();
         assert_eq!(
             (all.overview, names(&all), all.report_only),
-            (true, vec!["numpy10", "memmap", "arrow", "hdf5", "remote"], false)
+            (true, vec!["numpy10", "memmap", "arrow", "hdf5", "remote", "python"], false)
         );
         assert_eq!(all.command_line(), "cargo xtask bench");
 
@@ -350,13 +428,16 @@ mod tests {
         let both = parse(&["--suite", "memmap", "--suite", "numpy10"]).unwrap();
         assert_eq!(names(&both), ["numpy10", "memmap"]);
         assert_eq!(both.command_line(), "cargo xtask bench --suite numpy10 --suite memmap");
-        let suites =
-            ["remote", "hdf5", "arrow", "memmap", "numpy10"].map(|name| ["--suite", name]).concat();
+        let suites = ["python", "remote", "hdf5", "arrow", "memmap", "numpy10"]
+            .map(|name| ["--suite", name])
+            .concat();
         assert_eq!(
             parse(&suites).unwrap().command_line(),
             "cargo xtask bench --suite numpy10 --suite memmap --suite arrow --suite hdf5 \
-             --suite remote"
+             --suite remote --suite python"
         );
+        let python = parse(&["--suite", "python"]).unwrap();
+        assert_eq!(python.command_line(), "cargo xtask bench --suite python");
         let every = [&["--suite", "overview"][..], &suites].concat();
         assert_eq!(parse(&every).unwrap().command_line(), "cargo xtask bench");
         let overview = parse(&["--suite", "overview"]).unwrap();
@@ -387,11 +468,11 @@ mod tests {
     fn options_reject_what_they_do_not_know() {
         assert_eq!(
             parse(&["--suite", "zarr"]).unwrap_err(),
-            "unknown suite `zarr`; the suites are numpy10, memmap, arrow, hdf5, remote"
+            "unknown suite `zarr`; the suites are numpy10, memmap, arrow, hdf5, remote, python"
         );
         assert_eq!(
             parse(&["--suite"]).unwrap_err(),
-            "`--suite` needs a suite name: numpy10, memmap, arrow, hdf5, remote"
+            "`--suite` needs a suite name: numpy10, memmap, arrow, hdf5, remote, python"
         );
         assert!(parse(&["--quick"]).unwrap_err().contains("`--suite NAME`, `--report-only`"));
         assert_eq!(
@@ -408,6 +489,7 @@ mod tests {
             criterion_home: dir.join("criterion"),
             bench_data_root: dir.join("bench-data"),
             docs: dir.join("benchmarks.md"),
+            target: dir.join("target"),
         }
     }
 
@@ -443,7 +525,15 @@ mod tests {
         assert!(position("- notes\n\n<!-- xtask-bench:memmap:begin -->\n## memmap: ") > 0);
         assert!(position("<!-- xtask-bench:memmap:end -->") < position("xtask-bench:arrow:begin"));
         assert!(position("<!-- xtask-bench:hdf5:end -->") < position("xtask-bench:remote:begin"));
-        assert!(doc.ends_with("<!-- xtask-bench:remote:end -->\n"));
+        assert!(position("<!-- xtask-bench:remote:end -->") < position("xtask-bench:python:begin"));
+        assert!(doc.ends_with("<!-- xtask-bench:python:end -->\n"));
+        // The python suite has no criterion results: report-only reads its script's kept line,
+        // which this run has not got, and builds nothing.
+        assert!(doc.contains(
+            "Not measured yet: there is no result of the Python script kept from an earlier run"
+        ));
+        assert!(doc.contains("python/peer-output.json does not exist"), "{doc}");
+        assert!(!paths.target.exists());
         assert!(
             doc.contains("| get_checksum / reference_copy_xxh64 |  | 0.80x | >= 0.70x | PASS |")
         );

@@ -17,6 +17,8 @@ pub struct PeerOutput {
     pub rates: Vec<PeerMeasurement>,
     /// `Python 3.11.7, numpy 2.4.6, xxhash 4.1.0` when the peer reported every version.
     pub versions: Option<String>,
+    /// The JSON line the rates were read from (levels, for a suite whose peer measures them).
+    pub json: Value,
 }
 
 /// One rate of a peer's JSON line, with how much it read when the line says.
@@ -32,8 +34,14 @@ pub struct PeerMeasurement {
 
 /// The peer's command line as the docs show it: `python3 <script> <bench data>`.
 pub fn command_line(root: &Path, peer: &Peer, bench_data: &Path) -> String {
+    command_line_with(root, Path::new(PYTHON), peer, bench_data)
+}
+
+/// [`command_line`] with another interpreter (shown relative to the root when inside it).
+pub fn command_line_with(root: &Path, python: &Path, peer: &Peer, bench_data: &Path) -> String {
     format!(
-        "{PYTHON} {} {}",
+        "{} {} {}",
+        shown_path(root, python),
         shown_path(root, &root.join(peer.script)),
         shown_path(root, bench_data)
     )
@@ -42,6 +50,19 @@ pub fn command_line(root: &Path, peer: &Peer, bench_data: &Path) -> String {
 /// Checks the bench data is there, ensures the peer's Python packages, then runs the peer and
 /// reads its rates. `line` is [`command_line`], for messages.
 pub fn run(root: &Path, peer: &Peer, bench_data: &Path, line: &str) -> Result<PeerOutput, String> {
+    run_with(root, Path::new(PYTHON), &[], peer, bench_data, line)
+}
+
+/// [`run`] with another interpreter (the venv the Python package is installed in) and
+/// environment variables.
+pub fn run_with(
+    root: &Path,
+    python: &Path,
+    env: &[(&str, &std::ffi::OsStr)],
+    peer: &Peer,
+    bench_data: &Path,
+    line: &str,
+) -> Result<PeerOutput, String> {
     if let Some(missing) =
         peer.needs.iter().map(|file| bench_data.join(file)).find(|path| !path.is_file())
     {
@@ -58,7 +79,8 @@ pub fn run(root: &Path, peer: &Peer, bench_data: &Path, line: &str) -> Result<Pe
         .collect();
     prerequisites::ensure(&wanted)?;
     println!("xtask: ==> {line}");
-    let output = Command::new(PYTHON)
+    let output = Command::new(python)
+        .envs(env.iter().copied())
         .arg(root.join(peer.script))
         .arg(bench_data)
         .stderr(Stdio::inherit())
@@ -108,7 +130,34 @@ pub fn parse_output(peer: &Peer, stdout: &str) -> Option<PeerOutput> {
         )
         .collect::<Option<Vec<String>>>()
         .map(|parts| parts.join(", "));
-    Some(PeerOutput { rates, versions })
+    Some(PeerOutput { rates, versions, json })
+}
+
+/// Where a suite without a criterion bench keeps its peer's last JSON line (in its bench data),
+/// which `--report-only` reads back.
+pub const SAVED_LINE: &str = "peer-output.json";
+
+/// Keeps `output`'s JSON line in `<bench data>/peer-output.json`.
+pub fn save(bench_data: &Path, output: &PeerOutput) -> Result<(), String> {
+    let path = bench_data.join(SAVED_LINE);
+    std::fs::create_dir_all(bench_data)
+        .and_then(|()| std::fs::write(&path, format!("{}\n", output.json)))
+        .map_err(|error| format!("cannot write {}: {error}", path.display()))
+}
+
+/// The rates of the line [`save`] kept, or why there are none.
+pub fn read_saved(root: &Path, peer: &Peer, bench_data: &Path) -> Result<PeerOutput, String> {
+    let path = bench_data.join(SAVED_LINE);
+    let text = std::fs::read_to_string(&path).map_err(|_| {
+        format!(
+            "{} does not exist (the suite keeps its last run's results there; run `cargo xtask \
+             bench` without --report-only)",
+            shown_path(root, &path)
+        )
+    })?;
+    parse_output(peer, &text).ok_or_else(|| {
+        format!("{} holds no JSON line with the peer's rates", shown_path(root, &path))
+    })
 }
 
 /// The table rows of the peer's rates: measured, or each missing for the reason the peer did not
@@ -127,7 +176,7 @@ pub fn rows(peer: &Peer, output: &Result<PeerOutput, String>) -> Vec<Row> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::bench::suite::{MEMMAP, NUMPY10};
+    use crate::bench::suite::{MEMMAP, NUMPY10, PYTHON};
 
     /// A line without the rate key, or no JSON at all, is not the peer's result.
     #[test]
@@ -213,6 +262,63 @@ mod tests {
         assert_eq!(
             command_line(&root, &MEMMAP.peer, &root.join("target/bench-data/memmap")),
             "python3 xtask/py/memmap_peer.py target/bench-data/memmap"
+        );
+    }
+
+    /// The python suite's line: many rates, each with its own rows and seconds, the versions
+    /// with the stowage package's, and its levels kept in the JSON for the caller.
+    #[test]
+    fn the_python_script_line_gives_rates_versions_and_levels() {
+        let line = r#"{"memmap_rust_get_rows_per_s": 800000.0, "memmap_py_get_rows_per_s": 400000.0, "rows": {"memmap_rust_get": 10240, "memmap_py_get": 10240}, "seconds": {"memmap_rust_get": 0.0128, "memmap_py_get": 0.0256}, "levels": {"memmap_get_overhead": {"value": 1.25, "unit": "µs"}}, "python": "3.11.7", "numpy": "2.4.6", "pyarrow": "26.0.1", "tables": "3.11.1", "h5py": "3.16.0", "xxhash": "4.1.0", "stowage": "0.1.0"}"#;
+        let peer = parse_output(&PYTHON.peer, &format!("python_bench: built\n{line}\n")).unwrap();
+        assert_eq!(
+            peer.versions.as_deref(),
+            Some(
+                "Python 3.11.7, numpy 2.4.6, pyarrow 26.0.1, tables 3.11.1, h5py 3.16.0, \
+                 xxhash 4.1.0, stowage 0.1.0"
+            )
+        );
+        assert_eq!(peer.rates.len(), PYTHON.peer.rates.len());
+        let rust = &peer.rates[0];
+        assert_eq!(rust.row.name, "memmap_rust_get");
+        assert_eq!(rust.row.measured.as_ref().unwrap().value, 800_000.0);
+        assert_eq!((rust.rows, rust.seconds), (Some(10_240), Some(0.0128)));
+        let python = &peer.rates[1];
+        assert_eq!((python.row.name.as_str(), python.rows), ("memmap_py_get", Some(10_240)));
+        let missing = peer.rates.iter().find(|rate| rate.row.name == "hdf5_py_get").unwrap();
+        assert_eq!(
+            missing.row.measured.as_ref().unwrap_err(),
+            "the peer's JSON line has no positive hdf5_py_get_rows_per_s"
+        );
+        assert_eq!(peer.json["levels"]["memmap_get_overhead"]["value"], 1.25);
+    }
+
+    /// A suite without a criterion bench keeps its line for `--report-only`, which reads it back
+    /// whole, or says where it would be.
+    #[test]
+    fn a_kept_line_is_read_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = crate::workspace_root();
+        let error = read_saved(&root, &PYTHON.peer, dir.path()).unwrap_err();
+        assert!(error.ends_with("peer-output.json does not exist (the suite keeps its last run's results there; run `cargo xtask bench` without --report-only)"), "{error}");
+        let line = r#"{"npy_py_get_rows_per_s": 3e5, "rows": {"npy_py_get": 1024}, "seconds": {"npy_py_get": 0.003}, "levels": {}}"#;
+        let output = parse_output(&PYTHON.peer, line).unwrap();
+        save(&dir.path().join("python"), &output).unwrap();
+        let again = read_saved(&root, &PYTHON.peer, &dir.path().join("python")).unwrap();
+        assert_eq!(again.json, output.json);
+        let npy = again.rates.iter().find(|rate| rate.row.name == "npy_py_get").unwrap();
+        assert_eq!(npy.row.measured.as_ref().unwrap().value, 3e5);
+        std::fs::write(dir.path().join("python").join(SAVED_LINE), "not json\n").unwrap();
+        let error = read_saved(&root, &PYTHON.peer, &dir.path().join("python")).unwrap_err();
+        assert!(error.ends_with("peer-output.json holds no JSON line with the peer's rates"));
+        assert_eq!(
+            command_line_with(
+                &root,
+                &root.join("target/py-venv/bin/python"),
+                &PYTHON.peer,
+                &root.join("target/bench-data/python")
+            ),
+            "target/py-venv/bin/python xtask/py/python_bench.py target/bench-data/python"
         );
     }
 }

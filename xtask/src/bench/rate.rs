@@ -40,10 +40,12 @@ pub enum Unit {
     Milliseconds,
     /// Requests a store received: a level such as what an open costs.
     Requests,
+    /// Microseconds: a level such as the Python overhead of one call.
+    Microseconds,
 }
 
 impl Unit {
-    /// The unit as the table writes it (`rows/s`, `B/s`, `MiB`, `ms`, `requests`), and as
+    /// The unit as the table writes it (`rows/s`, `B/s`, `MiB`, `ms`, `requests`, `µs`), and as
     /// `measurements.json` names a level's.
     pub fn name(self) -> &'static str {
         match self {
@@ -54,17 +56,18 @@ impl Unit {
             Unit::Mebibytes => "MiB",
             Unit::Milliseconds => "ms",
             Unit::Requests => "requests",
+            Unit::Microseconds => "µs",
         }
     }
 
     /// Whether it counts an amount rather than an amount per second.
     pub fn is_level(self) -> bool {
-        matches!(self, Unit::Mebibytes | Unit::Milliseconds | Unit::Requests)
+        matches!(self, Unit::Mebibytes | Unit::Milliseconds | Unit::Requests | Unit::Microseconds)
     }
 
     /// The level unit `measurements.json` names `name`, if any.
     pub fn level_named(name: &str) -> Option<Unit> {
-        [Unit::Mebibytes, Unit::Milliseconds, Unit::Requests]
+        [Unit::Mebibytes, Unit::Milliseconds, Unit::Requests, Unit::Microseconds]
             .into_iter()
             .find(|unit| unit.name() == name)
     }

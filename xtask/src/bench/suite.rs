@@ -47,6 +47,23 @@ pub struct Suite {
     /// `<!-- xtask-bench:begin -->` / `<!-- xtask-bench:end -->` (from before there were several
     /// suites); its first write replaces them with its own markers.
     pub owns_unnamed_markers: bool,
+    /// What measures the suite: its criterion bench, or (no criterion bench) its peer script
+    /// run on the release build of the `stowage` Python package.
+    pub runner: Runner,
+}
+
+/// What measures a suite's rates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Runner {
+    /// The criterion bench (`package`, `bench_target`, `bench_source`, `group`,
+    /// `benchmark_ids`), then the peer with the system `python3` on the data the bench left.
+    Criterion,
+    /// No criterion bench: `cargo xtask bench` builds the `stowage` Python package in release
+    /// into `<target>/py-venv` (`maturin develop --release`; `bench_source` is its
+    /// `pyproject.toml`), then the peer script, run with the venv's interpreter, makes its own
+    /// data and measures every rate, and every level (in its JSON line's `"levels"`, the shape
+    /// of `measurements.json`). Its line is kept in the bench data for `--report-only`.
+    PythonPackage,
 }
 
 /// A Python script run as `python3 <script> <bench data>` that prints one JSON line of rates.
@@ -213,6 +230,7 @@ pub const NUMPY10: Suite = Suite {
     ],
     s3_server: false,
     owns_unnamed_markers: true,
+    runner: Runner::Criterion,
 };
 
 /// memmap: stowage-memmap against the reference loops and DNANet's memmap read path.
@@ -296,6 +314,7 @@ pub const MEMMAP: Suite = Suite {
     ],
     s3_server: false,
     owns_unnamed_markers: false,
+    runner: Runner::Criterion,
 };
 
 /// arrow: stowage-arrow against the reference loops and torchcachex's read and write paths, and
@@ -395,6 +414,7 @@ pub const ARROW: Suite = Suite {
     ],
     s3_server: false,
     owns_unnamed_markers: false,
+    runner: Runner::Criterion,
 };
 
 /// hdf5: stowage-hdf5 against a raw copy of the same bytes and aenet's PyTables loads and writes.
@@ -465,6 +485,7 @@ pub const HDF5: Suite = Suite {
     ],
     s3_server: false,
     owns_unnamed_markers: false,
+    runner: Runner::Criterion,
 };
 
 /// remote: stowage-remote on moto's S3 server against object_store's own requests for the same
@@ -591,10 +612,421 @@ pub const REMOTE: Suite = Suite {
     ],
     s3_server: true,
     owns_unnamed_markers: false,
+    runner: Runner::Criterion,
+};
+
+/// python: the `stowage` Python package against its own Rust reads on the same handle, a raw copy
+/// of the same rows, and each original tool's Python read path on the same files.
+pub const PYTHON: Suite = Suite {
+    name: "python",
+    heading: "python: the stowage package against its Rust reads and the original tools' Python read paths",
+    package: "stowage-py",
+    bench_target: "",
+    bench_source: "crates/stowage-py/pyproject.toml",
+    group: "",
+    benchmark_ids: &[],
+    bench_data_subdir: "python",
+    description: "One process (xtask/py/python_bench.py, run with the venv's interpreter on a \
+                  copy of the release build in `target/bench-data/python/package`, which no later \
+                  `maturin develop`, such as `cargo xtask test`'s debug one, can rewrite under \
+                  it) makes four caches with `stowage.create(path, backend=..., schema={\"x\": \
+                  (\"float32\", [512])})`, `memmap/`, `arrow/`, `npy/` and `hdf5/`, 131,072 rows \
+                  each (256 MiB of row bytes per cache, 2.4x this machine's 105 MiB L3), then \
+                  measures everything side by side. Maps warm: every key of every cache is read \
+                  once through `get_batch` before timing (and through \
+                  `CacheDataset.__getitems__`, whose own handle maps the files again), and the \
+                  peers and the reference touch every page they map; nothing is dropped from the \
+                  page cache, so no read goes to disk. Rows not in the CPU cache: keys come from \
+                  shuffled epochs over all rows. Values read back through every API and every \
+                  peer are compared with what was put before timing; checksums are on (the \
+                  default). Every measurement runs in rounds that alternate it with the others on \
+                  the same keys, a different one first each round (the machine's 2 cores are \
+                  shared: a neighbour's load strikes every side of a round alike); a rate is rows \
+                  per round over the median round's seconds, the line under the table gives the \
+                  totals. Targets: Python overhead per `get` at most 1 µs over the Rust `get` \
+                  (`*_get_overhead`); `get_batch_into` at least 0.9x Rust `get_batch`; \
+                  `CacheDataset.__getitems__` within 1.2x of `get_batch_into` (rate ratio >= \
+                  0.83); at least 5x torchcachex's `get_batch`, 2x DNANet's per-row `np.memmap` \
+                  copy, 10x PyTables' and h5py's per-entry reads and 2x hangar's slice + xxh64, \
+                  stowage reading the same samples as checked numpy arrays (`get`, or `get_batch` \
+                  against torchcachex's batch read). Rows marked diagnostic split the gaps: see \
+                  Reading the python numbers below.",
+    peer: Peer {
+        script: "xtask/py/python_bench.py",
+        packages: &["numpy", "pyarrow", "tables", "h5py", "xxhash", "stowage"],
+        needs: &[],
+        rates: &[
+            PeerRate {
+                name: "memmap_rust_get",
+                key: "memmap_rust_get_rows_per_s",
+                rows_at: "/rows/memmap_rust_get",
+                seconds_at: "/seconds/memmap_rust_get",
+                description: "Rust `Reader::get` of each key on the same open handle \
+                              (`stowage._stowage._time_rust_gets`, its own clock, no Python in \
+                              the loop), 1,024 keys per round",
+            },
+            PeerRate {
+                name: "memmap_py_get",
+                key: "memmap_py_get_rows_per_s",
+                rows_at: "/rows/memmap_py_get",
+                seconds_at: "/seconds/memmap_py_get",
+                description: "a Python `for` loop of `cache.get(key)` over the same keys: a dict \
+                              with a read-only numpy array, checksum checked",
+            },
+            PeerRate {
+                name: "dnanet_memmap_copy",
+                key: "dnanet_memmap_copy_rows_per_s",
+                rows_at: "/rows/dnanet_memmap_copy",
+                seconds_at: "/seconds/dnanet_memmap_copy",
+                description: "DNANet's read of the same rows (keys mapped to rows through \
+                              `index.parquet` before timing), `np.array(mm[row])` of the \
+                              `np.memmap` of each field's `.bin` (xtask/py/memmap_peer.py's maps, \
+                              pages touched), beside `memmap_py_get` in every get round",
+            },
+            PeerRate {
+                name: "memmap_rust_get_batch",
+                key: "memmap_rust_get_batch_rows_per_s",
+                rows_at: "/rows/memmap_rust_get_batch",
+                seconds_at: "/seconds/memmap_rust_get_batch",
+                description: "Rust `get_batch` of each batch of 256 keys \
+                              (`_time_rust_get_batches`, its own clock), 8 batches per round",
+            },
+            PeerRate {
+                name: "memmap_rust_get_batch_call",
+                key: "memmap_rust_get_batch_call_rows_per_s",
+                rows_at: "/rows/memmap_rust_get_batch_call",
+                seconds_at: "/seconds/memmap_rust_get_batch_call",
+                description: "diagnostic: the same `_time_rust_get_batches` call timed from \
+                              Python, so with the conversion of its 2,048 keys to Rust strings",
+            },
+            PeerRate {
+                name: "memmap_py_get_batch_into",
+                key: "memmap_py_get_batch_into_rows_per_s",
+                rows_at: "/rows/memmap_py_get_batch_into",
+                seconds_at: "/seconds/memmap_py_get_batch_into",
+                description: "`cache.get_batch_into(keys, {\"x\": out})` of the same batches into \
+                              one preallocated float32 (256, 512) array, reused batch after batch",
+            },
+            PeerRate {
+                name: "memmap_py_get_batch_into_new",
+                key: "memmap_py_get_batch_into_new_rows_per_s",
+                rows_at: "/rows/memmap_py_get_batch_into_new",
+                seconds_at: "/seconds/memmap_py_get_batch_into_new",
+                description: "diagnostic: `get_batch_into` of the same batches into a new \
+                              `np.empty((256, 512), np.float32)` each batch, as `__getitems__` \
+                              does, without its Python code",
+            },
+            PeerRate {
+                name: "memmap_py_getitems",
+                key: "memmap_py_getitems_rows_per_s",
+                rows_at: "/rows/memmap_py_getitems",
+                seconds_at: "/seconds/memmap_py_getitems",
+                description: "`stowage.torch.CacheDataset.__getitems__(indices)` of the same \
+                              batches (the DataLoader's call: a new stacked array per batch, \
+                              filled by `get_batch_into`)",
+            },
+            PeerRate {
+                name: "memmap_py_get_batch",
+                key: "memmap_py_get_batch_rows_per_s",
+                rows_at: "/rows/memmap_py_get_batch",
+                seconds_at: "/seconds/memmap_py_get_batch",
+                description: "`cache.get_batch(keys)` of the same batches (new stacked arrays)",
+            },
+            PeerRate {
+                name: "reference_take_rows",
+                key: "reference_take_rows_rows_per_s",
+                rows_at: "/rows/reference_take_rows",
+                seconds_at: "/seconds/reference_take_rows",
+                description: "the physical reference: `np.take(mm, rows, axis=0, out=out)` of the \
+                              same batches' rows from a `np.memmap` of memmap's `x.bin` into the \
+                              same preallocated array (a raw copy of the same bytes, nothing \
+                              checked), in every memmap batch round",
+            },
+            PeerRate {
+                name: "arrow_rust_get",
+                key: "arrow_rust_get_rows_per_s",
+                rows_at: "/rows/arrow_rust_get",
+                seconds_at: "/seconds/arrow_rust_get",
+                description: "the same on the arrow cache",
+            },
+            PeerRate {
+                name: "arrow_py_get",
+                key: "arrow_py_get_rows_per_s",
+                rows_at: "/rows/arrow_py_get",
+                seconds_at: "/seconds/arrow_py_get",
+                description: "the same on the arrow cache",
+            },
+            PeerRate {
+                name: "arrow_rust_get_batch",
+                key: "arrow_rust_get_batch_rows_per_s",
+                rows_at: "/rows/arrow_rust_get_batch",
+                seconds_at: "/seconds/arrow_rust_get_batch",
+                description: "the same on the arrow cache",
+            },
+            PeerRate {
+                name: "arrow_rust_get_batch_call",
+                key: "arrow_rust_get_batch_call_rows_per_s",
+                rows_at: "/rows/arrow_rust_get_batch_call",
+                seconds_at: "/seconds/arrow_rust_get_batch_call",
+                description: "the same on the arrow cache",
+            },
+            PeerRate {
+                name: "arrow_py_get_batch_into",
+                key: "arrow_py_get_batch_into_rows_per_s",
+                rows_at: "/rows/arrow_py_get_batch_into",
+                seconds_at: "/seconds/arrow_py_get_batch_into",
+                description: "the same on the arrow cache",
+            },
+            PeerRate {
+                name: "arrow_py_get_batch_into_new",
+                key: "arrow_py_get_batch_into_new_rows_per_s",
+                rows_at: "/rows/arrow_py_get_batch_into_new",
+                seconds_at: "/seconds/arrow_py_get_batch_into_new",
+                description: "the same on the arrow cache",
+            },
+            PeerRate {
+                name: "arrow_py_getitems",
+                key: "arrow_py_getitems_rows_per_s",
+                rows_at: "/rows/arrow_py_getitems",
+                seconds_at: "/seconds/arrow_py_getitems",
+                description: "the same on the arrow cache",
+            },
+            PeerRate {
+                name: "arrow_py_get_batch",
+                key: "arrow_py_get_batch_rows_per_s",
+                rows_at: "/rows/arrow_py_get_batch",
+                seconds_at: "/seconds/arrow_py_get_batch",
+                description: "the same on the arrow cache",
+            },
+            PeerRate {
+                name: "torchcachex_get_batch",
+                key: "torchcachex_get_batch_rows_per_s",
+                rows_at: "/rows/torchcachex_get_batch",
+                seconds_at: "/seconds/torchcachex_get_batch",
+                description: "torchcachex's `get_batch` of the first batch of every arrow batch \
+                              round on an LRU miss: xtask/py/torchcachex_peer.py's \
+                              `ArrowIPCCacheBackend` over the same segments (index rebuilt from \
+                              them before timing), grouped by segment, `pa.memory_map` + \
+                              `ipc.open_file` + `read_all` + `take`, `to_numpy`, each sample \
+                              rebuilt as a writable array",
+            },
+            PeerRate {
+                name: "npy_rust_get",
+                key: "npy_rust_get_rows_per_s",
+                rows_at: "/rows/npy_rust_get",
+                seconds_at: "/seconds/npy_rust_get",
+                description: "the same on the npy cache",
+            },
+            PeerRate {
+                name: "npy_py_get",
+                key: "npy_py_get_rows_per_s",
+                rows_at: "/rows/npy_py_get",
+                seconds_at: "/seconds/npy_py_get",
+                description: "the same on the npy cache",
+            },
+            PeerRate {
+                name: "hangar_slice_xxh64",
+                key: "hangar_slice_xxh64_rows_per_s",
+                rows_at: "/rows/hangar_slice_xxh64",
+                seconds_at: "/seconds/hangar_slice_xxh64",
+                description: "hangar's read of the same keys' NUMPY_10 records (from \
+                              `records.log`), `np.ascontiguousarray(mm[idx, :512])` and \
+                              `xxhash.xxh64_hexdigest(a.tobytes())` compared, maps of \
+                              xtask/py/numpy10_peer.py (pages touched), beside `npy_py_get` in \
+                              every get round",
+            },
+            PeerRate {
+                name: "npy_rust_get_batch",
+                key: "npy_rust_get_batch_rows_per_s",
+                rows_at: "/rows/npy_rust_get_batch",
+                seconds_at: "/seconds/npy_rust_get_batch",
+                description: "the same on the npy cache",
+            },
+            PeerRate {
+                name: "npy_rust_get_batch_call",
+                key: "npy_rust_get_batch_call_rows_per_s",
+                rows_at: "/rows/npy_rust_get_batch_call",
+                seconds_at: "/seconds/npy_rust_get_batch_call",
+                description: "the same on the npy cache",
+            },
+            PeerRate {
+                name: "npy_py_get_batch_into",
+                key: "npy_py_get_batch_into_rows_per_s",
+                rows_at: "/rows/npy_py_get_batch_into",
+                seconds_at: "/seconds/npy_py_get_batch_into",
+                description: "the same on the npy cache",
+            },
+            PeerRate {
+                name: "npy_py_get_batch_into_new",
+                key: "npy_py_get_batch_into_new_rows_per_s",
+                rows_at: "/rows/npy_py_get_batch_into_new",
+                seconds_at: "/seconds/npy_py_get_batch_into_new",
+                description: "the same on the npy cache",
+            },
+            PeerRate {
+                name: "npy_py_getitems",
+                key: "npy_py_getitems_rows_per_s",
+                rows_at: "/rows/npy_py_getitems",
+                seconds_at: "/seconds/npy_py_getitems",
+                description: "the same on the npy cache",
+            },
+            PeerRate {
+                name: "npy_py_get_batch",
+                key: "npy_py_get_batch_rows_per_s",
+                rows_at: "/rows/npy_py_get_batch",
+                seconds_at: "/seconds/npy_py_get_batch",
+                description: "the same on the npy cache",
+            },
+            PeerRate {
+                name: "hdf5_rust_get",
+                key: "hdf5_rust_get_rows_per_s",
+                rows_at: "/rows/hdf5_rust_get",
+                seconds_at: "/seconds/hdf5_rust_get",
+                description: "the same on the hdf5 cache",
+            },
+            PeerRate {
+                name: "hdf5_py_get",
+                key: "hdf5_py_get_rows_per_s",
+                rows_at: "/rows/hdf5_py_get",
+                seconds_at: "/seconds/hdf5_py_get",
+                description: "the same on the hdf5 cache",
+            },
+            PeerRate {
+                name: "pytables_per_entry",
+                key: "pytables_per_entry_rows_per_s",
+                rows_at: "/rows/pytables_per_entry",
+                seconds_at: "/seconds/pytables_per_entry",
+                description: "aenet's read path on the same segment files through PyTables (its \
+                              library): the key's index row (`cache_row`), its shapes row, then \
+                              its VLEN values row reshaped; on the first 128 keys of every get \
+                              round, key to (segment, row) mapped before timing",
+            },
+            PeerRate {
+                name: "h5py_per_entry",
+                key: "h5py_per_entry_rows_per_s",
+                rows_at: "/rows/h5py_per_entry",
+                seconds_at: "/seconds/h5py_per_entry",
+                description: "the same per-entry read through h5py",
+            },
+            PeerRate {
+                name: "hdf5_rust_get_batch",
+                key: "hdf5_rust_get_batch_rows_per_s",
+                rows_at: "/rows/hdf5_rust_get_batch",
+                seconds_at: "/seconds/hdf5_rust_get_batch",
+                description: "the same on the hdf5 cache",
+            },
+            PeerRate {
+                name: "hdf5_rust_get_batch_call",
+                key: "hdf5_rust_get_batch_call_rows_per_s",
+                rows_at: "/rows/hdf5_rust_get_batch_call",
+                seconds_at: "/seconds/hdf5_rust_get_batch_call",
+                description: "the same on the hdf5 cache",
+            },
+            PeerRate {
+                name: "hdf5_py_get_batch_into",
+                key: "hdf5_py_get_batch_into_rows_per_s",
+                rows_at: "/rows/hdf5_py_get_batch_into",
+                seconds_at: "/seconds/hdf5_py_get_batch_into",
+                description: "the same on the hdf5 cache",
+            },
+            PeerRate {
+                name: "hdf5_py_get_batch_into_new",
+                key: "hdf5_py_get_batch_into_new_rows_per_s",
+                rows_at: "/rows/hdf5_py_get_batch_into_new",
+                seconds_at: "/seconds/hdf5_py_get_batch_into_new",
+                description: "the same on the hdf5 cache",
+            },
+            PeerRate {
+                name: "hdf5_py_getitems",
+                key: "hdf5_py_getitems_rows_per_s",
+                rows_at: "/rows/hdf5_py_getitems",
+                seconds_at: "/seconds/hdf5_py_getitems",
+                description: "the same on the hdf5 cache",
+            },
+            PeerRate {
+                name: "hdf5_py_get_batch",
+                key: "hdf5_py_get_batch_rows_per_s",
+                rows_at: "/rows/hdf5_py_get_batch",
+                seconds_at: "/seconds/hdf5_py_get_batch",
+                description: "the same on the hdf5 cache",
+            },
+        ],
+    },
+    levels: &[
+        Level {
+            name: "memmap_get_overhead",
+            description: "Python overhead per `get`: the median over get rounds of \
+                          (`memmap_py_get` seconds - `memmap_rust_get` seconds) / 1,024 keys, \
+                          wall clock",
+        },
+        Level {
+            name: "memmap_get_overhead_cpu",
+            description: "diagnostic: the same difference in the thread's CPU time \
+                          (`time.thread_time()` around both; what the time this thread waited for \
+                          one of the shared cores does not inflate)",
+        },
+        Level {
+            name: "memmap_key_conversion",
+            description: "diagnostic: per key, the `_time_rust_gets` call's wall time minus its \
+                          own clock: converting the Python `str` key to a Rust string (part of \
+                          every `get`'s overhead)",
+        },
+        Level { name: "arrow_get_overhead", description: "the same on the arrow cache" },
+        Level { name: "arrow_get_overhead_cpu", description: "the same on the arrow cache" },
+        Level { name: "arrow_key_conversion", description: "the same on the arrow cache" },
+        Level { name: "npy_get_overhead", description: "the same on the npy cache" },
+        Level { name: "npy_get_overhead_cpu", description: "the same on the npy cache" },
+        Level { name: "npy_key_conversion", description: "the same on the npy cache" },
+        Level { name: "hdf5_get_overhead", description: "the same on the hdf5 cache" },
+        Level { name: "hdf5_get_overhead_cpu", description: "the same on the hdf5 cache" },
+        Level { name: "hdf5_key_conversion", description: "the same on the hdf5 cache" },
+    ],
+    targets: &[
+        at_most("memmap_get_overhead", 1.0),
+        at_least("memmap_py_get_batch_into", "memmap_rust_get_batch", 0.90),
+        // Within 1.2x of get_batch_into: rates at least 1 / 1.2 apart.
+        at_least("memmap_py_getitems", "memmap_py_get_batch_into", 1.0 / 1.2),
+        report("memmap_py_get", "memmap_rust_get"),
+        report("memmap_py_get_batch_into", "memmap_rust_get_batch_call"),
+        report("memmap_py_getitems", "memmap_py_get_batch_into_new"),
+        report("memmap_py_get_batch_into", "reference_take_rows"),
+        at_most("arrow_get_overhead", 1.0),
+        at_least("arrow_py_get_batch_into", "arrow_rust_get_batch", 0.90),
+        // Within 1.2x of get_batch_into: rates at least 1 / 1.2 apart.
+        at_least("arrow_py_getitems", "arrow_py_get_batch_into", 1.0 / 1.2),
+        report("arrow_py_get", "arrow_rust_get"),
+        report("arrow_py_get_batch_into", "arrow_rust_get_batch_call"),
+        report("arrow_py_getitems", "arrow_py_get_batch_into_new"),
+        report("arrow_py_get_batch_into", "reference_take_rows"),
+        at_most("npy_get_overhead", 1.0),
+        at_least("npy_py_get_batch_into", "npy_rust_get_batch", 0.90),
+        // Within 1.2x of get_batch_into: rates at least 1 / 1.2 apart.
+        at_least("npy_py_getitems", "npy_py_get_batch_into", 1.0 / 1.2),
+        report("npy_py_get", "npy_rust_get"),
+        report("npy_py_get_batch_into", "npy_rust_get_batch_call"),
+        report("npy_py_getitems", "npy_py_get_batch_into_new"),
+        report("npy_py_get_batch_into", "reference_take_rows"),
+        at_most("hdf5_get_overhead", 1.0),
+        at_least("hdf5_py_get_batch_into", "hdf5_rust_get_batch", 0.90),
+        // Within 1.2x of get_batch_into: rates at least 1 / 1.2 apart.
+        at_least("hdf5_py_getitems", "hdf5_py_get_batch_into", 1.0 / 1.2),
+        report("hdf5_py_get", "hdf5_rust_get"),
+        report("hdf5_py_get_batch_into", "hdf5_rust_get_batch_call"),
+        report("hdf5_py_getitems", "hdf5_py_get_batch_into_new"),
+        report("hdf5_py_get_batch_into", "reference_take_rows"),
+        at_least("arrow_py_get_batch", "torchcachex_get_batch", 5.0),
+        at_least("memmap_py_get", "dnanet_memmap_copy", 2.0),
+        at_least("hdf5_py_get", "pytables_per_entry", 10.0),
+        at_least("hdf5_py_get", "h5py_per_entry", 10.0),
+        at_least("npy_py_get", "hangar_slice_xxh64", 2.0),
+    ],
+    s3_server: false,
+    owns_unnamed_markers: false,
+    runner: Runner::PythonPackage,
 };
 
 /// Every suite, in the order `cargo xtask bench` runs them and their sections appear.
-pub const SUITES: &[Suite] = &[NUMPY10, MEMMAP, ARROW, HDF5, REMOTE];
+pub const SUITES: &[Suite] = &[NUMPY10, MEMMAP, ARROW, HDF5, REMOTE, PYTHON];
 
 /// The suite called `name`, or an error listing the known names.
 pub fn find(name: &str) -> Result<&'static Suite, String> {
@@ -676,7 +1108,7 @@ mod tests {
         assert_eq!(find("hdf5").unwrap().package, "stowage-hdf5");
         assert_eq!(
             find("zarr").unwrap_err(),
-            "unknown suite `zarr`; the suites are numpy10, memmap, arrow, hdf5, remote"
+            "unknown suite `zarr`; the suites are numpy10, memmap, arrow, hdf5, remote, python"
         );
         assert_eq!(find("remote").unwrap().package, "stowage-remote");
         assert!(REMOTE.s3_server && SUITES.iter().filter(|suite| suite.s3_server).count() == 1);
@@ -685,6 +1117,12 @@ mod tests {
         assert_eq!(MEMMAP.goal_count(), 9);
         assert_eq!(MEMMAP.targets.len(), 14);
         assert_eq!(ARROW.goal_count(), 7);
+        assert_eq!(PYTHON.goal_count(), 17);
+        let python: Vec<&Suite> =
+            SUITES.iter().filter(|suite| suite.runner == Runner::PythonPackage).collect();
+        assert_eq!(python.len(), 1);
+        assert!(python[0].benchmark_ids.is_empty() && python[0].peer.needs.is_empty());
+        assert!(crate::workspace_root().join(python[0].bench_source).is_file());
     }
 
     /// numpy10's data stays where it always was; memmap's goes to its own subdirectory.

@@ -150,6 +150,7 @@ pub fn format_rate(per_second: f64, unit: Unit) -> String {
     match unit {
         Unit::Milliseconds => return format!("{per_second:.3} ms"),
         Unit::Requests => return format!("{per_second:.0} requests"),
+        Unit::Microseconds => return format!("{per_second:.2} µs"),
         _ if unit.is_level() => return format!("{per_second:.1} {}", unit.name()),
         _ => {}
     }
@@ -317,5 +318,28 @@ mod tests {
         assert_eq!(format_rate(950.0, Unit::Iterations), "950.0 iter/s");
         assert_eq!(format_rate(1.23456, Unit::Milliseconds), "1.235 ms");
         assert_eq!(format_rate(4.0, Unit::Requests), "4 requests");
+    }
+
+    /// A bound on a level in microseconds: the overhead per call, shown with two decimals.
+    #[test]
+    fn a_microsecond_level_has_its_bound() {
+        let rows = vec![Row {
+            name: "memmap_get_overhead".to_owned(),
+            measured: Ok(Measured::level(0.625, Unit::Microseconds)),
+        }];
+        let targets = [Target::AtMost { name: "memmap_get_overhead", maximum: 1.0 }];
+        let table = render_table(&rows, &targets);
+        assert_lines(
+            &table,
+            &[
+                "| memmap_get_overhead |  | 0.62 µs |  |  |",
+                "| memmap_get_overhead bound |  | 0.62 µs | <= 1 µs | PASS |",
+            ],
+        );
+        let slow = vec![Row {
+            name: "memmap_get_overhead".to_owned(),
+            measured: Ok(Measured::level(1.5, Unit::Microseconds)),
+        }];
+        assert_eq!(passing(&slow, &targets), 0);
     }
 }
