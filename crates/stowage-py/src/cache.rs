@@ -12,6 +12,7 @@ use stowage_core::{
 use crate::arrays::{self, Destination};
 use crate::errors::{self, ResultExt, shielded};
 use crate::fork_gate;
+use crate::keys;
 use crate::report::ValidationReport;
 use crate::schema_dict;
 
@@ -156,9 +157,9 @@ impl Cache {
     }
 
     /// The samples of `keys`, read without the GIL; `KeyError` for the first missing key.
-    fn samples(&self, py: Python<'_>, keys: &[PyBackedStr]) -> PyResult<Vec<Sample>> {
+    fn samples(&self, py: Python<'_>, keys: &[Bound<'_, PyAny>]) -> PyResult<Vec<Sample>> {
         let handle = self.handle(py)?;
-        let keys: Vec<&str> = keys.iter().map(|k| &**k).collect();
+        let keys = keys::borrow_all(keys)?;
         let found = py.detach(|| handle.read(|r| r.get_batch(&keys))).py(py)?;
         let mut samples = Vec::with_capacity(found.len());
         for (key, sample) in keys.iter().zip(found) {
@@ -192,23 +193,28 @@ impl Cache {
     /// ```python
     /// x = cache.get("sample-0")["x"]   # numpy array, x.flags.writeable is False
     /// ```
-    fn get<'py>(&self, py: Python<'py>, key: PyBackedStr) -> PyResult<Bound<'py, PyDict>> {
+    fn get<'py>(&self, py: Python<'py>, key: Bound<'py, PyAny>) -> PyResult<Bound<'py, PyDict>> {
         shielded(py, || {
+            let key = keys::borrow(&key)?;
             let handle = self.handle(py)?;
             let found = if self.zero_copy {
-                handle.read(|r| r.get(&key))
+                handle.read(|r| r.get(key))
             } else {
-                py.detach(|| handle.read(|r| r.get(&key)))
+                py.detach(|| handle.read(|r| r.get(key)))
             };
             match found.py(py)? {
                 Some(sample) => self.sample_dict(py, sample),
-                None => Err(errors::missing_key(&key)),
+                None => Err(errors::missing_key(key)),
             }
         })
     }
 
     /// `cache[key]` is `cache.get(key)`.
-    fn __getitem__<'py>(&self, py: Python<'py>, key: PyBackedStr) -> PyResult<Bound<'py, PyDict>> {
+    fn __getitem__<'py>(
+        &self,
+        py: Python<'py>,
+        key: Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyDict>> {
         self.get(py, key)
     }
 
@@ -222,7 +228,7 @@ impl Cache {
     fn get_batch<'py>(
         &self,
         py: Python<'py>,
-        keys: Vec<PyBackedStr>,
+        keys: Vec<Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyDict>> {
         shielded(py, || {
             let samples = self.samples(py, &keys)?;
@@ -271,11 +277,11 @@ impl Cache {
     /// out = {"x": np.empty((256, 512), np.float32)}
     /// cache.get_batch_into(keys, out)
     /// ```
-    fn get_batch_into(
+    fn get_batch_into<'py>(
         &self,
-        py: Python<'_>,
-        keys: Vec<PyBackedStr>,
-        out: Bound<'_, PyDict>,
+        py: Python<'py>,
+        keys: Vec<Bound<'py, PyAny>>,
+        out: Bound<'py, PyDict>,
     ) -> PyResult<()> {
         shielded(py, || {
             let mut targets = Vec::with_capacity(out.len());
@@ -286,7 +292,7 @@ impl Cache {
                 targets.push(self.target(py, &name, &array, keys.len())?);
             }
             let handle = self.handle(py)?;
-            let keys: Vec<&str> = keys.iter().map(|k| &**k).collect();
+            let keys = keys::borrow_all(&keys)?;
             let copied = py.detach(|| copy_batch(handle.as_ref(), &keys, &targets));
             match copied {
                 Ok(()) => Ok(()),
@@ -383,9 +389,9 @@ impl Cache {
     }
 
     fn __contains__(&self, py: Python<'_>, key: Bound<'_, PyAny>) -> PyResult<bool> {
-        let Ok(key) = key.extract::<PyBackedStr>() else { return Ok(false) };
+        let Ok(key) = keys::borrow(&key) else { return Ok(false) };
         let handle = self.handle(py)?;
-        py.detach(|| handle.read(|r| r.contains(&key))).py(py)
+        py.detach(|| handle.read(|r| r.contains(key))).py(py)
     }
 
     /// Releases the cache (idempotent). A writer's samples not flushed are not made durable.

@@ -66,3 +66,11 @@ pub fn _before_fork() {
 pub fn _after_fork() {
     CLOSED.store(false, Ordering::Release);
 }
+
+/// `os.register_at_fork(after_in_child=...)`: the child has no other thread, so no call is
+/// inside, whatever a thread that was stepping back out at the fork left counted; then reopens.
+#[pyfunction]
+pub fn _after_fork_in_child() {
+    INSIDE.store(0, Ordering::Release);
+    CLOSED.store(false, Ordering::Release);
+}

@@ -3,7 +3,7 @@
 //!
 //! Built by maturin (`crates/stowage-py/pyproject.toml`) as one abi3 wheel for CPython >= 3.9.
 //! The modules: [`cache`] (the `Cache` class), [`arrays`] (numpy arrays over tensors and back),
-//! [`dtypes`], [`fork_gate`] (no lock held across `os.fork`), [`schema_dict`] (schemas as dicts), [`options`] (`create`'s options),
+//! [`dtypes`], [`fork_gate`] (no lock held across `os.fork`), [`keys`] (keys without a copy), [`schema_dict`] (schemas as dicts), [`options`] (`create`'s options),
 //! [`report`] (validation reports, capabilities), [`errors`] (exceptions, panics), [`timing`]
 //! (the benchmark's Rust-side timings).
 
@@ -12,6 +12,7 @@ pub mod cache;
 pub mod dtypes;
 pub mod errors;
 pub mod fork_gate;
+pub mod keys;
 pub mod options;
 pub mod report;
 pub mod schema_dict;
@@ -277,6 +278,7 @@ fn _stowage(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add_function(wrap_pyfunction!(_panic_for_tests, module)?)?;
     module.add_function(wrap_pyfunction!(fork_gate::_before_fork, module)?)?;
     module.add_function(wrap_pyfunction!(fork_gate::_after_fork, module)?)?;
+    module.add_function(wrap_pyfunction!(fork_gate::_after_fork_in_child, module)?)?;
     module.add_function(wrap_pyfunction!(timing::_time_rust_gets, module)?)?;
     module.add_function(wrap_pyfunction!(timing::_time_rust_get_batches, module)?)?;
     Ok(())

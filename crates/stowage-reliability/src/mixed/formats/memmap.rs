@@ -288,11 +288,15 @@ impl Format for MemmapDnanet {
             format!("{} (rows {})", names_of(ledger, keys), describe_runs(&rows_of(keys)))
         };
         if !Layout::new(cache).stowage_meta().exists() {
-            if report.unchecked.is_empty() {
+            // DNANet wrote it alone: no checksums, so every row is unchecked (never clean).
+            let rows: u64 = report.unchecked.iter().map(|u| u.samples).sum();
+            if rows == order.len() as u64 && report.unchecked.iter().all(|u| u.writer == "DNANet") {
                 return Ok(report.samples_checked);
             }
             return Err(format!(
-                "a cache DNANet wrote alone reports unchecked rows: {:?}",
+                "a cache DNANet wrote alone ({} rows) must report all of them unchecked by \
+                 DNANet: {:?}",
+                order.len(),
                 report.unchecked
             ));
         }
