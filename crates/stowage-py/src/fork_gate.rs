@@ -4,8 +4,11 @@
 //! cache of open files). A child forked at that moment inherits the lock held by a thread it
 //! does not have, and its first call on the same lock hangs for ever. So every backend call
 //! passes this gate, and `os.register_at_fork` (in `stowage/__init__.py`) closes it before a
-//! fork: [`before_fork`] waits until no call is inside, and calls that arrive meanwhile wait
-//! outside; [`after_fork`] reopens it in the parent and in the child.
+//! fork: [`_before_fork`] waits until no call is inside, and calls that arrive meanwhile wait
+//! outside; [`_after_fork`] reopens it in the parent and in the child.
+//!
+//! Not registered yet: with the hooks registered, a fork while other threads read deadlocked in
+//! the tests (issue 19 stays open on it); `stowage/__init__.py` says so.
 //!
 //! Two atomics, no lock: nothing here can be inherited in a held state. A call costs two atomic
 //! additions.
