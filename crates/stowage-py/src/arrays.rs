@@ -40,28 +40,11 @@ pub fn read_only<'py>(py: Python<'py>, tensor: &Tensor) -> PyResult<Bound<'py, P
     }
     let data = bytes.as_ptr() as *mut c_void;
     let owner = Bound::new(py, Pages { _bytes: bytes })?;
-    let descr = dtypes::descriptor(py, tensor.dtype())?;
-    let mut dims = dims_of(py, tensor.shape())?;
-    // SAFETY: `data` points at `tensor.data().len()` bytes, which is exactly the shape's byte
-    // count times the dtype's size (a `Tensor` invariant); they stay alive and unchanged as long
-    // as `owner`, which becomes the array's base (the reference is moved into numpy). Flags 0:
-    // read-only, C order. NewFromDescr steals the descriptor reference `into_dtype_ptr` gives.
+    // SAFETY: `data` points at the tensor's bytes, exactly the shape's byte count times the
+    // dtype's size (a `Tensor` invariant); they stay alive and unchanged as long as `owner`,
+    // which becomes the array's base (the reference is moved into numpy).
     unsafe {
-        let array = PY_ARRAY_API.PyArray_NewFromDescr(
-            py,
-            npyffi::get_type_object(py, npyffi::NpyTypes::PyArray_Type),
-            descr.into_dtype_ptr(),
-            dims.len() as i32,
-            dims.as_mut_ptr(),
-            ptr::null_mut(),
-            data,
-            0,
-            ptr::null_mut(),
-        );
-        if array.is_null() {
-            return Err(PyErr::fetch(py));
-        }
-        let array = Bound::from_owned_ptr(py, array);
+        let array = new_array(py, tensor.dtype(), tensor.shape(), data)?;
         if PY_ARRAY_API.PyArray_SetBaseObject(
             py,
             array.as_ptr() as *mut npyffi::PyArrayObject,
@@ -70,7 +53,7 @@ pub fn read_only<'py>(py: Python<'py>, tensor: &Tensor) -> PyResult<Bound<'py, P
         {
             return Err(PyErr::fetch(py));
         }
-        Ok(array)
+        Ok(array.into_any())
     }
 }
 
@@ -80,10 +63,26 @@ pub fn empty<'py>(
     dtype: DType,
     shape: &[usize],
 ) -> PyResult<Bound<'py, PyUntypedArray>> {
+    // SAFETY: a null data pointer makes numpy allocate the array's memory itself.
+    unsafe { new_array(py, dtype, shape, ptr::null_mut()) }
+}
+
+/// `PyArray_NewFromDescr` of `dtype` and `shape`, C order: over `data` (read-only, flags 0), or
+/// over memory numpy allocates (writable) when `data` is null.
+///
+/// # Safety
+/// A non-null `data` must point at the shape's byte count and outlive the array (the caller
+/// sets its base).
+unsafe fn new_array<'py>(
+    py: Python<'py>,
+    dtype: DType,
+    shape: &[usize],
+    data: *mut c_void,
+) -> PyResult<Bound<'py, PyUntypedArray>> {
     let descr = dtypes::descriptor(py, dtype)?;
     let mut dims = dims_of(py, shape)?;
-    // SAFETY: a null data pointer makes numpy allocate the array's memory itself; the
-    // descriptor reference is stolen by NewFromDescr.
+    // SAFETY: as the caller promises for `data`; NewFromDescr steals the descriptor reference
+    // `into_dtype_ptr` gives.
     unsafe {
         let array = PY_ARRAY_API.PyArray_NewFromDescr(
             py,
@@ -92,7 +91,7 @@ pub fn empty<'py>(
             dims.len() as i32,
             dims.as_mut_ptr(),
             ptr::null_mut(),
-            ptr::null_mut(),
+            data,
             0,
             ptr::null_mut(),
         );
