@@ -16,8 +16,14 @@ use crate::keys;
 use crate::report::ValidationReport;
 use crate::schema_dict;
 
-/// What a `Cache` holds while it is open.
-pub enum Handle {
+/// What a `Cache` holds while it is open. Every call on it, and its drop (which closes the
+/// backend's files under the backend's locks), passes the [`fork_gate`].
+pub struct Handle {
+    /// `None` only while `drop` runs.
+    access: Option<Access>,
+}
+
+enum Access {
     /// Opened with mode `"r"`: no lock, never blocks a writer.
     Read(Box<DynReader>),
     /// Opened with mode `"a"` or made by `create` (`"w"`): the cache's writer. Reads share the
@@ -26,11 +32,25 @@ pub enum Handle {
 }
 
 impl Handle {
+    /// A read-only handle (mode `"r"`).
+    pub fn reader(reader: Box<DynReader>) -> Handle {
+        Handle { access: Some(Access::Read(reader)) }
+    }
+
+    /// A writable handle (mode `"a"` or `"w"`).
+    pub fn writer(backend: Box<DynBackend>) -> Handle {
+        Handle { access: Some(Access::Write(RwLock::new(backend))) }
+    }
+
+    fn access(&self) -> &Access {
+        self.access.as_ref().expect("a handle has its access until it is dropped")
+    }
+
     /// Runs `f` on the reader.
     pub fn read<R>(&self, f: impl FnOnce(&dyn Reader) -> R) -> R {
-        fork_gate::pass(|| match self {
-            Handle::Read(reader) => f(reader.as_ref()),
-            Handle::Write(backend) => {
+        fork_gate::pass(|| match self.access() {
+            Access::Read(reader) => f(reader.as_ref()),
+            Access::Write(backend) => {
                 let backend = backend.read().unwrap_or_else(PoisonError::into_inner);
                 f(backend.as_ref())
             }
@@ -39,13 +59,22 @@ impl Handle {
 
     /// Runs `f` on the writer; `None` for a read-only handle.
     fn write<R>(&self, f: impl FnOnce(&mut DynBackend) -> R) -> Option<R> {
-        fork_gate::pass(|| match self {
-            Handle::Read(_) => None,
-            Handle::Write(backend) => {
+        fork_gate::pass(|| match self.access() {
+            Access::Read(_) => None,
+            Access::Write(backend) => {
                 let mut backend = backend.write().unwrap_or_else(PoisonError::into_inner);
                 Some(f(backend.as_mut()))
             }
         })
+    }
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        // The last reference may go in any thread (a `get` that outlived `close`, the garbage
+        // collector): wherever it is, the backend's close must not run across a fork.
+        let access = self.access.take();
+        fork_gate::pass(move || drop(access));
     }
 }
 
@@ -398,7 +427,7 @@ impl Cache {
     /// Arrays returned by `get` stay valid.
     fn close(&self, py: Python<'_>) {
         let taken = self.handle.write().unwrap_or_else(PoisonError::into_inner).take();
-        py.detach(move || fork_gate::pass(move || drop(taken)));
+        py.detach(move || drop(taken));
     }
 
     fn __enter__(slf: Bound<'_, Self>) -> PyResult<Bound<'_, Self>> {

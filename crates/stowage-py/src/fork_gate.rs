@@ -7,8 +7,10 @@
 //! fork: [`_before_fork`] waits until no call is inside, and calls that arrive meanwhile wait
 //! outside; [`_after_fork`] reopens it in the parent and in the child.
 //!
-//! Not registered yet: with the hooks registered, a fork while other threads read deadlocked in
-//! the tests (issue 19 stays open on it); `stowage/__init__.py` says so.
+//! A call that waits at the closed gate holding the GIL lets it go while it waits: `os.fork`
+//! runs the before-fork hooks, then takes the import lock, and waits for that lock without the
+//! GIL. A thread that took the GIL meanwhile and kept it while waiting at the gate would stop
+//! the importing thread that holds the import lock, and so the fork, for ever.
 //!
 //! Two atomics, no lock: nothing here can be inherited in a held state. A call costs two atomic
 //! additions.
@@ -30,7 +32,7 @@ const PAUSE: Duration = Duration::from_micros(50);
 pub fn pass<R>(call: impl FnOnce() -> R) -> R {
     loop {
         while CLOSED.load(Ordering::Acquire) {
-            std::thread::sleep(PAUSE);
+            pause_without_the_gil();
         }
         INSIDE.fetch_add(1, Ordering::AcqRel);
         if !CLOSED.load(Ordering::Acquire) {
@@ -49,12 +51,36 @@ pub fn pass<R>(call: impl FnOnce() -> R) -> R {
     call()
 }
 
+unsafe extern "C" {
+    // Whether this thread holds the GIL. Every CPython since 3.4 exports it, but it is outside
+    // the limited API, so pyo3's abi3 build does not declare it; the gate needs it because a
+    // call can reach it holding the GIL or not (a handle dropped by the garbage collector or
+    // in a thread without the GIL).
+    fn PyGILState_Check() -> std::ffi::c_int;
+}
+
+/// Sleeps for [`PAUSE`], without the GIL if this thread holds it.
+fn pause_without_the_gil() {
+    // SAFETY: `PyGILState_Check` only reads the thread state. When this thread holds the GIL,
+    // it is released and taken back around a sleep that touches no Python object, as
+    // `Py_BEGIN_ALLOW_THREADS` does; the caller's `Python` token is not used meanwhile.
+    unsafe {
+        if PyGILState_Check() == 1 {
+            let state = pyo3::ffi::PyEval_SaveThread();
+            std::thread::sleep(PAUSE);
+            pyo3::ffi::PyEval_RestoreThread(state);
+        } else {
+            std::thread::sleep(PAUSE);
+        }
+    }
+}
+
 /// `os.register_at_fork(before=...)`: closes the gate and waits until no call is inside.
 ///
 /// It keeps the GIL while it waits, on purpose: every call that can be inside runs without the
 /// GIL (the ones that keep it cannot run while this thread has it), and leaves the gate before
-/// it takes the GIL again; a call that held the GIL while waiting at a closed gate would
-/// deadlock with this thread.
+/// it takes the GIL again; a call waiting at the closed gate lets the GIL go
+/// ([`pause_without_the_gil`]).
 #[pyfunction]
 pub fn _before_fork() {
     CLOSED.store(true, Ordering::Release);

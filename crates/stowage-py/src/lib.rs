@@ -50,13 +50,13 @@ fn open(py: Python<'_>, path: PathBuf, mode: &str, checks: bool) -> PyResult<Cac
                 let reader = py
                     .detach(|| fork_gate::pass(|| registry.open(&path)))
                     .map_err(|e| naming(py, e, &path))?;
-                (Handle::Read(reader), "r")
+                (Handle::reader(reader), "r")
             }
             "a" => {
                 let backend = py
                     .detach(|| open_writer(&registry, &path))
                     .map_err(|e| naming(py, e, &path))?;
-                (Handle::Write(std::sync::RwLock::new(backend)), "a")
+                (Handle::writer(backend), "a")
             }
             other => {
                 return Err(errors::invalid(
@@ -164,7 +164,7 @@ fn create(
         };
         let factory = options::factory(py, backend, checks, &options)?;
         let created = py.detach(|| fork_gate::pass(|| factory.create(&path, &schema))).py(py)?;
-        Ok(make_cache(py, Handle::Write(std::sync::RwLock::new(created)), &path, "w", checks))
+        Ok(make_cache(py, Handle::writer(created), &path, "w", checks))
     })
 }
 

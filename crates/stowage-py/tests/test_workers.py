@@ -182,10 +182,6 @@ ROUNDS = 40
 
 @pytest.mark.parametrize("backend", ["arrow", "memmap", "npy", "hdf5", "remote"])
 def test_fork_while_other_threads_are_reading(tmp_path, backend):
-    if backend == "hdf5":
-        pytest.skip("known defect (issue 19 open): a fork while another thread reads an hdf5 "
-                    "cache can leave the child on the backend's lock; the fork gate is not "
-                    "wired yet")
     # A fork can happen while another thread is inside a read (holding whatever lock the
     # backend takes): the children must not inherit a held lock and hang.
     global _INHERITED

@@ -43,9 +43,14 @@ import os as _os
 
 from stowage import _stowage
 
-# stowage._stowage's fork gate (no backend call inside at a fork) is not registered with
-# os.register_at_fork yet: with it, a fork while other threads read deadlocked in the tests.
-# Until that is fixed, a fork while another thread reads an hdf5 cache can hang the child.
+# No backend call is inside at a fork (a thread's held lock would stay held in the child):
+# stowage._stowage's fork gate closes before it and opens after it.
+if hasattr(_os, "register_at_fork"):
+    _os.register_at_fork(
+        before=_stowage._before_fork,
+        after_in_parent=_stowage._after_fork,
+        after_in_child=_stowage._after_fork_in_child,
+    )
 
 __all__ = [
     "DTYPES",
