@@ -1,25 +1,23 @@
 //! numpy arrays over stowage tensors, and stowage tensors from numpy arrays.
 
-use std::ffi::c_void;
+use std::ffi::{CStr, c_void};
 use std::ptr;
 
 use numpy::npyffi::{self, NPY_ARRAY_WRITEABLE, npy_intp};
 use numpy::{PY_ARRAY_API, PyArrayDescrMethods, PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::prelude::*;
-use stowage_core::bytes::Bytes;
+use pyo3::types::PyCapsule;
 use stowage_core::{DType, Tensor};
 
 use crate::dtypes;
 use crate::errors;
 
-/// The owner of the bytes a read-only array shows: the array's `base`. It holds the tensor's
-/// reference-counted bytes, which hold the memory map (or the buffer) they come from, so the
-/// array stays valid after its cache is closed or dropped.
-#[pyclass(frozen, module = "stowage._stowage")]
-pub struct Pages {
-    // Held, never read: dropping it releases the pages.
-    _bytes: Bytes,
-}
+/// The name of the capsule that owns the bytes a read-only array shows (the array's `base`).
+/// The capsule holds the tensor's reference-counted bytes, which hold the memory map (or the
+/// buffer) they come from, so the array stays valid after its cache is closed or dropped. A
+/// capsule, not a class: pyo3's classes are tracked by the garbage collector, and one per `get`
+/// made the collector run every few hundred reads.
+const PAGES: &CStr = c"stowage.pages";
 
 /// A read-only numpy array of `tensor`'s dtype and shape over its bytes, without a copy; bytes
 /// not aligned for their dtype (a row at an odd offset of a fetched object) are copied into an
@@ -39,7 +37,7 @@ pub fn read_only<'py>(py: Python<'py>, tensor: &Tensor) -> PyResult<Bound<'py, P
         return Ok(array.into_any());
     }
     let data = bytes.as_ptr() as *mut c_void;
-    let owner = Bound::new(py, Pages { _bytes: bytes })?;
+    let owner = PyCapsule::new_with_value(py, bytes, PAGES)?;
     // SAFETY: `data` points at the tensor's bytes, exactly the shape's byte count times the
     // dtype's size (a `Tensor` invariant); they stay alive and unchanged as long as `owner`,
     // which becomes the array's base (the reference is moved into numpy).
@@ -80,7 +78,7 @@ unsafe fn new_array<'py>(
     data: *mut c_void,
 ) -> PyResult<Bound<'py, PyUntypedArray>> {
     let descr = dtypes::descriptor(py, dtype)?;
-    let mut dims = dims_of(py, shape)?;
+    let mut dims = Dims::of(py, shape)?;
     // SAFETY: as the caller promises for `data`; NewFromDescr steals the descriptor reference
     // `into_dtype_ptr` gives.
     unsafe {
@@ -88,7 +86,7 @@ unsafe fn new_array<'py>(
             py,
             npyffi::get_type_object(py, npyffi::NpyTypes::PyArray_Type),
             descr.into_dtype_ptr(),
-            dims.len() as i32,
+            dims.rank(),
             dims.as_mut_ptr(),
             ptr::null_mut(),
             data,
@@ -102,14 +100,46 @@ unsafe fn new_array<'py>(
     }
 }
 
-fn dims_of(py: Python<'_>, shape: &[usize]) -> PyResult<Vec<npy_intp>> {
-    shape
-        .iter()
-        .map(|&d| {
+/// An array's dimensions as numpy takes them, on the stack for the usual ranks (a `get` makes
+/// one per field).
+enum Dims {
+    Inline { rank: usize, dims: [npy_intp; Dims::INLINE] },
+    Heap(Vec<npy_intp>),
+}
+
+impl Dims {
+    const INLINE: usize = 8;
+
+    fn of(py: Python<'_>, shape: &[usize]) -> PyResult<Dims> {
+        let dim = |d: usize| {
             npy_intp::try_from(d)
                 .map_err(|_| errors::invalid(py, format!("dimension {d} is too large for numpy")))
-        })
-        .collect()
+        };
+        if shape.len() <= Dims::INLINE {
+            let mut dims = [0; Dims::INLINE];
+            for (slot, &d) in dims.iter_mut().zip(shape) {
+                *slot = dim(d)?;
+            }
+            Ok(Dims::Inline { rank: shape.len(), dims })
+        } else {
+            Ok(Dims::Heap(shape.iter().map(|&d| dim(d)).collect::<PyResult<_>>()?))
+        }
+    }
+
+    fn rank(&self) -> i32 {
+        // A shape's rank is far below i32::MAX (numpy allows 64).
+        match self {
+            Dims::Inline { rank, .. } => *rank as i32,
+            Dims::Heap(dims) => dims.len() as i32,
+        }
+    }
+
+    fn as_mut_ptr(&mut self) -> *mut npy_intp {
+        match self {
+            Dims::Inline { dims, .. } => dims.as_mut_ptr(),
+            Dims::Heap(dims) => dims.as_mut_ptr(),
+        }
+    }
 }
 
 /// Where a caller-owned array's bytes are: checked writable and C-contiguous, so a copy into

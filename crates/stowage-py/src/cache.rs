@@ -145,7 +145,22 @@ impl Cache {
     /// The open handle, or `InvalidArgumentError` when the cache was closed.
     pub fn handle(&self, py: Python<'_>) -> PyResult<Arc<Handle>> {
         let handle = self.handle.read().unwrap_or_else(PoisonError::into_inner);
-        handle.clone().ok_or_else(|| errors::invalid(py, format!("cache {} is closed", self.path)))
+        handle.clone().ok_or_else(|| self.closed_error(py))
+    }
+
+    fn closed_error(&self, py: Python<'_>) -> PyErr {
+        errors::invalid(py, format!("cache {} is closed", self.path))
+    }
+
+    /// Runs `f` on the open handle without taking a reference to it (`handle` does, for calls
+    /// that release the GIL). `f` must not run Python code: `close` from that code would wait
+    /// for this thread.
+    fn with_handle<R>(&self, py: Python<'_>, f: impl FnOnce(&Handle) -> R) -> PyResult<R> {
+        let handle = self.handle.read().unwrap_or_else(PoisonError::into_inner);
+        match handle.as_deref() {
+            Some(handle) => Ok(f(handle)),
+            None => Err(self.closed_error(py)),
+        }
     }
 
     /// Runs `f` on the writer, or raises `UnsupportedError` for a read-only handle.
@@ -225,10 +240,10 @@ impl Cache {
     fn get<'py>(&self, py: Python<'py>, key: Bound<'py, PyAny>) -> PyResult<Bound<'py, PyDict>> {
         shielded(py, || {
             let key = keys::borrow(&key)?;
-            let handle = self.handle(py)?;
             let found = if self.zero_copy {
-                handle.read(|r| r.get(key))
+                self.with_handle(py, |handle| handle.read(|r| r.get(key)))?
             } else {
+                let handle = self.handle(py)?;
                 py.detach(|| handle.read(|r| r.get(key)))
             };
             match found.py(py)? {

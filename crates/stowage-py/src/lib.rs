@@ -268,7 +268,6 @@ fn _stowage(module: &Bound<'_, PyModule>) -> PyResult<()> {
     module.add("DTYPES", pyo3::types::PyTuple::new(module.py(), dtypes)?)?;
     module.add_class::<Cache>()?;
     module.add_class::<report::ValidationReport>()?;
-    module.add_class::<arrays::Pages>()?;
     module.add_function(wrap_pyfunction!(open, module)?)?;
     module.add_function(wrap_pyfunction!(create, module)?)?;
     module.add_function(wrap_pyfunction!(convert, module)?)?;
