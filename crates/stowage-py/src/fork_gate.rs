@@ -80,7 +80,7 @@ fn pause_without_the_gil() {
 /// It keeps the GIL while it waits, on purpose: every call that can be inside runs without the
 /// GIL (the ones that keep it cannot run while this thread has it), and leaves the gate before
 /// it takes the GIL again; a call waiting at the closed gate lets the GIL go
-/// ([`pause_without_the_gil`]).
+/// (`pause_without_the_gil`).
 #[pyfunction]
 pub fn _before_fork() {
     CLOSED.store(true, Ordering::Release);
