@@ -12,6 +12,7 @@ use stowage_core::{
 use crate::arrays::{self, Destination};
 use crate::errors::{self, ResultExt, shielded};
 use crate::fork_gate;
+use crate::key_table::KeyTable;
 use crate::keys;
 use crate::report::ValidationReport;
 use crate::schema_dict;
@@ -328,22 +329,26 @@ impl Cache {
         out: Bound<'py, PyDict>,
     ) -> PyResult<()> {
         shielded(py, || {
-            let mut targets = Vec::with_capacity(out.len());
-            for (name, array) in out.iter() {
-                let name: String = name.extract().map_err(|_| {
-                    errors::invalid(py, format!("out keys must be field names (str), got {name}"))
-                })?;
-                targets.push(self.target(py, &name, &array, keys.len())?);
-            }
-            let handle = self.handle(py)?;
+            let targets = self.targets(py, &out, keys.len())?;
             let keys = keys::borrow_all(&keys)?;
-            let copied = py.detach(|| copy_batch(handle.as_ref(), &keys, &targets));
-            match copied {
-                Ok(()) => Ok(()),
-                Err(BatchFailure::Stowage(error)) => Err(errors::to_py(py, error)),
-                Err(BatchFailure::Missing(key)) => Err(errors::missing_key(&key)),
-                Err(BatchFailure::Shape(detail)) => Err(errors::invalid(py, detail)),
-            }
+            self.copy_into(py, &keys, &targets)
+        })
+    }
+
+    /// `get_batch_into` of the keys at `indices` of `table`: what `stowage.torch.CacheDataset`
+    /// calls, so that a batch's keys are found without a Python object per key. `IndexError`
+    /// names an index out of range.
+    fn _get_rows_into<'py>(
+        &self,
+        py: Python<'py>,
+        table: &KeyTable,
+        indices: Vec<usize>,
+        out: Bound<'py, PyDict>,
+    ) -> PyResult<()> {
+        shielded(py, || {
+            let targets = self.targets(py, &out, indices.len())?;
+            let keys = indices.iter().map(|&i| table.key(i)).collect::<PyResult<Vec<&str>>>()?;
+            self.copy_into(py, &keys, &targets)
         })
     }
 
@@ -555,6 +560,34 @@ struct Target {
 
 impl Cache {
     /// Checks `array` as the destination of field `name` for `rows` samples.
+    /// The checked destinations of `out` (field name -> array) for `rows` keys.
+    fn targets(
+        &self,
+        py: Python<'_>,
+        out: &Bound<'_, PyDict>,
+        rows: usize,
+    ) -> PyResult<Vec<Target>> {
+        let mut targets = Vec::with_capacity(out.len());
+        for (name, array) in out.iter() {
+            let name: String = name.extract().map_err(|_| {
+                errors::invalid(py, format!("out keys must be field names (str), got {name}"))
+            })?;
+            targets.push(self.target(py, &name, &array, rows)?);
+        }
+        Ok(targets)
+    }
+
+    /// Copies the samples of `keys` into `targets` without the GIL.
+    fn copy_into(&self, py: Python<'_>, keys: &[&str], targets: &[Target]) -> PyResult<()> {
+        let handle = self.handle(py)?;
+        match py.detach(|| copy_batch(handle.as_ref(), keys, targets)) {
+            Ok(()) => Ok(()),
+            Err(BatchFailure::Stowage(error)) => Err(errors::to_py(py, error)),
+            Err(BatchFailure::Missing(key)) => Err(errors::missing_key(&key)),
+            Err(BatchFailure::Shape(detail)) => Err(errors::invalid(py, detail)),
+        }
+    }
+
     fn target(
         &self,
         py: Python<'_>,

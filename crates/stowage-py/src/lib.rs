@@ -12,6 +12,7 @@ pub mod cache;
 pub mod dtypes;
 pub mod errors;
 pub mod fork_gate;
+pub mod key_table;
 pub mod keys;
 pub mod options;
 pub mod report;
@@ -267,6 +268,7 @@ fn _stowage(module: &Bound<'_, PyModule>) -> PyResult<()> {
     let dtypes: Vec<&str> = stowage_core::DType::ALL.iter().map(|d| d.name()).collect();
     module.add("DTYPES", pyo3::types::PyTuple::new(module.py(), dtypes)?)?;
     module.add_class::<Cache>()?;
+    module.add_class::<key_table::KeyTable>()?;
     module.add_class::<report::ValidationReport>()?;
     module.add_function(wrap_pyfunction!(open, module)?)?;
     module.add_function(wrap_pyfunction!(create, module)?)?;

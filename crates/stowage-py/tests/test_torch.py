@@ -143,6 +143,39 @@ def test_an_index_out_of_range(arrow_small):
         ds[N_SMALL]
 
 
+def test_getitems_index_out_of_range_names_it(arrow_small):
+    from stowage.torch import CacheDataset
+
+    ds = CacheDataset(arrow_small)
+    with pytest.raises(IndexError, match=f"index {N_SMALL} is out of range for {N_SMALL} samples"):
+        ds.__getitems__([0, N_SMALL])
+
+
+def test_getitems_takes_negative_numpy_and_range_indices(arrow_small):
+    # DataLoader passes a list of ints; other sequences follow the list's own indexing rules.
+    from stowage.torch import CacheDataset
+
+    ds = CacheDataset(arrow_small)
+    want = ds.__getitems__([N_SMALL - 1, 0, 1])
+    for indices in ([-1, 0, 1], np.array([N_SMALL - 1, 0, 1]), [N_SMALL - 1, *range(2)]):
+        got = ds.__getitems__(indices)
+        assert_same_array(got["x"], want["x"])
+        assert_same_array(got["y"], want["y"])
+    assert_same_array(ds.__getitems__(range(2, 5))["x"], np.stack([_sample_of_index(i)["x"] for i in range(2, 5)]))
+
+
+def test_key_table_reads_keys_by_index():
+    from stowage import _stowage
+
+    table = _stowage.KeyTable(["a", "", "ünï", "b" * 300])
+    assert len(table) == 4
+    assert [table[i] for i in range(4)] == ["a", "", "ünï", "b" * 300]
+    with pytest.raises(IndexError, match="index 4 is out of range for 4 samples"):
+        table[4]
+    with pytest.raises(TypeError):
+        _stowage.KeyTable(["a", 1])
+
+
 def test_default_fields_are_the_tensor_fields(tmp_path):
     from stowage.torch import CacheDataset
 
@@ -351,7 +384,7 @@ def test_a_dataset_over_each_reference_cache(set_name, relative):
     ds = CacheDataset(path)
     with stowage.open(path) as cache:
         keys = sorted(cache.keys())
-        assert ds.keys == keys and len(ds) == len(keys)
+        assert ds.keys == tuple(keys) and len(ds) == len(keys)
         tensor_fields = [f for f, spec in cache.schema.items() if spec["kind"] == "tensor"]
         batch = ds.__getitems__(list(range(len(ds))))
         assert set(batch) == set(tensor_fields)

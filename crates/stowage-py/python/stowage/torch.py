@@ -10,18 +10,19 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Dict, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
 import stowage
+from stowage import _stowage
 
 __all__ = ["CacheDataset", "collate"]
 
 
 class CacheDataset:
     """A map-style dataset over a stowage cache: index ``i`` is the sample of ``keys[i]``
-    (``keys`` defaults to the cache's keys, sorted).
+    (``keys``, a tuple, defaults to the cache's keys, sorted).
 
     - ``dataset[i]`` is a dict of field -> writable copy (``copy=False``: the read-only,
       zero-copy arrays ``Cache.get`` returns), passed through ``transform`` when given.
@@ -62,7 +63,10 @@ class CacheDataset:
                 )
         self.fields: List[str] = list(fields)
         self._specs = {name: schema[name] for name in self.fields}
-        self.keys: List[str] = list(keys) if keys is not None else sorted(self._cache.keys())
+        # A tuple: the key table built from it on first use must not go stale.
+        every = keys if keys is not None else sorted(self._cache.keys())
+        self.keys: Tuple[str, ...] = tuple(every)
+        self._table: Any = None
 
     def _handle(self) -> stowage.Cache:
         if self._cache is None:
@@ -87,11 +91,6 @@ class CacheDataset:
         return self.transform(out) if self.transform is not None else out
 
     def __getitems__(self, indices: Sequence[int]) -> Any:
-        every = self.keys
-        try:
-            keys = [every[i] for i in indices]  # one comprehension: no call per index
-        except IndexError:
-            keys = [self._key(i) for i in indices]  # raises, naming the index
         cache = self._handle()
         out: Dict[str, Any] = {}
         # Fields whose every sample has one shape are filled in place; a nullable one may hold
@@ -101,22 +100,43 @@ class CacheDataset:
             for n in self.fields
             if self._specs[n].get("rule") == "fixed" and not self._specs[n].get("nullable")
         ]
+        keys = None
         if fixed:
             for name in fixed:
                 spec = self._specs[name]
                 dtype = stowage.numpy_dtype(spec["dtype"])
-                out[name] = np.empty((len(keys), *spec["shape"]), dtype=dtype)
-            cache.get_batch_into(keys, out)
+                out[name] = np.empty((len(indices), *spec["shape"]), dtype=dtype)
+            try:
+                # The keys are looked up in Rust (no str object per sample).
+                cache._get_rows_into(self._key_table(), indices, out)
+            except (OverflowError, TypeError):
+                # Negative or non-integer indices: the list's own indexing rules.
+                keys = self._keys_at(indices)
+                cache.get_batch_into(keys, out)
         rest = [n for n in self.fields if n not in out]
         if rest:
-            batch = cache.get_batch(keys)
+            batch = cache.get_batch(keys if keys is not None else self._keys_at(indices))
             for name in rest:
                 out[name] = batch[name]
         return self.transform(out) if self.transform is not None else out
 
+    def _keys_at(self, indices: Sequence[int]) -> List[str]:
+        every = self.keys
+        try:
+            return [every[i] for i in indices]  # one comprehension: no call per index
+        except IndexError:
+            return [self._key(i) for i in indices]  # raises, naming the index
+
+    def _key_table(self) -> Any:
+        # Built on first use from `keys` (a spawned worker builds its own).
+        if self._table is None:
+            self._table = _stowage.KeyTable(self.keys)
+        return self._table
+
     def __getstate__(self) -> Dict[str, Any]:
         state = self.__dict__.copy()
         state["_cache"] = None  # a spawned worker reopens the cache by path
+        state["_table"] = None
         return state
 
 

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Callable, Dict, List, Optional, Sequence, Union
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple, Union
 
 class CacheDataset:
     """A map-style dataset over a stowage cache; see the module's documentation."""
 
     path: str
     fields: List[str]
-    keys: List[str]
+    keys: Tuple[str, ...]
     transform: Optional[Callable[[Dict[str, Any]], Any]]
     copy: bool
     checks: bool
