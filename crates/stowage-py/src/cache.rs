@@ -153,17 +153,6 @@ impl Cache {
         errors::invalid(py, format!("cache {} is closed", self.path))
     }
 
-    /// Runs `f` on the open handle without taking a reference to it (`handle` does, for calls
-    /// that release the GIL). `f` must not run Python code: `close` from that code would wait
-    /// for this thread.
-    fn with_handle<R>(&self, py: Python<'_>, f: impl FnOnce(&Handle) -> R) -> PyResult<R> {
-        let handle = self.handle.read().unwrap_or_else(PoisonError::into_inner);
-        match handle.as_deref() {
-            Some(handle) => Ok(f(handle)),
-            None => Err(self.closed_error(py)),
-        }
-    }
-
     /// Runs `f` on the writer, or raises `UnsupportedError` for a read-only handle.
     fn write<R: Send>(
         &self,
@@ -241,10 +230,13 @@ impl Cache {
     fn get<'py>(&self, py: Python<'py>, key: Bound<'py, PyAny>) -> PyResult<Bound<'py, PyDict>> {
         shielded(py, || {
             let key = keys::borrow(&key)?;
+            // A reference of its own, not the lock around it: the read may wait at the fork
+            // gate without the GIL, and a `close` from another thread meanwhile would then
+            // wait for the lock while holding the GIL this thread needs back.
+            let handle = self.handle(py)?;
             let found = if self.zero_copy {
-                self.with_handle(py, |handle| handle.read(|r| r.get(key)))?
+                handle.read(|r| r.get(key))
             } else {
-                let handle = self.handle(py)?;
                 py.detach(|| handle.read(|r| r.get(key)))
             };
             match found.py(py)? {
