@@ -213,6 +213,18 @@ def build_small(location: str, backend: str, n: int = N_SMALL, finalize: bool = 
     return location
 
 
+def build_constant_rows(location: str, backend: str, width: int, n: int = 16,
+                        finalize: bool = False) -> str:
+    """Writes ``n`` samples ``k{i}`` whose one field ``x`` is ``width`` float32 values all equal
+    to ``i``; returns the location."""
+    with stowage.create(location, backend=backend, schema={"x": ("float32", [width])}) as cache:
+        for i in range(n):
+            cache.put(f"k{i}", {"x": np.full(width, i, np.float32)})
+        if finalize:
+            cache.finalize()
+    return location
+
+
 @pytest.fixture(params=WRITABLE_BACKENDS)
 def backend(request) -> str:
     return request.param

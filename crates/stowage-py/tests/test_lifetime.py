@@ -112,13 +112,9 @@ def _rss_bytes() -> int:
 @pytest.mark.parametrize("backend", ["arrow", "memmap", "npy", "hdf5", "remote"])
 def test_arrays_are_freed_when_dropped(tmp_path, backend):
     # 16 KiB per sample: 1500 leaked arrays would be 24 MiB.
-    from conftest import cache_location
+    from conftest import build_constant_rows, cache_location
 
-    location = cache_location(tmp_path, backend)
-    with stowage.create(location, backend=backend, schema={"x": ("float32", [4096])}) as cache:
-        for i in range(16):
-            cache.put(f"k{i}", {"x": np.full(4096, i, np.float32)})
-        cache.finalize()
+    location = build_constant_rows(cache_location(tmp_path, backend), backend, 4096, finalize=True)
     with stowage.open(location) as cache:
         for round in range(300):  # warm up allocators and caches
             cache.get(f"k{round % 16}")

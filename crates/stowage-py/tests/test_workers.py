@@ -10,7 +10,15 @@ import numpy as np
 import pytest
 
 import stowage
-from conftest import N_SMALL, assert_same_array, build_small, cache_location, small_key, small_sample
+from conftest import (
+    N_SMALL,
+    assert_same_array,
+    build_constant_rows,
+    build_small,
+    cache_location,
+    small_key,
+    small_sample,
+)
 
 TIMEOUT = 120
 
@@ -235,10 +243,7 @@ def test_fork_while_other_threads_are_reading(tmp_path, backend):
 def test_get_batch_into_releases_the_gil(tmp_path, backend):
     import time
 
-    location = cache_location(tmp_path, backend)
-    with stowage.create(location, backend=backend, schema={"x": ("float32", [1024])}) as cache:
-        for i in range(16):
-            cache.put(f"k{i}", {"x": np.full(1024, i, np.float32)})
+    location = build_constant_rows(cache_location(tmp_path, backend), backend, 1024)
     with stowage.open(location) as cache:
         keys = [f"k{i % 16}" for i in range(8000)]
         out = {"x": np.empty((len(keys), 1024), np.float32)}
