@@ -203,6 +203,16 @@ fn get_batch_case_catches_a_batch_that_drops_missing_keys() {
     );
 }
 
+#[test]
+fn get_batch_case_catches_a_visitor_that_ignores_a_break() {
+    assert_caught(
+        Defect::EachIgnoresBreak,
+        "get_batch_agrees_with_get",
+        "get-batch-each.agrees-with-get-batch",
+        "breaking at position 1",
+    );
+}
+
 const FINALIZE_CRASH: &str = "crash_during_finalize_leaves_resumable_or_complete";
 
 #[test]

@@ -106,6 +106,12 @@ pub const CLAUSES: &[Clause] = &[
     ),
     // Reader::get_batch
     reader("get-batch.agrees-with-get", "Agrees with `get` key by key."),
+    // Reader::get_batch_each
+    reader(
+        "get-batch-each.agrees-with-get-batch",
+        "Visits each key once, in order, with what `get_batch` returns for it, until `visit` \
+         breaks.",
+    ),
     // Reader::contains
     reader(
         "contains.agrees-with-get",

@@ -40,7 +40,7 @@ pub use dtype::{ByteOrder, DType};
 pub use error::{Error, IoResultExt, Result};
 pub use factory::{BackendFactory, Format, OpenMode};
 pub use foreign::{Adoption, Unchecked};
-pub use reader::{DynReader, Reader};
+pub use reader::{BatchVisitor, DynReader, Reader};
 pub use registry::Registry;
 pub use sample::{Sample, Value};
 pub use schema::{FieldKind, FieldSpec, Schema, ShapeRule};

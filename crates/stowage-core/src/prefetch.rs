@@ -61,8 +61,17 @@ pub fn prefetch_value<T>(value: &T) {
     prefetch_line((value as *const T).cast());
 }
 
+/// Asks the CPU to start loading the cache line holding address `at`: a hint that never
+/// dereferences `at` and never faults, so any address may be given (an object a foreign
+/// runtime owns, the line after it).
+///
+/// ```
+/// let keys = [1u64, 2, 3];
+/// stowage_core::prefetch::prefetch_line(keys.as_ptr().cast());
+/// stowage_core::prefetch::prefetch_line(std::ptr::null());
+/// ```
 #[inline]
-fn prefetch_line(at: *const u8) {
+pub fn prefetch_line(at: *const u8) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: prefetching is a hint with no architectural effect and never faults; `at` comes
     // from a live reference.

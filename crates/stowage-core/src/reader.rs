@@ -3,6 +3,7 @@
 use crate::check_plan::{self, CheckPlan, Selection};
 use crate::describe::Description;
 use crate::{Capabilities, Format, Result, Sample, Schema, ValidationLevel, ValidationReport};
+use std::ops::ControlFlow;
 use std::path::Path;
 
 /// A cache of samples addressed by string keys, opened for reading.
@@ -70,6 +71,46 @@ pub trait Reader: Send + Sync {
         keys.iter().map(|key| self.get(key)).collect()
     }
 
+    /// Reads every key in order, as [`Reader::get_batch`] does, and hands each result to `visit`
+    /// (the key's position in `keys`, and the sample or `None`) as soon as it is read. A caller
+    /// that copies the samples out (the Python package's `get_batch_into`) copies each one while
+    /// its bytes are still in the CPU cache, and never holds the whole batch.
+    ///
+    /// `visit` returns [`ControlFlow::Break`] to stop: no later key is visited. A read error
+    /// stops the batch and is returned; the keys visited before it stay visited.
+    ///
+    /// The default visits what `get_batch` returns. A backend whose `get_batch` reads key by key
+    /// overrides it to visit each sample right after reading it.
+    ///
+    /// ```
+    /// # use stowage_core::{Reader, Result};
+    /// # use std::ops::ControlFlow;
+    /// // The position of the first key of `keys` that is not stored, reading no key after it.
+    /// fn first_missing(reader: &dyn Reader, keys: &[&str]) -> Result<Option<usize>> {
+    ///     let mut missing = None;
+    ///     reader.get_batch_each(keys, &mut |at, sample| {
+    ///         if sample.is_some() {
+    ///             return ControlFlow::Continue(());
+    ///         }
+    ///         missing = Some(at);
+    ///         ControlFlow::Break(())
+    ///     })?;
+    ///     Ok(missing)
+    /// }
+    /// ```
+    ///
+    /// # Behavior
+    /// - `get-batch-each.agrees-with-get-batch`: Visits each key once, in order, with what
+    ///   `get_batch` returns for it, until `visit` breaks.
+    fn get_batch_each(&self, keys: &[&str], visit: &mut BatchVisitor<'_>) -> Result<()> {
+        for (at, sample) in self.get_batch(keys)?.into_iter().enumerate() {
+            if visit(at, sample).is_break() {
+                break;
+            }
+        }
+        Ok(())
+    }
+
     /// Whether `key` is stored.
     ///
     /// # Behavior
@@ -124,8 +165,33 @@ pub trait Reader: Send + Sync {
     }
 }
 
+/// [`Reader::get_batch`] through [`Reader::get_batch_each`], for a backend that implements the
+/// visiting form and has nothing else to do in the collecting one.
+///
+/// ```
+/// # use stowage_core::{Reader, Result, Sample, reader::batch_by_visiting};
+/// fn batch(reader: &dyn Reader) -> Result<Vec<Option<Sample>>> {
+///     batch_by_visiting(reader, &["a", "b"])
+/// }
+/// ```
+pub fn batch_by_visiting<R: Reader + ?Sized>(
+    reader: &R,
+    keys: &[&str],
+) -> Result<Vec<Option<Sample>>> {
+    let mut found = Vec::with_capacity(keys.len());
+    reader.get_batch_each(keys, &mut |_, sample| {
+        found.push(sample);
+        ControlFlow::Continue(())
+    })?;
+    Ok(found)
+}
+
 /// A boxed reader of any kind.
 pub type DynReader = dyn Reader;
+
+/// What [`Reader::get_batch_each`] hands each key's result to: the key's position in the batch
+/// and its sample (`None` when missing); [`ControlFlow::Break`] stops the batch.
+pub type BatchVisitor<'a> = dyn FnMut(usize, Option<Sample>) -> ControlFlow<()> + 'a;
 
 impl<R: Reader + ?Sized> Reader for Box<R> {
     fn name(&self) -> &'static str {
@@ -148,6 +214,9 @@ impl<R: Reader + ?Sized> Reader for Box<R> {
     }
     fn get_batch(&self, keys: &[&str]) -> Result<Vec<Option<Sample>>> {
         (**self).get_batch(keys)
+    }
+    fn get_batch_each(&self, keys: &[&str], visit: &mut BatchVisitor<'_>) -> Result<()> {
+        (**self).get_batch_each(keys, visit)
     }
     fn contains(&self, key: &str) -> Result<bool> {
         (**self).contains(key)

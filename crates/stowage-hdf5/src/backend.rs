@@ -27,9 +27,10 @@ use stowage_core::cold_reads::{self, ColdReadAdvice, ColdReadAdvisor, PagePlan};
 use stowage_core::file_safety::{
     AppendLog, WriterLock, create_dir_within, fsync_dir, refuse_symlink, remove_abandoned_temps,
 };
+use stowage_core::reader::batch_by_visiting;
 use stowage_core::{
-    Backend, Capabilities, DType, Error, Format, IoResultExt, OpenMode, Reader, Result, Sample,
-    Schema, ValidationLevel, ValidationReport, WriteState,
+    Backend, BatchVisitor, Capabilities, DType, Error, Format, IoResultExt, OpenMode, Reader,
+    Result, Sample, Schema, ValidationLevel, ValidationReport, WriteState,
 };
 
 use crate::Hdf5Options;
@@ -534,10 +535,21 @@ impl Reader for Hdf5Backend {
     /// to 32 threads), and, for a cache read a row at a time (its segments total more than
     /// 64 MiB), every candidate row's pages advised. Errors are the gets'.
     fn get_batch(&self, keys: &[&str]) -> Result<Vec<Option<Sample>>> {
+        batch_by_visiting(self, keys)
+    }
+
+    /// The batch's reads started as [`Reader::get_batch`] says, then each key read and visited
+    /// in turn.
+    fn get_batch_each(&self, keys: &[&str], visit: &mut BatchVisitor<'_>) -> Result<()> {
         if keys.len() > 1 {
             self.prepare_batch(keys);
         }
-        keys.iter().map(|key| self.get(key)).collect()
+        for (at, key) in keys.iter().enumerate() {
+            if visit(at, self.get(key)?).is_break() {
+                break;
+            }
+        }
+        Ok(())
     }
 
     fn contains(&self, key: &str) -> Result<bool> {

@@ -8,9 +8,10 @@ use std::sync::{Arc, OnceLock};
 
 use stowage_core::cold_reads::{ColdReadAdvice, ColdReadAdvisor, PagePlan};
 use stowage_core::file_safety::{WriterLock, atomic_write, fsync_dir, remove_abandoned_temps};
+use stowage_core::reader::batch_by_visiting;
 use stowage_core::{
-    Backend, Capabilities, DType, Error, Format, IoResultExt, OpenMode, Reader, Result, Sample,
-    Schema, Tensor, ValidationLevel, ValidationReport, Value, WriteState,
+    Backend, BatchVisitor, Capabilities, DType, Error, Format, IoResultExt, OpenMode, Reader,
+    Result, Sample, Schema, Tensor, ValidationLevel, ValidationReport, Value, WriteState,
 };
 use stowage_fingerprint::{FingerprintFile, SourceStamp};
 
@@ -1521,11 +1522,15 @@ impl Reader for MemmapBackend {
         self.read_row_of(row, Some(key), verify).map(Some).map_err(|e| e.for_key(key))
     }
 
-    /// Finds every key's row first, tells the kernel about the rows' pages when a sample of them
-    /// is missing from the page cache ([`MemmapOptions::cold_read_advice`]), then reads the rows
-    /// in the keys' order: a cold batch keeps many reads in flight instead of faulting one page
-    /// at a time.
     fn get_batch(&self, keys: &[&str]) -> Result<Vec<Option<Sample>>> {
+        batch_by_visiting(self, keys)
+    }
+
+    /// Finds every key's row first, tells the kernel about the rows' pages when a sample of them
+    /// is missing from the page cache ([`MemmapOptions::cold_read_advice`]), then reads and
+    /// visits the rows in the keys' order: a cold batch keeps many reads in flight instead of
+    /// faulting one page at a time.
+    fn get_batch_each(&self, keys: &[&str], visit: &mut BatchVisitor<'_>) -> Result<()> {
         let verify = self.options.verify_checksums;
         let planning = match self.advisor.policy() {
             ColdReadAdvice::Always => true,
@@ -1562,16 +1567,19 @@ impl Reader for MemmapBackend {
             self.advisor
                 .before_batch_rows(found.len(), |i, plan| self.plan_row(found[i], verify, plan));
         }
-        keys.iter()
-            .zip(rows)
-            .map(|(key, row)| match row {
-                None => Ok(None),
+        for (at, (key, row)) in keys.iter().zip(rows).enumerate() {
+            let sample = match row {
+                None => None,
                 Some(row) => {
                     self.prefetch_row(row, verify);
-                    self.read_row_of(row, Some(key), verify).map(Some).map_err(|e| e.for_key(key))
+                    Some(self.read_row_of(row, Some(key), verify).map_err(|e| e.for_key(key))?)
                 }
-            })
-            .collect()
+            };
+            if visit(at, sample).is_break() {
+                break;
+            }
+        }
+        Ok(())
     }
 
     fn contains(&self, key: &str) -> Result<bool> {

@@ -8,7 +8,7 @@ use crate::index::{
 };
 use crate::layout::{CacheMetadata, CommitMarker, Layout};
 use crate::ownership::OwnedFiles;
-use crate::record::{Numpy10Record, RecordRef};
+use crate::record::{Numpy10Record, ParsedRecord, RecordRef};
 use crate::runs::{self, Runs};
 use crate::{NpyOptions, validate};
 use lru::LruCache;
@@ -23,10 +23,12 @@ use stowage_core::file_safety::{
 use stowage_core::key_runs::key_hash;
 use stowage_core::npy_header::storage_descr;
 use stowage_core::open_set::{OpenSet, Opened};
+use stowage_core::reader::batch_by_visiting;
 use stowage_core::write_behind::BackgroundWriter;
 use stowage_core::{
-    Backend, Capabilities, DType, Error, FieldKind, Format, IoResultExt, OpenMode, Reader, Result,
-    Sample, Schema, ShapeRule, Tensor, ValidationLevel, ValidationReport, Value, WriteState,
+    Backend, BatchVisitor, Capabilities, DType, Error, FieldKind, Format, IoResultExt, OpenMode,
+    Reader, Result, Sample, Schema, ShapeRule, Tensor, ValidationLevel, ValidationReport, Value,
+    WriteState,
 };
 
 /// The backend's name in errors and capability reports.
@@ -604,33 +606,34 @@ impl NpyBackend {
                     ),
                 }
             })?;
-        self.read_record_in(position, record, verify)
+        self.read_record_in(position, record.as_ref(), verify)
     }
 
     /// [`NpyBackend::read_record`] of the field at `position`.
     pub(crate) fn read_record_in(
         &self,
         position: usize,
-        record: &Numpy10Record,
+        record: RecordRef<'_>,
         verify: bool,
     ) -> Result<Tensor> {
         if let FieldShape::Fixed(dims) = &self.index.field_shapes()[position]
-            && *dims != record.shape
+            && dims.as_slice() != record.shape
         {
             return Err(Error::invalid(format!(
                 "record {record}: shape differs from the field's fixed shape {}",
                 stowage_core::shape::display(dims)
             )));
         }
-        let Some(file) = self.index.file_id(&record.uid) else {
-            let tensor =
-                self.foreign_collection(&record.uid, position)?.read_record(record, verify)?;
+        let Some(file) = self.index.file_id(record.uid) else {
+            let tensor = self
+                .foreign_collection(record.uid, position)?
+                .read_record(&record.to_record(), verify)?;
             return self.with_field_dtype(position, tensor);
         };
         let index = u32::try_from(record.collection_index)
             .map_err(|_| Error::invalid(format!("record {record}: slot index out of range")))?;
         let slot = Slot::new(record.checksum, file, index);
-        self.read_slot_with_shape(position, &slot, &record.shape, verify)
+        self.read_slot_with_shape(position, &slot, record.shape, verify)
     }
 
     /// A collection file no record of this cache points into, opened on first use, its header
@@ -864,12 +867,22 @@ impl Reader for NpyBackend {
     /// instead of four dependent reads one after another per key.
     /// A writer's batch is not advised (its rows may still be in its write batches).
     fn get_batch(&self, keys: &[&str]) -> Result<Vec<Option<Sample>>> {
+        batch_by_visiting(self, keys)
+    }
+
+    /// The batch advised as [`Reader::get_batch`] says, then each key read and visited in turn.
+    fn get_batch_each(&self, keys: &[&str], visit: &mut BatchVisitor<'_>) -> Result<()> {
         if self.writer.is_none() && self.advisor.policy() != ColdReadAdvice::Never {
             let cold = self.advise_lookups(keys);
             self.open_files_of(keys, cold);
             self.advisor.before_batch_rows(keys.len(), |i, plan| self.plan_rows(keys[i], plan));
         }
-        keys.iter().map(|key| self.get_unadvised(key)).collect()
+        for (at, key) in keys.iter().enumerate() {
+            if visit(at, self.get_unadvised(key)?).is_break() {
+                break;
+            }
+        }
+        Ok(())
     }
 
     fn contains(&self, key: &str) -> Result<bool> {
@@ -1188,7 +1201,8 @@ impl NpyBackend {
                     .iter()
                     .enumerate()
                     .filter_map(|(i, record)| {
-                        let file = self.index.file_id(&record.uid)?;
+                        let record = record.as_ref();
+                        let file = self.index.file_id(record.uid)?;
                         Some((i, file, record.collection_index))
                     })
                     .collect()
@@ -1212,25 +1226,33 @@ impl NpyBackend {
         let Some(runs) = &self.runs else { return Ok(None) };
         let Some((offset, payload)) = runs.find(key) else { return Ok(None) };
         let fields = self.meta.schema.fields.len();
-        let fast = runs::entry_records(payload, fields);
-        let (_, records) = fast
-            .map(|r| (String::new(), r))
-            .map_or_else(|| decode_entry(payload, fields), Ok)
-            .map_err(|e| {
-                Error::corrupted(
-                    self.layout.records_log(),
-                    format!("record at byte offset {offset}: {e}"),
-                )
-            })?;
+        if let Some(records) = runs::entry_records(payload, fields) {
+            return self.sample_of_records(key, records.iter().map(ParsedRecord::as_ref)).map(Some);
+        }
+        let (_, records) = decode_entry(payload, fields).map_err(|e| {
+            Error::corrupted(
+                self.layout.records_log(),
+                format!("record at byte offset {offset}: {e}"),
+            )
+        })?;
+        self.sample_of_records(key, records.iter().map(Numpy10Record::as_ref)).map(Some)
+    }
+
+    /// The sample of `key` whose fields `records` locate, in schema order.
+    fn sample_of_records<'r>(
+        &self,
+        key: &str,
+        records: impl Iterator<Item = RecordRef<'r>>,
+    ) -> Result<Sample> {
         let verify = self.options.verify_checksums;
         let mut sample = Sample::new();
-        for (i, (field, record)) in self.meta.schema.fields.iter().zip(&records).enumerate() {
+        for (i, (field, record)) in self.meta.schema.fields.iter().zip(records).enumerate() {
             let tensor = self
                 .read_record_in(i, record, verify)
                 .map_err(|e| in_field(e, &field.name).for_key(key))?;
             sample.insert(self.field_names[i].clone(), Value::Tensor(tensor));
         }
-        Ok(Some(sample))
+        Ok(sample)
     }
 
     /// hangar's commit of stowage's own files, then `_COMPLETE`, written atomically and last:

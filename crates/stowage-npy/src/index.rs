@@ -225,6 +225,10 @@ impl KeyIndex {
     /// Finds `key`: one cache line read for keys up to 16 bytes, whose entry also holds the first
     /// field's slot.
     pub fn find(&self, key: &str) -> Option<Found> {
+        // A cache whose keys are all in the runs (any reopened one) holds none here: no hash.
+        if self.table.is_empty() {
+            return None;
+        }
         let hash = self.table.hash(key);
         let entry = self.table.find(hash, key, &self.key_bytes)?;
         Some(Found { ordinal: entry.ordinal as usize, first: entry.first })

@@ -46,5 +46,5 @@ pub mod test_support {
     pub use crate::collection::CollectionFile;
     pub use crate::layout::{CommitMarker, Layout};
     pub use crate::ownership::read_claims;
-    pub use crate::record::{RecordRef, is_valid_uid, new_uid, xxh64, xxh64_hex};
+    pub use crate::record::{ParsedRecord, RecordRef, is_valid_uid, new_uid, xxh64, xxh64_hex};
 }

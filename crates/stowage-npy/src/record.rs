@@ -67,54 +67,7 @@ impl Numpy10Record {
     /// assert!(err.to_string().contains("checksum"));
     /// ```
     pub fn parse(record: &str) -> Result<Numpy10Record> {
-        let fail = |field: &str, why: String| {
-            Error::invalid(format!("NUMPY_10 record {}: {field}: {why}", quote(record)))
-        };
-        let mut fields = record.splitn(5, ':');
-        let mut next = |field: &str| {
-            fields
-                .next()
-                .ok_or_else(|| fail(field, "missing (a record has 5 ':'-separated fields)".into()))
-        };
-        let code = next("format code")?;
-        let uid = next("uid")?;
-        let checksum = next("checksum")?;
-        let index = next("collection index")?;
-        let dims = next("shape")?;
-
-        if code != FORMAT_CODE {
-            return Err(fail("format code", format!("{} is not {FORMAT_CODE:?}", quote(code))));
-        }
-        if !is_valid_uid(uid) {
-            return Err(fail(
-                "uid",
-                format!("{} is not {UID_LEN} characters of [a-z0-9]", quote(uid)),
-            ));
-        }
-        if checksum.len() != 16 || !checksum.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
-        {
-            return Err(fail(
-                "checksum",
-                format!("{} is not 16 lowercase hex digits", quote(checksum)),
-            ));
-        }
-        let checksum = u64::from_str_radix(checksum, 16)
-            .map_err(|e| fail("checksum", format!("{}: {e}", quote(checksum))))?;
-        let collection_index =
-            decimal::<u64>(index).map_err(|why| fail("collection index", why))?;
-
-        let mut shape = Vec::new();
-        if !dims.is_empty() {
-            for (axis, dim) in dims.split(' ').enumerate() {
-                if axis == MAX_RANK {
-                    return Err(fail("shape", format!("more than {MAX_RANK} dimensions")));
-                }
-                let dim = decimal::<usize>(dim)
-                    .map_err(|why| fail("shape", format!("dim {axis}: {why}")))?;
-                shape.push(dim);
-            }
-        }
-        Ok(Numpy10Record { uid: uid.to_owned(), checksum, collection_index, shape })
+        ParsedRecord::parse(record).map(|parsed| parsed.as_ref().to_record())
     }
 
     /// The checksum as hangar writes it: 16 lowercase hex digits, zero padded.
@@ -153,6 +106,177 @@ pub struct RecordRef<'a> {
     pub collection_index: u64,
     /// The sample's own shape.
     pub shape: &'a [usize],
+}
+
+impl RecordRef<'_> {
+    /// An owned copy.
+    pub fn to_record(&self) -> Numpy10Record {
+        Numpy10Record {
+            uid: self.uid.to_owned(),
+            checksum: self.checksum,
+            collection_index: self.collection_index,
+            shape: self.shape.to_vec(),
+        }
+    }
+}
+
+/// A record parsed without allocating (uid borrowed from the text, dims inline), by the rules of
+/// [`Numpy10Record::parse`]: what a lookup parses on every `get`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParsedRecord<'a> {
+    uid: &'a str,
+    checksum: u64,
+    collection_index: u64,
+    dims: Dims,
+}
+
+/// A record's dims: inline up to [`Dims::INLINE`] (a 64-entry array, numpy's limit, would be
+/// half a kilobyte to clear and move per record), on the heap beyond.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Dims {
+    Inline { rank: usize, dims: [usize; Dims::INLINE] },
+    Heap(Vec<usize>),
+}
+
+impl Dims {
+    const INLINE: usize = 6;
+
+    fn push(&mut self, dim: usize) {
+        match self {
+            Dims::Inline { rank, dims } if *rank < Dims::INLINE => {
+                dims[*rank] = dim;
+                *rank += 1;
+            }
+            Dims::Inline { rank, dims } => {
+                let mut heap = dims[..*rank].to_vec();
+                heap.push(dim);
+                *self = Dims::Heap(heap);
+            }
+            Dims::Heap(heap) => heap.push(dim),
+        }
+    }
+
+    fn as_slice(&self) -> &[usize] {
+        match self {
+            Dims::Inline { rank, dims } => &dims[..*rank],
+            Dims::Heap(heap) => heap,
+        }
+    }
+}
+
+impl<'a> ParsedRecord<'a> {
+    /// Parses `record` as [`Numpy10Record::parse`] does, with the same errors.
+    ///
+    /// ```
+    /// use stowage_npy::test_support::ParsedRecord;
+    /// let r = ParsedRecord::parse("10:cy8009k6:424af23f1f08dca5:7:2 3").unwrap();
+    /// assert_eq!(r.as_ref().to_string(), "10:cy8009k6:424af23f1f08dca5:7:2 3");
+    /// assert!(ParsedRecord::parse("10:cy8009k6:424af23f1f08dca5:07:2").is_err());
+    /// ```
+    pub fn parse(record: &'a str) -> Result<ParsedRecord<'a>> {
+        // Every record hangar or stowage writes has its first three fields at fixed places;
+        // anything else (or anything wrong there) is split at its colons, so that the error
+        // names the field a general parse finds wrong.
+        if let Some(fields) = fixed_fields(record)
+            && let Ok(parsed) = ParsedRecord::from_fields(record, fields)
+        {
+            return Ok(parsed);
+        }
+        ParsedRecord::from_fields(record, split_fields(record)?)
+    }
+
+    /// The record with its shape borrowed.
+    pub fn as_ref(&self) -> RecordRef<'_> {
+        RecordRef {
+            uid: self.uid,
+            checksum: self.checksum,
+            collection_index: self.collection_index,
+            shape: self.dims.as_slice(),
+        }
+    }
+
+    /// The record's fields checked: the code, the uid, the checksum, the slot index, the shape.
+    fn from_fields(
+        record: &'a str,
+        [code, uid, checksum, index, dims]: [&'a str; 5],
+    ) -> Result<Self> {
+        let fail = |field: &str, why: String| {
+            Error::invalid(format!("NUMPY_10 record {}: {field}: {why}", quote(record)))
+        };
+        if code != FORMAT_CODE {
+            return Err(fail("format code", format!("{} is not {FORMAT_CODE:?}", quote(code))));
+        }
+        if !is_valid_uid(uid) {
+            return Err(fail(
+                "uid",
+                format!("{} is not {UID_LEN} characters of [a-z0-9]", quote(uid)),
+            ));
+        }
+        if checksum.len() != 16 || !checksum.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+        {
+            return Err(fail(
+                "checksum",
+                format!("{} is not 16 lowercase hex digits", quote(checksum)),
+            ));
+        }
+        let checksum = u64::from_str_radix(checksum, 16)
+            .map_err(|e| fail("checksum", format!("{}: {e}", quote(checksum))))?;
+        let collection_index =
+            decimal::<u64>(index).map_err(|why| fail("collection index", why))?;
+
+        let mut parsed = ParsedRecord {
+            uid,
+            checksum,
+            collection_index,
+            dims: Dims::Inline { rank: 0, dims: [0; Dims::INLINE] },
+        };
+        if !dims.is_empty() {
+            for (axis, dim) in dims.split(' ').enumerate() {
+                if axis == MAX_RANK {
+                    return Err(fail("shape", format!("more than {MAX_RANK} dimensions")));
+                }
+                let dim = decimal::<usize>(dim)
+                    .map_err(|why| fail("shape", format!("dim {axis}: {why}")))?;
+                parsed.dims.push(dim);
+            }
+        }
+        Ok(parsed)
+    }
+}
+
+/// The five fields of `record` when its code, uid and checksum end at the places they end in
+/// every well-formed record (`10:<8>:<16>:`); `None` otherwise.
+fn fixed_fields(record: &str) -> Option<[&str; 5]> {
+    const UID_END: usize = 3 + UID_LEN;
+    const CHECKSUM_END: usize = UID_END + 17;
+    let bytes = record.as_bytes();
+    let colon = |at: usize| bytes.get(at) == Some(&b':');
+    if !(colon(2) && colon(UID_END) && colon(CHECKSUM_END)) {
+        return None;
+    }
+    // Each colon is one byte, so the cuts next to them are character boundaries.
+    let (index, dims) = record[CHECKSUM_END + 1..].split_once(':')?;
+    Some([&record[..2], &record[3..UID_END], &record[UID_END + 1..CHECKSUM_END], index, dims])
+}
+
+/// The five `:`-separated fields of `record` (the last one takes the rest).
+fn split_fields(record: &str) -> Result<[&str; 5]> {
+    let mut fields = record.splitn(5, ':');
+    let mut next = |field: &str| {
+        fields.next().ok_or_else(|| {
+            Error::invalid(format!(
+                "NUMPY_10 record {}: {field}: missing (a record has 5 ':'-separated fields)",
+                quote(record)
+            ))
+        })
+    };
+    Ok([
+        next("format code")?,
+        next("uid")?,
+        next("checksum")?,
+        next("collection index")?,
+        next("shape")?,
+    ])
 }
 
 impl fmt::Display for Numpy10Record {
@@ -244,6 +368,46 @@ fn quote(s: &str) -> String {
 mod tests {
     use super::*;
     use rand::{SeedableRng, rngs::StdRng};
+
+    /// The fixed-place parse gives what the colon split gives: the same record, or the same
+    /// error, for well-formed records of every rank and for damage at every field.
+    #[test]
+    fn fixed_places_agree_with_the_colon_split() {
+        fn general(r: &str) -> std::result::Result<ParsedRecord<'_>, String> {
+            split_fields(r).and_then(|f| ParsedRecord::from_fields(r, f)).map_err(|e| e.to_string())
+        }
+        let dims: Vec<String> = (0..9)
+            .map(|rank| (1..=rank).map(|d| d.to_string()).collect::<Vec<_>>().join(" "))
+            .collect();
+        let mut records: Vec<String> =
+            dims.iter().map(|d| format!("10:cy8009k6:424af23f1f08dca5:12:{d}")).collect();
+        records.extend(
+            [
+                "10:cy8009k6:424af23f1f08dca5:0:",
+                "10:cy8009k6:424af23f1f08dca5:0:2:3",
+                "11:cy8009k6:424af23f1f08dca5:0:2",
+                "10:Cy8009k6:424af23f1f08dca5:0:2",
+                "10:cy800:k6:424af23f1f08dca5:0:2",
+                "10:cy8009k6:424AF23F1F08DCA5:0:2",
+                "10:cy8009k6:424af23f1f08dca5:00:2",
+                "10:cy8009k6:424af23f1f08dca5:0:02",
+                "10:cy8009k6:424af23f1f08dca5:0:2  3",
+                "10:cy8009k6:424af23f1f08dca5:0",
+                "10:cy8009k6:424af23f1f08dca5",
+                "10:cy8009k6é:24af23f1f08dca5:0:2",
+                "10:cy8009k6:424af23f1f08dca5:18446744073709551616:2",
+                "",
+            ]
+            .map(str::to_owned),
+        );
+        records.push(format!("10:cy8009k6:424af23f1f08dca5:0:{}", vec!["1"; 65].join(" ")));
+        for record in &records {
+            let fixed = ParsedRecord::parse(record).map_err(|e| e.to_string());
+            assert_eq!(fixed, general(record), "{record:?}");
+        }
+        let deep = ParsedRecord::parse(&records[8]).unwrap();
+        assert_eq!(deep.as_ref().shape, &[1, 2, 3, 4, 5, 6, 7, 8]);
+    }
 
     #[test]
     fn hangar_examples_round_trip() {

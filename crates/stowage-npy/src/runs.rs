@@ -42,7 +42,7 @@ use stowage_core::key_runs::{KeyRun, RunSpec, key_hash, write_run_file};
 use stowage_core::{Error, IoResultExt, Result};
 
 use crate::layout::Layout;
-use crate::record::Numpy10Record;
+use crate::record::ParsedRecord;
 
 /// Tail entries (records since the last run) after which a flush writes a run: about 3 MB of
 /// log offsets and, in the tail's [`crate::index::KeyIndex`], about 25 MB for one-field keys.
@@ -606,7 +606,7 @@ pub(crate) fn entry_key(payload: &[u8]) -> Option<Cow<'_, str>> {
 /// The record strings of a log entry (`["<key>","<record>",...]`), parsed, `fields` of them:
 /// the fast path of a lookup (no JSON tree, no key copy); `None` when the entry is not in the
 /// form stowage writes it (the caller then decodes it as JSON).
-pub(crate) fn entry_records(payload: &[u8], fields: usize) -> Option<Vec<Numpy10Record>> {
+pub(crate) fn entry_records(payload: &[u8], fields: usize) -> Option<Vec<ParsedRecord<'_>>> {
     let rest = payload.strip_prefix(b"[\"")?;
     let end = rest.iter().position(|&b| b == b'"' || b == b'\\')?;
     if rest[end] != b'"' {
@@ -621,7 +621,7 @@ pub(crate) fn entry_records(payload: &[u8], fields: usize) -> Option<Vec<Numpy10
             return None;
         }
         let text = std::str::from_utf8(&rest[..end]).ok()?;
-        records.push(Numpy10Record::parse(text).ok()?);
+        records.push(ParsedRecord::parse(text).ok()?);
         rest = &rest[end + 1..];
     }
     (rest == b"]").then_some(records)
@@ -669,7 +669,8 @@ mod tests {
         let b = "10:zzzzzzzz:0123456789abcdef:1:";
         let entry = format!(r#"["k",{a:?},{b:?}]"#);
         let got = entry_records(entry.as_bytes(), 2).unwrap();
-        assert_eq!((got[0].to_string(), got[1].to_string()), (a.to_owned(), b.to_owned()));
+        let got = (got[0].as_ref().to_string(), got[1].as_ref().to_string());
+        assert_eq!(got, (a.to_owned(), b.to_owned()));
         assert!(entry_records(entry.as_bytes(), 1).is_none(), "one record too many");
         assert!(entry_records(entry.as_bytes(), 3).is_none(), "one record too few");
         let escaped = format!(r#"["k\"",{a:?}]"#);

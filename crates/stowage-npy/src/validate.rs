@@ -81,7 +81,7 @@ pub fn validate(backend: &NpyBackend, level: ValidationLevel) -> Result<Validati
                 continue;
             }
             if level == ValidationLevel::Full
-                && let Err(e) = backend.read_record_in(field, &record, true)
+                && let Err(e) = backend.read_record_in(field, record.as_ref(), true)
             {
                 let detail = format!("field {field_name:?}: {}", strip_path(&e));
                 report.problem(Some(&data_file), Some(key), detail);

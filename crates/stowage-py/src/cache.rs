@@ -1,5 +1,6 @@
 //! `stowage.Cache`: an open cache, for reading and (when opened so) writing.
 
+use std::ops::ControlFlow;
 use std::sync::{Arc, PoisonError, RwLock};
 
 use pyo3::prelude::*;
@@ -12,8 +13,8 @@ use stowage_core::{
 use crate::arrays::{self, Destination};
 use crate::errors::{self, ResultExt, shielded};
 use crate::fork_gate;
-use crate::key_table::KeyTable;
-use crate::keys;
+use crate::key_table::{self, KeyTable};
+use crate::keys::{self, KeyBuffer};
 use crate::report::ValidationReport;
 use crate::schema_dict;
 
@@ -191,10 +192,9 @@ impl Cache {
     }
 
     /// The samples of `keys`, read without the GIL; `KeyError` for the first missing key.
-    fn samples(&self, py: Python<'_>, keys: &[Bound<'_, PyAny>]) -> PyResult<Vec<Sample>> {
+    fn samples(&self, py: Python<'_>, keys: &[&str]) -> PyResult<Vec<Sample>> {
         let handle = self.handle(py)?;
-        let keys = keys::borrow_all(keys)?;
-        let found = py.detach(|| handle.read(|r| r.get_batch(&keys))).py(py)?;
+        let found = py.detach(|| handle.read(|r| r.get_batch(keys))).py(py)?;
         let mut samples = Vec::with_capacity(found.len());
         for (key, sample) in keys.iter().zip(found) {
             samples.push(sample.ok_or_else(|| errors::missing_key(key))?);
@@ -265,10 +265,11 @@ impl Cache {
     fn get_batch<'py>(
         &self,
         py: Python<'py>,
-        keys: Vec<Bound<'py, PyAny>>,
+        keys: Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyDict>> {
         shielded(py, || {
-            let samples = self.samples(py, &keys)?;
+            let keys = KeyBuffer::of_sequence(&keys)?;
+            let samples = self.samples(py, &keys.all())?;
             let batch = PyDict::new(py);
             for (index, field) in self.schema.fields.iter().enumerate() {
                 let values: Vec<&Value> =
@@ -308,7 +309,10 @@ impl Cache {
     /// Reads the samples of `keys` into caller-owned arrays: `out` maps a tensor field's name to
     /// a writable C-contiguous array of shape `(len(keys), *shape)` and the field's dtype
     /// (`uint16` for bfloat16). Fields not in `out` are not copied. The copy runs without the
-    /// GIL. Every argument is checked, and every key found, before anything is written.
+    /// GIL. Every argument is checked before anything is written; then each sample is copied as
+    /// soon as it is read, while its bytes are in the CPU cache. A missing key (`KeyError`), a
+    /// row of another shape or a damaged row (`CorruptedError`) stops the batch: the rows of the
+    /// keys before it are written, the rest are left as they were.
     ///
     /// ```python
     /// out = {"x": np.empty((256, 512), np.float32)}
@@ -317,13 +321,13 @@ impl Cache {
     fn get_batch_into<'py>(
         &self,
         py: Python<'py>,
-        keys: Vec<Bound<'py, PyAny>>,
+        keys: Bound<'py, PyAny>,
         out: Bound<'py, PyDict>,
     ) -> PyResult<()> {
         shielded(py, || {
+            let keys = KeyBuffer::of_sequence(&keys)?;
             let targets = self.targets(py, &out, keys.len())?;
-            let keys = keys::borrow_all(&keys)?;
-            self.copy_into(py, &keys, &targets)
+            self.copy_into(py, &keys.all(), &targets)
         })
     }
 
@@ -334,10 +338,11 @@ impl Cache {
         &self,
         py: Python<'py>,
         table: &KeyTable,
-        indices: Vec<usize>,
+        indices: Bound<'py, PyAny>,
         out: Bound<'py, PyDict>,
     ) -> PyResult<()> {
         shielded(py, || {
+            let indices = key_table::indices_of(&indices)?;
             let targets = self.targets(py, &out, indices.len())?;
             let keys = indices.iter().map(|&i| table.key(i)).collect::<PyResult<Vec<&str>>>()?;
             self.copy_into(py, &keys, &targets)
@@ -687,43 +692,54 @@ fn stackable<'v>(values: &[&'v Value]) -> Option<(stowage_core::DType, &'v [usiz
     same.then(|| (first.dtype(), first.shape()))
 }
 
-/// Why `get_batch_into` wrote nothing.
+/// Why `get_batch_into` stopped.
 enum BatchFailure {
     Stowage(stowage_core::Error),
     Missing(String),
     Shape(String),
 }
 
-/// Reads `keys` and copies each target field's rows into its array (no GIL held). Checks every
-/// key and every row's size before the first byte is written.
+/// Reads `keys` and copies each target field's row of each sample into its array as soon as the
+/// sample is read (no GIL held), while its bytes are in the CPU cache. Stops at the first missing
+/// key, row of another shape, or read error.
 fn copy_batch(handle: &Handle, keys: &[&str], targets: &[Target]) -> Result<(), BatchFailure> {
-    let found = handle.read(|r| r.get_batch(keys)).map_err(BatchFailure::Stowage)?;
-    let mut samples = Vec::with_capacity(found.len());
-    for (key, sample) in keys.iter().zip(found) {
-        samples.push(sample.ok_or_else(|| BatchFailure::Missing((*key).to_owned()))?);
-    }
-    for target in targets {
-        for (key, sample) in keys.iter().zip(&samples) {
-            let shape = sample.tensor(&target.field).map(|t| t.shape());
-            if shape != Some(target.row_shape.as_slice()) {
-                return Err(BatchFailure::Shape(format!(
-                    "out[{:?}]: sample {key:?} has {} where the array's rows have shape {:?}",
-                    target.field,
-                    shape.map_or("no tensor (null)".to_owned(), |s| format!("shape {s:?}")),
-                    target.row_shape,
-                )));
+    let mut failure = None;
+    let mut copy =
+        |at: usize, sample: Option<Sample>| match copy_sample(keys[at], at, sample, targets) {
+            Ok(()) => ControlFlow::Continue(()),
+            Err(stop) => {
+                failure = Some(stop);
+                ControlFlow::Break(())
             }
-        }
-    }
+        };
+    handle.read(|r| r.get_batch_each(keys, &mut copy)).map_err(BatchFailure::Stowage)?;
+    failure.map_or(Ok(()), Err)
+}
+
+/// Copies the rows of `sample` (the one of `key`, at position `at` of the batch) into `targets`.
+fn copy_sample(
+    key: &str,
+    at: usize,
+    sample: Option<Sample>,
+    targets: &[Target],
+) -> Result<(), BatchFailure> {
+    let sample = sample.ok_or_else(|| BatchFailure::Missing(key.to_owned()))?;
     for target in targets {
-        let mut at = 0;
-        for sample in &samples {
-            let bytes = sample.tensor(&target.field).expect("checked above").bytes();
-            // SAFETY: the caller holds the array; every row was checked to be `row` bytes and
-            // there are `rows` of them, so the copies stay inside it.
-            unsafe { target.destination.write(at, bytes) };
-            at += bytes.len();
-        }
+        let tensor = sample.tensor(&target.field);
+        let Some(tensor) = tensor.filter(|t| t.shape() == target.row_shape) else {
+            let shape = tensor.map(|t| t.shape());
+            return Err(BatchFailure::Shape(format!(
+                "out[{:?}]: sample {key:?} has {} where the array's rows have shape {:?}",
+                target.field,
+                shape.map_or("no tensor (null)".to_owned(), |s| format!("shape {s:?}")),
+                target.row_shape,
+            )));
+        };
+        let bytes = tensor.bytes();
+        // SAFETY: the caller holds the array. The row's shape is the array's row shape and the
+        // array's dtype is the field's, so row `at` of `keys.len()` lies inside the array
+        // (`write` asserts it too).
+        unsafe { target.destination.write(at * bytes.len(), bytes) };
     }
     Ok(())
 }

@@ -8,7 +8,9 @@
 use pyo3::exceptions::PyIndexError;
 use pyo3::prelude::*;
 
-use crate::keys;
+use pyo3::types::PyList;
+
+use crate::keys::{KeyBuffer, PREFETCH_AHEAD, prefetch_object};
 
 /// The keys of a dataset, in order, in one buffer.
 ///
@@ -19,22 +21,18 @@ use crate::keys;
 /// ```
 #[pyclass(frozen, module = "stowage._stowage")]
 pub struct KeyTable {
-    text: String,
-    /// Where each key ends in `text` (key `i` starts where key `i - 1` ends).
-    ends: Vec<usize>,
+    keys: KeyBuffer,
 }
 
 impl KeyTable {
     /// Key `index`; `IndexError` naming the index and the table's length when out of range.
     pub fn key(&self, index: usize) -> PyResult<&str> {
-        let end = *self.ends.get(index).ok_or_else(|| {
+        self.keys.get(index).ok_or_else(|| {
             PyIndexError::new_err(format!(
                 "index {index} is out of range for {} samples",
-                self.ends.len()
+                self.keys.len()
             ))
-        })?;
-        let start = if index == 0 { 0 } else { self.ends[index - 1] };
-        Ok(&self.text[start..end])
+        })
     }
 }
 
@@ -43,22 +41,33 @@ impl KeyTable {
     /// A table of `keys` (an iterable of `str`), in their order.
     #[new]
     fn new(keys: &Bound<'_, PyAny>) -> PyResult<KeyTable> {
-        let mut text = String::new();
-        let mut ends = Vec::new();
-        for key in keys.try_iter()? {
-            let key = key?;
-            text.push_str(keys::borrow(&key)?);
-            ends.push(text.len());
-        }
-        Ok(KeyTable { text, ends })
+        Ok(KeyTable { keys: KeyBuffer::of_sequence(keys)? })
     }
 
     fn __len__(&self) -> usize {
-        self.ends.len()
+        self.keys.len()
     }
 
     /// Key `index` (no negative indices).
     fn __getitem__(&self, index: usize) -> PyResult<&str> {
         self.key(index)
     }
+}
+
+/// The indices of a batch (a sequence of non-negative `int`), as `Vec<usize>` extraction gives
+/// them (`OverflowError` for a negative one, `TypeError` for a non-integer); a list's items are
+/// read with the next ones' memory requested ahead of use.
+pub fn indices_of(indices: &Bound<'_, PyAny>) -> PyResult<Vec<usize>> {
+    let Ok(list) = indices.cast::<PyList>() else {
+        return indices.extract();
+    };
+    let count = list.len();
+    let mut out = Vec::with_capacity(count);
+    for index in 0..count {
+        if index + PREFETCH_AHEAD < count {
+            prefetch_object(list, index + PREFETCH_AHEAD);
+        }
+        out.push(list.get_item(index)?.extract()?);
+    }
+    Ok(out)
 }

@@ -1,7 +1,7 @@
 //! The `stowage` Python package's native module, `stowage._stowage` (`stowage/__init__.py`
 //! re-exports it): every stowage cache from Python, reads as zero-copy numpy arrays, checked.
 //!
-//! Built by maturin (`crates/stowage-py/pyproject.toml`) as one abi3 wheel for CPython >= 3.9.
+//! Built by maturin (`crates/stowage-py/pyproject.toml`) as one abi3 wheel for CPython >= 3.10.
 //! The modules: [`cache`] (the `Cache` class), [`arrays`] (numpy arrays over tensors and back),
 //! [`dtypes`], [`fork_gate`] (no lock held across `os.fork`), [`keys`] (keys without a copy), [`schema_dict`] (schemas as dicts), [`options`] (`create`'s options),
 //! [`report`] (validation reports, capabilities), [`errors`] (exceptions, panics), [`timing`]

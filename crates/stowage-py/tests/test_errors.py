@@ -338,6 +338,18 @@ def test_get_batch_into_of_a_missing_key_is_key_error(reader):
     assert "missing-key" in str(info.value)
 
 
+def test_get_batch_into_stops_at_a_missing_key(small_cache, backend):
+    # Each row is copied as it is read: the rows before the missing key are written, the ones
+    # after it are left as they were.
+    out = np.full((3, 4, 3), -1.0, np.float32)
+    with stowage.open(small_cache) as cache:
+        with pytest.raises(KeyError) as info:
+            cache.get_batch_into([small_key(0), "missing-key", small_key(1)], {"x": out})
+        assert info.value.args[0] == "missing-key"
+        np.testing.assert_array_equal(out[0], cache.get(small_key(0))["x"])
+    assert (out[1:] == -1.0).all()
+
+
 def test_missing_key_on_every_backend(small_cache, backend):
     with stowage.open(small_cache) as cache:
         with pytest.raises(KeyError) as info:
@@ -536,3 +548,18 @@ def test_a_failed_write_poisons_the_handle(tmp_path, backend):
             cache.flush()
     finally:
         cache.close()
+
+
+def test_batch_keys_are_a_sequence_of_str_not_a_str(reader):
+    with pytest.raises(TypeError, match="not a str"):
+        reader.get_batch(small_key(0))
+    with pytest.raises(TypeError, match="not a str"):
+        reader.get_batch_into(small_key(0), {"x": np.zeros((4, 4, 3), np.float32)})
+    with pytest.raises(TypeError, match="keys are str"):
+        reader.get_batch([small_key(0), 7])
+    # A list, a tuple and a generator read the same rows.
+    want = reader.get_batch(KEYS3)["x"]
+    np.testing.assert_array_equal(reader.get_batch(tuple(KEYS3))["x"], want)
+    out = np.zeros((3, 4, 3), np.float32)
+    reader.get_batch_into((k for k in KEYS3), {"x": out})
+    np.testing.assert_array_equal(out, want)

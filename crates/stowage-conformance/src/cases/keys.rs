@@ -5,7 +5,8 @@ use crate::check::{expect_unsupported, is_unsupported_from, ok};
 use crate::generate::{basic_schema, compare_sample, sample_for};
 use crate::{CaseContext, CaseResult, Failure, Outcome, ensure};
 use std::collections::HashSet;
-use stowage_core::{DynReader, Error, OpenMode, Schema};
+use std::ops::ControlFlow;
+use stowage_core::{DynReader, Error, OpenMode, Sample, Schema};
 
 /// 10,000 keys: all listed once, in put order, all readable after finalize and reopen.
 pub fn ten_thousand_keys_round_trip(ctx: &CaseContext<'_>) -> CaseResult {
@@ -305,8 +306,9 @@ pub fn keys_follow_first_put_order(ctx: &CaseContext<'_>) -> CaseResult {
     Ok(Outcome::Passed)
 }
 
-/// `get_batch` returns, position by position, what `get` returns: on a finalized reader and on
-/// a writer holding unflushed puts, for present, missing and repeated keys.
+/// `get_batch` returns, position by position, what `get` returns, and `get_batch_each` visits
+/// what `get_batch` returns: on a finalized reader and on a writer holding unflushed puts, for
+/// present, missing and repeated keys.
 pub fn get_batch_agrees_with_get(ctx: &CaseContext<'_>) -> CaseResult {
     let schema = basic_schema(ctx.caps());
     let (path, written) = build(ctx, "c", &schema, 20, true)?;
@@ -314,11 +316,14 @@ pub fn get_batch_agrees_with_get(ctx: &CaseContext<'_>) -> CaseResult {
     let k = |i: usize| written[i].0.as_str();
     let batch = [k(3), "never-put", k(0), k(3), k(19), "also-never-put", k(7)];
     batch_matches_get(&*reader, &batch, "on a finalized reader")?;
+    let empty = ok("get_batch of no keys", reader.get_batch(&[]))
+        .map_err(|f| f.clause("get-batch.agrees-with-get"))?;
     ensure!(
-        ok("get_batch of no keys", reader.get_batch(&[]))?.is_empty(),
+        empty.is_empty(),
         "get_batch(&[])",
         expected: "an empty list",
-        got: "a non-empty list"
+        got: "a non-empty list",
+        clause: "get-batch.agrees-with-get"
     );
 
     let mut writer = ok("create", ctx.factory.create(&ctx.cache_path("w"), &schema))?;
@@ -330,8 +335,21 @@ pub fn get_batch_agrees_with_get(ctx: &CaseContext<'_>) -> CaseResult {
     Ok(Outcome::Passed)
 }
 
-/// `get_batch(batch)` on `cache` equals `get` of each key in turn.
+/// `get_batch(batch)` on `cache` equals `get` of each key in turn, and `get_batch_each(batch)`
+/// visits what `get_batch` returns.
 fn batch_matches_get(cache: &DynReader, batch: &[&str], stage: &str) -> Result<(), Failure> {
+    let got = batch_agrees_with_get(cache, batch, stage)
+        .map_err(|f| f.clause("get-batch.agrees-with-get"))?;
+    each_matches_batch(cache, batch, &got, stage)
+        .map_err(|f| f.clause("get-batch-each.agrees-with-get-batch"))
+}
+
+/// `get_batch(batch)` on `cache` equals `get` of each key in turn; what it returned.
+fn batch_agrees_with_get(
+    cache: &DynReader,
+    batch: &[&str],
+    stage: &str,
+) -> Result<Vec<Option<Sample>>, Failure> {
     let context = format!("get_batch({batch:?}) {stage}");
     let got = ok(&context, cache.get_batch(batch))?;
     ensure!(
@@ -354,6 +372,64 @@ fn batch_matches_get(cache: &DynReader, batch: &[&str], stage: &str) -> Result<(
                 ));
             }
         }
+    }
+    Ok(got)
+}
+
+/// `get_batch_each(batch)` on `cache` visits each position once, in order, with what
+/// `get_batch` returned (`got`), and visits nothing after a break.
+fn each_matches_batch(
+    cache: &DynReader,
+    batch: &[&str],
+    got: &[Option<Sample>],
+    stage: &str,
+) -> Result<(), Failure> {
+    let context = format!("get_batch_each({batch:?}) {stage}");
+    let mut visited = Vec::with_capacity(batch.len());
+    ok(
+        &context,
+        cache.get_batch_each(batch, &mut |at, sample| {
+            visited.push((at, sample));
+            ControlFlow::Continue(())
+        }),
+    )?;
+    let positions: Vec<usize> = visited.iter().map(|(at, _)| *at).collect();
+    ensure!(
+        positions == (0..batch.len()).collect::<Vec<_>>(),
+        &context,
+        expected: format!("positions 0 to {} once each, in order", batch.len()),
+        got: format!("positions {positions:?}")
+    );
+    for ((at, sample), from_batch) in visited.iter().zip(got) {
+        let key = batch[*at];
+        match (from_batch, sample) {
+            (None, None) => {}
+            (Some(want), _) => compare_sample(key, want, sample.as_ref())
+                .map_err(|f| f.within(format!("{context} at position {at} against get_batch")))?,
+            (None, Some(_)) => {
+                return Err(Failure::new(
+                    format!("{context} at position {at} ({key:?})"),
+                    "None, as get_batch returns",
+                    "a sample",
+                ));
+            }
+        }
+    }
+    if batch.len() > 2 {
+        let mut after_break = 0;
+        ok(
+            &context,
+            cache.get_batch_each(batch, &mut |at, _| {
+                after_break += 1;
+                if at == 1 { ControlFlow::Break(()) } else { ControlFlow::Continue(()) }
+            }),
+        )?;
+        ensure!(
+            after_break == 2,
+            format!("{context}, breaking at position 1"),
+            expected: "2 visits (positions 0 and 1)",
+            got: format!("{after_break} visits")
+        );
     }
     Ok(())
 }

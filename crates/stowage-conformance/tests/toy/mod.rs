@@ -69,8 +69,8 @@ use stowage_core::file_safety::{
 };
 use stowage_core::recognize::{Marker, marker};
 use stowage_core::{
-    Backend, BackendFactory, Capabilities, DType, DynBackend, Error, FieldKind, Format,
-    IoResultExt, OpenMode, Reader, Result, Sample, Schema, Tensor, ValidationLevel,
+    Backend, BackendFactory, BatchVisitor, Capabilities, DType, DynBackend, Error, FieldKind,
+    Format, IoResultExt, OpenMode, Reader, Result, Sample, Schema, Tensor, ValidationLevel,
     ValidationReport, Value, WriteState,
 };
 use xxhash_rust::{xxh3::xxh3_128, xxh64::xxh64};
@@ -155,6 +155,8 @@ pub enum Defect {
     IgnoresStowageMarker,
     /// `get_batch` leaves out the keys that are missing instead of returning `None` for them.
     BatchSkipsMissing,
+    /// `get_batch_each` goes on visiting after `visit` breaks.
+    EachIgnoresBreak,
 }
 
 /// Creates and opens toy caches, correct or with one [`Defect`].
@@ -682,6 +684,16 @@ impl Reader for Toy {
             return all.filter_map(|got| got.transpose()).map(|got| got.map(Some)).collect();
         }
         all.collect()
+    }
+
+    fn get_batch_each(&self, keys: &[&str], visit: &mut BatchVisitor<'_>) -> Result<()> {
+        for (at, key) in keys.iter().enumerate() {
+            let stop = visit(at, self.get(key)?).is_break();
+            if stop && self.defect != Some(Defect::EachIgnoresBreak) {
+                break;
+            }
+        }
+        Ok(())
     }
 
     fn contains(&self, key: &str) -> Result<bool> {

@@ -63,6 +63,13 @@ class CacheDataset:
                 )
         self.fields: List[str] = list(fields)
         self._specs = {name: schema[name] for name in self.fields}
+        # Fields whose every sample has one shape are filled in place by __getitems__; a
+        # nullable one may hold None, so it goes through get_batch with the rest.
+        self._fixed: List[Tuple[str, Any, Tuple[int, ...]]] = [
+            (name, stowage.numpy_dtype(spec["dtype"]), tuple(spec["shape"]))
+            for name, spec in self._specs.items()
+            if spec.get("rule") == "fixed" and not spec.get("nullable")
+        ]
         # A tuple: the key table built from it on first use must not go stale.
         every = keys if keys is not None else sorted(self._cache.keys())
         self.keys: Tuple[str, ...] = tuple(every)
@@ -93,19 +100,10 @@ class CacheDataset:
     def __getitems__(self, indices: Sequence[int]) -> Any:
         cache = self._handle()
         out: Dict[str, Any] = {}
-        # Fields whose every sample has one shape are filled in place; a nullable one may hold
-        # None, so it goes through get_batch with the rest.
-        fixed = [
-            n
-            for n in self.fields
-            if self._specs[n].get("rule") == "fixed" and not self._specs[n].get("nullable")
-        ]
         keys = None
-        if fixed:
-            for name in fixed:
-                spec = self._specs[name]
-                dtype = stowage.numpy_dtype(spec["dtype"])
-                out[name] = np.empty((len(indices), *spec["shape"]), dtype=dtype)
+        if self._fixed:
+            for name, dtype, shape in self._fixed:
+                out[name] = np.empty((len(indices), *shape), dtype=dtype)
             try:
                 # The keys are looked up in Rust (no str object per sample).
                 cache._get_rows_into(self._key_table(), indices, out)
