@@ -30,8 +30,8 @@ over rounds of (Python seconds - Rust seconds) / keys:
 - batch rounds, 8 batches of 256 keys: `<b>_rust_get_batch` (`_time_rust_get_batches`: Rust
   `get_batch` of each batch), `<b>_py_get_batch_into` (`cache.get_batch_into(keys, out)` into a
   preallocated float32 (256, 512), the same array every batch), `<b>_py_getitems` (`stowage.torch.CacheDataset.__getitems__`
-  of the batch's indices: the DataLoader's call, new stacked arrays per batch), `<b>_py_get_batch`
-  (`cache.get_batch(keys)`), and on memmap `reference_take_rows` (`np.take(mm, rows, axis=0,
+  of the batch's indices: the DataLoader's call, new stacked arrays per batch, each dropped before
+  the next as a training loop drops it), `<b>_py_get_batch` (`cache.get_batch(keys)`, likewise), and on memmap `reference_take_rows` (`np.take(mm, rows, axis=0,
   out=out)` of the same rows from a np.memmap of memmap's x.bin: a raw copy of the same bytes) and
   on arrow `torchcachex_get_batch` (xtask/py/torchcachex_peer.py's `ArrowIPCCacheBackend.get_batch`
   of the round's first batch of 256 keys: torchcachex's read path on an LRU miss).
@@ -183,6 +183,14 @@ def seconds_of(step):
     start = time.perf_counter()
     step()
     return time.perf_counter() - start
+
+
+def each(call, items):
+    """call(item) for every item, each result dropped before the next call: a training loop
+    drops a batch once its step has used it. (Keeping a round's eight 512 KiB batches alive would
+    make the allocator hand out fresh pages every batch, page faults the loop would not see.)"""
+    for item in items:
+        call(item)
 
 
 class Timings:
@@ -396,15 +404,14 @@ def main():
                     lambda: native._time_rust_get_batches(cache, batches))),
                 # Diagnostic: get_batch_into into a new np.empty array per batch, as
                 # __getitems__ does, without its Python code.
-                (f"{backend}_py_get_batch_into_new", lambda: seconds_of(lambda: [
-                    cache.get_batch_into(b, {"x": np.empty((BATCH, WIDTH), np.float32)})
-                    for b in batches])),
-                (names["py_get_batch_into"], lambda: seconds_of(lambda: [
-                    cache.get_batch_into(b, {"x": out}) for b in batches])),
-                (names["py_getitems"], lambda: seconds_of(lambda: [
-                    dataset.__getitems__(r) for r in rows])),
-                (names["py_get_batch"], lambda: seconds_of(lambda: [
-                    cache.get_batch(b) for b in batches])),
+                (f"{backend}_py_get_batch_into_new", lambda: seconds_of(lambda: each(
+                    lambda b: cache.get_batch_into(b, {"x": np.empty((BATCH, WIDTH), np.float32)}),
+                    batches))),
+                (names["py_get_batch_into"], lambda: seconds_of(lambda: each(
+                    lambda b: cache.get_batch_into(b, {"x": out}), batches))),
+                (names["py_getitems"], lambda: seconds_of(lambda: each(
+                    dataset.__getitems__, rows))),
+                (names["py_get_batch"], lambda: seconds_of(lambda: each(cache.get_batch, batches))),
             ]
             if backend == "memmap":
                 indices = [np.array(r, dtype=np.intp) for r in rows]

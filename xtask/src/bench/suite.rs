@@ -723,14 +723,16 @@ pub const PYTHON: Suite = Suite {
                 seconds_at: "/seconds/memmap_py_getitems",
                 description: "`stowage.torch.CacheDataset.__getitems__(indices)` of the same \
                               batches (the DataLoader's call: a new stacked array per batch, \
-                              filled by `get_batch_into`)",
+                              filled by `get_batch_into`; each batch dropped before the next, as \
+                              a training loop drops it)",
             },
             PeerRate {
                 name: "memmap_py_get_batch",
                 key: "memmap_py_get_batch_rows_per_s",
                 rows_at: "/rows/memmap_py_get_batch",
                 seconds_at: "/seconds/memmap_py_get_batch",
-                description: "`cache.get_batch(keys)` of the same batches (new stacked arrays)",
+                description: "`cache.get_batch(keys)` of the same batches (new stacked arrays, \
+                              each batch dropped before the next)",
             },
             PeerRate {
                 name: "reference_take_rows",
