@@ -110,7 +110,7 @@ pub struct RecordRef<'a> {
 
 impl RecordRef<'_> {
     /// An owned copy.
-    pub fn to_record(&self) -> Numpy10Record {
+    pub fn to_record(self) -> Numpy10Record {
         Numpy10Record {
             uid: self.uid.to_owned(),
             checksum: self.checksum,

@@ -102,9 +102,14 @@ impl KeyBuffer {
     }
 }
 
-/// Asks the CPU to load the first two cache lines of item `index` of `list`, which must be in
-/// range (a compact `str` keeps its characters right after its header).
+/// Asks the CPU to load the first two cache lines of item `index` of `list`, if it has one (a
+/// compact `str` keeps its characters right after its header).
 pub fn prefetch_object(list: &Bound<'_, PyList>, index: usize) {
+    // The list may have shrunk since its length was read (an item's `__index__` is Python code),
+    // and an index out of range would leave an IndexError set.
+    if index >= list.len() {
+        return;
+    }
     // SAFETY: `index` is in range and the GIL is held; the borrowed pointer is only handed to
     // a prefetch hint, never dereferenced.
     let item = unsafe { pyo3::ffi::PyList_GetItem(list.as_ptr(), index as Py_ssize_t) };

@@ -563,3 +563,27 @@ def test_batch_keys_are_a_sequence_of_str_not_a_str(reader):
     out = np.zeros((3, 4, 3), np.float32)
     reader.get_batch_into((k for k in KEYS3), {"x": out})
     np.testing.assert_array_equal(out, want)
+
+
+def test_indices_that_shrink_and_regrow_their_own_list_read_cleanly(reader):
+    # An index's __index__ is Python code: here the first one shrinks the list the Rust side is
+    # reading and the second one grows it back, so every item is there when it is read but the
+    # list was short while the items ahead were being prefetched.
+    table = stowage._stowage.KeyTable([small_key(i) for i in range(3)])
+    indices = []
+
+    class Shrinks:
+        def __index__(self):
+            del indices[2:]
+            return 0
+
+    class Regrows:
+        def __index__(self):
+            indices[2:] = [2] * 19
+            return 1
+
+    indices.extend([Shrinks(), Regrows()] + [2] * 19)
+    out = {"x": np.zeros((21, 4, 3), np.float32)}
+    reader._get_rows_into(table, indices, out)
+    for row, i in [(0, 0), (1, 1), (20, 2)]:
+        np.testing.assert_array_equal(out["x"][row], reader.get(small_key(i))["x"])
