@@ -10,7 +10,7 @@ use pyo3::prelude::*;
 
 use pyo3::types::PyList;
 
-use crate::keys::{KeyBuffer, PREFETCH_AHEAD, prefetch_object};
+use crate::keys::{KeyBuffer, each_item_prefetched};
 
 /// The keys of a dataset, in order, in one buffer.
 ///
@@ -61,13 +61,10 @@ pub fn indices_of(indices: &Bound<'_, PyAny>) -> PyResult<Vec<usize>> {
     let Ok(list) = indices.cast::<PyList>() else {
         return indices.extract();
     };
-    let count = list.len();
-    let mut out = Vec::with_capacity(count);
-    for index in 0..count {
-        if index + PREFETCH_AHEAD < count {
-            prefetch_object(list, index + PREFETCH_AHEAD);
-        }
-        out.push(list.get_item(index)?.extract()?);
-    }
+    let mut out = Vec::with_capacity(list.len());
+    each_item_prefetched(list, |index| {
+        out.push(index.extract()?);
+        Ok(())
+    })?;
     Ok(out)
 }

@@ -360,20 +360,30 @@ fn batch_agrees_with_get(
     );
     for (i, (key, from_batch)) in batch.iter().zip(&got).enumerate() {
         let single = ok(&format!("get {key:?}"), cache.get(key))?;
-        match (&single, from_batch) {
-            (None, None) => {}
-            (Some(want), _) => compare_sample(key, want, from_batch.as_ref())
-                .map_err(|f| f.within(format!("{context} at position {i} against get")))?,
-            (None, Some(_)) => {
-                return Err(Failure::new(
-                    format!("{context} at position {i} ({key:?})"),
-                    "None, as get returns",
-                    "a sample",
-                ));
-            }
-        }
+        same_at(&context, i, key, single.as_ref(), from_batch.as_ref(), "get")?;
     }
     Ok(got)
+}
+
+/// What `context` gave at `position` (for `key`), `got`, equals what `reference` gave, `want`.
+fn same_at(
+    context: &str,
+    position: usize,
+    key: &str,
+    want: Option<&Sample>,
+    got: Option<&Sample>,
+    reference: &str,
+) -> Result<(), Failure> {
+    match (want, got) {
+        (None, None) => Ok(()),
+        (Some(want), _) => compare_sample(key, want, got)
+            .map_err(|f| f.within(format!("{context} at position {position} against {reference}"))),
+        (None, Some(_)) => Err(Failure::new(
+            format!("{context} at position {position} ({key:?})"),
+            format!("None, as {reference} returns"),
+            "a sample",
+        )),
+    }
 }
 
 /// `get_batch_each(batch)` on `cache` visits each position once, in order, with what
@@ -401,19 +411,7 @@ fn each_matches_batch(
         got: format!("positions {positions:?}")
     );
     for ((at, sample), from_batch) in visited.iter().zip(got) {
-        let key = batch[*at];
-        match (from_batch, sample) {
-            (None, None) => {}
-            (Some(want), _) => compare_sample(key, want, sample.as_ref())
-                .map_err(|f| f.within(format!("{context} at position {at} against get_batch")))?,
-            (None, Some(_)) => {
-                return Err(Failure::new(
-                    format!("{context} at position {at} ({key:?})"),
-                    "None, as get_batch returns",
-                    "a sample",
-                ));
-            }
-        }
+        same_at(&context, *at, batch[*at], from_batch.as_ref(), sample.as_ref(), "get_batch")?;
     }
     if batch.len() > 2 {
         let mut after_break = 0;
