@@ -36,6 +36,7 @@ use std::sync::atomic::AtomicBool;
 
 use memmap2::Mmap;
 use serde::{Deserialize, Serialize};
+use smallvec::SmallVec;
 use stowage_core::background_merge::{BackgroundMerge, runs_to_merge};
 use stowage_core::file_safety::{AppendLog, atomic_write, create_dir_within_durably};
 use stowage_core::key_runs::{KeyRun, RunSpec, key_hash, write_run_file};
@@ -603,29 +604,35 @@ pub(crate) fn entry_key(payload: &[u8]) -> Option<Cow<'_, str>> {
     stream.next()?.ok().map(Cow::Owned)
 }
 
-/// The record strings of a log entry (`["<key>","<record>",...]`), parsed, `fields` of them:
-/// the fast path of a lookup (no JSON tree, no key copy); `None` when the entry is not in the
-/// form stowage writes it (the caller then decodes it as JSON).
-pub(crate) fn entry_records(payload: &[u8], fields: usize) -> Option<Vec<ParsedRecord<'_>>> {
+/// The records of a log entry (`["<key>","<record>",...]`), parsed, `fields` of them: the fast
+/// path of a lookup (no JSON tree, no key copy, no allocation for up to [`INLINE_FIELDS`]
+/// fields); `None` when the entry is not in the form stowage writes it or a record is not
+/// canonical (the caller then decodes it as JSON, whose errors say what is wrong).
+pub(crate) fn entry_records(payload: &[u8], fields: usize) -> Option<EntryRecords<'_>> {
     let rest = payload.strip_prefix(b"[\"")?;
     let end = rest.iter().position(|&b| b == b'"' || b == b'\\')?;
     if rest[end] != b'"' {
         return None;
     }
     let mut rest = rest.get(end + 1..)?;
-    let mut records = Vec::with_capacity(fields);
+    let mut records = EntryRecords::with_capacity(fields);
     for _ in 0..fields {
         rest = rest.strip_prefix(b",\"")?;
         let end = rest.iter().position(|&b| b == b'"' || b == b'\\')?;
         if rest[end] != b'"' {
             return None;
         }
-        let text = std::str::from_utf8(&rest[..end]).ok()?;
-        records.push(ParsedRecord::parse(text).ok()?);
+        records.push(ParsedRecord::parse_fixed(&rest[..end])?);
         rest = &rest[end + 1..];
     }
     (rest == b"]").then_some(records)
 }
+
+/// Fields whose records [`entry_records`] parses without allocating.
+pub(crate) const INLINE_FIELDS: usize = 2;
+
+/// The parsed records of one log entry.
+pub(crate) type EntryRecords<'a> = SmallVec<[ParsedRecord<'a>; INLINE_FIELDS]>;
 
 #[cfg(test)]
 mod tests {
