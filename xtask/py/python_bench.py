@@ -18,23 +18,25 @@ through `get_batch` (and through `CacheDataset.__getitems__`, whose handle has m
 and the peers and the reference touch every page of the files they map; nothing is dropped from
 the page cache. Rows not in the CPU cache: keys come from shuffled epochs over all N rows.
 
-Measured per backend, in rounds that alternate the measurements on the same keys (the machine is
-shared: a neighbour's load strikes every side of a round alike); each rate is rows per second of the
-median round (rows per round / median seconds of a round), and the per-`get` overhead is the median
-over rounds of (Python seconds - Rust seconds) / keys:
+Measured per backend, in rounds that alternate the measurements, a different one first each
+round (the machine is shared: a neighbour's load strikes every side of a round alike). Each
+measurement of a round reads keys of its own, the next ones of the shuffled epochs, so none finds
+rows or index entries that another one has just brought into the CPU cache. Each rate is rows per
+second of the median round (rows per round / median seconds of a round), and the per-`get`
+overhead is the median over rounds of (Python seconds - Rust seconds) / keys:
 - get rounds, 1,024 keys: `<b>_rust_get` (the extension's `_time_rust_gets`: Rust `Reader::get`
   of each key on the same open handle, GIL released, no Python in the loop), `<b>_py_get` (a
   Python loop of `cache.get(key)`: a dict of read-only numpy arrays, checksums checked), and the
-  backend's peer on the same keys (memmap: DNANet's `np.array(mm[row])` per field; npy: hangar's
-  slice + xxh64; hdf5: PyTables and h5py per-entry reads, on the first 128 keys of the round).
+  backend's peer (memmap: DNANet's `np.array(mm[row])` per field; npy: hangar's
+  slice + xxh64; hdf5: PyTables and h5py per-entry reads, 128 keys each).
 - batch rounds, 8 batches of 256 keys: `<b>_rust_get_batch` (`_time_rust_get_batches`: Rust
   `get_batch` of each batch), `<b>_py_get_batch_into` (`cache.get_batch_into(keys, out)` into a
   preallocated float32 (256, 512), the same array every batch), `<b>_py_getitems` (`stowage.torch.CacheDataset.__getitems__`
   of the batch's indices: the DataLoader's call, new stacked arrays per batch, each dropped before
   the next as a training loop drops it), `<b>_py_get_batch` (`cache.get_batch(keys)`, likewise), and on memmap `reference_take_rows` (`np.take(mm, rows, axis=0,
-  out=out)` of the same rows from a np.memmap of memmap's x.bin: a raw copy of the same bytes) and
+  out=out)` from a np.memmap of memmap's x.bin: a raw copy of rows of the same file) and
   on arrow `torchcachex_get_batch` (xtask/py/torchcachex_peer.py's `ArrowIPCCacheBackend.get_batch`
-  of the round's first batch of 256 keys: torchcachex's read path on an LRU miss).
+  of one batch of 256 keys a round: torchcachex's read path on an LRU miss).
 
 Prints one JSON line: {"<rate>_rows_per_s": ..., "rows": {"<rate>": ...}, "seconds": {"<rate>":
 ...}, "levels": {"<b>_get_overhead": {"value": microseconds, "unit": "µs"}}, "python": ...,
@@ -333,24 +335,67 @@ def main():
         round_overheads, cpu_overheads, conversions = [], [], []
 
         def get_round(number):
-            rows = take(order, GET_KEYS)
-            round_keys = [keys[i] for i in rows]
+            # Each measurement reads keys of its own, the next ones of the shuffled epochs, so
+            # none finds rows or index entries that another one of the round has just brought
+            # into the CPU cache; a different one goes first each round.
+            def fresh_keys(count=GET_KEYS):
+                return [keys[i] for i in take(order, count)]
+
+            measured = {}
 
             def rust():
+                round_keys = fresh_keys()
                 cpu, wall = time.thread_time(), time.perf_counter()
                 inside = native._time_rust_gets(cache, round_keys)
-                return inside, time.perf_counter() - wall, time.thread_time() - cpu
+                measured["rust"] = inside, time.perf_counter() - wall, time.thread_time() - cpu
 
             def python():
+                round_keys = fresh_keys()
                 cpu, wall = time.thread_time(), time.perf_counter()
                 for k in round_keys:
                     get(k)
-                return time.perf_counter() - wall, time.thread_time() - cpu
+                measured["python"] = time.perf_counter() - wall, time.thread_time() - cpu
 
-            if number % 2:
-                (t_python, c_python), (t_rust, t_call, c_rust) = python(), rust()
-            else:
-                (t_rust, t_call, c_rust), (t_python, c_python) = rust(), python()
+            steps = [rust, python]
+            if backend == "memmap":
+                def dnanet():
+                    peer_rows = [dnanet_row[k] for k in fresh_keys()]
+
+                    def reads():
+                        for r in peer_rows:
+                            dnanet_read(dnanet_fields, r)
+
+                    timings.add("dnanet_memmap_copy", GET_KEYS, seconds_of(reads))
+
+                steps.append(dnanet)
+            elif backend == "npy":
+                def hangar_peer():
+                    reads = [hangar[k] for k in fresh_keys()]
+
+                    def hangar_loop():
+                        for mm, where, checksum in reads:
+                            hangar_read(mm, where, checksum)
+
+                    timings.add("hangar_slice_xxh64", GET_KEYS, seconds_of(hangar_loop))
+
+                steps.append(hangar_peer)
+            elif backend == "hdf5":
+                for name, peer in (("pytables_per_entry", pytables_peer),
+                                   ("h5py_per_entry", h5py_peer)):
+                    def entries_of(name=name, read=peer.read):
+                        few = fresh_keys(HDF5_PEER_KEYS)
+
+                        def entries():
+                            for k in few:
+                                read(k)
+
+                        timings.add(name, len(few), seconds_of(entries))
+
+                    steps.append(entries_of)
+            shift = number % len(steps)
+            for step in steps[shift:] + steps[:shift]:
+                step()
+            (t_rust, t_call, c_rust), (t_python, c_python) = measured["rust"], measured["python"]
             timings.add(names["rust_get"], GET_KEYS, t_rust)
             timings.add(names["py_get"], GET_KEYS, t_python)
             round_overheads.append((t_python - t_rust) / GET_KEYS)
@@ -359,31 +404,6 @@ def main():
             # its clock starts (call wall time minus its own time).
             cpu_overheads.append((c_python - c_rust) / GET_KEYS)
             conversions.append((t_call - t_rust) / GET_KEYS)
-            if backend == "memmap":
-                peer_rows = [dnanet_row[k] for k in round_keys]
-                def dnanet():
-                    for r in peer_rows:
-                        dnanet_read(dnanet_fields, r)
-
-                timings.add("dnanet_memmap_copy", GET_KEYS, seconds_of(dnanet))
-            elif backend == "npy":
-                reads = [hangar[k] for k in round_keys]
-                def hangar_loop():
-                    for mm, where, checksum in reads:
-                        hangar_read(mm, where, checksum)
-
-                timings.add("hangar_slice_xxh64", GET_KEYS, seconds_of(hangar_loop))
-            elif backend == "hdf5":
-                few = round_keys[:HDF5_PEER_KEYS]
-                for name, peer in (("pytables_per_entry", pytables_peer),
-                                   ("h5py_per_entry", h5py_peer)):
-                    read = peer.read
-
-                    def entries():
-                        for k in few:
-                            read(k)
-
-                    timings.add(name, len(few), seconds_of(entries))
 
         get_rounds = run_rounds(args.seconds, 5, 10_000, get_round)
         overheads[backend] = statistics.median(round_overheads)
@@ -395,33 +415,43 @@ def main():
         rows_per_round = BATCH * BATCHES_PER_ROUND
 
         def batch_round(number):
-            rows = [take(order, BATCH) for _ in range(BATCHES_PER_ROUND)]
-            batches = [[keys[i] for i in batch] for batch in rows]
+            # As in get rounds: rows of its own for each measurement, a different one first.
+            def fresh_rows():
+                return [take(order, BATCH) for _ in range(BATCHES_PER_ROUND)]
+
+            def key_batches(rows):
+                return [[keys[i] for i in batch] for batch in rows]
+
+            def timed(call_on_batches, rows_of=key_batches):
+                batches = rows_of(fresh_rows())
+                return lambda: call_on_batches(batches)
+
             steps = [
-                (names["rust_get_batch"], lambda: native._time_rust_get_batches(cache, batches)),
+                (names["rust_get_batch"],
+                 timed(lambda batches: native._time_rust_get_batches(cache, batches))),
                 # Diagnostic: the same call timed from Python (with the keys' conversion).
-                (f"{backend}_rust_get_batch_call", lambda: seconds_of(
-                    lambda: native._time_rust_get_batches(cache, batches))),
+                (f"{backend}_rust_get_batch_call", timed(lambda batches: seconds_of(
+                    lambda: native._time_rust_get_batches(cache, batches)))),
                 # Diagnostic: get_batch_into into a new np.empty array per batch, as
                 # __getitems__ does, without its Python code.
-                (f"{backend}_py_get_batch_into_new", lambda: seconds_of(lambda: each(
-                    lambda b: cache.get_batch_into(b, {"x": np.empty((BATCH, WIDTH), np.float32)}),
-                    batches))),
-                (names["py_get_batch_into"], lambda: seconds_of(lambda: each(
-                    lambda b: cache.get_batch_into(b, {"x": out}), batches))),
-                (names["py_getitems"], lambda: seconds_of(lambda: each(
-                    dataset.__getitems__, rows))),
-                (names["py_get_batch"], lambda: seconds_of(lambda: each(cache.get_batch, batches))),
+                (f"{backend}_py_get_batch_into_new", timed(lambda batches: seconds_of(
+                    lambda: each(lambda b: cache.get_batch_into(
+                        b, {"x": np.empty((BATCH, WIDTH), np.float32)}), batches)))),
+                (names["py_get_batch_into"], timed(lambda batches: seconds_of(
+                    lambda: each(lambda b: cache.get_batch_into(b, {"x": out}), batches)))),
+                (names["py_getitems"], timed(lambda rows: seconds_of(
+                    lambda: each(dataset.__getitems__, rows)), rows_of=lambda rows: rows)),
+                (names["py_get_batch"], timed(lambda batches: seconds_of(
+                    lambda: each(cache.get_batch, batches)))),
             ]
             if backend == "memmap":
-                indices = [np.array(r, dtype=np.intp) for r in rows]
-                steps.append(("reference_take_rows", lambda: seconds_of(lambda: [
-                    np.take(reference, i, axis=0, out=out) for i in indices])))
+                steps.append(("reference_take_rows", timed(lambda indices: seconds_of(lambda: [
+                    np.take(reference, i, axis=0, out=out) for i in indices]),
+                    rows_of=lambda rows: [np.array(r, dtype=np.intp) for r in rows])))
             if backend == "arrow":
                 # One batch of the round: torchcachex reads ~4k rows/s.
-                steps.append(("torchcachex_get_batch", lambda: seconds_of(
-                    lambda: torchcachex.get_batch(batches[0]))))
-            # A different step first each round.
+                steps.append(("torchcachex_get_batch", timed(lambda batches: seconds_of(
+                    lambda: torchcachex.get_batch(batches[0])))))
             shift = number % len(steps)
             for name, step in steps[shift:] + steps[:shift]:
                 count = BATCH if name == "torchcachex_get_batch" else rows_per_round

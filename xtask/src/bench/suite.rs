@@ -616,7 +616,7 @@ pub const REMOTE: Suite = Suite {
 };
 
 /// python: the `stowage` Python package against its own Rust reads on the same handle, a raw copy
-/// of the same rows, and each original tool's Python read path on the same files.
+/// of rows of the same file, and each original tool's Python read path on the same files.
 pub const PYTHON: Suite = Suite {
     name: "python",
     heading: "python: the stowage package against its Rust reads and the original tools' Python read paths",
@@ -637,10 +637,12 @@ pub const PYTHON: Suite = Suite {
                   `CacheDataset.__getitems__`, whose own handle maps the files again), and the \
                   peers and the reference touch every page they map; nothing is dropped from the \
                   page cache, so no read goes to disk. Rows not in the CPU cache: keys come from \
-                  shuffled epochs over all rows. Values read back through every API and every \
+                  shuffled epochs over all rows, and each measurement of a round reads keys of \
+                  its own (the next ones of the epoch), so none finds rows or index entries that \
+                  another one has just brought into the cache. Values read back through every API and every \
                   peer are compared with what was put before timing; checksums are on (the \
-                  default). Every measurement runs in rounds that alternate it with the others on \
-                  the same keys, a different one first each round (the machine's 2 cores are \
+                  default). Every measurement runs in rounds that alternate it with the others, a \
+                  different one first each round (the machine's 2 cores are \
                   shared: a neighbour's load strikes every side of a round alike); a rate is rows \
                   per round over the median round's seconds, the line under the table gives the \
                   totals. Targets: Python overhead per `get` at most 1 µs over the Rust `get` \
@@ -670,18 +672,18 @@ pub const PYTHON: Suite = Suite {
                 key: "memmap_py_get_rows_per_s",
                 rows_at: "/rows/memmap_py_get",
                 seconds_at: "/seconds/memmap_py_get",
-                description: "a Python `for` loop of `cache.get(key)` over the same keys: a dict \
-                              with a read-only numpy array, checksum checked",
+                description: "a Python `for` loop of `cache.get(key)`, 1,024 keys per round: a \
+                              dict with a read-only numpy array, checksum checked",
             },
             PeerRate {
                 name: "dnanet_memmap_copy",
                 key: "dnanet_memmap_copy_rows_per_s",
                 rows_at: "/rows/dnanet_memmap_copy",
                 seconds_at: "/seconds/dnanet_memmap_copy",
-                description: "DNANet's read of the same rows (keys mapped to rows through \
+                description: "DNANet's read of rows of the same cache (keys mapped to rows through \
                               `index.parquet` before timing), `np.array(mm[row])` of the \
                               `np.memmap` of each field's `.bin` (xtask/py/memmap_peer.py's maps, \
-                              pages touched), beside `memmap_py_get` in every get round",
+                              pages touched), 1,024 keys in every get round",
             },
             PeerRate {
                 name: "memmap_rust_get_batch",
@@ -704,7 +706,7 @@ pub const PYTHON: Suite = Suite {
                 key: "memmap_py_get_batch_into_rows_per_s",
                 rows_at: "/rows/memmap_py_get_batch_into",
                 seconds_at: "/seconds/memmap_py_get_batch_into",
-                description: "`cache.get_batch_into(keys, {\"x\": out})` of the same batches into \
+                description: "`cache.get_batch_into(keys, {\"x\": out})` of 8 batches of 256 keys into \
                               one preallocated float32 (256, 512) array, reused batch after batch",
             },
             PeerRate {
@@ -712,7 +714,7 @@ pub const PYTHON: Suite = Suite {
                 key: "memmap_py_get_batch_into_new_rows_per_s",
                 rows_at: "/rows/memmap_py_get_batch_into_new",
                 seconds_at: "/seconds/memmap_py_get_batch_into_new",
-                description: "diagnostic: `get_batch_into` of the same batches into a new \
+                description: "diagnostic: `get_batch_into` of 8 batches of 256 keys into a new \
                               `np.empty((256, 512), np.float32)` each batch, as `__getitems__` \
                               does, without its Python code",
             },
@@ -721,8 +723,8 @@ pub const PYTHON: Suite = Suite {
                 key: "memmap_py_getitems_rows_per_s",
                 rows_at: "/rows/memmap_py_getitems",
                 seconds_at: "/seconds/memmap_py_getitems",
-                description: "`stowage.torch.CacheDataset.__getitems__(indices)` of the same \
-                              batches (the DataLoader's call: a new stacked array per batch, \
+                description: "`stowage.torch.CacheDataset.__getitems__(indices)` of 8 batches \
+                              of 256 indices (the DataLoader's call: a new stacked array per batch, \
                               filled by `get_batch_into`; each batch dropped before the next, as \
                               a training loop drops it)",
             },
@@ -731,7 +733,7 @@ pub const PYTHON: Suite = Suite {
                 key: "memmap_py_get_batch_rows_per_s",
                 rows_at: "/rows/memmap_py_get_batch",
                 seconds_at: "/seconds/memmap_py_get_batch",
-                description: "`cache.get_batch(keys)` of the same batches (new stacked arrays, \
+                description: "`cache.get_batch(keys)` of 8 batches of 256 keys (new stacked arrays, \
                               each batch dropped before the next)",
             },
             PeerRate {
@@ -739,10 +741,10 @@ pub const PYTHON: Suite = Suite {
                 key: "reference_take_rows_rows_per_s",
                 rows_at: "/rows/reference_take_rows",
                 seconds_at: "/seconds/reference_take_rows",
-                description: "the physical reference: `np.take(mm, rows, axis=0, out=out)` of the \
-                              same batches' rows from a `np.memmap` of memmap's `x.bin` into the \
-                              same preallocated array (a raw copy of the same bytes, nothing \
-                              checked), in every memmap batch round",
+                description: "the physical reference: `np.take(mm, rows, axis=0, out=out)` of 8 \
+                              batches of 256 rows from a `np.memmap` of memmap's `x.bin` into \
+                              the same preallocated array (a raw copy of rows of the same file, \
+                              nothing checked), in every memmap batch round",
             },
             PeerRate {
                 name: "arrow_rust_get",
@@ -805,8 +807,8 @@ pub const PYTHON: Suite = Suite {
                 key: "torchcachex_get_batch_rows_per_s",
                 rows_at: "/rows/torchcachex_get_batch",
                 seconds_at: "/seconds/torchcachex_get_batch",
-                description: "torchcachex's `get_batch` of the first batch of every arrow batch \
-                              round on an LRU miss: xtask/py/torchcachex_peer.py's \
+                description: "torchcachex's `get_batch` of one batch of 256 keys in every arrow \
+                              batch round, on an LRU miss: xtask/py/torchcachex_peer.py's \
                               `ArrowIPCCacheBackend` over the same segments (index rebuilt from \
                               them before timing), grouped by segment, `pa.memory_map` + \
                               `ipc.open_file` + `read_all` + `take`, `to_numpy`, each sample \
@@ -831,11 +833,11 @@ pub const PYTHON: Suite = Suite {
                 key: "hangar_slice_xxh64_rows_per_s",
                 rows_at: "/rows/hangar_slice_xxh64",
                 seconds_at: "/seconds/hangar_slice_xxh64",
-                description: "hangar's read of the same keys' NUMPY_10 records (from \
+                description: "hangar's read of keys of the same cache, given their NUMPY_10 records (from \
                               `records.log`), `np.ascontiguousarray(mm[idx, :512])` and \
                               `xxhash.xxh64_hexdigest(a.tobytes())` compared, maps of \
-                              xtask/py/numpy10_peer.py (pages touched), beside `npy_py_get` in \
-                              every get round",
+                              xtask/py/numpy10_peer.py (pages touched), 1,024 keys in every get \
+                              round",
             },
             PeerRate {
                 name: "npy_rust_get_batch",
@@ -900,8 +902,8 @@ pub const PYTHON: Suite = Suite {
                 seconds_at: "/seconds/pytables_per_entry",
                 description: "aenet's read path on the same segment files through PyTables (its \
                               library): the key's index row (`cache_row`), its shapes row, then \
-                              its VLEN values row reshaped; on the first 128 keys of every get \
-                              round, key to (segment, row) mapped before timing",
+                              its VLEN values row reshaped; 128 keys in every get round, key to \
+                              (segment, row) mapped before timing",
             },
             PeerRate {
                 name: "h5py_per_entry",
