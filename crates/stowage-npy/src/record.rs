@@ -27,22 +27,32 @@ const HEX: u8 = 0x40;
 /// [`CHAR_VALUE`] bit set for a byte that is not in [`UID_ALPHABET`].
 const UID: u8 = 0x80;
 
+/// The characters of a checksum, in the order of their values.
+const HEX_DIGITS: &[u8; 16] = b"0123456789abcdef";
+
 /// Per byte: its value as a lowercase hex digit in the low four bits, and the [`HEX`] and
-/// [`UID`] bits of what it is not.
+/// [`UID`] bits of what it is not. The one definition of both character classes: the fixed-place
+/// parse, [`is_valid_uid`] and the general parse's checksum check all read it.
 const CHAR_VALUE: [u8; 256] = {
     let mut table = [HEX | UID; 256];
-    let mut b = 0;
-    while b < 256 {
-        let c = b as u8;
-        if c.is_ascii_digit() {
-            table[b] = c - b'0';
-        } else if c.is_ascii_lowercase() {
-            table[b] = if c <= b'f' { c - b'a' + 10 } else { HEX };
-        }
-        b += 1;
+    let mut i = 0;
+    while i < UID_ALPHABET.len() {
+        table[UID_ALPHABET[i] as usize] &= !UID;
+        i += 1;
+    }
+    let mut value = 0;
+    while value < HEX_DIGITS.len() {
+        let at = HEX_DIGITS[value] as usize;
+        table[at] = (table[at] & !HEX) | value as u8;
+        value += 1;
     }
     table
 };
+
+/// Whether `b` is one of [`HEX_DIGITS`].
+fn is_hex_digit(b: u8) -> bool {
+    CHAR_VALUE[b as usize] & HEX == 0
+}
 
 /// How much of a hostile record an error message quotes.
 const QUOTE_LIMIT: usize = 80;
@@ -280,8 +290,7 @@ impl<'a> ParsedRecord<'a> {
                 format!("{} is not {UID_LEN} characters of [a-z0-9]", quote(uid)),
             ));
         }
-        if checksum.len() != 16 || !checksum.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
-        {
+        if checksum.len() != 16 || !checksum.bytes().all(is_hex_digit) {
             return Err(fail(
                 "checksum",
                 format!("{} is not 16 lowercase hex digits", quote(checksum)),
@@ -395,7 +404,7 @@ pub fn new_uid() -> String {
 
 /// Whether `uid` is 8 characters of `[a-z0-9]`, and therefore also safe as a file name.
 pub fn is_valid_uid(uid: &str) -> bool {
-    uid.len() == UID_LEN && uid.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+    uid.len() == UID_LEN && uid.bytes().all(|b| CHAR_VALUE[b as usize] & UID == 0)
 }
 
 /// A canonical non-negative decimal: digits only, no leading zeros, no overflow.
@@ -483,6 +492,18 @@ mod tests {
         }
         let deep = ParsedRecord::parse(&records[8]).unwrap();
         assert_eq!(deep.as_ref().shape, &[1, 2, 3, 4, 5, 6, 7, 8]);
+    }
+
+    #[test]
+    fn the_character_table_holds_both_classes_and_the_hex_values() {
+        for b in 0..=255u8 {
+            let entry = CHAR_VALUE[b as usize];
+            assert_eq!(is_hex_digit(b), b.is_ascii_digit() || (b'a'..=b'f').contains(&b), "{b}");
+            assert_eq!(entry & UID == 0, UID_ALPHABET.contains(&b), "{b}");
+            if let Some(value) = HEX_DIGITS.iter().position(|&d| d == b) {
+                assert_eq!(usize::from(entry & 0x0f), value, "{b}");
+            }
+        }
     }
 
     /// Damage anywhere (a character replaced, inserted or removed, up to three times) never
