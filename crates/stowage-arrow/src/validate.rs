@@ -198,49 +198,48 @@ pub(crate) fn check_runs(
     report: &mut ValidationReport,
     segment_keys: &[(u64, Vec<String>)],
 ) {
-    let runs: Vec<MergedIndex> = match reader.expected_runs() {
-        Some(entries) => entries
-            .iter()
-            .filter_map(|entry| match MergedIndex::open_entry(reader.layout(), entry) {
-                Ok(run) => Some(run),
-                // An earlier stowage's format: readers do not use it (the sidecars answer), and
-                // the writer's next merge rebuilds the index. Not damage, and nothing checked.
-                Err(_)
-                    if MergedIndex::is_legacy(
-                        &reader.layout().index_run(entry.first, entry.through),
-                    ) =>
-                {
-                    None
+    // The runs this reader mapped at open are checked as mapped: a writer's merge or finalize
+    // may have replaced their files since, and the reader still answers from them.
+    let mut loaded: Vec<&MergedIndex> = Vec::new();
+    let mut opened: Vec<MergedIndex> = Vec::new();
+    match reader.expected_runs() {
+        Some(entries) => {
+            for entry in entries {
+                if let Some(run) = reader.runs().find(|run| run.entry() == *entry) {
+                    loaded.push(run);
+                    continue;
                 }
-                Err(e) => {
-                    let path = reader.layout().index_run(entry.first, entry.through);
-                    let detail = format!(
-                        "{e} (the commit log records {entry:?}; lookups fall back to the \
-                         sidecars and the writer's next merge rebuilds it)"
-                    );
-                    report.problem(Some(&path), None, detail);
-                    None
+                let path = reader.layout().index_run(entry.first, entry.through);
+                match MergedIndex::open_entry(reader.layout(), entry) {
+                    Ok(run) => opened.push(run),
+                    // An earlier stowage's format: readers do not use it (the sidecars answer),
+                    // and the writer's next merge rebuilds the index. Not damage, and nothing
+                    // checked.
+                    Err(_) if MergedIndex::is_legacy(&path) => {}
+                    Err(e) => {
+                        let detail = format!(
+                            "{e} (the commit log records {entry:?}; lookups fall back to the \
+                             sidecars and the writer's next merge rebuilds it)"
+                        );
+                        report.problem(Some(&path), None, detail);
+                    }
                 }
-            })
-            .collect(),
+            }
+        }
         // Without a commit log, every run file there is: one a reader skips as damaged is
         // still damage.
         None => {
             let found = reader.layout().list_index_runs().unwrap_or_default();
-            found
-                .into_iter()
-                .filter_map(|(_, _, path)| match MergedIndex::open(&path) {
-                    Ok(run) => Some(run),
-                    Err(_) if MergedIndex::is_legacy(&path) => None,
-                    Err(e) => {
-                        report.problem(Some(&path), None, e.to_string());
-                        None
-                    }
-                })
-                .collect()
+            for (_, _, path) in found {
+                match MergedIndex::open(&path) {
+                    Ok(run) => opened.push(run),
+                    Err(_) if MergedIndex::is_legacy(&path) => {}
+                    Err(e) => report.problem(Some(&path), None, e.to_string()),
+                }
+            }
         }
-    };
-    for run in &runs {
+    }
+    for run in loaded.into_iter().chain(&opened) {
         check_run(report, run, segment_keys);
     }
 }

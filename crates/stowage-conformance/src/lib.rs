@@ -150,6 +150,9 @@ macro_rules! __with_case_list {
                 "open.read-only-takes-no-lock", "open.concurrent-writers-keep-every-put"
             ]
             concurrent_readers_see_identical_samples ["capabilities.declared-works"]
+            read_only_handle_outlives_the_writers_finalize [
+                "open.read-only-outlives-finalize", "open.read-only-takes-no-lock"
+            ]
             crash_loses_no_flushed_sample ["flush.crash-keeps-flushed"]
             crash_during_finalize_leaves_resumable_or_complete [
                 "finalize.crash-leaves-resumable-or-complete"

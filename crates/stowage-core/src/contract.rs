@@ -242,6 +242,12 @@ pub const CLAUSES: &[Clause] = &[
          holds the cache.",
     ),
     factory(
+        "open.read-only-outlives-finalize",
+        "A read-only handle opened while a writer holds the cache keeps reading what was \
+         flushed before it opened (`get`, `contains`, `keys`, `validate`) after that writer \
+         flushes more and finalizes.",
+    ),
+    factory(
         "open.append-takes-the-lock",
         "`OpenMode::Append` takes the writer lock: `Error::Locked` while another writer holds \
          it, free again once that writer is dropped (unless the backend declares \

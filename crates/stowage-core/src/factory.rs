@@ -108,6 +108,9 @@ pub trait BackendFactory: Send + Sync {
     /// - `open.missing-is-not-found`: A missing cache returns `Error::NotFound`.
     /// - `open.read-only-takes-no-lock`: `OpenMode::ReadOnly` takes no lock: it opens and reads
     ///   what was flushed while a writer holds the cache.
+    /// - `open.read-only-outlives-finalize`: A read-only handle opened while a writer holds the
+    ///   cache keeps reading what was flushed before it opened (`get`, `contains`, `keys`,
+    ///   `validate`) after that writer flushes more and finalizes.
     /// - `open.append-takes-the-lock`: `OpenMode::Append` takes the writer lock: `Error::Locked`
     ///   while another writer holds it, free again once that writer is dropped (unless the
     ///   backend declares `Capabilities::concurrent_writers`).

@@ -2,6 +2,8 @@
 
 use std::borrow::Cow;
 use std::cell::OnceCell;
+use std::fs::File;
+use std::io::Read;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
@@ -20,6 +22,7 @@ use crate::checksum;
 use crate::coverage::{self, Origin, Verdict};
 use crate::error::MemmapError;
 use crate::field_file::{FieldFile, SizeCheck};
+use crate::file_io::ReadFrom;
 use crate::finalize_files::{FinalizeBounds, FinalizeStats, write_finalize_files};
 use crate::fingerprint_carry::CarriedFingerprint;
 use crate::index::{JsonRef, RowEntry, RowIndex};
@@ -105,14 +108,21 @@ pub(crate) struct Tail {
     recent: RowIndex,
     /// Where each recent row's manifest line is (or will be, once committed).
     locs: Vec<LineLoc>,
+    /// The manifest as this handle opened it, which its rows are read back through rather than
+    /// the path: a writer's finalize removes `manifest.jsonl` while read-only handles opened
+    /// before it still list and index their rows, and an open file stays readable. Writers only
+    /// append to the manifest and cut it back in place, never replace it.
+    manifest: File,
 }
 
 impl Tail {
-    fn new(covered: Covered) -> Result<Tail> {
+    /// The tail of a writer that has just made the manifest at `manifest`.
+    fn new(covered: Covered, manifest: &Path) -> Result<Tail> {
         Ok(Tail {
             covered,
             recent: RowIndex::from_entries(Vec::new(), Path::new(""))?,
             locs: Vec::new(),
+            manifest: File::open(manifest).at(manifest)?,
         })
     }
 }
@@ -236,7 +246,8 @@ impl MemmapBackend {
         );
         // Key index files a removed cache of this directory left.
         crate::tail_index::remove_all(&backend.layout)?;
-        backend.tail = Some(Tail::new(Covered::empty(&backend.layout))?);
+        let manifest = backend.layout.manifest();
+        backend.tail = Some(Tail::new(Covered::empty(&backend.layout), &manifest)?);
         backend.start_writing(Writer::new(lock, Some(session)));
         Ok(backend)
     }
@@ -272,7 +283,9 @@ impl MemmapBackend {
     ///   torn append and are ignored. [`Reader::is_finalized`] is false. With stowage's key index
     ///   of the unfinished cache (`stowage_index/tail_state`, crate documentation, *Unfinished
     ///   caches*) only the manifest's lines after the rows its runs cover are parsed; without
-    ///   one, or when it does not match the manifest, every line.
+    ///   one, or when it does not match the manifest, every line. The handle keeps the manifest
+    ///   (and the runs) it opened: after a writer finalizes and removes them, it still reads,
+    ///   lists and validates the rows it opened with.
     /// - Without both, but with `shapes.json` and `index.parquet`: finalize was interrupted just
     ///   before writing `_COMPLETE`; read like a complete cache (index loaded lazily), reported as
     ///   unfinished.
@@ -343,7 +356,8 @@ impl MemmapBackend {
                 let session = Session::create(&backend.layout, &backend.format)?;
                 crate::tail_index::remove_all(&backend.layout)?;
                 backend.index = OnceLock::new();
-                backend.tail = Some(Tail::new(Covered::empty(&backend.layout))?);
+                let manifest = backend.layout.manifest();
+                backend.tail = Some(Tail::new(Covered::empty(&backend.layout), &manifest)?);
                 fsync_dir(backend.layout.root())?;
                 Some(session)
             }
@@ -529,17 +543,10 @@ impl MemmapBackend {
             Some(Err(why)) => (None, Some(why)),
             _ => (None, None),
         };
-        let text = match &covered {
-            None => std::fs::read(&path).at(&path)?,
-            Some(covered) => {
-                use std::io::{Read, Seek, SeekFrom};
-                let mut file = std::fs::File::open(&path).at(&path)?;
-                file.seek(SeekFrom::Start(covered.manifest_bytes())).at(&path)?;
-                let mut text = Vec::new();
-                file.read_to_end(&mut text).at(&path)?;
-                text
-            }
-        };
+        let manifest_file = File::open(&path).at(&path)?;
+        let mut text = Vec::new();
+        let start = covered.as_ref().map_or(0, Covered::manifest_bytes);
+        ReadFrom::new(&manifest_file, start).read_to_end(&mut text).at(&path)?;
         let format = match meta {
             Some(meta) => RowFormat::new(&meta.schema, true)
                 .map_err(|e| Error::corrupted(layout.stowage_meta(), e.to_string()))?,
@@ -580,7 +587,7 @@ impl MemmapBackend {
                 _ => foreign.push(range),
             }
         }
-        let tail = Tail { covered, recent, locs: manifest.lines };
+        let tail = Tail { covered, recent, locs: manifest.lines, manifest: manifest_file };
         let mut backend =
             Self::assemble(layout, options, format, recorded, false, None, rows, foreign);
         backend.tail = Some(tail);
@@ -603,11 +610,8 @@ impl MemmapBackend {
     /// lines (up to this handle's rows), then the rows this writer has not committed yet.
     fn full_tail_index(&self, tail: &Tail) -> Result<RowIndex> {
         let path = self.layout.manifest();
-        let text = match std::fs::read(&path) {
-            Ok(text) => text,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Vec::new(),
-            Err(e) => return Err(e).at(&path),
-        };
+        let mut text = Vec::new();
+        ReadFrom::new(&tail.manifest, 0).read_to_end(&mut text).at(&path)?;
         let mut entries = Manifest::entries(&text, &path, &self.format)?;
         drop(text);
         entries.truncate(self.rows);
@@ -1304,12 +1308,12 @@ impl MemmapBackend {
         };
         let path = self.layout.manifest();
         let mut row = 0;
-        if let Some(mut lines) = ManifestRows::open(&path, &self.format)? {
-            while row < self.rows {
-                let Some(entry) = lines.next_entry()? else { break };
-                each(row, &entry)?;
-                row += 1;
-            }
+        let reader = std::io::BufReader::with_capacity(1 << 20, ReadFrom::new(&tail.manifest, 0));
+        let mut lines = ManifestRows::new(reader, &path, &self.format);
+        while row < self.rows {
+            let Some(entry) = lines.next_entry()? else { break };
+            each(row, &entry)?;
+            row += 1;
         }
         let base = tail.covered.rows();
         if row < base {

@@ -26,6 +26,41 @@ pub(crate) fn read_exact_at(
     Ok(())
 }
 
+/// Reads into `bytes` at `offset`; returns how many bytes were read (0 at the end).
+#[cfg(unix)]
+fn read_at(file: &File, bytes: &mut [u8], offset: u64) -> std::io::Result<usize> {
+    std::os::unix::fs::FileExt::read_at(file, bytes, offset)
+}
+
+/// Reads into `bytes` at `offset`; returns how many bytes were read (0 at the end).
+#[cfg(windows)]
+fn read_at(file: &File, bytes: &mut [u8], offset: u64) -> std::io::Result<usize> {
+    std::os::windows::fs::FileExt::seek_read(file, bytes, offset)
+}
+
+/// A [`std::io::Read`] over `file` from an offset on, by positioned reads: the threads of one
+/// handle sharing an open file never move each other's offset (a `try_clone` would share it).
+#[derive(Debug)]
+pub(crate) struct ReadFrom<'a> {
+    file: &'a File,
+    offset: u64,
+}
+
+impl<'a> ReadFrom<'a> {
+    /// Reads `file` from byte `offset` on.
+    pub(crate) fn new(file: &'a File, offset: u64) -> ReadFrom<'a> {
+        ReadFrom { file, offset }
+    }
+}
+
+impl std::io::Read for ReadFrom<'_> {
+    fn read(&mut self, bytes: &mut [u8]) -> std::io::Result<usize> {
+        let n = read_at(self.file, bytes, self.offset)?;
+        self.offset += n as u64;
+        Ok(n)
+    }
+}
+
 /// Writes all of `bytes` at `offset`.
 #[cfg(unix)]
 pub(crate) fn write_all_at(file: &File, bytes: &[u8], offset: u64) -> std::io::Result<()> {

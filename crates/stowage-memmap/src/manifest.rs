@@ -204,20 +204,6 @@ pub(crate) struct ManifestRows<R> {
     done: bool,
 }
 
-impl ManifestRows<std::io::BufReader<File>> {
-    /// The rows of the manifest at `path`; no file is a manifest without rows.
-    pub(crate) fn open(path: &Path, format: &RowFormat) -> Result<Option<Self>> {
-        match File::open(path) {
-            Ok(file) => {
-                let reader = std::io::BufReader::with_capacity(1 << 20, file);
-                Ok(Some(ManifestRows::new(reader, path, format)))
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(e).at(path),
-        }
-    }
-}
-
 impl<R: std::io::BufRead> ManifestRows<R> {
     /// The rows of the manifest `reader` reads; `path` names it in errors.
     pub(crate) fn new(reader: R, path: &Path, format: &RowFormat) -> ManifestRows<R> {

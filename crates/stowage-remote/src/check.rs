@@ -42,7 +42,16 @@ pub fn check_versions(
             report.problem(Some(Path::new(&url(crate::identity::IDENTITY))), None, e.to_string())
         }
     }
-    for commit in crate::merge::pending(store, view.manifest.as_ref())? {
+    // A version newer than this handle's (a writer merged or finalized since it opened) may fold
+    // commits this handle does not see: they are visible to any handle opened now.
+    let since = match versions::newest(store) {
+        Ok(newer) => newer.filter(|m| m.version > view.manifest.as_ref().map_or(0, |v| v.version)),
+        Err(e) => {
+            report.problem(Some(Path::new(&url("versions"))), None, e.to_string());
+            None
+        }
+    };
+    for commit in crate::merge::pending(store, since.as_ref().or(view.manifest.as_ref()))? {
         let name = &commit.reference.name;
         report.problem(
             Some(Path::new(&url(name))),

@@ -130,3 +130,60 @@ pub fn concurrent_readers_see_identical_samples(ctx: &CaseContext<'_>) -> CaseRe
     check_samples(&*shared, &written)?;
     Ok(Outcome::Passed)
 }
+
+/// A read-only handle opened while a writer holds the cache (with samples flushed, more pending)
+/// keeps serving what it opened with after that writer flushes more and finalizes (a finalize
+/// may remove or replace the files the handle found): every sample flushed before the open reads
+/// back exact, `contains` and `keys` list it, and `validate(Full)` is clean.
+pub fn read_only_handle_outlives_the_writers_finalize(ctx: &CaseContext<'_>) -> CaseResult {
+    const CLAUSE: &str = "open.read-only-outlives-finalize";
+    let schema = basic_schema(ctx.caps());
+    let path = ctx.cache_path("c");
+    let mut writer = ok("create", ctx.factory.create(&path, &schema))?;
+    let mut flushed = Vec::new();
+    for part in [0..40, 40..80] {
+        flushed.extend(put_samples(&mut *writer, &schema, part)?);
+        ok("flush", writer.flush())?;
+    }
+    put_samples(&mut *writer, &schema, 80..90)?;
+    let reader = open_read_only(ctx, &path).map_err(|f| {
+        f.within("while a writer holds the cache").clause("open.read-only-takes-no-lock")
+    })?;
+    put_samples(&mut *writer, &schema, 90..100)?;
+    ok("flush after the reader opened", writer.flush())?;
+    ok("finalize after the reader opened", writer.finalize())?;
+    drop(writer);
+    let within = "a read-only handle opened before the writer finalized, read after it";
+    for (key, want) in &flushed {
+        let got = ok(&format!("get {key:?}"), reader.get(key))
+            .map_err(|f| f.within(within).clause(CLAUSE))?;
+        compare_sample(key, want, got.as_ref()).map_err(|f| f.within(within).clause(CLAUSE))?;
+        crate::ensure!(
+            ok("contains", reader.contains(key)).map_err(|f| f.within(within).clause(CLAUSE))?,
+            format!("contains({key:?}) of {within}"),
+            expected: "true",
+            got: "false",
+            clause: CLAUSE
+        );
+    }
+    let keys = ok("keys", reader.keys()).map_err(|f| f.within(within).clause(CLAUSE))?;
+    let listed: std::collections::HashSet<&str> = keys.iter().map(String::as_str).collect();
+    if let Some((key, _)) = flushed.iter().find(|(key, _)| !listed.contains(key.as_str())) {
+        return Err(Failure::new(
+            format!("keys() of {within}"),
+            format!("every key flushed before the open, {key:?} among them"),
+            format!("{} keys without {key:?}", keys.len()),
+        )
+        .clause(CLAUSE));
+    }
+    let report = ok("validate(Full)", reader.validate(stowage_core::ValidationLevel::Full))
+        .map_err(|f| f.within(within).clause(CLAUSE))?;
+    crate::ensure!(
+        report.is_clean(),
+        format!("validate(Full) of {within}"),
+        expected: "no problem",
+        got: format!("{:?}", report.problems),
+        clause: CLAUSE
+    );
+    Ok(Outcome::Passed)
+}

@@ -17,7 +17,10 @@ pub use crate::power_loss::{
     power_loss_during_finalize_leaves_resumable_or_complete, power_loss_keeps_every_flushed_sample,
 };
 pub use capabilities::{capabilities_match_the_factory, max_rank_is_enforced};
-pub use concurrency::{concurrent_readers_see_identical_samples, second_writer_is_refused};
+pub use concurrency::{
+    concurrent_readers_see_identical_samples, read_only_handle_outlives_the_writers_finalize,
+    second_writer_is_refused,
+};
 pub use integrity::{
     deleted_file_is_detected, flipped_byte_is_detected, stray_files_are_ignored,
     truncated_file_is_detected, validate_clean_cache_reports_no_problem, validate_never_writes,
