@@ -96,7 +96,8 @@ macro_rules! __with_case_list {
             empty_key_is_rejected ["put.empty-key-is-invalid", "errors.unsupported-names-backend"]
             get_missing_key_is_none ["get.missing-is-none", "contains.agrees-with-get"]
             get_batch_agrees_with_get [
-                "get-batch.agrees-with-get", "get-batch-each.agrees-with-get-batch"
+                "get-batch.agrees-with-get", "get-batch-each.agrees-with-get-batch",
+                "get-if-ready.agrees-with-get"
             ]
             keys_follow_first_put_order [
                 "keys.first-put-order", "len.counts-distinct-keys", "put.visible-at-once"

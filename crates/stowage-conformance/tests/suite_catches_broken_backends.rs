@@ -213,6 +213,16 @@ fn get_batch_case_catches_a_visitor_that_ignores_a_break() {
     );
 }
 
+#[test]
+fn get_batch_case_catches_a_get_if_ready_that_forgets_pending_puts() {
+    assert_caught(
+        Defect::ReadyForgetsPending,
+        "get_batch_agrees_with_get",
+        "get-if-ready.agrees-with-get",
+        "get_if_ready of each key",
+    );
+}
+
 const FINALIZE_CRASH: &str = "crash_during_finalize_leaves_resumable_or_complete";
 
 #[test]

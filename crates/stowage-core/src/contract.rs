@@ -105,6 +105,10 @@ pub const CLAUSES: &[Clause] = &[
          returned as data.",
     ),
     // Reader::get_batch
+    reader(
+        "get-if-ready.agrees-with-get",
+        "`Some` holds exactly what `get` returns for the key; `None` changes nothing.",
+    ),
     reader("get-batch.agrees-with-get", "Agrees with `get` key by key."),
     // Reader::get_batch_each
     reader(

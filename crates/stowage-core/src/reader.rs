@@ -62,6 +62,34 @@ pub trait Reader: Send + Sync {
     ///   the file and key), never returned as data.
     fn get(&self, key: &str) -> Result<Option<Sample>>;
 
+    /// [`Reader::get`] when it can answer without waiting: from what the handle already holds
+    /// open (memory maps, files it read through without a library's global lock), taking no
+    /// lock another thread may hold for long. `None` says it cannot now (a file to open first,
+    /// a library call that takes a process-wide lock); the caller then calls `get`, for
+    /// instance after letting an interpreter lock go, which a `get` that may wait needs.
+    ///
+    /// The default answers `None`: backends whose `get` may wait and that can tell when it
+    /// will not override it.
+    ///
+    /// # Behavior
+    /// - `get-if-ready.agrees-with-get`: `Some` holds exactly what `get` returns for the key;
+    ///   `None` changes nothing.
+    ///
+    /// ```
+    /// use stowage_core::{Reader, Result, Sample};
+    /// // A caller holding a lock others need while it waits, reading one key.
+    /// fn read(reader: &dyn Reader, key: &str) -> Result<Option<Sample>> {
+    ///     match reader.get_if_ready(key) {
+    ///         Some(found) => found,
+    ///         None => reader.get(key), // (after letting the lock go)
+    ///     }
+    /// }
+    /// ```
+    fn get_if_ready(&self, key: &str) -> Option<Result<Option<Sample>>> {
+        let _ = key;
+        None
+    }
+
     /// Reads every key in order; `None` for a missing one. Backends override it to read in
     /// storage order.
     ///
@@ -211,6 +239,9 @@ impl<R: Reader + ?Sized> Reader for Box<R> {
     }
     fn get(&self, key: &str) -> Result<Option<Sample>> {
         (**self).get(key)
+    }
+    fn get_if_ready(&self, key: &str) -> Option<Result<Option<Sample>>> {
+        (**self).get_if_ready(key)
     }
     fn get_batch(&self, keys: &[&str]) -> Result<Vec<Option<Sample>>> {
         (**self).get_batch(keys)

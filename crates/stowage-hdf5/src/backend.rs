@@ -19,6 +19,7 @@
 //! against the commit log on its first use by the handle (its metadata, `MetaRegions`; its rows
 //! by their checksums as they are read).
 
+use std::cell::Cell;
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -34,7 +35,7 @@ use stowage_core::{
 };
 
 use crate::Hdf5Options;
-use crate::commit_log::{self, Committed, FinalizedMarker, Hdf5Record, Record};
+use crate::commit_log::{self, Committed, FinalizedMarker, Hdf5Record, Record, SegmentEntry};
 use crate::error::BACKEND;
 use crate::formats::STOWAGE_HDF5;
 use crate::key_index::{KeyIndex, Location};
@@ -74,6 +75,16 @@ pub fn capabilities() -> Capabilities {
 
 pub(crate) fn segment_path(dir: &Path, id: u64) -> PathBuf {
     dir.join(SEGMENTS).join(format!("segment_{id:06}.h5"))
+}
+
+/// How a read reaches the segments it needs.
+#[derive(Clone, Copy)]
+enum Reach<'a> {
+    /// Opens a segment that is not open (libhdf5's calls; may wait for other threads' opens).
+    Open,
+    /// Takes only segments open and read without libhdf5, found without waiting; sets the flag
+    /// when one is not.
+    IfReady(&'a Cell<bool>),
 }
 
 /// Whether `name` is a segment file's name, `segment_<digits>.h5`.
@@ -330,20 +341,75 @@ impl Hdf5Backend {
     ///
     /// Errors: as [`OpenSegments::get`], for a segment that does not open or read.
     fn key_at(&self, location: Location) -> Result<Option<String>> {
-        match self.segment_with_row(location)? {
+        match self.segment_with_row(location, Reach::Open)? {
             Some(segment) => segment.key(location.row).map(Some),
             None => Ok(None),
         }
     }
 
     /// The segment holding `location`'s row, open; `Ok(None)` when no committed segment has
-    /// that row (a damaged slot's payload).
-    fn segment_with_row(&self, location: Location) -> Result<Option<Arc<Segment>>> {
+    /// that row (a damaged slot's payload), or when `reach` takes only ready segments and this
+    /// one is not (which it then records).
+    fn segment_with_row(&self, location: Location, reach: Reach) -> Result<Option<Arc<Segment>>> {
         let Some(entry) = self.committed.segments.get(location.segment) else { return Ok(None) };
         if location.row as u64 >= entry.rows {
             return Ok(None);
         }
-        self.segments.get(location.segment, entry, &self.schema).map(Some)
+        self.reach_segment(location.segment, entry, reach)
+    }
+
+    /// Segment `number`, committed as `entry`, as `reach` takes it: opened when needed, or
+    /// `Ok(None)` (recorded) when only a ready one will do and it is not.
+    fn reach_segment(
+        &self,
+        number: usize,
+        entry: &SegmentEntry,
+        reach: Reach,
+    ) -> Result<Option<Arc<Segment>>> {
+        match reach {
+            Reach::Open => self.segments.get(number, entry, &self.schema).map(Some),
+            Reach::IfReady(not_ready) => {
+                let ready = self.segments.ready(number);
+                if ready.is_none() {
+                    not_ready.set(true);
+                }
+                Ok(ready)
+            }
+        }
+    }
+
+    /// `get` of `key`, reaching the segments it reads as `reach` says: `None` when one is not
+    /// ready (only with [`Reach::IfReady`]; what was read meanwhile is dropped).
+    fn read_key(&self, key: &str, reach: Reach) -> Option<Result<Option<Sample>>> {
+        if let Some(&at) = self.pending_index.get(key) {
+            return Some(Ok(Some(self.pending[at].1.clone())));
+        }
+        let not_ready = |reach: Reach| matches!(reach, Reach::IfReady(flag) if flag.get());
+        // A run's candidate is confirmed by reading its row (checked against its checksum,
+        // which covers the key), not its key first: one segment visit per get.
+        let mut read = None;
+        let location = self.index.find_confirmed(key, |location| {
+            let Some(segment) = self.segment_with_row(location, reach)? else { return Ok(false) };
+            read = segment.read_if_key(&self.schema, location.row, key)?;
+            Ok(read.is_some())
+        });
+        if not_ready(reach) {
+            return None;
+        }
+        let found = match (location.map_err(|e| e.for_key(key)), read) {
+            (Err(e), _) => Err(e),
+            (Ok(Some(_)), Some(sample)) => Ok(Some(sample)),
+            (Ok(Some(location)), None) => {
+                let entry = &self.committed.segments[location.segment];
+                match self.reach_segment(location.segment, entry, reach) {
+                    Ok(Some(segment)) => segment.read(&self.schema, location.row, key).map(Some),
+                    Ok(None) => return None,
+                    Err(e) => Err(e.for_key(key)),
+                }
+            }
+            (Ok(None), _) => Ok(None),
+        };
+        Some(found)
     }
 
     /// Adds the keys (by row) of segment `number`, the next committed one, to the key index.
@@ -507,27 +573,16 @@ impl Reader for Hdf5Backend {
     }
 
     fn get(&self, key: &str) -> Result<Option<Sample>> {
-        if let Some(&at) = self.pending_index.get(key) {
-            return Ok(Some(self.pending[at].1.clone()));
-        }
-        // A run's candidate is confirmed by reading its row (checked against its checksum,
-        // which covers the key), not its key first: one segment visit per get.
-        let mut read = None;
-        let location = self.index.find_confirmed(key, |location| {
-            let Some(segment) = self.segment_with_row(location)? else { return Ok(false) };
-            read = segment.read_if_key(&self.schema, location.row, key)?;
-            Ok(read.is_some())
-        });
-        match (location.map_err(|e| e.for_key(key))?, read) {
-            (Some(_), Some(sample)) => Ok(Some(sample)),
-            (Some(location), None) => {
-                let entry = &self.committed.segments[location.segment];
-                let segment = self.segments.get(location.segment, entry, &self.schema);
-                let segment = segment.map_err(|e| e.for_key(key))?;
-                segment.read(&self.schema, location.row, key).map(Some)
-            }
-            (None, _) => Ok(None),
-        }
+        self.read_key(key, Reach::Open).expect("Reach::Open opens every segment it needs")
+    }
+
+    /// `get` when every segment it reads is open and read without libhdf5 (detached, see
+    /// [`Segment::is_detached`]) and the open segments' lock is free: then it never calls
+    /// libhdf5, whose process-wide lock another thread may hold, nor waits for another
+    /// thread's open. Else `None`.
+    fn get_if_ready(&self, key: &str) -> Option<Result<Option<Sample>>> {
+        let not_ready = Cell::new(false);
+        self.read_key(key, Reach::IfReady(&not_ready))
     }
 
     /// Each key as [`Reader::get`] reads it, after the batch's reads are started together:

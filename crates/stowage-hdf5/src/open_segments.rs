@@ -18,7 +18,7 @@
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, TryLockError};
 
 use stowage_core::cold_reads::{ColdReadAdvice, ColdReadAdvisor};
 use stowage_core::{Result, Schema};
@@ -182,6 +182,25 @@ impl OpenSegments {
         drop(state);
         drop(place); // wakes the waiters
         Ok(segment)
+    }
+
+    /// Segment `number` when it is open and read without libhdf5 ([`Segment::is_detached`]),
+    /// found without waiting: `None` when it is not, or when another thread holds the lock of
+    /// the open segments now (one may close a segment under it, which calls libhdf5).
+    pub fn ready(&self, number: usize) -> Option<Arc<Segment>> {
+        let mut state = match self.state.try_lock() {
+            Ok(state) => state,
+            Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+            Err(TryLockError::WouldBlock) => return None,
+        };
+        state.clock += 1;
+        let now = state.clock;
+        let (segment, used) = state.open.get_mut(&number)?;
+        if !segment.is_detached() {
+            return None;
+        }
+        *used = now;
+        Some(Arc::clone(segment))
     }
 
     /// Segments open now.

@@ -1,7 +1,7 @@
 //! `stowage.Cache`: an open cache, for reading and (when opened so) writing.
 
 use std::ops::ControlFlow;
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::{Arc, PoisonError, RwLock, TryLockError};
 
 use pyo3::prelude::*;
 use pyo3::pybacked::PyBackedStr;
@@ -56,6 +56,19 @@ impl Handle {
                 let backend = backend.read().unwrap_or_else(PoisonError::into_inner);
                 f(backend.as_ref())
             }
+        })
+    }
+
+    /// [`Reader::get_if_ready`] of `key`, called with the GIL held: `None` also when a writer
+    /// handle's lock is taken (a `flush` may hold it while it waits on the backend).
+    pub fn get_if_ready(&self, key: &str) -> Option<stowage_core::Result<Option<Sample>>> {
+        fork_gate::pass(|| match self.access() {
+            Access::Read(reader) => reader.get_if_ready(key),
+            Access::Write(backend) => match backend.try_read() {
+                Ok(backend) => backend.get_if_ready(key),
+                Err(TryLockError::Poisoned(poisoned)) => poisoned.into_inner().get_if_ready(key),
+                Err(TryLockError::WouldBlock) => None,
+            },
         })
     }
 
@@ -234,10 +247,16 @@ impl Cache {
             // gate without the GIL, and a `close` from another thread meanwhile would then
             // wait for the lock while holding the GIL this thread needs back.
             let handle = self.handle(py)?;
+            // A zero-copy get (mapped bytes) never waits, and one that answers `get_if_ready`
+            // does not either: both keep the GIL, which letting go and taking back costs more
+            // than them. Any other get may wait on a lock, and lets the GIL go first.
             let found = if self.zero_copy {
                 handle.read(|r| r.get(key))
             } else {
-                py.detach(|| handle.read(|r| r.get(key)))
+                match handle.get_if_ready(key) {
+                    Some(found) => found,
+                    None => py.detach(|| handle.read(|r| r.get(key))),
+                }
             };
             match found.py(py)? {
                 Some(sample) => self.sample_dict(py, sample),

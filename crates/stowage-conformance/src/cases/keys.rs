@@ -306,9 +306,10 @@ pub fn keys_follow_first_put_order(ctx: &CaseContext<'_>) -> CaseResult {
     Ok(Outcome::Passed)
 }
 
-/// `get_batch` returns, position by position, what `get` returns, and `get_batch_each` visits
-/// what `get_batch` returns: on a finalized reader and on a writer holding unflushed puts, for
-/// present, missing and repeated keys.
+/// `get_batch` returns, position by position, what `get` returns, `get_batch_each` visits what
+/// `get_batch` returns, and `get_if_ready`, when it answers, holds what `get` returns: on a
+/// finalized reader and on a writer holding unflushed puts, for present, missing and repeated
+/// keys.
 pub fn get_batch_agrees_with_get(ctx: &CaseContext<'_>) -> CaseResult {
     let schema = basic_schema(ctx.caps());
     let (path, written) = build(ctx, "c", &schema, 20, true)?;
@@ -335,13 +336,29 @@ pub fn get_batch_agrees_with_get(ctx: &CaseContext<'_>) -> CaseResult {
     Ok(Outcome::Passed)
 }
 
-/// `get_batch(batch)` on `cache` equals `get` of each key in turn, and `get_batch_each(batch)`
-/// visits what `get_batch` returns.
+/// `get_batch(batch)` on `cache` equals `get` of each key in turn, `get_batch_each(batch)`
+/// visits what `get_batch` returns, and `get_if_ready` agrees with `get`.
 fn batch_matches_get(cache: &DynReader, batch: &[&str], stage: &str) -> Result<(), Failure> {
     let got = batch_agrees_with_get(cache, batch, stage)
         .map_err(|f| f.clause("get-batch.agrees-with-get"))?;
     each_matches_batch(cache, batch, &got, stage)
-        .map_err(|f| f.clause("get-batch-each.agrees-with-get-batch"))
+        .map_err(|f| f.clause("get-batch-each.agrees-with-get-batch"))?;
+    ready_matches_get(cache, batch, stage).map_err(|f| f.clause("get-if-ready.agrees-with-get"))
+}
+
+/// `get_if_ready` of each key of `batch` on `cache`, asked right after `get` read the key (a
+/// backend that opens files on first need has them open then), holds what `get` returns
+/// whenever it answers.
+fn ready_matches_get(cache: &DynReader, batch: &[&str], stage: &str) -> Result<(), Failure> {
+    let context = format!("get_if_ready of each key of {batch:?} {stage}");
+    for (i, key) in batch.iter().enumerate() {
+        let single = ok(&format!("get {key:?}"), cache.get(key))?;
+        if let Some(ready) = cache.get_if_ready(key) {
+            let ready = ok(&format!("get_if_ready {key:?}"), ready)?;
+            same_at(&context, i, key, single.as_ref(), ready.as_ref(), "get")?;
+        }
+    }
+    Ok(())
 }
 
 /// `get_batch(batch)` on `cache` equals `get` of each key in turn; what it returned.

@@ -157,6 +157,8 @@ pub enum Defect {
     BatchSkipsMissing,
     /// `get_batch_each` goes on visiting after `visit` breaks.
     EachIgnoresBreak,
+    /// `get_if_ready` calls a key missing when only the writer's unflushed puts hold it.
+    ReadyForgetsPending,
 }
 
 /// Creates and opens toy caches, correct or with one [`Defect`].
@@ -676,6 +678,22 @@ impl Reader for Toy {
         }
         cache.insert(key.to_owned(), sample.clone());
         Ok(Some(sample))
+    }
+
+    /// What the toy holds in memory answers at once (its read cache, the pending puts, and
+    /// that a key it never stored is missing); a stored key not in memory needs a file read.
+    fn get_if_ready(&self, key: &str) -> Option<Result<Option<Sample>>> {
+        if self.defect == Some(Defect::ReadyForgetsPending) && self.pending.contains_key(key) {
+            return Some(Ok(None));
+        }
+        if let Some(sample) = self.cache().get(key) {
+            return Some(Ok(Some(sample.clone())));
+        }
+        match self.pending.get(key) {
+            Some(sample) => Some(Ok(Some(sample.clone()))),
+            None if !self.known.contains(key) => Some(Ok(None)),
+            None => None,
+        }
     }
 
     fn get_batch(&self, keys: &[&str]) -> Result<Vec<Option<Sample>>> {
