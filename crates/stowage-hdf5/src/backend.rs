@@ -576,8 +576,8 @@ impl Reader for Hdf5Backend {
         self.read_key(key, Reach::Open).expect("Reach::Open opens every segment it needs")
     }
 
-    /// `get` when every segment it reads is open and read without libhdf5 (detached, see
-    /// [`Segment::is_detached`]) and the open segments' lock is free: then it never calls
+    /// `get` when every segment it reads is open and read without libhdf5 (detached: its
+    /// columns read from its map alone) and the open segments' lock is free: then it never calls
     /// libhdf5, whose process-wide lock another thread may hold, nor waits for another
     /// thread's open. Else `None`.
     fn get_if_ready(&self, key: &str) -> Option<Result<Option<Sample>>> {
