@@ -7,6 +7,7 @@ use crate::index::{
     FieldShape, KeyIndex, Slot, decode_entry, decode_finalize, encode_entry_into, encode_finalize,
 };
 use crate::layout::{CacheMetadata, CommitMarker, Layout};
+use crate::locator::{Locator, RowHint};
 use crate::ownership::OwnedFiles;
 use crate::record::{Numpy10Record, ParsedRecord, RecordRef};
 use crate::runs::{self, Runs};
@@ -69,8 +70,10 @@ struct Writer {
     pending_hashes: Vec<u64>,
     /// The tail ordinal ([`KeyIndex::keys`] order) of each pending entry's key.
     pending_ordinals: Vec<u32>,
-    /// (key hash, log offset + 1) of every log record after the runs' end: what the next run
-    /// holds.
+    /// The row hint of each pending entry ([`crate::locator`]).
+    pending_hints: Vec<Option<RowHint>>,
+    /// (key hash, [`Locator`] payload) of every log record after the runs' end: what the next
+    /// run holds.
     tail_entries: Vec<(u64, u64)>,
     /// For each tail entry, its key's tail ordinal: the next run's build asks whether a run
     /// holds it of [`NpyBackend::tail_in_runs`], resolved for the whole tail in one batch.
@@ -98,6 +101,7 @@ impl Writer {
             pending_ends: Vec::new(),
             pending_hashes: Vec::new(),
             pending_ordinals: Vec::new(),
+            pending_hints: Vec::new(),
             tail_entries: Vec::new(),
             tail_ordinals: Vec::new(),
             last_offset: None,
@@ -360,6 +364,7 @@ impl NpyBackend {
             runs.as_ref(),
             &records,
             (start, records_before),
+            meta.collection_size,
             &layout.records_log(),
         )?;
         let finalized = replayed.finalized;
@@ -974,6 +979,7 @@ impl Backend for NpyBackend {
         writer.pending_ends.push(writer.pending.len());
         writer.pending_hashes.push(stowage_core::key_runs::key_hash(key.as_bytes()));
         writer.pending_ordinals.push(ordinal);
+        writer.pending_hints.push(row_hint(index, &found, meta.collection_size));
         files.grow_to(index.file_uids().len());
         Ok(())
     }
@@ -987,11 +993,15 @@ impl Backend for NpyBackend {
                 column.sync(layout)?;
             }
             let mut start = 0;
-            let pending = writer.pending_hashes.iter().zip(&writer.pending_ordinals);
-            for (&end, (&hash, &ordinal)) in writer.pending_ends.iter().zip(pending) {
+            let pending = writer
+                .pending_hashes
+                .iter()
+                .zip(&writer.pending_ordinals)
+                .zip(&writer.pending_hints);
+            for (&end, ((&hash, &ordinal), &hint)) in writer.pending_ends.iter().zip(pending) {
                 let offset = writer.log.byte_len();
                 writer.log.append(&writer.pending[start..end])?;
-                writer.tail_entries.push((hash, offset + 1));
+                writer.tail_entries.push((hash, Locator::encode(offset, hint)));
                 writer.tail_ordinals.push(ordinal);
                 writer.last_offset = Some(offset);
                 start = end;
@@ -1000,6 +1010,7 @@ impl Backend for NpyBackend {
             writer.pending_ends.clear();
             writer.pending_hashes.clear();
             writer.pending_ordinals.clear();
+            writer.pending_hints.clear();
             writer.log.sync()
         };
         let result = sync();
@@ -1142,7 +1153,7 @@ impl NpyBackend {
         for &hash in &hashes {
             for run in runs.runs() {
                 run.find(hash, |payload| {
-                    if let Some(range) = runs.record_range(payload - 1) {
+                    if let Some(range) = runs.record_range(Locator::offset_of(payload)) {
                         let _ = records.add(runs.log_bytes(), range);
                     }
                     false
@@ -1224,7 +1235,8 @@ impl NpyBackend {
 
     fn get_from_runs(&self, key: &str) -> Result<Option<Sample>> {
         let Some(runs) = &self.runs else { return Ok(None) };
-        let Some((offset, payload)) = runs.find(key) else { return Ok(None) };
+        let prefetch = |hint| self.prefetch_hinted_row(hint);
+        let Some((offset, payload)) = runs.find_hinted(key, prefetch) else { return Ok(None) };
         let fields = self.meta.schema.fields.len();
         if let Some(records) = runs::entry_records(payload, fields) {
             return self.sample_of_records(key, records.iter().map(ParsedRecord::as_ref)).map(Some);
@@ -1236,6 +1248,21 @@ impl NpyBackend {
             )
         })?;
         self.sample_of_records(key, records.iter().map(Numpy10Record::as_ref)).map(Some)
+    }
+
+    /// Starts loading the first [`HINTED_PREFETCH_BYTES`] of the row `hint` names, when its file
+    /// is open: the load then runs beside the read of the log record, which decides what is read.
+    fn prefetch_hinted_row(&self, hint: RowHint) {
+        let (file, row) = hint.file_and_row(self.meta.collection_size);
+        if file >= self.files.len() {
+            return;
+        }
+        if let Some(opened) = self.files.get_if_open(file)
+            && let Some((map, range)) = opened.slot_range(row as u64)
+        {
+            let len = range.len().min(HINTED_PREFETCH_BYTES);
+            stowage_core::prefetch::prefetch(&map[range.start..range.start + len]);
+        }
     }
 
     /// The sample of `key` whose fields `records` locate, in schema order.
@@ -1341,12 +1368,28 @@ struct Replayed {
     /// Keys of the tail no run holds.
     /// Distinct keys replayed.
     keys: usize,
-    /// (key hash, log offset + 1) of each entry.
+    /// (key hash, [`Locator`] payload) of each entry.
     entries: Vec<(u64, u64)>,
     /// The tail ordinal of each entry's key.
     ordinals: Vec<u32>,
     /// Byte offset of the last record replayed.
     last_offset: Option<u64>,
+}
+
+/// How much of a hinted row a lookup requests before it reads the log record: 16 cache lines.
+/// More would wait for the core's line fill buffers and hold up the record's load (a whole 2 KiB
+/// row gained half as much in `python_bench`-shaped gets); the hash's own prefetch
+/// ([`crate::cold_hash`]) asks for the rest.
+const HINTED_PREFETCH_BYTES: usize = 1024;
+
+/// The row hint of `found`'s latest entry: where its first field is.
+fn row_hint(
+    index: &KeyIndex,
+    found: &crate::index::Found,
+    collection_size: usize,
+) -> Option<RowHint> {
+    let slot = index.slot(found, 0);
+    RowHint::of(slot.file, slot.index, collection_size)
 }
 
 /// Replays `records`, the log's records from byte offset `start` on (`before` records precede
@@ -1357,6 +1400,7 @@ fn replay(
     runs: Option<&Runs>,
     records: &[Vec<u8>],
     (start, before): (u64, u64),
+    collection_size: usize,
     log_path: &Path,
 ) -> Result<Replayed> {
     let run_keys = runs.map_or(0, Runs::keys);
@@ -1394,8 +1438,10 @@ fn replay(
                 decode_entry(payload, index.field_shapes().len()).map_err(corrupted)?;
             let refs: Vec<RecordRef<'_>> = entry.iter().map(Numpy10Record::as_ref).collect();
             index.insert(&key, &refs).map_err(|e| corrupted(e.to_string()))?;
-            replayed.entries.push((stowage_core::key_runs::key_hash(key.as_bytes()), offset + 1));
             let found = index.find(&key).expect("just inserted");
+            let hint = row_hint(index, &found, collection_size);
+            let hash = stowage_core::key_runs::key_hash(key.as_bytes());
+            replayed.entries.push((hash, Locator::encode(offset, hint)));
             let ordinal = u32::try_from(KeyIndex::ordinal(&found))
                 .map_err(|_| corrupted("more than 2^32 keys after the index".into()))?;
             replayed.ordinals.push(ordinal);

@@ -15,6 +15,7 @@ mod hangar_dir;
 mod index;
 mod key_table;
 mod layout;
+mod locator;
 mod options;
 mod ownership;
 mod record;

@@ -8,7 +8,8 @@
 //!                                       checksum), every collection file uid a record before L
 //!                                       points into
 //! <cache>/index/run_<first>_<L>.bin     a run over the records starting at log byte offsets
-//!                                       first..L: key hash -> offset of the key's latest record + 1
+//!                                       first..L: key hash -> offset of the key's latest record,
+//!                                       with a hint of its first field's row ([`crate::locator`])
 //! ```
 //!
 //! A reader maps the runs, checks their headers against `current`, checks that the record ending
@@ -43,6 +44,7 @@ use stowage_core::key_runs::{KeyRun, RunSpec, key_hash, write_run_file};
 use stowage_core::{Error, IoResultExt, Result};
 
 use crate::layout::Layout;
+use crate::locator::{Locator, RowHint};
 use crate::record::ParsedRecord;
 
 /// Tail entries (records since the last run) after which a flush writes a run: about 3 MB of
@@ -53,13 +55,18 @@ pub(crate) const TAIL_BOUND: usize = 65_536;
 /// before going on: bounds the runs a lookup probes.
 pub(crate) const MAX_RUNS: usize = 16;
 
-/// The `version` of `index/current`.
-const CURRENT_VERSION: u32 = 1;
+/// The `version` of `index/current` a writer writes: 2, whose run payloads may carry a row hint
+/// ([`crate::locator`]); earlier stowage-npy readers refuse it and replay the log.
+const CURRENT_VERSION: u32 = 2;
+
+/// The versions of `index/current` a reader uses: 1 (plain offsets) is still read, and the next
+/// writer names its runs in a version 2 `current`.
+const READ_VERSIONS: std::ops::RangeInclusive<u32> = 1..=CURRENT_VERSION;
 
 /// The contents of `index/current`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct Current {
-    /// [`CURRENT_VERSION`].
+    /// One of [`READ_VERSIONS`]; a writer writes [`CURRENT_VERSION`].
     pub version: u32,
     /// L: the log byte offset the runs cover up to (the records after it are the tail).
     pub log_end: u64,
@@ -121,7 +128,8 @@ fn merge_runs(
     // covers them.
     let log = map(log_path)?;
     let key_of = |payload: u64| {
-        AppendLog::record_at(&log, payload - 1).and_then(|(entry, _, _)| entry_key(entry))
+        AppendLog::record_at(&log, Locator::offset_of(payload))
+            .and_then(|(entry, _, _)| entry_key(entry))
     };
     let same_key = |a: u64, b: u64| key_of(a).is_some_and(|k| key_of(b) == Some(k));
     let (first, last) = (&inputs[0], &inputs[inputs.len() - 1]);
@@ -163,7 +171,7 @@ impl Runs {
         };
         let current: Current = serde_json::from_slice(&text)
             .map_err(|e| format!("{}: does not parse: {e}", path.display()))?;
-        if current.version != CURRENT_VERSION {
+        if !READ_VERSIONS.contains(&current.version) {
             return Err(format!("{}: version {}", path.display(), current.version));
         }
         let log = map(&layout.records_log()).map_err(|e| e.to_string())?;
@@ -262,9 +270,19 @@ impl Runs {
     /// The log entry (offset, payload) of the latest record of `key` the runs know, newest run
     /// first.
     pub(crate) fn find(&self, key: &str) -> Option<(u64, &[u8])> {
+        self.find_hinted(key, |_| {})
+    }
+
+    /// [`Runs::find`], calling `on_hint` with a candidate's row hint before its record is read,
+    /// so that the row's load can start beside the record's.
+    pub(crate) fn find_hinted(
+        &self,
+        key: &str,
+        mut on_hint: impl FnMut(RowHint),
+    ) -> Option<(u64, &[u8])> {
         let hash = key_hash(key.as_bytes());
         for run in self.runs.iter().rev() {
-            if let Some(found) = self.find_in(run, hash, key) {
+            if let Some(found) = self.find_in(run, hash, key, &mut on_hint) {
                 return Some(found);
             }
         }
@@ -289,19 +307,36 @@ impl Runs {
             }
             for &(hash, i) in batch {
                 let key = keys[i as usize];
-                held[i as usize] =
-                    self.runs.iter().rev().any(|run| self.find_in(run, hash, key).is_some());
+                held[i as usize] = self
+                    .runs
+                    .iter()
+                    .rev()
+                    .any(|run| self.find_in(run, hash, key, |_| {}).is_some());
             }
         }
         held
     }
 
-    fn find_in(&self, run: &KeyRun, hash: u64, key: &str) -> Option<(u64, &[u8])> {
+    fn find_in(
+        &self,
+        run: &KeyRun,
+        hash: u64,
+        key: &str,
+        mut on_hint: impl FnMut(RowHint),
+    ) -> Option<(u64, &[u8])> {
         let mut entry = None;
         run.find(hash, |payload| {
-            let offset = payload - 1;
+            let Locator { offset, hint } = Locator::decode(payload);
             if !(run.first()..run.through()).contains(&offset) {
                 return false;
+            }
+            if let Some(hint) = hint {
+                // The record's first line is requested before the row's many: the row's loads
+                // then cannot hold up the record's, which the lookup waits for first.
+                if let Some(at) = usize::try_from(offset).ok().filter(|&at| at < self.log.len()) {
+                    stowage_core::prefetch::prefetch_line(self.log[at..].as_ptr());
+                }
+                on_hint(hint);
             }
             match self.entry_at(offset) {
                 Some(payload) if entry_key(payload).as_deref() == Some(key) => {
@@ -331,7 +366,7 @@ impl Runs {
         AppendLog::record_at(&self.log, offset).map(|(payload, _, _)| payload)
     }
 
-    /// Writes a run of `fresh` ((key hash, log offset + 1) of the records after L, in log order;
+    /// Writes a run of `fresh` ((key hash, [`Locator`] payload) of the records after L, in log order;
     /// beside each, whether a run held its key when it was put, when known), then
     /// `index/current` naming it over the log up to `log_end` (`log_records` records, the last
     /// one at byte offset `last_offset`), listing `uids`. The log up to `log_end` must be durable.
@@ -380,18 +415,22 @@ impl Runs {
             let older = &self.runs[..kept];
             let first = inputs.first().map_or(self.current.log_end, |run| run.first());
             let spec = RunSpec { first, through: log_end, stamp: last.checksum };
-            let key_of = |payload: u64| self.entry_at(payload - 1).and_then(entry_key);
+            let key_of =
+                |payload: u64| self.entry_at(Locator::offset_of(payload)).and_then(entry_key);
             let same_key = |a: u64, b: u64| key_of(a).is_some_and(|k| key_of(b) == Some(k));
             // Asked only of a key's first fresh entry (no input and no earlier entry holds it),
             // whose put knew whether a run held it; the runs are the same, and the inputs do not
             // hold it, so a run held it exactly when an older one does. Otherwise: probe.
             let in_older = |hash: u64, payload: u64| {
-                let known = fresh.binary_search_by_key(&payload, |entry| entry.1).ok();
+                // In log order: by offset (a hint sets a payload's high bits).
+                let offset = Locator::offset_of(payload);
+                let known =
+                    fresh.binary_search_by_key(&offset, |entry| Locator::offset_of(entry.1)).ok();
                 if let Some(in_runs) = known.and_then(|i| in_runs.get(i).copied().flatten()) {
                     return in_runs;
                 }
                 key_of(payload).is_some_and(|key| {
-                    older.iter().any(|run| self.find_in(run, hash, &key).is_some())
+                    older.iter().any(|run| self.find_in(run, hash, &key, |_| {}).is_some())
                 })
             };
             let name = format!("run_{first}_{log_end}.bin");
