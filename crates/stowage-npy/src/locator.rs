@@ -70,13 +70,14 @@ impl Locator {
         }
     }
 
-    /// The locator of a non-zero payload (either index version).
+    /// The locator of a non-zero payload (either index version). A damaged payload whose offset
+    /// bits are zero wraps to an offset no log reaches, never panics.
     pub fn decode(payload: u64) -> Locator {
         if payload & HINTED == 0 {
-            return Locator { offset: payload - 1, hint: None };
+            return Locator { offset: payload.wrapping_sub(1), hint: None };
         }
         Locator {
-            offset: (payload & OFFSET_MASK) - 1,
+            offset: (payload & OFFSET_MASK).wrapping_sub(1),
             hint: Some(RowHint(((payload & !HINTED) >> HINT_SHIFT) as u32)),
         }
     }
@@ -119,5 +120,12 @@ mod tests {
         assert_eq!(RowHint::of(0, 16, 16), None);
         assert_eq!(RowHint::of(u32::MAX, 0, usize::MAX), None);
         assert!(RowHint::of((1 << 20) - 1, 15, 16).is_some());
+    }
+
+    #[test]
+    fn a_damaged_payload_decodes_to_an_offset_past_any_log() {
+        assert_eq!(Locator::decode(HINTED).offset, u64::MAX);
+        assert_eq!(Locator::decode(HINTED | 5 << HINT_SHIFT).offset, u64::MAX);
+        assert_eq!(Locator::decode(0).offset, u64::MAX);
     }
 }
